@@ -1,0 +1,9 @@
+//! The pure core: charging rules, pricing and posting decisions. No database,
+//! no clock, no I/O; everything it needs comes in as arguments.
+
+pub mod period;
+pub mod pricing;
+pub mod request;
+pub mod rules;
+pub mod storage;
+pub mod units;

@@ -1,0 +1,205 @@
+//! Job pricing: from what a job held and for how long, under the rate card in
+//! force, its charge lines with every intermediate value (SPEC R1–R5, D1, D3,
+//! D8).
+//!
+//! ```text
+//! requested cores  (D3: what the job held)
+//! effective cores  = requested memory / memory per core          (R2, exact, 12 places)
+//! charged cores    = single node: max(requested, effective)       (R2, R3)
+//!                    multi-node:  max(nodes × cores per node, requested)   (R3)
+//! core-hours       = charged cores × wall seconds / 3600          (R1, 12 places)
+//! gpu-hours        = GPUs × wall seconds / 3600                   (R5, 12 places)
+//! amount           = quantity × rate, exact; rounded half away from zero to cents (D8)
+//! ```
+//!
+//! The multi-node `max(…, requested)` only matters when the rate card's
+//! cores per node is smaller than what the scheduler says the job held (a
+//! card out of date, or a scheduler counting hardware threads): the job is
+//! then charged for the cores it held, never fewer.
+
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use super::units::{Bytes, CoreHour, GpuHour, Priced, QUANTITY_SCALE, Quantity, Rate, div_round};
+
+/// What a job held (SPEC D3), in totals over all its nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct JobShape {
+    pub nodes: u32,
+    pub cores: u32,
+    /// Requested memory for the whole job; `None` when the job did not ask
+    /// for memory (then R2 does not apply).
+    pub memory: Option<Bytes>,
+    pub gpus: u32,
+}
+
+/// The prices and node facts of one node type in force at one time (SPEC
+/// D5): what a rate card row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RateCard {
+    pub core_hour: Decimal,
+    pub gpu_hour: Decimal,
+    pub memory_per_core: Bytes,
+    pub cores_per_node: u32,
+}
+
+/// Sanity limits: a record beyond these is bad input, not a job.
+pub mod limits {
+    /// About a year.
+    pub const MAX_WALL_SECONDS: i64 = 366 * 24 * 3600;
+    pub const MAX_NODES: u32 = 1_000_000;
+    pub const MAX_CORES: u32 = 100_000_000;
+    pub const MAX_GPUS: u32 = 10_000_000;
+    /// 1 EiB.
+    pub const MAX_MEMORY_BYTES: u64 = 1 << 60;
+}
+
+/// Why a job cannot be priced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PricingError {
+    #[error("the job ends before it starts ({0} s of wall time)")]
+    NegativeDuration(i64),
+    #[error("the job ran for {0} s, more than a year: that is not a real job")]
+    AbsurdDuration(i64),
+    #[error("the job holds no {0}")]
+    Zero(&'static str),
+    #[error("the job holds {value} {what}, more than the limit of {limit}")]
+    Absurd { what: &'static str, value: u64, limit: u64 },
+    #[error("the charge overflows the decimal range")]
+    Overflow,
+}
+
+/// Which rule set the charged cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChargeBasis {
+    /// The cores it held (R1).
+    Cores,
+    /// Its memory, converted to effective cores (R2).
+    Memory,
+    /// Every core of every node it ran on (R3).
+    WholeNodes,
+}
+
+impl ChargeBasis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChargeBasis::Cores => "cores",
+            ChargeBasis::Memory => "memory",
+            ChargeBasis::WholeNodes => "whole_nodes",
+        }
+    }
+}
+
+/// Every intermediate quantity of a job's price: what an auditor checks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobPrice {
+    pub nodes: u32,
+    pub requested_cores: u32,
+    pub requested_memory: Option<Bytes>,
+    pub memory_per_core: Bytes,
+    /// Requested memory ÷ memory per core (R2); `None` without a memory request.
+    pub effective_cores: Option<Decimal>,
+    pub cores_per_node: u32,
+    /// Nodes × cores per node, for a multi-node job (R3).
+    pub whole_node_cores: Option<u32>,
+    pub charged_cores: Decimal,
+    pub basis: ChargeBasis,
+    pub gpus: u32,
+    pub wall_seconds: i64,
+    pub hours: Decimal,
+    /// Core-hours always; GPU-hours when the job held GPUs (R5).
+    pub lines: Vec<Priced>,
+}
+
+impl JobPrice {
+    /// The sum of the lines' rounded amounts: what the job costs on a statement.
+    pub fn total(&self) -> Decimal {
+        self.lines.iter().map(|l| l.amount).sum()
+    }
+}
+
+fn check_limit(what: &'static str, value: u64, limit: u64) -> Result<(), PricingError> {
+    if value > limit {
+        return Err(PricingError::Absurd { what, value, limit });
+    }
+    Ok(())
+}
+
+/// Check that a job's shape and duration are plausible, before pricing or
+/// storing it.
+pub fn validate(shape: &JobShape, wall_seconds: i64) -> Result<(), PricingError> {
+    if wall_seconds < 0 {
+        return Err(PricingError::NegativeDuration(wall_seconds));
+    }
+    if wall_seconds > limits::MAX_WALL_SECONDS {
+        return Err(PricingError::AbsurdDuration(wall_seconds));
+    }
+    if shape.nodes == 0 {
+        return Err(PricingError::Zero("nodes"));
+    }
+    if shape.cores == 0 {
+        return Err(PricingError::Zero("cores"));
+    }
+    check_limit("nodes", shape.nodes.into(), limits::MAX_NODES.into())?;
+    check_limit("cores", shape.cores.into(), limits::MAX_CORES.into())?;
+    check_limit("GPUs", shape.gpus.into(), limits::MAX_GPUS.into())?;
+    if let Some(m) = shape.memory {
+        check_limit("bytes of memory", m.0, limits::MAX_MEMORY_BYTES)?;
+    }
+    Ok(())
+}
+
+/// Price a job that held `shape` for `wall_seconds` under `card`.
+pub fn price_job(shape: &JobShape, wall_seconds: i64, card: &RateCard) -> Result<JobPrice, PricingError> {
+    validate(shape, wall_seconds)?;
+    let requested = Decimal::from(shape.cores);
+    let effective_cores = match shape.memory {
+        Some(m) => Some(
+            div_round(m.as_decimal(), card.memory_per_core.as_decimal(), QUANTITY_SCALE)
+                .ok_or(PricingError::Overflow)?,
+        ),
+        None => None,
+    };
+    let (charged_cores, whole_node_cores, basis) = if shape.nodes > 1 {
+        let whole = shape
+            .nodes
+            .checked_mul(card.cores_per_node)
+            .ok_or(PricingError::Overflow)?;
+        (Decimal::from(whole.max(shape.cores)), Some(whole), ChargeBasis::WholeNodes)
+    } else {
+        match effective_cores {
+            Some(eff) if eff > requested => (eff, None, ChargeBasis::Memory),
+            _ => (requested, None, ChargeBasis::Cores),
+        }
+    };
+    let seconds = Decimal::from(wall_seconds);
+    let per_hour = |units: Decimal| -> Result<Decimal, PricingError> {
+        let unit_seconds = units.checked_mul(seconds).ok_or(PricingError::Overflow)?;
+        div_round(unit_seconds, Decimal::from(3600), QUANTITY_SCALE).ok_or(PricingError::Overflow)
+    };
+    let core_hours = Quantity::<CoreHour>::new(per_hour(charged_cores)?);
+    let mut lines = vec![Priced::new(core_hours, Rate::new(card.core_hour)).ok_or(PricingError::Overflow)?];
+    if shape.gpus > 0 {
+        let gpu_hours = Quantity::<GpuHour>::new(per_hour(Decimal::from(shape.gpus))?);
+        lines.push(Priced::new(gpu_hours, Rate::new(card.gpu_hour)).ok_or(PricingError::Overflow)?);
+    }
+    Ok(JobPrice {
+        nodes: shape.nodes,
+        requested_cores: shape.cores,
+        requested_memory: shape.memory,
+        memory_per_core: card.memory_per_core,
+        effective_cores,
+        cores_per_node: card.cores_per_node,
+        whole_node_cores,
+        charged_cores,
+        basis,
+        gpus: shape.gpus,
+        wall_seconds,
+        hours: per_hour(Decimal::ONE)?,
+        lines,
+    })
+}
+
+#[cfg(test)]
+mod tests;

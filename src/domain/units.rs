@@ -1,0 +1,354 @@
+//! Quantities with their unit, prices per unit, money, and the exact
+//! arithmetic that links them (SPEC D1, D8).
+//!
+//! A [`Quantity<U>`] can only be multiplied by a [`Rate<U>`] of the same unit,
+//! so a storage price can never be applied to core-hours by mistake. Every
+//! division in the product goes through [`div_round`], which is exact (integer
+//! arithmetic on the decimal mantissas) and rounds half away from zero: the
+//! SQL function `hl_div_round` in the migrations does the same, so auditors
+//! reproduce every quantity to the last digit.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Mul;
+
+use rust_decimal::{Decimal, RoundingStrategy};
+use serde::{Deserialize, Serialize};
+
+/// Decimal places kept for derived quantities (effective cores, hours,
+/// core-hours, gpu-hours, TB-months). Chosen so that the quantity times a
+/// rate of at most 10 decimal places is exact in `NUMERIC(50,22)`.
+pub const QUANTITY_SCALE: u32 = 12;
+
+/// Decimal places of a posted amount: the currency's minor unit (cents).
+pub const MONEY_SCALE: u32 = 2;
+
+/// `n / d` rounded half away from zero to `dp` decimal places, computed
+/// exactly. `None` when `d` is zero or the intermediate values do not fit
+/// in 128 bits (far beyond any real job or quota).
+pub fn div_round(n: Decimal, d: Decimal, dp: u32) -> Option<Decimal> {
+    let (mn, sn) = (n.mantissa(), n.scale());
+    let (md, sd) = (d.mantissa(), d.scale());
+    if md == 0 {
+        return None;
+    }
+    // n/d * 10^dp = mn * 10^(sd + dp) / (md * 10^sn)
+    let num = mn.checked_mul(10i128.checked_pow(sd + dp)?)?;
+    let den = md.checked_mul(10i128.checked_pow(sn)?)?;
+    let (q, r) = (num / den, num % den);
+    let negative = (num < 0) != (den < 0);
+    let (r, den) = (r.checked_abs()?, den.checked_abs()?);
+    let q = if r >= den - r {
+        if negative { q - 1 } else { q + 1 }
+    } else {
+        q
+    };
+    Decimal::try_from_i128_with_scale(q, dp).ok()
+}
+
+/// Round to the currency's minor unit, half away from zero: the same result
+/// as PostgreSQL's `round(numeric, 2)`.
+pub fn round_money(x: Decimal) -> Decimal {
+    x.round_dp_with_strategy(MONEY_SCALE, RoundingStrategy::MidpointAwayFromZero)
+}
+
+/// What a ledger line measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    CoreHours,
+    GpuHours,
+    TbMonths,
+}
+
+impl Metric {
+    /// The name stored in `ledger_entry.metric`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::CoreHours => "core_hours",
+            Metric::GpuHours => "gpu_hours",
+            Metric::TbMonths => "tb_months",
+        }
+    }
+
+    /// The unit as a person reads it on a statement.
+    pub fn unit_label(self) -> &'static str {
+        match self {
+            Metric::CoreHours => "core-hours",
+            Metric::GpuHours => "GPU-hours",
+            Metric::TbMonths => "TB-months",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Metric> {
+        match s {
+            "core_hours" => Some(Metric::CoreHours),
+            "gpu_hours" => Some(Metric::GpuHours),
+            "tb_months" => Some(Metric::TbMonths),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.unit_label())
+    }
+}
+
+/// A unit of charge: core-hour, GPU-hour, TB-month.
+pub trait Unit {
+    const METRIC: Metric;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreHour;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuHour;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TbMonth;
+
+impl Unit for CoreHour {
+    const METRIC: Metric = Metric::CoreHours;
+}
+impl Unit for GpuHour {
+    const METRIC: Metric = Metric::GpuHours;
+}
+impl Unit for TbMonth {
+    const METRIC: Metric = Metric::TbMonths;
+}
+
+/// An amount of some unit (core-hours, GPU-hours, TB-months).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Quantity<U>(Decimal, PhantomData<U>);
+
+impl<U> Clone for Quantity<U> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<U> Copy for Quantity<U> {}
+
+impl<U> Quantity<U> {
+    pub fn new(value: Decimal) -> Self {
+        Quantity(value, PhantomData)
+    }
+    pub fn value(self) -> Decimal {
+        self.0
+    }
+}
+
+/// A price per one unit `U`, in the installation's currency.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rate<U>(Decimal, PhantomData<U>);
+
+impl<U> Clone for Rate<U> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<U> Copy for Rate<U> {}
+
+impl<U> Rate<U> {
+    pub fn new(price: Decimal) -> Self {
+        Rate(price, PhantomData)
+    }
+    pub fn price(self) -> Decimal {
+        self.0
+    }
+}
+
+impl<U> Mul<Rate<U>> for Quantity<U> {
+    type Output = Option<Money>;
+    /// The exact product; `None` on overflow of the decimal type.
+    fn mul(self, rate: Rate<U>) -> Option<Money> {
+        self.0.checked_mul(rate.0).map(Money)
+    }
+}
+
+/// An amount of money, exact (not yet rounded to the minor unit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Money(pub Decimal);
+
+impl Money {
+    pub fn rounded(self) -> Money {
+        Money(round_money(self.0))
+    }
+}
+
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.2}", self.0)
+    }
+}
+
+/// A charge line's arithmetic: quantity × unit rate = exact amount, and the
+/// amount rounded to cents (SPEC D8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Priced {
+    pub metric: Metric,
+    pub quantity: Decimal,
+    pub unit_rate: Decimal,
+    pub amount_exact: Decimal,
+    pub amount: Decimal,
+}
+
+impl Priced {
+    /// Price a quantity at a rate of the same unit.
+    pub fn new<U: Unit>(quantity: Quantity<U>, rate: Rate<U>) -> Option<Priced> {
+        let exact = (quantity * rate)?;
+        Some(Priced {
+            metric: U::METRIC,
+            quantity: quantity.value(),
+            unit_rate: rate.price(),
+            amount_exact: exact.0,
+            amount: exact.rounded().0,
+        })
+    }
+}
+
+/// A size in bytes (memory). Units follow the schedulers' convention
+/// (SPEC D2): k, m, g, t, p are powers of 1024.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Bytes(pub u64);
+
+pub const KIB: u64 = 1024;
+pub const MIB: u64 = 1024 * KIB;
+pub const GIB: u64 = 1024 * MIB;
+pub const TIB: u64 = 1024 * GIB;
+pub const PIB: u64 = 1024 * TIB;
+
+impl Bytes {
+    pub fn as_decimal(self) -> Decimal {
+        Decimal::from(self.0)
+    }
+
+    /// Parse a size as schedulers write it: a number (integer or decimal, as
+    /// in Slurm's `mem=62.50G`) and an optional unit `b, k, kb, m, mb, g,
+    /// gb, t, tb, p, pb` in any case. A number without a unit is in
+    /// `default_unit` bytes (1 for PBS, MiB for Slurm). Fractional results are
+    /// rounded to the nearest byte.
+    pub fn parse(s: &str, default_unit: u64) -> Result<Bytes, String> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        if num.is_empty() {
+            return Err(format!("{s:?} is not a size: it does not start with a number"));
+        }
+        let multiplier = match unit.to_ascii_lowercase().as_str() {
+            "" => default_unit,
+            "b" => 1,
+            "k" | "kb" | "kib" => KIB,
+            "m" | "mb" | "mib" => MIB,
+            "g" | "gb" | "gib" => GIB,
+            "t" | "tb" | "tib" => TIB,
+            "p" | "pb" | "pib" => PIB,
+            other => {
+                return Err(format!(
+                    "{s:?} has an unknown size unit {other:?} (expected b, kb, mb, gb, tb or pb)"
+                ));
+            }
+        };
+        let value: Decimal = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a size: {num:?} is not a number"))?;
+        let bytes = value
+            .checked_mul(Decimal::from(multiplier))
+            .map(|b| b.round_dp_with_strategy(0, RoundingStrategy::MidpointAwayFromZero))
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(|| format!("{s:?} is too large"))?;
+        Ok(Bytes(bytes))
+    }
+}
+
+impl fmt::Display for Bytes {
+    /// The largest binary unit that shows the size exactly, e.g. `12GB`,
+    /// `1993MB`, `3500B`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let units = [(PIB, "PB"), (TIB, "TB"), (GIB, "GB"), (MIB, "MB"), (KIB, "KB")];
+        for (size, name) in units {
+            if self.0 >= size && self.0 % size == 0 {
+                return write!(f, "{}{}", self.0 / size, name);
+            }
+        }
+        write!(f, "{}B", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rust_decimal::dec;
+
+    fn check_div(n: &str, d: &str, dp: u32, expected: &str) {
+        let got = div_round(n.parse().unwrap(), d.parse().unwrap(), dp).unwrap();
+        assert_eq!(got, expected.parse::<Decimal>().unwrap(), "{n} / {d} to {dp} places");
+    }
+
+    #[test]
+    fn div_round_is_exact_and_half_away_from_zero() {
+        check_div("12", "4", 12, "3");
+        check_div("10", "4", 12, "2.5");
+        check_div("1", "3", 12, "0.333333333333");
+        check_div("2", "3", 12, "0.666666666667");
+        check_div("-2", "3", 12, "-0.666666666667");
+        check_div("1", "8", 2, "0.13"); // 0.125 -> away from zero
+        check_div("-1", "8", 2, "-0.13");
+        check_div("1993", "4096", 12, "0.486572265625");
+        check_div("7200", "3600", 12, "2");
+        check_div("0.5", "0.25", 0, "2");
+        assert_eq!(div_round(dec!(1), Decimal::ZERO, 2), None);
+    }
+
+    #[test]
+    fn money_rounds_half_away_from_zero() {
+        assert_eq!(round_money(dec!(0.125)), dec!(0.13));
+        assert_eq!(round_money(dec!(-0.125)), dec!(-0.13));
+        assert_eq!(round_money(dec!(0.124999)), dec!(0.12));
+        assert_eq!(round_money(dec!(2.675)), dec!(2.68));
+    }
+
+    #[test]
+    fn sizes_use_powers_of_1024() {
+        let check = |s: &str, default: u64, expected: u64| {
+            assert_eq!(Bytes::parse(s, default), Ok(Bytes(expected)), "{s}");
+        };
+        check("12GB", 1, 12 * GIB);
+        check("12gb", 1, 12 * GIB);
+        check("12G", 1, 12 * GIB);
+        check("1993mb", 1, 1993 * MIB);
+        check("4194304kb", 1, 4 * GIB);
+        check("143425316860b", 1, 143_425_316_860);
+        check("62.50G", 1, 67_108_864_000);
+        check("1024", 1, 1024);
+        check("3000", MIB, 3000 * MIB);
+        check("1TB", 1, TIB);
+    }
+
+    #[test]
+    fn bad_sizes_say_why() {
+        assert!(Bytes::parse("GB", 1).unwrap_err().contains("does not start with a number"));
+        assert!(Bytes::parse("12XB", 1).unwrap_err().contains("unknown size unit"));
+        assert!(Bytes::parse("1.2.3G", 1).unwrap_err().contains("not a number"));
+        assert!(Bytes::parse("99999999999PB", 1).unwrap_err().contains("too large"));
+    }
+
+    #[test]
+    fn sizes_display_in_the_largest_exact_unit() {
+        assert_eq!(Bytes(12 * GIB).to_string(), "12GB");
+        assert_eq!(Bytes(1993 * MIB).to_string(), "1993MB");
+        assert_eq!(Bytes(3500).to_string(), "3500B");
+    }
+
+    #[test]
+    fn priced_line_keeps_quantity_times_rate() {
+        let p = Priced::new(Quantity::<CoreHour>::new(dec!(8)), Rate::new(dec!(0.0125))).unwrap();
+        assert_eq!(p.amount_exact, dec!(0.1));
+        assert_eq!(p.amount, dec!(0.10));
+        assert_eq!(p.metric, Metric::CoreHours);
+    }
+}
