@@ -3,3 +3,21 @@
 
 /// Pure charging rules: pricing, storage, periods, resource requests.
 pub mod domain;
+
+/// The center configuration file: parse and validate (pure).
+pub mod config;
+
+/// The embedded default database: a private PostgreSQL cluster on demand.
+pub mod embedded;
+
+/// Typed row ids shared by every layer.
+pub mod ids;
+
+/// Everything that talks SQL, and which database to use.
+pub mod db;
+
+/// Use cases: each a transaction around the pure domain.
+pub mod service;
+
+/// The command line.
+pub mod cli;

@@ -48,13 +48,19 @@ impl Month {
 
     pub fn next(self) -> Month {
         Month {
-            first: self.first.checked_add_months(chrono::Months::new(1)).expect("date in range"),
+            first: self
+                .first
+                .checked_add_months(chrono::Months::new(1))
+                .expect("date in range"),
         }
     }
 
     pub fn prev(self) -> Month {
         Month {
-            first: self.first.checked_sub_months(chrono::Months::new(1)).expect("date in range"),
+            first: self
+                .first
+                .checked_sub_months(chrono::Months::new(1))
+                .expect("date in range"),
         }
     }
 
@@ -117,11 +123,13 @@ pub fn start_of_day(date: NaiveDate, tz: Tz) -> DateTime<Utc> {
     let midnight = date.and_hms_opt(0, 0, 0).expect("midnight is a valid time");
     // Gaps are at most a few hours; step forward minute by minute.
     (0..24 * 60)
-        .find_map(|minute| match tz.from_local_datetime(&(midnight + chrono::Duration::minutes(minute))) {
-            LocalResult::Single(t) => Some(t),
-            LocalResult::Ambiguous(earliest, _) => Some(earliest),
-            LocalResult::None => None,
-        })
+        .find_map(
+            |minute| match tz.from_local_datetime(&(midnight + chrono::Duration::minutes(minute))) {
+                LocalResult::Single(t) => Some(t),
+                LocalResult::Ambiguous(earliest, _) => Some(earliest),
+                LocalResult::None => None,
+            },
+        )
         .expect("every local day has a first instant")
         .with_timezone(&Utc)
 }
@@ -181,11 +189,23 @@ mod tests {
     fn the_accounting_month_is_read_in_the_billing_time_zone() {
         let ny: Tz = "America/New_York".parse().unwrap();
         // 2026-04-01T03:30Z is still March 31 in New York.
-        assert_eq!(Month::of_instant(utc("2026-04-01T03:30:00Z"), ny).to_string(), "2026-03");
-        assert_eq!(Month::of_instant(utc("2026-04-01T03:30:00Z"), Tz::UTC).to_string(), "2026-04");
+        assert_eq!(
+            Month::of_instant(utc("2026-04-01T03:30:00Z"), ny).to_string(),
+            "2026-03"
+        );
+        assert_eq!(
+            Month::of_instant(utc("2026-04-01T03:30:00Z"), Tz::UTC).to_string(),
+            "2026-04"
+        );
         // Exactly 00:00 of the 1st, local time, belongs to the new month.
-        assert_eq!(Month::of_instant(utc("2026-04-01T04:00:00Z"), ny).to_string(), "2026-04");
-        assert_eq!(Month::of_instant(utc("2026-03-31T23:59:59Z"), Tz::UTC).to_string(), "2026-03");
+        assert_eq!(
+            Month::of_instant(utc("2026-04-01T04:00:00Z"), ny).to_string(),
+            "2026-04"
+        );
+        assert_eq!(
+            Month::of_instant(utc("2026-03-31T23:59:59Z"), Tz::UTC).to_string(),
+            "2026-03"
+        );
     }
 
     #[test]
@@ -193,9 +213,15 @@ mod tests {
         let ams: Tz = "Europe/Amsterdam".parse().unwrap();
         let t = |s: &str| NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").unwrap();
         // Spring forward: 02:30 on 2026-03-29 never happened.
-        assert_eq!(local_to_utc(t("2026-03-29T02:30:00"), ams), Err(LocalTimeError::Skipped));
+        assert_eq!(
+            local_to_utc(t("2026-03-29T02:30:00"), ams),
+            Err(LocalTimeError::Skipped)
+        );
         // Autumn: 02:30 on 2026-10-25 happened twice; the first is CEST (+02:00).
-        assert_eq!(local_to_utc(t("2026-10-25T02:30:00"), ams), Ok(utc("2026-10-25T00:30:00Z")));
+        assert_eq!(
+            local_to_utc(t("2026-10-25T02:30:00"), ams),
+            Ok(utc("2026-10-25T00:30:00Z"))
+        );
         // A day with a DST change is 23 or 25 hours long.
         let spring = NaiveDate::from_ymd_opt(2026, 3, 29).unwrap();
         let len = start_of_day(spring.succ_opt().unwrap(), ams) - start_of_day(spring, ams);

@@ -166,7 +166,11 @@ pub fn price_job(shape: &JobShape, wall_seconds: i64, card: &RateCard) -> Result
             .nodes
             .checked_mul(card.cores_per_node)
             .ok_or(PricingError::Overflow)?;
-        (Decimal::from(whole.max(shape.cores)), Some(whole), ChargeBasis::WholeNodes)
+        (
+            Decimal::from(whole.max(shape.cores)),
+            Some(whole),
+            ChargeBasis::WholeNodes,
+        )
     } else {
         match effective_cores {
             Some(eff) if eff > requested => (eff, None, ChargeBasis::Memory),

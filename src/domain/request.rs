@@ -87,7 +87,11 @@ impl ResourceRequest {
             GpuSpec::Total(g) => g,
             GpuSpec::PerNode(g) => g.checked_mul(nodes).ok_or_else(|| overflow("GPUs"))?,
         };
-        let times = |b: Bytes, n: u32| b.0.checked_mul(u64::from(n)).map(Bytes).ok_or_else(|| overflow("memory"));
+        let times = |b: Bytes, n: u32| {
+            b.0.checked_mul(u64::from(n))
+                .map(Bytes)
+                .ok_or_else(|| overflow("memory"))
+        };
         let memory = match self.memory {
             None => None,
             Some(MemorySpec::Total(b)) => Some(b),
@@ -170,9 +174,7 @@ pub fn parse_pbs(input: &str) -> Result<ResourceRequest, RequestError> {
             k => {
                 return err(
                     input,
-                    format!(
-                        "unknown resource {k:?} (known: nodes, select, ncpus, ngpus, mem, pmem, walltime, place)"
-                    ),
+                    format!("unknown resource {k:?} (known: nodes, select, ncpus, ngpus, mem, pmem, walltime, place)"),
                 );
             }
         }
@@ -182,7 +184,11 @@ pub fn parse_pbs(input: &str) -> Result<ResourceRequest, RequestError> {
         (Some(_), Some(_)) => return err(input, "give either nodes= or select=, not both"),
         (Some((n, c, g)), None) => (Some(n), c, g, None),
         (None, Some(s)) => {
-            let nodes = if place.split(':').any(|p| p == "pack") { 1 } else { s.chunks };
+            let nodes = if place.split(':').any(|p| p == "pack") {
+                1
+            } else {
+                s.chunks
+            };
             (Some(nodes), s.cores, s.gpus, s.memory)
         }
         (None, None) => (None, ncpus.unwrap_or(1), ngpus.unwrap_or(0), None),
@@ -195,9 +201,7 @@ pub fn parse_pbs(input: &str) -> Result<ResourceRequest, RequestError> {
         (Some(m), None) => Some(MemorySpec::Total(m)),
         (None, Some(p)) => Some(MemorySpec::PerCore(p)),
         // Both: the larger of the job total and the per-process total.
-        (Some(m), Some(p)) => Some(MemorySpec::Total(Bytes(
-            m.0.max(p.0.saturating_mul(u64::from(cores))),
-        ))),
+        (Some(m), Some(p)) => Some(MemorySpec::Total(Bytes(m.0.max(p.0.saturating_mul(u64::from(cores)))))),
     };
     Ok(ResourceRequest {
         nodes: nodes.or(Some(1)),
@@ -238,7 +242,7 @@ pub fn parse_nodes_spec(input: &str, spec: &str) -> Result<(u32, u32, u32), Requ
             match f.split_once('=') {
                 Some(("ppn", v)) => ppn = count(input, "ppn", v)?,
                 Some(("gpus", v)) => g = count(input, "gpus", v)?,
-                Some((k, _)) if k.is_empty() => return err(input, format!("{f:?} has no name")),
+                Some(("", _)) => return err(input, format!("{f:?} has no name")),
                 // Other properties (features such as `avx`, `mic=1`) do not change the charge.
                 _ => {}
             }
@@ -248,14 +252,20 @@ pub fn parse_nodes_spec(input: &str, spec: &str) -> Result<(u32, u32, u32), Requ
             input: input.into(),
             reason: "too many nodes".into(),
         })?;
-        cores = n.checked_mul(ppn).and_then(|c| add(cores, c)).ok_or_else(|| RequestError {
-            input: input.into(),
-            reason: "too many cores".into(),
-        })?;
-        gpus = n.checked_mul(g).and_then(|c| add(gpus, c)).ok_or_else(|| RequestError {
-            input: input.into(),
-            reason: "too many GPUs".into(),
-        })?;
+        cores = n
+            .checked_mul(ppn)
+            .and_then(|c| add(cores, c))
+            .ok_or_else(|| RequestError {
+                input: input.into(),
+                reason: "too many cores".into(),
+            })?;
+        gpus = n
+            .checked_mul(g)
+            .and_then(|c| add(gpus, c))
+            .ok_or_else(|| RequestError {
+                input: input.into(),
+                reason: "too many GPUs".into(),
+            })?;
     }
     if nodes == 0 {
         return err(input, format!("{spec:?} asks for no nodes"));
@@ -301,11 +311,21 @@ pub fn parse_select(input: &str, spec: &str) -> Result<Select, RequestError> {
             reason: "select totals overflow".into(),
         };
         total.chunks = total.chunks.checked_add(k).ok_or_else(overflow)?;
-        total.cores = k.checked_mul(ncpus).and_then(|c| total.cores.checked_add(c)).ok_or_else(overflow)?;
-        total.gpus = k.checked_mul(ngpus).and_then(|g| total.gpus.checked_add(g)).ok_or_else(overflow)?;
+        total.cores = k
+            .checked_mul(ncpus)
+            .and_then(|c| total.cores.checked_add(c))
+            .ok_or_else(overflow)?;
+        total.gpus = k
+            .checked_mul(ngpus)
+            .and_then(|g| total.gpus.checked_add(g))
+            .ok_or_else(overflow)?;
         if let Some(m) = mem {
             let chunk_mem = m.0.checked_mul(u64::from(k)).ok_or_else(overflow)?;
-            let sum = total.memory.map_or(0, |b| b.0).checked_add(chunk_mem).ok_or_else(overflow)?;
+            let sum = total
+                .memory
+                .map_or(0, |b| b.0)
+                .checked_add(chunk_mem)
+                .ok_or_else(overflow)?;
             total.memory = Some(Bytes(sum));
         }
     }
@@ -319,7 +339,11 @@ pub fn parse_select(input: &str, spec: &str) -> Result<Select, RequestError> {
 pub fn pbs_duration(s: &str) -> Result<i64, String> {
     let parts: Vec<&str> = s.trim().split(':').collect();
     let bad = || format!("{s:?} is not a duration (expected HH:MM:SS or seconds)");
-    if parts.len() > 4 || parts.iter().any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit())) {
+    if parts.len() > 4
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()))
+    {
         return Err(bad());
     }
     let weights = [1i64, 60, 3600, 86400];
@@ -386,7 +410,10 @@ pub fn parse_slurm(input: &str) -> Result<ResourceRequest, RequestError> {
         match name {
             "-N" | "--nodes" => {
                 if v.contains('-') {
-                    return err(input, format!("a node range ({v}) has no single price; give one node count"));
+                    return err(
+                        input,
+                        format!("a node range ({v}) has no single price; give one node count"),
+                    );
                 }
                 nodes = Some(count(input, "the node count", v)?);
             }
@@ -434,12 +461,10 @@ pub fn parse_slurm(input: &str) -> Result<ResourceRequest, RequestError> {
         (None, Some(t), None) => t,
         (None, None, _) => 1,
     };
-    let cores = tasks
-        .checked_mul(per_task)
-        .ok_or_else(|| RequestError {
-            input: input.into(),
-            reason: "too many cores".into(),
-        })?;
+    let cores = tasks.checked_mul(per_task).ok_or_else(|| RequestError {
+        input: input.into(),
+        reason: "too many cores".into(),
+    })?;
     if cores == 0 {
         return err(input, "the request holds no cores");
     }

@@ -6,6 +6,31 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+/// The scheduler family of a cluster: decides how its logs are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheduler {
+    Slurm,
+    Pbs,
+}
+
+impl Scheduler {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheduler::Slurm => "slurm",
+            Scheduler::Pbs => "pbs",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scheduler> {
+        match s {
+            "slurm" => Some(Scheduler::Slurm),
+            "pbs" => Some(Scheduler::Pbs),
+            _ => None,
+        }
+    }
+}
+
 /// Something that is in force from `valid_from` (inclusive) until
 /// `valid_until` (exclusive; `None` = until further notice).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -149,7 +174,11 @@ mod tests {
         assert_eq!(resolve(Some("batch"), None, 0), Ok("regular"));
         assert_eq!(resolve(Some("bigmem"), None, 0), Ok("hugememory"));
         assert_eq!(resolve(Some("batch"), Some("gpu"), 0), Ok("gpu"));
-        assert_eq!(resolve(Some("batch"), None, 2), Ok("regular"), "the mapping wins over GPUs");
+        assert_eq!(
+            resolve(Some("batch"), None, 2),
+            Ok("regular"),
+            "the mapping wins over GPUs"
+        );
         assert_eq!(resolve(Some("gpuq"), None, 2), Ok("gpu"));
         assert_eq!(resolve(None, None, 1), Ok("gpu"));
         assert_eq!(
@@ -160,7 +189,10 @@ mod tests {
             })
         );
         assert_eq!(resolve(None, None, 0), Err(NodeTypeError::Missing));
-        assert!(matches!(resolve(None, Some("fpga"), 0), Err(NodeTypeError::UnknownNodeType { .. })));
+        assert!(matches!(
+            resolve(None, Some("fpga"), 0),
+            Err(NodeTypeError::UnknownNodeType { .. })
+        ));
     }
 
     #[test]

@@ -95,7 +95,10 @@ pub fn price_storage<K: Copy + Eq>(
     quotas: &[QuotaChange],
     rates: &[Dated<StoragePrice<K>>],
 ) -> Result<StorageCharge<K>, StorageError> {
-    if let Some(q) = quotas.iter().find(|q| q.quota_tb.is_sign_negative() && !q.quota_tb.is_zero()) {
+    if let Some(q) = quotas
+        .iter()
+        .find(|q| q.quota_tb.is_sign_negative() && !q.quota_tb.is_zero())
+    {
         return Err(StorageError::NegativeQuota(q.quota_tb));
     }
     let mut segments: Vec<Segment<K>> = Vec::new();

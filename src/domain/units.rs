@@ -232,9 +232,7 @@ impl Bytes {
     /// rounded to the nearest byte.
     pub fn parse(s: &str, default_unit: u64) -> Result<Bytes, String> {
         let t = s.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
+        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
         if num.is_empty() {
             return Err(format!("{s:?} is not a size: it does not start with a number"));
@@ -271,7 +269,7 @@ impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let units = [(PIB, "PB"), (TIB, "TB"), (GIB, "GB"), (MIB, "MB"), (KIB, "KB")];
         for (size, name) in units {
-            if self.0 >= size && self.0 % size == 0 {
+            if self.0 >= size && self.0.is_multiple_of(size) {
                 return write!(f, "{}{}", self.0 / size, name);
             }
         }
@@ -331,7 +329,11 @@ mod tests {
 
     #[test]
     fn bad_sizes_say_why() {
-        assert!(Bytes::parse("GB", 1).unwrap_err().contains("does not start with a number"));
+        assert!(
+            Bytes::parse("GB", 1)
+                .unwrap_err()
+                .contains("does not start with a number")
+        );
         assert!(Bytes::parse("12XB", 1).unwrap_err().contains("unknown size unit"));
         assert!(Bytes::parse("1.2.3G", 1).unwrap_err().contains("not a number"));
         assert!(Bytes::parse("99999999999PB", 1).unwrap_err().contains("too large"));

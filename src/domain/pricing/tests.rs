@@ -62,7 +62,11 @@ fn check(name: &str, shape: JobShape, wall_seconds: i64, card: &RateCard, e: Exp
     assert_eq!(p.basis, e.basis, "{name}: basis");
     assert_eq!(p.lines[0].metric, Metric::CoreHours, "{name}");
     assert_eq!(p.lines[0].quantity, d(e.core_hours), "{name}: core-hours");
-    let gpu = p.lines.iter().find(|l| l.metric == Metric::GpuHours).map(|l| l.quantity);
+    let gpu = p
+        .lines
+        .iter()
+        .find(|l| l.metric == Metric::GpuHours)
+        .map(|l| l.quantity);
     assert_eq!(gpu, e.gpu_hours.map(d), "{name}: gpu-hours");
     assert_eq!(p.total(), d(e.total), "{name}: total");
     for l in &p.lines {
@@ -74,134 +78,224 @@ fn check(name: &str, shape: JobShape, wall_seconds: i64, card: &RateCard, e: Exp
 #[test]
 fn the_policys_own_examples() {
     // R1: 4 cores for 2 hours = 8 core-hours.
-    check("R1", shape(1, 4, None, 0), 7200, &REGULAR, Expect {
-        effective: None,
-        charged: "4",
-        basis: ChargeBasis::Cores,
-        core_hours: "8",
-        gpu_hours: None,
-        total: "0.08",
-    });
+    check(
+        "R1",
+        shape(1, 4, None, 0),
+        7200,
+        &REGULAR,
+        Expect {
+            effective: None,
+            charged: "4",
+            basis: ChargeBasis::Cores,
+            core_hours: "8",
+            gpu_hours: None,
+            total: "0.08",
+        },
+    );
     // R2: nodes=1:ppn=3 -> 3 cores.
-    check("R2 ppn", pbs("nodes=1:ppn=3", &REGULAR), 3600, &REGULAR, Expect {
-        effective: None,
-        charged: "3",
-        basis: ChargeBasis::Cores,
-        core_hours: "3",
-        gpu_hours: None,
-        total: "0.03",
-    });
+    check(
+        "R2 ppn",
+        pbs("nodes=1:ppn=3", &REGULAR),
+        3600,
+        &REGULAR,
+        Expect {
+            effective: None,
+            charged: "3",
+            basis: ChargeBasis::Cores,
+            core_hours: "3",
+            gpu_hours: None,
+            total: "0.03",
+        },
+    );
     // R2: nodes=1:ppn=1,mem=12GB at 4 GB per core -> 3 cores.
-    check("R2 mem", pbs("nodes=1:ppn=1,mem=12GB", &REGULAR), 3600, &REGULAR, Expect {
-        effective: Some("3"),
-        charged: "3",
-        basis: ChargeBasis::Memory,
-        core_hours: "3",
-        gpu_hours: None,
-        total: "0.03",
-    });
+    check(
+        "R2 mem",
+        pbs("nodes=1:ppn=1,mem=12GB", &REGULAR),
+        3600,
+        &REGULAR,
+        Expect {
+            effective: Some("3"),
+            charged: "3",
+            basis: ChargeBasis::Memory,
+            core_hours: "3",
+            gpu_hours: None,
+            total: "0.03",
+        },
+    );
     // R5: nodes=1:ppn=8:gpus=2 for 1 hour -> 8 core-hours + 2 gpu-hours.
-    check("R5", pbs("nodes=1:ppn=8:gpus=2", &GPU), 3600, &GPU, Expect {
-        effective: None,
-        charged: "8",
-        basis: ChargeBasis::Cores,
-        core_hours: "8",
-        gpu_hours: Some("2"),
-        total: "1.12", // 8 × 0.015 + 2 × 0.50
-    });
+    check(
+        "R5",
+        pbs("nodes=1:ppn=8:gpus=2", &GPU),
+        3600,
+        &GPU,
+        Expect {
+            effective: None,
+            charged: "8",
+            basis: ChargeBasis::Cores,
+            core_hours: "8",
+            gpu_hours: Some("2"),
+            total: "1.12", // 8 × 0.015 + 2 × 0.50
+        },
+    );
 }
 
 #[test]
 fn rules_and_their_edges() {
     let cases: Vec<(&str, JobShape, i64, &RateCard, Expect)> = vec![
-        ("effective cores equal to requested", shape(1, 4, Some(16), 0), 3600, &REGULAR, Expect {
-            effective: Some("4"),
-            charged: "4",
-            basis: ChargeBasis::Cores,
-            core_hours: "4",
-            gpu_hours: None,
-            total: "0.04",
-        }),
-        ("effective cores smaller than requested", shape(1, 8, Some(4), 0), 3600, &REGULAR, Expect {
-            effective: Some("1"),
-            charged: "8",
-            basis: ChargeBasis::Cores,
-            core_hours: "8",
-            gpu_hours: None,
-            total: "0.08",
-        }),
-        ("fractional effective cores are not rounded up", shape(1, 1, Some(10), 0), 3600, &REGULAR, Expect {
-            effective: Some("2.5"),
-            charged: "2.5",
-            basis: ChargeBasis::Memory,
-            core_hours: "2.5",
-            gpu_hours: None,
-            total: "0.03", // 0.025 rounds half away from zero
-        }),
-        ("multi-node ignores memory and ppn", pbs("nodes=2:ppn=1,mem=500GB", &REGULAR), 3600, &REGULAR, Expect {
-            effective: Some("125"),
-            charged: "56",
-            basis: ChargeBasis::WholeNodes,
-            core_hours: "56",
-            gpu_hours: None,
-            total: "0.56",
-        }),
-        ("multi-node never charges fewer cores than held", shape(2, 64, None, 0), 3600, &REGULAR, Expect {
-            effective: None,
-            charged: "64",
-            basis: ChargeBasis::WholeNodes,
-            core_hours: "64",
-            gpu_hours: None,
-            total: "0.64",
-        }),
-        ("multi-node GPUs are charged as allocated", shape(2, 16, None, 3), 1800, &GPU, Expect {
-            effective: None,
-            charged: "80",
-            basis: ChargeBasis::WholeNodes,
-            core_hours: "40",
-            gpu_hours: Some("1.5"),
-            total: "1.35", // 40 × 0.015 + 1.5 × 0.50
-        }),
-        ("zero-length job", shape(1, 4, Some(64), 1), 0, &GPU, Expect {
-            effective: Some("16"),
-            charged: "16",
-            basis: ChargeBasis::Memory,
-            core_hours: "0",
-            gpu_hours: Some("0"),
-            total: "0",
-        }),
-        ("one second", shape(1, 1, None, 0), 1, &REGULAR, Expect {
-            effective: None,
-            charged: "1",
-            basis: ChargeBasis::Cores,
-            core_hours: "0.000277777778",
-            gpu_hours: None,
-            total: "0",
-        }),
-        ("memory with a non-terminating quotient", pbs("nodes=1:ppn=1,mem=1993mb", &REGULAR), 3600, &REGULAR, Expect {
-            effective: Some("0.486572265625"),
-            charged: "1",
-            basis: ChargeBasis::Cores,
-            core_hours: "1",
-            gpu_hours: None,
-            total: "0.01",
-        }),
-        ("pmem counts per core", pbs("nodes=1:ppn=2,pmem=8gb", &REGULAR), 7200, &REGULAR, Expect {
-            effective: Some("4"),
-            charged: "4",
-            basis: ChargeBasis::Memory,
-            core_hours: "8",
-            gpu_hours: None,
-            total: "0.08",
-        }),
-        ("long job, odd seconds", shape(1, 3, None, 0), 100_001, &REGULAR, Expect {
-            effective: None,
-            charged: "3",
-            basis: ChargeBasis::Cores,
-            core_hours: "83.334166666667",
-            gpu_hours: None,
-            total: "0.83",
-        }),
+        (
+            "effective cores equal to requested",
+            shape(1, 4, Some(16), 0),
+            3600,
+            &REGULAR,
+            Expect {
+                effective: Some("4"),
+                charged: "4",
+                basis: ChargeBasis::Cores,
+                core_hours: "4",
+                gpu_hours: None,
+                total: "0.04",
+            },
+        ),
+        (
+            "effective cores smaller than requested",
+            shape(1, 8, Some(4), 0),
+            3600,
+            &REGULAR,
+            Expect {
+                effective: Some("1"),
+                charged: "8",
+                basis: ChargeBasis::Cores,
+                core_hours: "8",
+                gpu_hours: None,
+                total: "0.08",
+            },
+        ),
+        (
+            "fractional effective cores are not rounded up",
+            shape(1, 1, Some(10), 0),
+            3600,
+            &REGULAR,
+            Expect {
+                effective: Some("2.5"),
+                charged: "2.5",
+                basis: ChargeBasis::Memory,
+                core_hours: "2.5",
+                gpu_hours: None,
+                total: "0.03", // 0.025 rounds half away from zero
+            },
+        ),
+        (
+            "multi-node ignores memory and ppn",
+            pbs("nodes=2:ppn=1,mem=500GB", &REGULAR),
+            3600,
+            &REGULAR,
+            Expect {
+                effective: Some("125"),
+                charged: "56",
+                basis: ChargeBasis::WholeNodes,
+                core_hours: "56",
+                gpu_hours: None,
+                total: "0.56",
+            },
+        ),
+        (
+            "multi-node never charges fewer cores than held",
+            shape(2, 64, None, 0),
+            3600,
+            &REGULAR,
+            Expect {
+                effective: None,
+                charged: "64",
+                basis: ChargeBasis::WholeNodes,
+                core_hours: "64",
+                gpu_hours: None,
+                total: "0.64",
+            },
+        ),
+        (
+            "multi-node GPUs are charged as allocated",
+            shape(2, 16, None, 3),
+            1800,
+            &GPU,
+            Expect {
+                effective: None,
+                charged: "80",
+                basis: ChargeBasis::WholeNodes,
+                core_hours: "40",
+                gpu_hours: Some("1.5"),
+                total: "1.35", // 40 × 0.015 + 1.5 × 0.50
+            },
+        ),
+        (
+            "zero-length job",
+            shape(1, 4, Some(64), 1),
+            0,
+            &GPU,
+            Expect {
+                effective: Some("16"),
+                charged: "16",
+                basis: ChargeBasis::Memory,
+                core_hours: "0",
+                gpu_hours: Some("0"),
+                total: "0",
+            },
+        ),
+        (
+            "one second",
+            shape(1, 1, None, 0),
+            1,
+            &REGULAR,
+            Expect {
+                effective: None,
+                charged: "1",
+                basis: ChargeBasis::Cores,
+                core_hours: "0.000277777778",
+                gpu_hours: None,
+                total: "0",
+            },
+        ),
+        (
+            "memory with a non-terminating quotient",
+            pbs("nodes=1:ppn=1,mem=1993mb", &REGULAR),
+            3600,
+            &REGULAR,
+            Expect {
+                effective: Some("0.486572265625"),
+                charged: "1",
+                basis: ChargeBasis::Cores,
+                core_hours: "1",
+                gpu_hours: None,
+                total: "0.01",
+            },
+        ),
+        (
+            "pmem counts per core",
+            pbs("nodes=1:ppn=2,pmem=8gb", &REGULAR),
+            7200,
+            &REGULAR,
+            Expect {
+                effective: Some("4"),
+                charged: "4",
+                basis: ChargeBasis::Memory,
+                core_hours: "8",
+                gpu_hours: None,
+                total: "0.08",
+            },
+        ),
+        (
+            "long job, odd seconds",
+            shape(1, 3, None, 0),
+            100_001,
+            &REGULAR,
+            Expect {
+                effective: None,
+                charged: "3",
+                basis: ChargeBasis::Cores,
+                core_hours: "83.334166666667",
+                gpu_hours: None,
+                total: "0.83",
+            },
+        ),
     ];
     for (name, s, wall, card, e) in cases {
         check(name, s, wall, card, e);
@@ -211,7 +305,10 @@ fn rules_and_their_edges() {
 #[test]
 fn bad_jobs_are_refused_with_the_reason() {
     let e = |s: JobShape, wall| price_job(&s, wall, &REGULAR).unwrap_err().to_string();
-    assert_eq!(e(shape(1, 1, None, 0), -5), "the job ends before it starts (-5 s of wall time)");
+    assert_eq!(
+        e(shape(1, 1, None, 0), -5),
+        "the job ends before it starts (-5 s of wall time)"
+    );
     assert!(e(shape(1, 1, None, 0), 400 * 86400).contains("more than a year"));
     assert_eq!(e(shape(0, 1, None, 0), 10), "the job holds no nodes");
     assert_eq!(e(shape(1, 0, None, 0), 10), "the job holds no cores");
@@ -248,11 +345,18 @@ fn a_job_submitted_before_a_rate_change_is_priced_at_the_old_rate() {
     };
     // Submitted in June, ran across the change: June's rate, 10 core-hours.
     assert_eq!(
-        price_at(Some("2026-06-30T23:00:00Z"), "2026-06-30T23:30:00Z", "2026-07-01T00:30:00Z"),
+        price_at(
+            Some("2026-06-30T23:00:00Z"),
+            "2026-06-30T23:30:00Z",
+            "2026-07-01T00:30:00Z"
+        ),
         dec!(0.10)
     );
     // Submit time unknown: the start time decides.
-    assert_eq!(price_at(None, "2026-07-01T00:00:00Z", "2026-07-01T01:00:00Z"), dec!(0.20));
+    assert_eq!(
+        price_at(None, "2026-07-01T00:00:00Z", "2026-07-01T01:00:00Z"),
+        dec!(0.20)
+    );
 }
 
 #[test]
@@ -287,14 +391,18 @@ fn any_card() -> impl Strategy<Value = RateCard> {
 }
 
 fn any_shape() -> impl Strategy<Value = JobShape> {
-    (1u32..=64, 1u32..=4096, proptest::option::of(1u64..=(4u64 << 40)), 0u32..=16).prop_map(
-        |(nodes, cores, mem, gpus)| JobShape {
+    (
+        1u32..=64,
+        1u32..=4096,
+        proptest::option::of(1u64..=(4u64 << 40)),
+        0u32..=16,
+    )
+        .prop_map(|(nodes, cores, mem, gpus)| JobShape {
             nodes,
             cores,
             memory: mem.map(Bytes),
             gpus,
-        },
-    )
+        })
 }
 
 fn core_hours(s: &JobShape, wall: i64, card: &RateCard) -> Decimal {

@@ -28,7 +28,10 @@ fn pbs_torque_requests() {
         ("nodes=1:ppn=8:gpus=2", js(1, 8, None, 2)),
         ("nodes=4:ppn=8", js(4, 32, None, 0)),
         ("nodes=2:ppn=4:gpus=1", js(2, 8, None, 2)),
-        ("nodes=1:ppn=4:avx,mem=1993mb,walltime=24:00:00", js(1, 4, Some(1993 * MIB), 0)),
+        (
+            "nodes=1:ppn=4:avx,mem=1993mb,walltime=24:00:00",
+            js(1, 4, Some(1993 * MIB), 0),
+        ),
         ("nodes=1", js(1, 1, None, 0)),
         ("nodes=n1:ppn=2+n2:ppn=2", js(2, 4, None, 0)),
         ("nodes=2:ppn=2+1:ppn=4", js(3, 8, None, 0)),
@@ -40,7 +43,10 @@ fn pbs_torque_requests() {
     for (s, want) in cases {
         assert_eq!(pbs_shape(s, 28), want, "{s}");
     }
-    assert_eq!(parse_pbs("nodes=1:ppn=1,walltime=2:00:00").unwrap().walltime, Some(7200));
+    assert_eq!(
+        parse_pbs("nodes=1:ppn=1,walltime=2:00:00").unwrap().walltime,
+        Some(7200)
+    );
 }
 
 #[test]
@@ -50,7 +56,10 @@ fn pbs_pro_select_requests() {
         ("select=2:ncpus=8:mem=16gb+1:ncpus=4", js(3, 20, Some(32 * GIB), 0)),
         ("select=4:ncpus=2,place=pack", js(1, 8, None, 0)),
         ("select=2:ncpus=36:mpiprocs=36,place=scatter:excl", js(2, 72, None, 0)),
-        ("select=1:ncpus=1:mem=4GB:ompthreads=1,mem=4gb,ncpus=1,ngpus=0", js(1, 1, Some(4 * GIB), 0)),
+        (
+            "select=1:ncpus=1:mem=4GB:ompthreads=1,mem=4gb,ncpus=1,ngpus=0",
+            js(1, 1, Some(4 * GIB), 0),
+        ),
     ];
     for (s, want) in cases {
         assert_eq!(pbs_shape(s, 36), want, "{s}");
@@ -65,13 +74,19 @@ fn slurm_option_requests() {
         ("-n 4", js(1, 4, None, 0)),
         ("-n4 -c2", js(1, 8, None, 0)),
         ("-N 2 -n 8 --mem=32G", js(2, 8, Some(64 * GIB), 0)),
-        ("--ntasks=2 --cpus-per-task=3 --mem-per-cpu=4G", js(1, 6, Some(24 * GIB), 0)),
+        (
+            "--ntasks=2 --cpus-per-task=3 --mem-per-cpu=4G",
+            js(1, 6, Some(24 * GIB), 0),
+        ),
         ("-N 2 --ntasks-per-node=4", js(2, 8, None, 0)),
         ("-n 1 --mem=12000", js(1, 1, Some(12000 * MIB), 0)),
         ("-n 8 --gres=gpu:2", js(1, 8, None, 2)),
         ("-N 2 -n 8 --gres=gpu:v100:2", js(2, 8, None, 4)),
         ("-N 2 -n 8 --gpus=3", js(2, 8, None, 3)),
-        ("-n 2 --gpus-per-node=a100:1 --mem-per-gpu=10G", js(1, 2, Some(10 * GIB), 1)),
+        (
+            "-n 2 --gpus-per-node=a100:1 --mem-per-gpu=10G",
+            js(1, 2, Some(10 * GIB), 1),
+        ),
         ("-n 64", js(3, 64, None, 0)),
         ("-N 1 --exclusive", js(1, 28, None, 0)),
         ("-n 1 --mem=0", js(1, 28, None, 0)),
@@ -103,15 +118,34 @@ fn alloc_tres_is_what_a_slurm_job_held() {
             gpus: 2
         }
     );
-    assert_eq!(parse_alloc_tres("cpu=2,gres/gpu:v100=1,gres/gpu:a100=2").unwrap().gpus, 3);
+    assert_eq!(
+        parse_alloc_tres("cpu=2,gres/gpu:v100=1,gres/gpu:a100=2").unwrap().gpus,
+        3
+    );
     assert_eq!(parse_alloc_tres("cpu=2,gres/gpu=2,gres/gpu:v100=2").unwrap().gpus, 2);
-    assert!(parse_alloc_tres("mem=1G,node=1").unwrap_err().to_string().contains("no cpu count"));
-    assert!(parse_alloc_tres("cpu=x").unwrap_err().to_string().contains("cpu must be a whole number"));
+    assert!(
+        parse_alloc_tres("mem=1G,node=1")
+            .unwrap_err()
+            .to_string()
+            .contains("no cpu count")
+    );
+    assert!(
+        parse_alloc_tres("cpu=x")
+            .unwrap_err()
+            .to_string()
+            .contains("cpu must be a whole number")
+    );
 }
 
 #[test]
 fn durations() {
-    for (s, secs) in [("2:00:00", 7200), ("96:00:00", 345_600), ("3600", 3600), ("1:02:03:04", 93784), ("19:23:4", 69784)] {
+    for (s, secs) in [
+        ("2:00:00", 7200),
+        ("96:00:00", 345_600),
+        ("3600", 3600),
+        ("1:02:03:04", 93784),
+        ("19:23:4", 69784),
+    ] {
         assert_eq!(pbs_duration(s), Ok(secs), "{s}");
     }
     for (s, secs) in [

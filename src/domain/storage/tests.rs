@@ -108,7 +108,10 @@ fn quota_histories() {
         "project ends mid-month (quota set to 0)",
         "2026-04",
         utc,
-        &[quota("2026-01-01T00:00:00Z", dec!(10)), quota("2026-04-11T00:00:00Z", dec!(0))],
+        &[
+            quota("2026-01-01T00:00:00Z", dec!(10)),
+            quota("2026-04-11T00:00:00Z", dec!(0)),
+        ],
         &flat(),
         Expect {
             lines: &[(1, "100", "3.333333333333", "16.67")],
@@ -120,7 +123,10 @@ fn quota_histories() {
         "a change at 00:00 of the first counts for the whole month",
         "2026-04",
         utc,
-        &[quota("2026-01-01T00:00:00Z", dec!(10)), quota("2026-04-01T00:00:00Z", dec!(20))],
+        &[
+            quota("2026-01-01T00:00:00Z", dec!(10)),
+            quota("2026-04-01T00:00:00Z", dec!(20)),
+        ],
         &flat(),
         Expect {
             lines: &[(1, "600", "20", "100.00")],
@@ -132,7 +138,10 @@ fn quota_histories() {
         "a change at 00:00 of the next month does not count",
         "2026-04",
         utc,
-        &[quota("2026-01-01T00:00:00Z", dec!(10)), quota("2026-05-01T00:00:00Z", dec!(20))],
+        &[
+            quota("2026-01-01T00:00:00Z", dec!(10)),
+            quota("2026-05-01T00:00:00Z", dec!(20)),
+        ],
         &flat(),
         Expect {
             lines: &[(1, "300", "10", "50.00")],
@@ -144,7 +153,10 @@ fn quota_histories() {
         "a change during the last day counts for that day",
         "2026-04",
         utc,
-        &[quota("2026-01-01T00:00:00Z", dec!(10)), quota("2026-04-30T23:59:59Z", dec!(40))],
+        &[
+            quota("2026-01-01T00:00:00Z", dec!(10)),
+            quota("2026-04-30T23:59:59Z", dec!(40)),
+        ],
         &flat(),
         Expect {
             lines: &[(1, "330", "11", "55.00")],
@@ -196,7 +208,10 @@ fn a_storage_rate_change_mid_month_gives_one_line_per_rate() {
         ],
         Expect {
             // 15 days × 10 TB / 31 at $5; 16 days × 10 TB / 31 at $6.20.
-            lines: &[(1, "150", "4.838709677419", "24.19"), (2, "160", "5.161290322581", "32.00")],
+            lines: &[
+                (1, "150", "4.838709677419", "24.19"),
+                (2, "160", "5.161290322581", "32.00"),
+            ],
             segments: &[("2026-03-01", 15, "10"), ("2026-03-16", 16, "10")],
             total: "56.19",
         },
@@ -212,7 +227,10 @@ fn days_are_local_days_of_the_billing_time_zone() {
         "DST month, change late on the last local day",
         "2026-03",
         ny,
-        &[quota("2026-01-01T05:00:00Z", dec!(10)), quota("2026-04-01T03:30:00Z", dec!(41))],
+        &[
+            quota("2026-01-01T05:00:00Z", dec!(10)),
+            quota("2026-04-01T03:30:00Z", dec!(41)),
+        ],
         &flat(),
         Expect {
             lines: &[(1, "341", "11", "55.00")],
@@ -225,7 +243,10 @@ fn days_are_local_days_of_the_billing_time_zone() {
         "the same history in UTC",
         "2026-03",
         Tz::UTC,
-        &[quota("2026-01-01T05:00:00Z", dec!(10)), quota("2026-04-01T03:30:00Z", dec!(41))],
+        &[
+            quota("2026-01-01T05:00:00Z", dec!(10)),
+            quota("2026-04-01T03:30:00Z", dec!(41)),
+        ],
         &flat(),
         Expect {
             lines: &[(1, "310", "10", "50.00")],
@@ -268,5 +289,8 @@ fn no_quota_means_no_charge_and_a_quota_without_a_rate_is_an_error() {
         &[rate(1, "2026-04-10T00:00:00Z", None, dec!(5))],
     )
     .unwrap_err();
-    assert_eq!(err.to_string(), "a quota of 2 TB is in force on 2026-04-01 but no storage rate is");
+    assert_eq!(
+        err.to_string(),
+        "a quota of 2 TB is in force on 2026-04-01 but no storage rate is"
+    );
 }

@@ -1,0 +1,160 @@
+//! `hpc-ledger config …`: load the center configuration file, show what is in force.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use super::{Format, print_json, table};
+use crate::db::Target;
+use crate::service::{self, config::InForce};
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Load a center configuration file (TOML). Idempotent; all or nothing.
+    Apply {
+        /// The configuration file (see examples/center.toml).
+        file: PathBuf,
+        /// Who applies it (recorded with quota changes); default: the OS user.
+        #[arg(long)]
+        author: Option<String>,
+    },
+    /// Show the configuration in force.
+    Show {
+        /// The instant: 2026-07-01 (midnight, billing time zone) or RFC 3339; default now.
+        #[arg(long)]
+        at: Option<String>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+}
+
+pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Cmd::Apply { file, author } => {
+            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let config = crate::config::parse(&text).with_context(|| format!("in {}", file.display()))?;
+            let pool = target.open().await?;
+            let report = service::config::apply(&pool, &config, &service::author(author.as_deref())).await?;
+            print!("{report}");
+            println!(
+                "{}",
+                if report.changed() {
+                    "configuration applied"
+                } else {
+                    "nothing to change"
+                }
+            );
+        }
+        Cmd::Show { at, format } => {
+            let pool = target.open().await?;
+            let tz = crate::service::config::time_zone(&pool).await?;
+            let at = super::instant(at.as_deref(), tz)?;
+            let shown = service::config::show(&pool, at).await?;
+            match format {
+                Format::Json => print_json(&shown)?,
+                Format::Text => print!("{}", render(&shown)),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The configuration in force, as a person reads it.
+pub fn render(s: &InForce) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let c = &s.catalog;
+    let Some(center) = &c.center else {
+        return "no configuration has been applied yet: run `hpc-ledger config apply FILE`\n".into();
+    };
+    let tz = center.time_zone;
+    let _ = writeln!(
+        out,
+        "{} — in force at {}",
+        center.name,
+        s.at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z")
+    );
+    let _ = writeln!(out, "currency {}, billing time zone {}", center.currency, tz.name());
+    for cl in &c.clusters {
+        let _ = writeln!(out, "\ncluster {} ({})", cl.name, cl.scheduler.as_str());
+        let rows: Vec<Vec<String>> = cl
+            .node_types
+            .iter()
+            .map(|t| {
+                let card = cl.rate_cards.iter().find(|r| r.node_type_id == t.id);
+                let queues: Vec<&str> = cl
+                    .queues
+                    .iter()
+                    .filter(|(_, nt)| **nt == t.name)
+                    .map(|(q, _)| q.as_str())
+                    .collect();
+                match card {
+                    Some(r) => vec![
+                        t.name.clone(),
+                        r.period.value.core_hour.to_string(),
+                        r.period.value.gpu_hour.to_string(),
+                        r.period.value.memory_per_core.to_string(),
+                        r.period.value.cores_per_node.to_string(),
+                        t.gpus_per_node.to_string(),
+                        r.period.valid_from.with_timezone(&tz).format("%Y-%m-%d").to_string(),
+                        queues.join(","),
+                    ],
+                    None => vec![
+                        t.name.clone(),
+                        "(no rate card in force)".into(),
+                        String::new(),
+                        String::new(),
+                        t.cores_per_node.to_string(),
+                        t.gpus_per_node.to_string(),
+                        String::new(),
+                        queues.join(","),
+                    ],
+                }
+            })
+            .collect();
+        out.push_str(&table::render(
+            &[
+                "node type",
+                "core-hour",
+                "GPU-hour",
+                "mem/core",
+                "cores/node",
+                "GPUs/node",
+                "since",
+                "queues",
+            ],
+            &rows,
+        ));
+    }
+    match c.storage_rates.first() {
+        Some(r) => {
+            let _ = writeln!(
+                out,
+                "\nstorage: {} {} per TB-month (since {})",
+                r.value.tb_month,
+                center.currency,
+                r.valid_from.with_timezone(&tz).format("%Y-%m-%d")
+            );
+        }
+        None => out.push_str("\nstorage: no storage rate in force\n"),
+    }
+    if !s.projects.is_empty() {
+        out.push('\n');
+        let rows: Vec<Vec<String>> = s
+            .projects
+            .iter()
+            .map(|p| {
+                vec![
+                    p.code.clone(),
+                    p.quota_tb.map_or("-".into(), |q| q.normalize().to_string()),
+                    p.name.clone(),
+                    p.pi.clone(),
+                ]
+            })
+            .collect();
+        out.push_str(&table::render(&["project", "quota TB", "name", "PI"], &rows));
+    }
+    out
+}

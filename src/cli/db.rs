@@ -1,0 +1,79 @@
+//! `hpc-ledger db …`: the embedded server's life cycle, its URL, migrations.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+
+use crate::db::{self, MIGRATOR, Target, redact};
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Start the embedded PostgreSQL (created on first use) and apply migrations.
+    Start,
+    /// Stop the embedded PostgreSQL.
+    Stop,
+    /// Show where the database is and whether it runs.
+    Status,
+    /// Print the ledger database's URL (starting the embedded server if needed).
+    Url,
+    /// Apply the schema migrations to the database.
+    Migrate,
+}
+
+pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Cmd::Start => {
+            let Target::Embedded(e) = target else {
+                bail!("a database URL is set: `db start` manages only the embedded database");
+            };
+            target.open().await?;
+            println!("embedded PostgreSQL is running; data in {}", e.data_dir().display());
+        }
+        Cmd::Stop => {
+            let Target::Embedded(e) = target else {
+                bail!("a database URL is set: `db stop` manages only the embedded database");
+            };
+            let e = e.clone();
+            let was_running = tokio::task::spawn_blocking(move || e.stop()).await??;
+            println!("{}", if was_running { "stopped" } else { "not running" });
+        }
+        Cmd::Status => match target {
+            Target::Embedded(e) => {
+                let s = e.status();
+                println!("embedded PostgreSQL: {}", if s.running { "running" } else { "stopped" });
+                println!("data directory:      {}", s.data_dir.display());
+                println!("socket directory:    {}", s.socket_dir.display());
+                println!("log file:            {}", s.log_file.display());
+                println!("server binaries:     {}", s.bindir.display());
+                if let Some(user) = s.run_as {
+                    println!("runs as:             {user}");
+                }
+                if s.running {
+                    println!("url:                 {}", target.url(None)?);
+                }
+            }
+            Target::External { url } => {
+                let pool = db::connect(url).await?;
+                let version: String = sqlx::query_scalar("SELECT version()").fetch_one(&pool).await?;
+                println!("database: {}", redact(url));
+                println!("server:   {version}");
+                match db::check_migrated(&pool).await {
+                    Ok(()) => println!("schema:   current ({} migrations)", MIGRATOR.iter().count()),
+                    Err(e) => println!("schema:   {e}"),
+                }
+            }
+        },
+        Cmd::Url => {
+            target.open().await?;
+            println!("{}", redact(&target.url(None)?));
+        }
+        Cmd::Migrate => {
+            target.prepare(crate::embedded::DATABASE).await?;
+            let pool = db::connect(&target.url(None)?).await?;
+            MIGRATOR.run(&pool).await.context("applying migrations")?;
+            println!("schema is current ({} migrations)", MIGRATOR.iter().count());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

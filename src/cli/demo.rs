@@ -1,0 +1,123 @@
+//! `hpc-ledger demo`: the whole flow on sample data, in a fresh database of
+//! its own on the same server (never the ledger database itself).
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chrono::Utc;
+
+use crate::db::{self, MIGRATOR, Target};
+use crate::domain::rules::Scheduler;
+use crate::service::{self, quote::QuoteRequest};
+
+/// The example configuration shipped in examples/center.toml.
+pub const EXAMPLE_CONFIG: &str = include_str!("../../examples/center.toml");
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The demo database, dropped and created afresh on the same server.
+    #[arg(long, default_value = "hpc_ledger_demo")]
+    database: String,
+}
+
+fn heading(n: u32, title: &str) {
+    println!("\n== {n}. {title} ==\n");
+}
+
+pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
+    let url = target.url(Some(&args.database))?;
+    let admin = match target {
+        Target::External { url } if db_name(url).as_deref() != Some(args.database.as_str()) => url.clone(),
+        _ => target.url(Some("postgres"))?,
+    };
+    target.prepare("postgres").await?;
+    db::recreate_database(&admin, &args.database)
+        .await
+        .context("creating the demo database")?;
+    let pool = db::connect(&url).await?;
+    MIGRATOR.run(&pool).await?;
+    println!(
+        "hpc-ledger demo: a fresh database {:?} on {}",
+        args.database,
+        db::redact(&url)
+    );
+
+    heading(1, "Apply the center configuration (examples/center.toml)");
+    let config = crate::config::parse(EXAMPLE_CONFIG)?;
+    let report = service::config::apply(&pool, &config, "demo").await?;
+    print!("{report}");
+    let again = service::config::apply(&pool, &config, "demo").await?;
+    println!(
+        "applied twice: the second time {}",
+        if again.changed() {
+            "CHANGED SOMETHING (unexpected)"
+        } else {
+            "changed nothing"
+        }
+    );
+
+    heading(2, "What is in force now");
+    let shown = service::config::show(&pool, Utc::now()).await?;
+    print!("{}", super::config::render(&shown));
+
+    heading(3, "Quotes: the center's own examples");
+    let tz = config.center.time_zone;
+    let quotes = [
+        (
+            "pitzer",
+            "nodes=1:ppn=3",
+            "1:00:00",
+            Some("batch"),
+            "R2: ppn=3 -> 3 cores",
+        ),
+        (
+            "pitzer",
+            "nodes=1:ppn=1,mem=12GB",
+            "2:00:00",
+            Some("batch"),
+            "R2: 12 GB at 4 GB/core -> 3 cores",
+        ),
+        (
+            "pitzer",
+            "nodes=1:ppn=8:gpus=2",
+            "1:00:00",
+            Some("gpu"),
+            "R5: 8 core-hours + 2 GPU-hours",
+        ),
+        (
+            "owens",
+            "-N 2 -n 4 --mem=8G",
+            "1:00:00",
+            Some("parallel"),
+            "R3: two whole 28-core nodes",
+        ),
+    ];
+    for (cluster, resources, walltime, queue, what) in quotes {
+        let q = service::quote::quote(
+            &pool,
+            &QuoteRequest {
+                cluster: cluster.into(),
+                resources: resources.into(),
+                dialect: None::<Scheduler>,
+                walltime: Some(walltime.into()),
+                queue: queue.map(Into::into),
+                node_type: None,
+                at: Utc::now(),
+            },
+        )
+        .await?;
+        println!("-- {what}: {cluster} `{resources}` for {walltime}");
+        print!("{}", super::quote::render(&q, tz));
+        println!();
+    }
+
+    println!("Explore the demo database:");
+    println!("  hpc-ledger --database-url '{}' config show", db::redact(&url));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn db_name(url: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()
+        .map(|u| u.path().trim_start_matches('/').to_owned())
+}

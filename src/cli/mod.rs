@@ -1,0 +1,100 @@
+//! The command line (clap derive): one module per noun, each with its own
+//! arguments and `run`. Results go to stdout, logs and errors to stderr.
+
+mod config;
+mod db;
+mod demo;
+mod quote;
+mod table;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::db::Target;
+
+/// A charge-back ledger for HPC centers: finished jobs and storage quotas in,
+/// priced immutable ledger entries out.
+#[derive(Debug, Parser)]
+#[command(name = "hpc-ledger", version, propagate_version = true)]
+pub struct Cli {
+    /// PostgreSQL URL of the ledger database. Without it, hpc-ledger starts
+    /// and uses its own embedded PostgreSQL under --home.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        global = true,
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub database_url: Option<String>,
+
+    /// Directory of the embedded database (used when no database URL is given).
+    #[arg(
+        long,
+        env = "HPC_LEDGER_HOME",
+        global = true,
+        default_value = ".hpc-ledger",
+        value_name = "DIR"
+    )]
+    pub home: PathBuf,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Manage the database: start/stop the embedded server, show its URL, migrate.
+    #[command(subcommand)]
+    Db(db::Cmd),
+    /// Load or show the center configuration (clusters, rate cards, projects, quotas).
+    #[command(subcommand)]
+    Config(config::Cmd),
+    /// What would this job cost? Prices a request with the rules in force; records nothing.
+    Quote(quote::Args),
+    /// Run the whole flow on sample data in a fresh demo database.
+    Demo(demo::Args),
+}
+
+/// Output format of commands that print data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
+
+impl Cli {
+    fn target(&self) -> anyhow::Result<Target> {
+        Ok(Target::resolve(self.database_url.clone(), &self.home)?)
+    }
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let target = cli.target()?;
+    match cli.command {
+        Command::Db(cmd) => db::run(cmd, &target).await,
+        Command::Config(cmd) => config::run(cmd, &target).await,
+        Command::Quote(args) => quote::run(args, &target).await,
+        Command::Demo(args) => demo::run(args, &target).await,
+    }
+}
+
+/// Parse `--at`-style instants: a date (midnight in `tz`), a local time, or
+/// RFC 3339; `None` is now.
+pub fn instant(s: Option<&str>, tz: Tz) -> anyhow::Result<DateTime<Utc>> {
+    match s {
+        None => Ok(Utc::now()),
+        Some(s) => crate::config::parse_instant(s, tz).map_err(anyhow::Error::msg),
+    }
+}
+
+/// Print a value as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

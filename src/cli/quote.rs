@@ -1,0 +1,153 @@
+//! `hpc-ledger quote`: what would this job cost?
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+
+use super::{Format, print_json, table};
+use crate::db::Target;
+use crate::domain::pricing::ChargeBasis;
+use crate::domain::rules::Scheduler;
+use crate::service::config::time_zone;
+use crate::service::quote::{Quote, QuoteRequest, quote};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Dialect {
+    Pbs,
+    Slurm,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The cluster the job would run on.
+    #[arg(long)]
+    cluster: String,
+    /// The request as you write it: PBS `nodes=1:ppn=4,mem=12GB` /
+    /// `select=1:ncpus=4:ngpus=1`, or Slurm options `-n 4 --mem=12G --gres=gpu:1`.
+    #[arg(long, allow_hyphen_values = true)]
+    resources: String,
+    /// Wall time, e.g. 2:00:00 or 1-12:00:00 (default: the request's own walltime/-t).
+    #[arg(long)]
+    walltime: Option<String>,
+    /// Queue or partition (decides the node type).
+    #[arg(long)]
+    queue: Option<String>,
+    /// Node type, instead of a queue.
+    #[arg(long)]
+    node_type: Option<String>,
+    /// Price with the rules in force at this date (default: now).
+    #[arg(long)]
+    at: Option<String>,
+    /// The request's syntax (default: the cluster's scheduler; Slurm when it starts with '-').
+    #[arg(long, value_enum)]
+    dialect: Option<Dialect>,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
+    let pool = target.open().await?;
+    let tz = time_zone(&pool).await?;
+    let request = QuoteRequest {
+        cluster: args.cluster,
+        resources: args.resources,
+        dialect: args.dialect.map(|d| match d {
+            Dialect::Pbs => Scheduler::Pbs,
+            Dialect::Slurm => Scheduler::Slurm,
+        }),
+        walltime: args.walltime,
+        queue: args.queue,
+        node_type: args.node_type,
+        at: super::instant(args.at.as_deref(), tz)?,
+    };
+    let q = quote(&pool, &request).await?;
+    match args.format {
+        Format::Json => print_json(&q)?,
+        Format::Text => print!("{}", render(&q, tz)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hms(seconds: i64) -> String {
+    format!("{}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60)
+}
+
+/// A quote's whole breakdown, as a person reads it.
+pub fn render(q: &Quote, tz: chrono_tz::Tz) -> String {
+    let p = &q.price;
+    let card = &q.rate_card.value;
+    let mut out = String::new();
+    let queue = q.queue.as_ref().map(|q| format!(" (queue {q})")).unwrap_or_default();
+    let _ = writeln!(out, "Quote: cluster {}, node type {}{queue}", q.cluster, q.node_type);
+    let _ = writeln!(
+        out,
+        "Rules in force at {}: rate card #{} since {}",
+        q.at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"),
+        q.rate_card_id,
+        q.rate_card.valid_from.with_timezone(&tz).format("%Y-%m-%d")
+    );
+    let _ = writeln!(
+        out,
+        "  {} per core-hour, {} per GPU-hour, {} memory per core, {} cores per node\n",
+        card.core_hour, card.gpu_hour, card.memory_per_core, card.cores_per_node
+    );
+    let basis = match p.basis {
+        ChargeBasis::Cores => "the cores it holds",
+        ChargeBasis::Memory => "its memory (effective cores)",
+        ChargeBasis::WholeNodes => "whole nodes (multi-node job)",
+    };
+    let mut facts = vec![
+        ("nodes", p.nodes.to_string()),
+        ("requested cores", p.requested_cores.to_string()),
+        (
+            "requested memory",
+            p.requested_memory.map_or("-".into(), |m| m.to_string()),
+        ),
+        ("memory per core", p.memory_per_core.to_string()),
+        (
+            "effective cores",
+            p.effective_cores.map_or("-".into(), |e| e.normalize().to_string()),
+        ),
+    ];
+    if let Some(w) = p.whole_node_cores {
+        facts.push(("whole-node cores", w.to_string()));
+    }
+    facts.push((
+        "charged cores",
+        format!("{} (charged by {basis})", p.charged_cores.normalize()),
+    ));
+    facts.push(("GPUs", p.gpus.to_string()));
+    facts.push((
+        "wall time",
+        format!(
+            "{} = {} s = {} h",
+            hms(p.wall_seconds),
+            p.wall_seconds,
+            p.hours.normalize()
+        ),
+    ));
+    for (k, v) in facts {
+        let _ = writeln!(out, "  {k:<17} {v}");
+    }
+    out.push('\n');
+    let rows: Vec<Vec<String>> = p
+        .lines
+        .iter()
+        .map(|l| {
+            vec![
+                l.metric.unit_label().to_owned(),
+                l.quantity.normalize().to_string(),
+                l.unit_rate.normalize().to_string(),
+                l.amount_exact.normalize().to_string(),
+                format!("{:.2}", l.amount),
+            ]
+        })
+        .collect();
+    out.push_str(&table::render(
+        &["metric", "quantity", "rate", "exact amount", "amount"],
+        &rows,
+    ));
+    let _ = writeln!(out, "total: {} {:.2}", q.currency, p.total());
+    out
+}

@@ -1,0 +1,513 @@
+//! The center configuration file: one declarative TOML document holding the
+//! currency, billing time zone, clusters (node types, queue map, dated rate
+//! cards), dated storage rates, projects and their quota history.
+//!
+//! [`parse`] reads and validates it without touching the database; every
+//! problem is reported with the key it concerns. `docs/configuration.md`
+//! documents every key; `examples/center.toml` is a complete example.
+
+mod raw;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono_tz::Tz;
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use crate::domain::period::{LocalTimeError, local_to_utc, parse_time_zone, start_of_day};
+use crate::domain::pricing::RateCard;
+use crate::domain::rules::Dated;
+pub use crate::domain::rules::Scheduler;
+use crate::domain::storage::QuotaChange;
+use crate::domain::units::Bytes;
+
+/// A validated center configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CenterConfig {
+    pub center: Center,
+    pub clusters: Vec<ClusterConfig>,
+    pub storage_rates: Vec<Dated<Decimal>>,
+    pub projects: Vec<ProjectConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Center {
+    pub name: String,
+    pub currency: String,
+    #[serde(serialize_with = "serialize_tz")]
+    pub time_zone: Tz,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterConfig {
+    pub name: String,
+    pub scheduler: Scheduler,
+    #[serde(serialize_with = "serialize_opt_tz")]
+    pub time_zone: Option<Tz>,
+    pub description: String,
+    pub node_types: Vec<NodeTypeConfig>,
+    pub queues: BTreeMap<String, String>,
+    pub rate_cards: Vec<RateCardConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeTypeConfig {
+    pub name: String,
+    pub cores_per_node: u32,
+    pub gpus_per_node: u32,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RateCardConfig {
+    pub node_type: String,
+    pub card: Dated<RateCard>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProjectConfig {
+    pub code: String,
+    pub name: String,
+    pub pi: String,
+    pub quotas: Vec<QuotaChange>,
+}
+
+fn serialize_tz<S: serde::Serializer>(tz: &Tz, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(tz.name())
+}
+
+fn serialize_opt_tz<S: serde::Serializer>(tz: &Option<Tz>, s: S) -> Result<S::Ok, S::Error> {
+    match tz {
+        Some(tz) => s.serialize_str(tz.name()),
+        None => s.serialize_none(),
+    }
+}
+
+/// Everything wrong with a configuration file, one problem per line, each
+/// naming its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        writeln!(f, "the configuration has {n} problem{}:", if n == 1 { "" } else { "s" })?;
+        for p in &self.problems {
+            writeln!(f, "  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Read and validate a configuration document.
+pub fn parse(text: &str) -> Result<CenterConfig, ConfigError> {
+    let file: raw::File = toml_edit::de::from_str(text).map_err(|e| ConfigError {
+        problems: vec![e.to_string().trim_end().to_owned()],
+    })?;
+    Validator::default().run(file)
+}
+
+/// An instant written in the file: `2026-01-01` (local midnight in the
+/// center's time zone), `2026-01-01T08:00:00` (local time), or with an
+/// offset (`2026-01-01T08:00:00Z`, `…+01:00`).
+pub fn parse_instant(s: &str, tz: Tz) -> Result<DateTime<Utc>, String> {
+    let s = s.trim();
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return Ok(start_of_day(d, tz));
+    }
+    for fmt in ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(s, fmt) {
+            return local_to_utc(t, tz).map_err(|LocalTimeError::Skipped| {
+                format!("{s:?} does not exist in {}: the clocks skipped it", tz.name())
+            });
+        }
+    }
+    Err(format!(
+        "{s:?} is not a date or time (write 2026-01-01, 2026-01-01T08:00:00 or 2026-01-01T08:00:00Z)"
+    ))
+}
+
+const NAME_HINT: &str = "letters, digits, '.', '_' and '-', starting with a letter or digit";
+
+#[derive(Default)]
+struct Validator {
+    problems: Vec<String>,
+}
+
+impl Validator {
+    fn bad(&mut self, key: impl fmt::Display, msg: impl fmt::Display) {
+        self.problems.push(format!("{key}: {msg}"));
+    }
+
+    fn run(mut self, file: raw::File) -> Result<CenterConfig, ConfigError> {
+        let tz = match parse_time_zone(&file.center.time_zone) {
+            Ok(tz) => tz,
+            Err(e) => {
+                self.bad("center.time_zone", e);
+                Tz::UTC
+            }
+        };
+        let currency = file.center.currency.trim().to_owned();
+        if !(currency.len() == 3 && currency.chars().all(|c| c.is_ascii_uppercase())) {
+            self.bad(
+                "center.currency",
+                format!("{currency:?} is not an ISO 4217 code of three capital letters (e.g. \"USD\", \"EUR\")"),
+            );
+        }
+        if file.center.name.trim().is_empty() || file.center.name.len() > 200 {
+            self.bad("center.name", "must be 1 to 200 characters");
+        }
+        let center = Center {
+            name: file.center.name.trim().to_owned(),
+            currency,
+            time_zone: tz,
+        };
+
+        let mut seen = BTreeSet::new();
+        let clusters: Vec<ClusterConfig> = file
+            .clusters
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let key = format!("cluster[{i}] ({:?})", c.name);
+                if !seen.insert(c.name.to_lowercase()) {
+                    self.bad(&key, "a cluster of this name is already defined");
+                }
+                self.cluster(&key, c, tz)
+            })
+            .collect();
+
+        let storage_rates = self.storage_rates(file.storage_rates, tz);
+
+        let mut seen = BTreeSet::new();
+        let projects = file
+            .projects
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let key = format!("project[{i}] ({:?})", p.code);
+                if !seen.insert(p.code.trim().to_lowercase()) {
+                    self.bad(&key, "a project with this code (ignoring case) is already defined");
+                }
+                self.project(&key, p, tz)
+            })
+            .collect();
+
+        if self.problems.is_empty() {
+            Ok(CenterConfig {
+                center,
+                clusters,
+                storage_rates,
+                projects,
+            })
+        } else {
+            Err(ConfigError {
+                problems: self.problems,
+            })
+        }
+    }
+
+    fn instant(&mut self, key: &str, s: &str, tz: Tz) -> Option<DateTime<Utc>> {
+        parse_instant(s, tz).map_err(|e| self.bad(key, e)).ok()
+    }
+
+    fn cluster(&mut self, key: &str, c: raw::Cluster, center_tz: Tz) -> ClusterConfig {
+        if !valid_name(&c.name) {
+            self.bad(format!("{key}.name"), format!("must be 1 to 64 {NAME_HINT}"));
+        }
+        let scheduler = Scheduler::parse(&c.scheduler).unwrap_or_else(|| {
+            self.bad(
+                format!("{key}.scheduler"),
+                format!("{:?} is not \"slurm\" or \"pbs\"", c.scheduler),
+            );
+            Scheduler::Slurm
+        });
+        let time_zone = c.time_zone.as_deref().and_then(|z| {
+            parse_time_zone(z)
+                .map_err(|e| self.bad(format!("{key}.time_zone"), e))
+                .ok()
+        });
+        // Local dates of this cluster's rate cards are read in the center's zone.
+        let tz = center_tz;
+
+        let mut node_types = Vec::new();
+        for (i, n) in c.node_types.into_iter().enumerate() {
+            let nkey = format!("{key}.node_type[{i}] ({:?})", n.name);
+            if !valid_node_type(&n.name) {
+                self.bad(
+                    &nkey,
+                    "a node type name is 1 to 64 lower-case letters, digits, '_' or '-', starting with a letter",
+                );
+            }
+            if node_types.iter().any(|t: &NodeTypeConfig| t.name == n.name) {
+                self.bad(&nkey, "defined twice");
+            }
+            if n.cores_per_node == 0 || n.cores_per_node > 1_000_000 {
+                self.bad(format!("{nkey}.cores_per_node"), "must be between 1 and 1000000");
+            }
+            if n.gpus_per_node > 100_000 {
+                self.bad(format!("{nkey}.gpus_per_node"), "must be at most 100000");
+            }
+            node_types.push(NodeTypeConfig {
+                name: n.name,
+                cores_per_node: n.cores_per_node,
+                gpus_per_node: n.gpus_per_node,
+                description: n.description,
+            });
+        }
+
+        for (queue, node_type) in &c.queues {
+            if queue.is_empty() || queue.len() > 128 {
+                self.bad(
+                    format!("{key}.queues"),
+                    format!("queue name {queue:?} must be 1 to 128 characters"),
+                );
+            }
+            if !node_types.iter().any(|t| &t.name == node_type) {
+                self.bad(
+                    format!("{key}.queues.{queue}"),
+                    format!(
+                        "unknown node type {node_type:?} (this cluster defines: {})",
+                        names(&node_types)
+                    ),
+                );
+            }
+        }
+
+        let mut cards: Vec<(usize, RateCardConfig, bool)> = Vec::new();
+        for (i, r) in c.rate_cards.into_iter().enumerate() {
+            let rkey = format!("{key}.rate_card[{i}]");
+            let node = node_types.iter().find(|t| t.name == r.node_type);
+            if node.is_none() {
+                self.bad(
+                    format!("{rkey}.node_type"),
+                    format!(
+                        "unknown node type {:?} (this cluster defines: {})",
+                        r.node_type,
+                        names(&node_types)
+                    ),
+                );
+            }
+            let from = self.instant(&format!("{rkey}.from"), &r.from, tz);
+            let until = r
+                .until
+                .as_deref()
+                .and_then(|u| self.instant(&format!("{rkey}.until"), u, tz));
+            if let (Some(f), Some(u)) = (from, until)
+                && u <= f
+            {
+                self.bad(format!("{rkey}.until"), "must be after `from`");
+            }
+            for (field, value) in [("core_hour", r.core_hour.0), ("gpu_hour", r.gpu_hour.0)] {
+                self.price(&format!("{rkey}.{field}"), value);
+            }
+            let memory_per_core = match Bytes::parse(&r.memory_per_core, 1) {
+                Ok(b) if b.0 > 0 => b,
+                Ok(_) => {
+                    self.bad(format!("{rkey}.memory_per_core"), "must be more than 0");
+                    Bytes(1)
+                }
+                Err(e) => {
+                    self.bad(format!("{rkey}.memory_per_core"), e);
+                    Bytes(1)
+                }
+            };
+            let cores_per_node = r.cores_per_node.or(node.map(|n| n.cores_per_node)).unwrap_or(1);
+            if cores_per_node == 0 || cores_per_node > 1_000_000 {
+                self.bad(format!("{rkey}.cores_per_node"), "must be between 1 and 1000000");
+            }
+            if let Some(from) = from {
+                cards.push((
+                    i,
+                    RateCardConfig {
+                        node_type: r.node_type,
+                        card: Dated {
+                            valid_from: from,
+                            valid_until: until,
+                            value: RateCard {
+                                core_hour: r.core_hour.0,
+                                gpu_hour: r.gpu_hour.0,
+                                memory_per_core,
+                                cores_per_node,
+                            },
+                        },
+                    },
+                    until.is_some(),
+                ));
+            }
+        }
+        let rate_cards = self.settle_periods(key, cards);
+
+        ClusterConfig {
+            name: c.name,
+            scheduler,
+            time_zone,
+            description: c.description,
+            node_types,
+            queues: c.queues,
+            rate_cards,
+        }
+    }
+
+    /// Give open-ended cards the next card's start as their end, and report
+    /// overlaps, per node type.
+    fn settle_periods(&mut self, key: &str, mut cards: Vec<(usize, RateCardConfig, bool)>) -> Vec<RateCardConfig> {
+        cards.sort_by(|a, b| (&a.1.node_type, a.1.card.valid_from).cmp(&(&b.1.node_type, b.1.card.valid_from)));
+        for i in 1..cards.len() {
+            let (prev, next) = cards.split_at_mut(i);
+            let (pi, p, p_explicit) = prev.last_mut().expect("i >= 1");
+            let (ni, n, _) = &next[0];
+            if p.node_type != n.node_type {
+                continue;
+            }
+            if !*p_explicit {
+                p.card.valid_until = Some(n.card.valid_from);
+            }
+            if p.card.overlaps(&n.card) || p.card.valid_from == n.card.valid_from {
+                self.bad(
+                    format!("{key}.rate_card[{ni}]"),
+                    format!(
+                        "overlaps rate_card[{pi}] for node type {:?} ({} until {})",
+                        p.node_type,
+                        p.card.valid_from,
+                        p.card
+                            .valid_until
+                            .map_or("further notice".to_owned(), |u| u.to_string())
+                    ),
+                );
+            }
+        }
+        cards.into_iter().map(|(_, c, _)| c).collect()
+    }
+
+    fn price(&mut self, key: &str, value: Decimal) {
+        if value.is_sign_negative() && !value.is_zero() {
+            self.bad(key, format!("negative price {value}"));
+        } else if value.scale() > 10 {
+            self.bad(key, format!("{value} has more than 10 decimal places"));
+        } else if value >= Decimal::from(10_000_000_000u64) {
+            self.bad(key, format!("{value} is too large"));
+        }
+    }
+
+    fn storage_rates(&mut self, rates: Vec<raw::StorageRate>, tz: Tz) -> Vec<Dated<Decimal>> {
+        let mut out: Vec<(usize, Dated<Decimal>, bool)> = Vec::new();
+        for (i, r) in rates.into_iter().enumerate() {
+            let key = format!("storage_rate[{i}]");
+            self.price(&format!("{key}.tb_month"), r.tb_month.0);
+            let from = self.instant(&format!("{key}.from"), &r.from, tz);
+            let until = r
+                .until
+                .as_deref()
+                .and_then(|u| self.instant(&format!("{key}.until"), u, tz));
+            if let (Some(f), Some(u)) = (from, until)
+                && u <= f
+            {
+                self.bad(format!("{key}.until"), "must be after `from`");
+            }
+            if let Some(from) = from {
+                out.push((
+                    i,
+                    Dated {
+                        valid_from: from,
+                        valid_until: until,
+                        value: r.tb_month.0,
+                    },
+                    until.is_some(),
+                ));
+            }
+        }
+        out.sort_by_key(|(_, d, _)| d.valid_from);
+        for i in 1..out.len() {
+            let (prev, next) = out.split_at_mut(i);
+            let (pi, p, explicit) = prev.last_mut().expect("i >= 1");
+            let (ni, n, _) = &next[0];
+            if !*explicit {
+                p.valid_until = Some(n.valid_from);
+            }
+            if p.overlaps(n) || p.valid_from == n.valid_from {
+                self.bad(format!("storage_rate[{ni}]"), format!("overlaps storage_rate[{pi}]"));
+            }
+        }
+        out.into_iter().map(|(_, d, _)| d).collect()
+    }
+
+    fn project(&mut self, key: &str, p: raw::Project, tz: Tz) -> ProjectConfig {
+        let code = p.code.trim().to_owned();
+        if code.is_empty() || code.len() > 128 || code.chars().any(char::is_control) {
+            self.bad(
+                format!("{key}.code"),
+                "must be 1 to 128 characters without control characters",
+            );
+        }
+        if p.name.len() > 500 {
+            self.bad(format!("{key}.name"), "must be at most 500 characters");
+        }
+        if p.pi.len() > 500 {
+            self.bad(format!("{key}.pi"), "must be at most 500 characters");
+        }
+        let mut quotas: Vec<QuotaChange> = Vec::new();
+        for (i, q) in p.quota.into_iter().enumerate() {
+            let qkey = format!("{key}.quota[{i}]");
+            let Some(from) = self.instant(&format!("{qkey}.from"), &q.from, tz) else {
+                continue;
+            };
+            let tb = q.tb.0;
+            if tb.is_sign_negative() && !tb.is_zero() {
+                self.bad(format!("{qkey}.tb"), format!("negative quota {tb}"));
+            } else if tb.scale() > 6 || tb > Decimal::from(1_000_000_000) {
+                self.bad(
+                    format!("{qkey}.tb"),
+                    format!("{tb} TB is not a quota (at most 6 decimal places, at most 10^9 TB)"),
+                );
+            }
+            if quotas.iter().any(|o| o.effective_from == from) {
+                self.bad(&qkey, format!("a quota from {from} is already given"));
+            }
+            quotas.push(QuotaChange {
+                effective_from: from,
+                quota_tb: tb,
+            });
+        }
+        quotas.sort_by_key(|q| q.effective_from);
+        ProjectConfig {
+            code,
+            name: p.name,
+            pi: p.pi,
+            quotas,
+        }
+    }
+}
+
+fn names(types: &[NodeTypeConfig]) -> String {
+    if types.is_empty() {
+        return "none".into();
+    }
+    types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+fn valid_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric())
+        && s.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn valid_node_type(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && s.len() <= 64
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,233 @@
+//! Everything that talks SQL. One module per table family; functions take a
+//! `&mut PgConnection` (or any executor) so the caller owns the transaction.
+//! This module also decides which database to use: `--database-url` /
+//! `DATABASE_URL`, or the embedded default.
+
+pub mod reference;
+
+use std::path::Path;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
+
+use crate::embedded::{self, Embedded, EmbeddedError};
+
+/// The schema, embedded in the binary.
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// The advisory lock that serialises configuration changes against pricing.
+pub const RULES_LOCK: i64 = 7_523_094_288_207_667_810;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error(transparent)]
+    Embedded(#[from] EmbeddedError),
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("applying the schema migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(
+        "the database schema is not at this version of hpc-ledger ({applied} of {known} migrations applied): \
+         run `hpc-ledger db migrate` with a role that may change the schema"
+    )]
+    NotMigrated { applied: usize, known: usize },
+    #[error("invalid database URL: {0}")]
+    BadUrl(String),
+    #[error(transparent)]
+    Sql(#[from] sqlx::Error),
+}
+
+/// Which database the CLI uses.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A server named by `--database-url` / `DATABASE_URL`.
+    External { url: String },
+    /// The private cluster under `$HPC_LEDGER_HOME`.
+    Embedded(Embedded),
+}
+
+impl Target {
+    pub fn resolve(url: Option<String>, home: &Path) -> Result<Target, DbError> {
+        match url.filter(|u| !u.trim().is_empty()) {
+            Some(url) => Ok(Target::External { url }),
+            None => Ok(Target::Embedded(Embedded::locate(home, Default::default())?)),
+        }
+    }
+
+    /// The URL of the ledger database (or of database `db` on the same server).
+    pub fn url(&self, db: Option<&str>) -> Result<String, DbError> {
+        match self {
+            Target::Embedded(e) => Ok(e.url(db.unwrap_or(embedded::DATABASE))),
+            Target::External { url } => match db {
+                None => Ok(url.clone()),
+                Some(name) => {
+                    let mut u = url::Url::parse(url).map_err(|e| DbError::BadUrl(e.to_string()))?;
+                    u.set_path(&format!("/{name}"));
+                    Ok(u.to_string())
+                }
+            },
+        }
+    }
+
+    /// Start the embedded server if needed and make sure database `db`
+    /// exists on it. Does nothing for an external server.
+    pub async fn prepare(&self, db: &str) -> Result<(), DbError> {
+        if let Target::Embedded(e) = self {
+            let e = e.clone();
+            tokio::task::spawn_blocking(move || e.ensure_running())
+                .await
+                .expect("the start task does not panic")?;
+            create_database(&self.url(Some("postgres"))?, db).await?;
+        }
+        Ok(())
+    }
+
+    /// A pool on the ledger database: migrated automatically on the
+    /// embedded server, checked on an external one.
+    pub async fn open(&self) -> Result<PgPool, DbError> {
+        self.prepare(embedded::DATABASE).await?;
+        let pool = connect(&self.url(None)?).await?;
+        match self {
+            Target::Embedded(_) => MIGRATOR.run(&pool).await?,
+            Target::External { .. } => check_migrated(&pool).await?,
+        }
+        Ok(pool)
+    }
+}
+
+/// A connection pool on `url`.
+pub async fn connect(url: &str) -> Result<PgPool, DbError> {
+    let options: PgConnectOptions = url
+        .parse::<PgConnectOptions>()
+        .map_err(|e| DbError::BadUrl(redact(&e.to_string())))?
+        .application_name("hpc-ledger")
+        .log_statements(tracing::log::LevelFilter::Trace)
+        .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(5));
+    // One direct attempt first: a wrong URL fails at once instead of being
+    // retried until the pool's acquire timeout.
+    let first = PgConnection::connect_with(&options)
+        .await
+        .map_err(|source| DbError::Connect {
+            url: redact(url),
+            source,
+        })?;
+    first.close().await?;
+    Ok(PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect_lazy_with(options))
+}
+
+/// Create database `name` on the server of `admin_url` unless it exists.
+pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError> {
+    let mut conn = PgConnection::connect(admin_url)
+        .await
+        .map_err(|source| DbError::Connect {
+            url: redact(admin_url),
+            source,
+        })?;
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await?;
+    if !exists {
+        let sql = format!("CREATE DATABASE {}", quote_ident(name));
+        match sqlx::raw_sql(&sql).execute(&mut conn).await {
+            Ok(_) => {}
+            // Another process created it first.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    conn.close().await?;
+    Ok(())
+}
+
+/// Drop database `name` (disconnecting its sessions) and create it empty.
+pub async fn recreate_database(admin_url: &str, name: &str) -> Result<(), DbError> {
+    let mut conn = PgConnection::connect(admin_url)
+        .await
+        .map_err(|source| DbError::Connect {
+            url: redact(admin_url),
+            source,
+        })?;
+    let ident = quote_ident(name);
+    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {ident} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await?;
+    sqlx::raw_sql(&format!("CREATE DATABASE {ident}"))
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    Ok(())
+}
+
+/// Refuse to work on a database whose schema is not this version's.
+pub async fn check_migrated(pool: &PgPool) -> Result<(), DbError> {
+    let known = MIGRATOR.iter().count();
+    let table: Option<String> = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
+        .fetch_one(pool)
+        .await?;
+    let applied: Vec<i64> = if table.is_some() {
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await?
+    } else {
+        Vec::new()
+    };
+    let expected: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+    if applied != expected {
+        return Err(DbError::NotMigrated {
+            applied: applied.len(),
+            known,
+        });
+    }
+    Ok(())
+}
+
+/// Double-quote an SQL identifier.
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// A URL (or text containing one) with any password replaced by `***`.
+pub fn redact(text: &str) -> String {
+    let Some(scheme_end) = text.find("://") else {
+        return text.to_owned();
+    };
+    let rest = &text[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', ' ']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match (authority.rfind('@'), authority.find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!(
+            "{}{}:***{}",
+            &text[..scheme_end + 3],
+            &authority[..colon],
+            &text[scheme_end + 3 + at..]
+        ),
+        _ => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_leave_redact() {
+        assert_eq!(
+            redact("postgres://ledger:s3cr%40t@db.example.org:5432/hpc"),
+            "postgres://ledger:***@db.example.org:5432/hpc"
+        );
+        assert_eq!(redact("postgres://ledger@db/hpc"), "postgres://ledger@db/hpc");
+        assert_eq!(redact("postgresql://u:p@h/d?host=/x"), "postgresql://u:***@h/d?host=/x");
+        assert_eq!(redact("no url here"), "no url here");
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    }
+}

@@ -1,0 +1,544 @@
+//! Reference data: the center, clusters, node types, queue maps, rate cards,
+//! storage rates, projects and quota history.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use rust_decimal::Decimal;
+use sqlx::PgConnection;
+
+use crate::config::Center;
+use crate::domain::catalog::{CardRow, Catalog, CenterInfo, ClusterInfo, NodeTypeInfo};
+use crate::domain::pricing::RateCard;
+use crate::domain::rules::{Dated, Scheduler};
+use crate::domain::storage::{QuotaChange, StoragePrice};
+use crate::domain::units::Bytes;
+use crate::ids::{ClusterId, NodeTypeId, ProjectId, RateCardId, StorageRateId};
+
+fn tz(name: &str) -> Result<Tz, sqlx::Error> {
+    name.parse()
+        .map_err(|_| sqlx::Error::Decode(format!("unknown time zone {name:?} in the database").into()))
+}
+
+fn to_u32(v: i32) -> u32 {
+    u32::try_from(v).expect("the schema keeps these non-negative")
+}
+
+fn to_bytes(v: i64) -> Bytes {
+    Bytes(u64::try_from(v).expect("the schema keeps these positive"))
+}
+
+pub async fn load_center(conn: &mut PgConnection) -> Result<Option<CenterInfo>, sqlx::Error> {
+    let row = sqlx::query!("SELECT name, currency, time_zone FROM center")
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.map(|r| {
+        Ok(CenterInfo {
+            name: r.name,
+            currency: r.currency,
+            time_zone: tz(&r.time_zone)?,
+        })
+    })
+    .transpose()
+}
+
+/// A rate card row and whether it has priced anything.
+pub struct RateCardUse {
+    pub row: CardRow,
+    pub used: bool,
+}
+
+pub async fn load_rate_cards(conn: &mut PgConnection) -> Result<Vec<(ClusterId, RateCardUse)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT r.id, r.cluster_id, r.node_type_id, r.valid_from, r.valid_until, r.core_hour_price,
+                  r.gpu_hour_price, r.memory_per_core_bytes, r.cores_per_node,
+                  EXISTS (SELECT 1 FROM ledger_entry e WHERE e.rate_card_id = r.id) AS "used!"
+             FROM rate_card r
+            ORDER BY r.node_type_id, r.valid_from"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                ClusterId(r.cluster_id),
+                RateCardUse {
+                    row: CardRow {
+                        id: RateCardId(r.id),
+                        node_type_id: NodeTypeId(r.node_type_id),
+                        period: Dated {
+                            valid_from: r.valid_from,
+                            valid_until: r.valid_until,
+                            value: RateCard {
+                                core_hour: r.core_hour_price.normalize(),
+                                gpu_hour: r.gpu_hour_price.normalize(),
+                                memory_per_core: to_bytes(r.memory_per_core_bytes),
+                                cores_per_node: to_u32(r.cores_per_node),
+                            },
+                        },
+                    },
+                    used: r.used,
+                },
+            )
+        })
+        .collect())
+}
+
+/// A storage rate row and whether it has priced anything.
+pub struct StorageRateUse {
+    pub rate: Dated<StoragePrice<StorageRateId>>,
+    pub used: bool,
+}
+
+pub async fn load_storage_rates(conn: &mut PgConnection) -> Result<Vec<StorageRateUse>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT s.id, s.valid_from, s.valid_until, s.tb_month_price,
+                  EXISTS (SELECT 1 FROM ledger_entry e WHERE e.storage_rate_id = s.id) AS "used!"
+             FROM storage_rate s
+            ORDER BY s.valid_from"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| StorageRateUse {
+            rate: Dated {
+                valid_from: r.valid_from,
+                valid_until: r.valid_until,
+                value: StoragePrice {
+                    key: StorageRateId(r.id),
+                    tb_month: r.tb_month_price.normalize(),
+                },
+            },
+            used: r.used,
+        })
+        .collect())
+}
+
+/// Everything needed to price jobs and storage.
+pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Error> {
+    let center = load_center(conn).await?;
+    let clusters = sqlx::query!("SELECT id, name, scheduler, time_zone FROM cluster ORDER BY id")
+        .fetch_all(&mut *conn)
+        .await?;
+    let node_types = sqlx::query!(
+        "SELECT id, cluster_id, name, cores_per_node, gpus_per_node FROM node_type ORDER BY cluster_id, id"
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let queues = sqlx::query!(
+        "SELECT q.cluster_id, q.queue, n.name AS node_type
+           FROM queue_map q JOIN node_type n ON n.id = q.node_type_id
+          ORDER BY q.cluster_id, q.queue"
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let cards = load_rate_cards(conn).await?;
+    let storage_rates = load_storage_rates(conn).await?.into_iter().map(|s| s.rate).collect();
+
+    let mut out = Vec::with_capacity(clusters.len());
+    for c in clusters {
+        let id = ClusterId(c.id);
+        out.push(ClusterInfo {
+            id,
+            name: c.name,
+            scheduler: Scheduler::parse(&c.scheduler)
+                .ok_or_else(|| sqlx::Error::Decode(format!("unknown scheduler {:?}", c.scheduler).into()))?,
+            time_zone: c.time_zone.as_deref().map(tz).transpose()?,
+            node_types: node_types
+                .iter()
+                .filter(|n| n.cluster_id == c.id)
+                .map(|n| NodeTypeInfo {
+                    id: NodeTypeId(n.id),
+                    name: n.name.clone(),
+                    cores_per_node: to_u32(n.cores_per_node),
+                    gpus_per_node: to_u32(n.gpus_per_node),
+                })
+                .collect(),
+            queues: queues
+                .iter()
+                .filter(|q| q.cluster_id == c.id)
+                .map(|q| (q.queue.clone(), q.node_type.clone()))
+                .collect(),
+            rate_cards: cards
+                .iter()
+                .filter(|(cid, _)| *cid == id)
+                .map(|(_, u)| u.row.clone())
+                .collect(),
+        });
+    }
+    Ok(Catalog {
+        center,
+        clusters: out,
+        storage_rates,
+    })
+}
+
+/// Insert or update the center row; whether anything changed.
+pub async fn upsert_center(conn: &mut PgConnection, c: &Center) -> Result<bool, sqlx::Error> {
+    let changed = sqlx::query_scalar!(
+        r#"INSERT INTO center (name, currency, time_zone) VALUES ($1, $2, $3)
+           ON CONFLICT (singleton) DO UPDATE
+              SET name = EXCLUDED.name, currency = EXCLUDED.currency, time_zone = EXCLUDED.time_zone,
+                  updated_at = now()
+            WHERE (center.name, center.currency, center.time_zone)
+                  IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.currency, EXCLUDED.time_zone)
+           RETURNING true AS "changed!""#,
+        c.name,
+        c.currency,
+        c.time_zone.name(),
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(changed.is_some())
+}
+
+pub struct ClusterRow {
+    pub id: ClusterId,
+    pub name: String,
+    pub scheduler: String,
+    pub time_zone: Option<String>,
+    pub description: String,
+}
+
+pub async fn load_clusters(conn: &mut PgConnection) -> Result<Vec<ClusterRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ClusterRow,
+        r#"SELECT id AS "id: ClusterId", name, scheduler, time_zone, description FROM cluster ORDER BY id"#
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+pub async fn insert_cluster(
+    conn: &mut PgConnection,
+    name: &str,
+    scheduler: Scheduler,
+    time_zone: Option<&str>,
+    description: &str,
+) -> Result<ClusterId, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO cluster (name, scheduler, time_zone, description) VALUES ($1, $2, $3, $4)
+           RETURNING id AS "id: ClusterId""#,
+        name,
+        scheduler.as_str(),
+        time_zone,
+        description
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+pub async fn update_cluster(
+    conn: &mut PgConnection,
+    id: ClusterId,
+    name: &str,
+    scheduler: Scheduler,
+    time_zone: Option<&str>,
+    description: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE cluster SET name = $2, scheduler = $3, time_zone = $4, description = $5 WHERE id = $1",
+        id as ClusterId,
+        name,
+        scheduler.as_str(),
+        time_zone,
+        description
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub struct NodeTypeRow {
+    pub id: NodeTypeId,
+    pub name: String,
+    pub cores_per_node: i32,
+    pub gpus_per_node: i32,
+    pub description: String,
+}
+
+pub async fn load_node_types(conn: &mut PgConnection, cluster: ClusterId) -> Result<Vec<NodeTypeRow>, sqlx::Error> {
+    sqlx::query_as!(
+        NodeTypeRow,
+        r#"SELECT id AS "id: NodeTypeId", name, cores_per_node, gpus_per_node, description
+             FROM node_type WHERE cluster_id = $1 ORDER BY id"#,
+        cluster as ClusterId
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Insert a node type, or update it when it exists; whether anything changed
+/// and its id.
+pub async fn upsert_node_type(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+    name: &str,
+    cores_per_node: i32,
+    gpus_per_node: i32,
+    description: &str,
+) -> Result<NodeTypeId, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO node_type (cluster_id, name, cores_per_node, gpus_per_node, description)
+           VALUES ($1, $2, $3, $4, $5)
+           ON CONFLICT (cluster_id, name) DO UPDATE
+              SET cores_per_node = EXCLUDED.cores_per_node, gpus_per_node = EXCLUDED.gpus_per_node,
+                  description = EXCLUDED.description
+           RETURNING id AS "id: NodeTypeId""#,
+        cluster as ClusterId,
+        name,
+        cores_per_node,
+        gpus_per_node,
+        description
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// The queue map of a cluster: queue -> node type id.
+pub async fn load_queue_map(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+) -> Result<BTreeMap<String, NodeTypeId>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT queue, node_type_id AS "node_type_id: NodeTypeId" FROM queue_map WHERE cluster_id = $1"#,
+        cluster as ClusterId
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.queue, r.node_type_id)).collect())
+}
+
+pub async fn set_queue(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+    queue: &str,
+    node_type: NodeTypeId,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO queue_map (cluster_id, queue, node_type_id) VALUES ($1, $2, $3)
+         ON CONFLICT (cluster_id, queue) DO UPDATE SET node_type_id = EXCLUDED.node_type_id",
+        cluster as ClusterId,
+        queue,
+        node_type as NodeTypeId
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn remove_queue(conn: &mut PgConnection, cluster: ClusterId, queue: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "DELETE FROM queue_map WHERE cluster_id = $1 AND queue = $2",
+        cluster as ClusterId,
+        queue
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn insert_rate_card(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+    node_type: NodeTypeId,
+    card: &Dated<RateCard>,
+) -> Result<RateCardId, sqlx::Error> {
+    let v = &card.value;
+    sqlx::query_scalar!(
+        r#"INSERT INTO rate_card (cluster_id, node_type_id, valid_from, valid_until, core_hour_price,
+                                  gpu_hour_price, memory_per_core_bytes, cores_per_node)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+           RETURNING id AS "id: RateCardId""#,
+        cluster as ClusterId,
+        node_type as NodeTypeId,
+        card.valid_from,
+        card.valid_until,
+        v.core_hour,
+        v.gpu_hour,
+        i64::try_from(v.memory_per_core.0).unwrap_or(i64::MAX),
+        i32::try_from(v.cores_per_node).unwrap_or(i32::MAX),
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// Change a rate card's end; the database refuses an end that would
+/// exclude a job it has priced.
+pub async fn set_rate_card_until(
+    conn: &mut PgConnection,
+    id: RateCardId,
+    until: Option<DateTime<Utc>>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE rate_card SET valid_until = $2 WHERE id = $1",
+        id as RateCardId,
+        until
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Remove a rate card that has priced nothing (the database refuses otherwise).
+pub async fn delete_rate_card(conn: &mut PgConnection, id: RateCardId) -> Result<(), sqlx::Error> {
+    sqlx::query!("DELETE FROM rate_card WHERE id = $1", id as RateCardId)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn insert_storage_rate(conn: &mut PgConnection, rate: &Dated<Decimal>) -> Result<StorageRateId, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO storage_rate (valid_from, valid_until, tb_month_price) VALUES ($1, $2, $3)
+           RETURNING id AS "id: StorageRateId""#,
+        rate.valid_from,
+        rate.valid_until,
+        rate.value
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+pub async fn set_storage_rate_until(
+    conn: &mut PgConnection,
+    id: StorageRateId,
+    until: Option<DateTime<Utc>>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE storage_rate SET valid_until = $2 WHERE id = $1",
+        id as StorageRateId,
+        until
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn delete_storage_rate(conn: &mut PgConnection, id: StorageRateId) -> Result<(), sqlx::Error> {
+    sqlx::query!("DELETE FROM storage_rate WHERE id = $1", id as StorageRateId)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub struct ProjectRow {
+    pub id: ProjectId,
+    pub code: String,
+    pub name: String,
+    pub pi: String,
+}
+
+/// Projects whose codes (ignoring case) are among `codes`.
+pub async fn load_projects(conn: &mut PgConnection, codes: &[String]) -> Result<Vec<ProjectRow>, sqlx::Error> {
+    let lower: Vec<String> = codes.iter().map(|c| c.to_lowercase()).collect();
+    sqlx::query_as!(
+        ProjectRow,
+        r#"SELECT id AS "id: ProjectId", code, name, pi FROM project WHERE lower(code) = ANY($1) ORDER BY id"#,
+        &lower
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Insert projects, or update name, PI and the spelling of the code of those
+/// that exist (matched ignoring case), in one statement. Returns how many
+/// were inserted and how many updated.
+pub async fn upsert_projects(
+    conn: &mut PgConnection,
+    codes: &[String],
+    names: &[String],
+    pis: &[String],
+) -> Result<(u64, u64), sqlx::Error> {
+    let rows = sqlx::query_scalar!(
+        r#"INSERT INTO project (code, name, pi)
+           SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])
+           ON CONFLICT ((lower(code))) DO UPDATE
+              SET code = EXCLUDED.code, name = EXCLUDED.name, pi = EXCLUDED.pi
+            WHERE (project.code, project.name, project.pi) IS DISTINCT FROM (EXCLUDED.code, EXCLUDED.name, EXCLUDED.pi)
+           RETURNING (xmax = 0) AS "inserted!""#,
+        codes,
+        names,
+        pis
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let inserted = rows.iter().filter(|i| **i).count() as u64;
+    Ok((inserted, rows.len() as u64 - inserted))
+}
+
+pub async fn load_quotas(
+    conn: &mut PgConnection,
+    projects: &[ProjectId],
+) -> Result<Vec<(ProjectId, QuotaChange)>, sqlx::Error> {
+    let ids: Vec<i64> = projects.iter().map(|p| p.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT project_id AS "project_id: ProjectId", effective_from, quota_tb
+             FROM storage_quota WHERE project_id = ANY($1) ORDER BY project_id, effective_from"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.project_id,
+                QuotaChange {
+                    effective_from: r.effective_from,
+                    quota_tb: r.quota_tb,
+                },
+            )
+        })
+        .collect())
+}
+
+/// Append quota changes in one statement.
+pub async fn insert_quotas(
+    conn: &mut PgConnection,
+    quotas: &[(ProjectId, QuotaChange)],
+    recorded_by: &str,
+) -> Result<u64, sqlx::Error> {
+    let ids: Vec<i64> = quotas.iter().map(|(p, _)| p.0).collect();
+    let froms: Vec<DateTime<Utc>> = quotas.iter().map(|(_, q)| q.effective_from).collect();
+    let tbs: Vec<Decimal> = quotas.iter().map(|(_, q)| q.quota_tb).collect();
+    let done = sqlx::query!(
+        "INSERT INTO storage_quota (project_id, effective_from, quota_tb, recorded_by)
+         SELECT p, f, q, $4 FROM UNNEST($1::bigint[], $2::timestamptz[], $3::numeric[]) AS u(p, f, q)",
+        &ids,
+        &froms,
+        &tbs,
+        recorded_by
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// A project and its quota in force at an instant.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProjectAt {
+    pub code: String,
+    pub name: String,
+    pub pi: String,
+    pub quota_tb: Option<Decimal>,
+}
+
+pub async fn projects_at(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<Vec<ProjectAt>, sqlx::Error> {
+    sqlx::query_as!(
+        ProjectAt,
+        r#"SELECT p.code, p.name, p.pi, q.quota_tb AS "quota_tb?"
+             FROM project p
+             LEFT JOIN LATERAL (
+                  SELECT quota_tb FROM storage_quota
+                   WHERE project_id = p.id AND effective_from <= $1
+                   ORDER BY effective_from DESC LIMIT 1) q ON true
+            ORDER BY lower(p.code)"#,
+        at
+    )
+    .fetch_all(&mut *conn)
+    .await
+}

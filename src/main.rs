@@ -1,0 +1,36 @@
+//! The `hpc-ledger` command: parse the command line, set up logging to
+//! stderr, run, and turn an error into a message and a non-zero exit code.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = hpc_ledger::cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            EnvFilter::try_from_env("HPC_LEDGER_LOG").unwrap_or_else(|_| EnvFilter::new("warn,hpc_ledger=info")),
+        )
+        .without_time()
+        .with_target(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(hpc_ledger::cli::run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", hpc_ledger::db::redact(&e.to_string()));
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {}", hpc_ledger::db::redact(&cause.to_string()));
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! `config apply`: make the database hold what the configuration file says,
+//! in one transaction, without ever rewriting what has priced a charge; and
+//! `config show`: what is in force at an instant.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool};
+
+use crate::config::{CenterConfig, ClusterConfig};
+use crate::db::{self, DbError, reference};
+use crate::domain::catalog::Catalog;
+use crate::domain::pricing::RateCard;
+use crate::domain::rules::Dated;
+use crate::domain::storage::QuotaChange;
+use crate::ids::{ClusterId, NodeTypeId, ProjectId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("the configuration was not applied:\n{}", .0.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+    Refused(Vec<String>),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// How many rows of one kind were added, updated, removed or left alone.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub added: u64,
+    pub updated: u64,
+    pub removed: u64,
+    pub unchanged: u64,
+}
+
+impl fmt::Display for Counts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} added, {} updated, {} removed, {} unchanged",
+            self.added, self.updated, self.removed, self.unchanged
+        )
+    }
+}
+
+/// What `config apply` did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct ApplyReport {
+    pub center_changed: bool,
+    pub clusters: Counts,
+    pub node_types: Counts,
+    pub queues: Counts,
+    pub rate_cards: Counts,
+    pub storage_rates: Counts,
+    pub projects: Counts,
+    pub quotas: Counts,
+    /// Things kept that the file does not mention.
+    pub notes: Vec<String>,
+}
+
+impl ApplyReport {
+    pub fn changed(&self) -> bool {
+        let all = [
+            self.clusters,
+            self.node_types,
+            self.queues,
+            self.rate_cards,
+            self.storage_rates,
+            self.projects,
+            self.quotas,
+        ];
+        self.center_changed || all.iter().any(|c| c.added + c.updated + c.removed > 0)
+    }
+}
+
+impl fmt::Display for ApplyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "center:        {}",
+            if self.center_changed { "updated" } else { "unchanged" }
+        )?;
+        writeln!(f, "clusters:      {}", self.clusters)?;
+        writeln!(f, "node types:    {}", self.node_types)?;
+        writeln!(f, "queues:        {}", self.queues)?;
+        writeln!(f, "rate cards:    {}", self.rate_cards)?;
+        writeln!(f, "storage rates: {}", self.storage_rates)?;
+        writeln!(f, "projects:      {}", self.projects)?;
+        writeln!(f, "quota changes: {}", self.quotas)?;
+        for n in &self.notes {
+            writeln!(f, "note: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Apply a validated configuration. All or nothing: any refusal rolls
+/// everything back and lists every problem.
+pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", db::RULES_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    let mut report = ApplyReport::default();
+    let mut refused = Vec::new();
+
+    report.center_changed = reference::upsert_center(&mut tx, &config.center).await?;
+
+    let existing = reference::load_clusters(&mut tx).await?;
+    let mut rate_cards = reference::load_rate_cards(&mut tx).await?;
+    for (i, c) in config.clusters.iter().enumerate() {
+        let key = format!("cluster[{i}] ({:?})", c.name);
+        let tz = c.time_zone.map(|t| t.name());
+        let id = match existing.iter().find(|e| e.name.eq_ignore_ascii_case(&c.name)) {
+            Some(e) => {
+                if (
+                    e.name.as_str(),
+                    e.scheduler.as_str(),
+                    e.time_zone.as_deref(),
+                    e.description.as_str(),
+                ) == (c.name.as_str(), c.scheduler.as_str(), tz, c.description.as_str())
+                {
+                    report.clusters.unchanged += 1;
+                } else {
+                    reference::update_cluster(&mut tx, e.id, &c.name, c.scheduler, tz, &c.description).await?;
+                    report.clusters.updated += 1;
+                }
+                e.id
+            }
+            None => {
+                report.clusters.added += 1;
+                reference::insert_cluster(&mut tx, &c.name, c.scheduler, tz, &c.description).await?
+            }
+        };
+        let cards: Vec<reference::RateCardUse> = rate_cards
+            .extract_if(.., |(cid, _)| *cid == id)
+            .map(|(_, u)| u)
+            .collect();
+        apply_cluster(&mut tx, &key, id, c, cards, &mut report, &mut refused).await?;
+    }
+    let mentioned: Vec<String> = config.clusters.iter().map(|c| c.name.to_lowercase()).collect();
+    let others = existing
+        .iter()
+        .filter(|e| !mentioned.contains(&e.name.to_lowercase()))
+        .count();
+    if others > 0 {
+        report.notes.push(format!(
+            "{others} cluster(s) in the database are not in the file; they were kept"
+        ));
+    }
+
+    apply_storage_rates(&mut tx, &config.storage_rates, &mut report, &mut refused).await?;
+    apply_projects(&mut tx, config, author, &mut report, &mut refused).await?;
+
+    if !refused.is_empty() {
+        return Err(ApplyError::Refused(refused));
+    }
+    tx.commit().await.map_err(DbError::from)?;
+    Ok(report)
+}
+
+async fn apply_cluster(
+    tx: &mut PgConnection,
+    key: &str,
+    cluster: ClusterId,
+    c: &ClusterConfig,
+    existing_cards: Vec<reference::RateCardUse>,
+    report: &mut ApplyReport,
+    refused: &mut Vec<String>,
+) -> Result<(), ApplyError> {
+    let existing = reference::load_node_types(tx, cluster).await?;
+    let mut type_ids = BTreeMap::new();
+    for n in &c.node_types {
+        let cores = i32::try_from(n.cores_per_node).unwrap_or(i32::MAX);
+        let gpus = i32::try_from(n.gpus_per_node).unwrap_or(i32::MAX);
+        match existing.iter().find(|e| e.name == n.name) {
+            Some(e)
+                if (e.cores_per_node, e.gpus_per_node, e.description.as_str())
+                    == (cores, gpus, n.description.as_str()) =>
+            {
+                report.node_types.unchanged += 1;
+                type_ids.insert(n.name.clone(), e.id);
+                continue;
+            }
+            Some(_) => report.node_types.updated += 1,
+            None => report.node_types.added += 1,
+        }
+        let id = reference::upsert_node_type(tx, cluster, &n.name, cores, gpus, &n.description).await?;
+        type_ids.insert(n.name.clone(), id);
+    }
+    let kept: Vec<&reference::NodeTypeRow> = existing.iter().filter(|e| !type_ids.contains_key(&e.name)).collect();
+    for e in kept {
+        type_ids.insert(e.name.clone(), e.id);
+        report
+            .notes
+            .push(format!("{key}: node type {:?} is not in the file; it was kept", e.name));
+    }
+
+    let queues = reference::load_queue_map(tx, cluster).await?;
+    for (queue, node_type) in &c.queues {
+        let id = type_ids[node_type];
+        match queues.get(queue) {
+            Some(old) if *old == id => report.queues.unchanged += 1,
+            old => {
+                if old.is_some() {
+                    report.queues.updated += 1;
+                } else {
+                    report.queues.added += 1;
+                }
+                reference::set_queue(tx, cluster, queue, id).await?;
+            }
+        }
+    }
+    for queue in queues.keys().filter(|q| !c.queues.contains_key(*q)) {
+        reference::remove_queue(tx, cluster, queue).await?;
+        report.queues.removed += 1;
+    }
+
+    // Rate cards, matched by node type and start.
+    let mut desired: Vec<(NodeTypeId, &Dated<RateCard>)> =
+        c.rate_cards.iter().map(|r| (type_ids[&r.node_type], &r.card)).collect();
+    let mut ends = Vec::new();
+    let mut reinserts = Vec::new();
+    let mut deletes = Vec::new();
+    let refused_before = refused.len();
+    for e in &existing_cards {
+        let row = &e.row;
+        let name = type_ids
+            .iter()
+            .find(|(_, id)| **id == row.node_type_id)
+            .map_or("?", |(n, _)| n.as_str());
+        let matching = desired
+            .iter()
+            .position(|(t, d)| *t == row.node_type_id && d.valid_from == row.period.valid_from);
+        let Some(i) = matching else {
+            if e.used {
+                refused.push(format!(
+                    "{key}: the {name} rate card from {} has priced charges and is missing from the file; keep it there",
+                    row.period.valid_from
+                ));
+            } else {
+                deletes.push(row.id);
+                report.rate_cards.removed += 1;
+            }
+            continue;
+        };
+        let (node_type, d) = desired.remove(i);
+        if d.value != row.period.value {
+            if e.used {
+                refused.push(format!(
+                    "{key}: the {name} rate card from {} has priced charges; its prices and sizes cannot change (add a new dated card instead)",
+                    row.period.valid_from
+                ));
+            } else {
+                deletes.push(row.id);
+                reinserts.push((node_type, d));
+                report.rate_cards.updated += 1;
+            }
+        } else if d.valid_until != row.period.valid_until {
+            ends.push(End {
+                old: row.period.valid_until,
+                new: d.valid_until,
+                id: row.id,
+            });
+            report.rate_cards.updated += 1;
+        } else {
+            report.rate_cards.unchanged += 1;
+        }
+    }
+    if refused.len() > refused_before {
+        // The whole apply will be rolled back; do not act on a partial plan.
+        return Ok(());
+    }
+    for id in deletes {
+        reference::delete_rate_card(tx, id).await?;
+    }
+    // Shorten before lengthening and inserting, so no two cards ever overlap.
+    ends.sort_by_key(End::lengthens);
+    for e in ends {
+        reference::set_rate_card_until(tx, e.id, e.new).await?;
+    }
+    for (node_type, card) in reinserts {
+        reference::insert_rate_card(tx, cluster, node_type, card).await?;
+    }
+    for (node_type, card) in desired {
+        reference::insert_rate_card(tx, cluster, node_type, card).await?;
+        report.rate_cards.added += 1;
+    }
+    Ok(())
+}
+
+/// A change of a dated row's end.
+struct End<K> {
+    id: K,
+    old: Option<DateTime<Utc>>,
+    new: Option<DateTime<Utc>>,
+}
+
+impl<K> End<K> {
+    fn lengthens(&self) -> bool {
+        match (self.new, self.old) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(new), Some(old)) => new > old,
+        }
+    }
+}
+
+async fn apply_storage_rates(
+    tx: &mut PgConnection,
+    desired: &[Dated<Decimal>],
+    report: &mut ApplyReport,
+    refused: &mut Vec<String>,
+) -> Result<(), ApplyError> {
+    let existing = reference::load_storage_rates(tx).await?;
+    let mut desired: Vec<&Dated<Decimal>> = desired.iter().collect();
+    let mut ends = Vec::new();
+    let mut reinserts = Vec::new();
+    let mut deletes = Vec::new();
+    let refused_before = refused.len();
+    for e in &existing {
+        let r = &e.rate;
+        let Some(i) = desired.iter().position(|d| d.valid_from == r.valid_from) else {
+            if e.used {
+                refused.push(format!(
+                    "the storage rate from {} has priced charges and is missing from the file; keep it there",
+                    r.valid_from
+                ));
+            } else {
+                deletes.push(r.value.key);
+                report.storage_rates.removed += 1;
+            }
+            continue;
+        };
+        let d = desired.remove(i);
+        if d.value != r.value.tb_month {
+            if e.used {
+                refused.push(format!(
+                    "the storage rate from {} has priced charges; its price cannot change (add a new dated rate instead)",
+                    r.valid_from
+                ));
+            } else {
+                deletes.push(r.value.key);
+                reinserts.push(d);
+                report.storage_rates.updated += 1;
+            }
+        } else if d.valid_until != r.valid_until {
+            ends.push(End {
+                id: r.value.key,
+                old: r.valid_until,
+                new: d.valid_until,
+            });
+            report.storage_rates.updated += 1;
+        } else {
+            report.storage_rates.unchanged += 1;
+        }
+    }
+    if refused.len() > refused_before {
+        return Ok(());
+    }
+    for id in deletes {
+        reference::delete_storage_rate(tx, id).await?;
+    }
+    ends.sort_by_key(End::lengthens);
+    for e in ends {
+        reference::set_storage_rate_until(tx, e.id, e.new).await?;
+    }
+    for d in reinserts {
+        reference::insert_storage_rate(tx, d).await?;
+    }
+    for d in desired {
+        reference::insert_storage_rate(tx, d).await?;
+        report.storage_rates.added += 1;
+    }
+    Ok(())
+}
+
+async fn apply_projects(
+    tx: &mut PgConnection,
+    config: &CenterConfig,
+    author: &str,
+    report: &mut ApplyReport,
+    refused: &mut Vec<String>,
+) -> Result<(), ApplyError> {
+    let codes: Vec<String> = config.projects.iter().map(|p| p.code.clone()).collect();
+    let names: Vec<String> = config.projects.iter().map(|p| p.name.clone()).collect();
+    let pis: Vec<String> = config.projects.iter().map(|p| p.pi.clone()).collect();
+    let (added, updated) = reference::upsert_projects(tx, &codes, &names, &pis).await?;
+    report.projects = Counts {
+        added,
+        updated,
+        removed: 0,
+        unchanged: codes.len() as u64 - added - updated,
+    };
+    let rows = reference::load_projects(tx, &codes).await?;
+    let id_of: BTreeMap<String, ProjectId> = rows.iter().map(|r| (r.code.to_lowercase(), r.id)).collect();
+    let ids: Vec<ProjectId> = id_of.values().copied().collect();
+    let existing = reference::load_quotas(tx, &ids).await?;
+    let mut new = Vec::new();
+    for p in &config.projects {
+        let id = id_of[&p.code.to_lowercase()];
+        let have: Vec<&QuotaChange> = existing.iter().filter(|(pid, _)| *pid == id).map(|(_, q)| q).collect();
+        for q in &p.quotas {
+            match have.iter().find(|h| h.effective_from == q.effective_from) {
+                Some(h) if h.quota_tb == q.quota_tb => report.quotas.unchanged += 1,
+                Some(h) => refused.push(format!(
+                    "project {:?}: a quota of {} TB from {} is already recorded; quota history is never rewritten (add a new dated quota instead of {} TB)",
+                    p.code, h.quota_tb, h.effective_from, q.quota_tb
+                )),
+                None => new.push((id, *q)),
+            }
+        }
+        let extra = have
+            .iter()
+            .filter(|h| !p.quotas.iter().any(|q| q.effective_from == h.effective_from))
+            .count();
+        if extra > 0 {
+            report.notes.push(format!(
+                "project {:?}: {extra} recorded quota change(s) are not in the file; they were kept",
+                p.code
+            ));
+        }
+    }
+    report.quotas.added = reference::insert_quotas(tx, &new, author).await?;
+    Ok(())
+}
+
+/// What is in force at an instant.
+#[derive(Debug, Clone, Serialize)]
+pub struct InForce {
+    pub at: DateTime<Utc>,
+    pub catalog: Catalog,
+    pub projects: Vec<reference::ProjectAt>,
+}
+
+/// The configuration in force at `at`: rate cards and storage rates not in
+/// force then are left out; each project with its quota then.
+pub async fn show(pool: &PgPool, at: DateTime<Utc>) -> Result<InForce, DbError> {
+    let mut conn = pool.acquire().await?;
+    let mut catalog = reference::load_catalog(&mut conn).await?;
+    for c in &mut catalog.clusters {
+        c.rate_cards.retain(|r| r.period.in_force_at(at));
+    }
+    catalog.storage_rates.retain(|r| r.in_force_at(at));
+    let projects = reference::projects_at(&mut conn, at).await?;
+    Ok(InForce { at, catalog, projects })
+}
+
+/// The billing time zone; UTC before any configuration is applied.
+pub async fn time_zone(pool: &PgPool) -> Result<Tz, DbError> {
+    let mut conn = pool.acquire().await?;
+    Ok(reference::load_center(&mut conn)
+        .await?
+        .map_or(Tz::UTC, |c| c.time_zone))
+}

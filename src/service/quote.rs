@@ -1,0 +1,128 @@
+//! `quote`: what would this job cost? Prices a request as a user writes it
+//! with the rules in force at a date. Records nothing.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::{DbError, reference};
+use crate::domain::pricing::{JobPrice, JobShape, PricingError, RateCard, price_job};
+use crate::domain::request::{
+    GpuSpec, RequestError, ResourceRequest, parse_pbs, parse_slurm, pbs_duration, slurm_duration,
+};
+use crate::domain::rules::{Dated, NodeTypeError, Scheduler};
+use crate::ids::RateCardId;
+
+/// What to price.
+#[derive(Debug, Clone)]
+pub struct QuoteRequest {
+    pub cluster: String,
+    /// `nodes=1:ppn=4,mem=12GB` (PBS) or `-n 4 --mem=12G` (Slurm).
+    pub resources: String,
+    /// The request's syntax; by default the cluster's scheduler, or Slurm
+    /// when the request starts with `-`.
+    pub dialect: Option<Scheduler>,
+    /// Wall time (`HH:MM:SS`, `D-HH:MM:SS`); else the request's own.
+    pub walltime: Option<String>,
+    pub queue: Option<String>,
+    pub node_type: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Quote {
+    pub cluster: String,
+    pub node_type: String,
+    pub queue: Option<String>,
+    pub at: DateTime<Utc>,
+    pub currency: String,
+    pub rate_card_id: RateCardId,
+    pub rate_card: Dated<RateCard>,
+    pub request: ResourceRequest,
+    pub shape: JobShape,
+    pub price: JobPrice,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuoteError {
+    #[error("no center configuration has been applied yet: run `hpc-ledger config apply FILE`")]
+    NoConfig,
+    #[error("unknown cluster {name:?} (known: {known})")]
+    UnknownCluster { name: String, known: String },
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error(transparent)]
+    NodeType(#[from] NodeTypeError),
+    #[error("no rate card for node type {node_type:?} on cluster {cluster} is in force at {at}")]
+    NoRateCard {
+        cluster: String,
+        node_type: String,
+        at: DateTime<Utc>,
+    },
+    #[error("no wall time: give --walltime, or walltime=/-t in the request")]
+    NoWalltime,
+    #[error("bad --walltime: {0}")]
+    BadWalltime(String),
+    #[error(transparent)]
+    Pricing(#[from] PricingError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for QuoteError {
+    fn from(e: sqlx::Error) -> Self {
+        QuoteError::Db(e.into())
+    }
+}
+
+pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError> {
+    let mut conn = pool.acquire().await?;
+    let catalog = reference::load_catalog(&mut conn).await?;
+    let center = catalog.center.clone().ok_or(QuoteError::NoConfig)?;
+    let cluster = catalog.cluster(&q.cluster).ok_or_else(|| QuoteError::UnknownCluster {
+        name: q.cluster.clone(),
+        known: catalog.cluster_names(),
+    })?;
+    let dialect = q.dialect.unwrap_or(if q.resources.trim_start().starts_with('-') {
+        Scheduler::Slurm
+    } else {
+        cluster.scheduler
+    });
+    let request = match dialect {
+        Scheduler::Pbs => parse_pbs(&q.resources)?,
+        Scheduler::Slurm => parse_slurm(&q.resources)?,
+    };
+    let asks_for_gpus = match request.gpus {
+        GpuSpec::Total(g) | GpuSpec::PerNode(g) => g,
+    };
+    let node_type = cluster.resolve_node_type(q.queue.as_deref(), q.node_type.as_deref(), asks_for_gpus)?;
+    let card = cluster
+        .rate_card(node_type.id, q.at)
+        .ok_or_else(|| QuoteError::NoRateCard {
+            cluster: cluster.name.clone(),
+            node_type: node_type.name.clone(),
+            at: q.at,
+        })?;
+    let shape = request.shape(card.period.value.cores_per_node)?;
+    let wall = match &q.walltime {
+        Some(w) => match dialect {
+            Scheduler::Pbs => pbs_duration(w),
+            Scheduler::Slurm => slurm_duration(w),
+        }
+        .map_err(QuoteError::BadWalltime)?,
+        None => request.walltime.ok_or(QuoteError::NoWalltime)?,
+    };
+    let price = price_job(&shape, wall, &card.period.value)?;
+    Ok(Quote {
+        cluster: cluster.name.clone(),
+        node_type: node_type.name.clone(),
+        queue: q.queue.clone(),
+        at: q.at,
+        currency: center.currency,
+        rate_card_id: card.id,
+        rate_card: card.period.clone(),
+        request,
+        shape,
+        price,
+    })
+}

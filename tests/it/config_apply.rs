@@ -1,0 +1,217 @@
+//! `config apply`: idempotent, all or nothing, and never rewriting what has
+//! priced a charge.
+
+use hpc_ledger::config::parse;
+use hpc_ledger::service::config::{ApplyError, ApplyReport, Counts, apply};
+use sqlx::PgPool;
+
+use crate::harness::{EXAMPLE, TestDb};
+
+fn counts(added: u64, updated: u64, removed: u64, unchanged: u64) -> Counts {
+    Counts {
+        added,
+        updated,
+        removed,
+        unchanged,
+    }
+}
+
+async fn apply_text(pool: &PgPool, text: &str) -> Result<ApplyReport, ApplyError> {
+    apply(pool, &parse(text).unwrap(), "tester").await
+}
+
+fn refusals(r: Result<ApplyReport, ApplyError>) -> Vec<String> {
+    match r {
+        Err(ApplyError::Refused(p)) => p,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// Charge a job on the card of `cluster`/`node_type` in force at `submitted`,
+/// as the recording service will (job, record, ledger entry).
+async fn charge_job(pool: &PgPool, cluster: &str, node_type: &str, submitted: &str) {
+    sqlx::query(
+        r#"WITH c AS (SELECT id FROM cluster WHERE name = $1),
+                n AS (SELECT id FROM node_type WHERE cluster_id = (SELECT id FROM c) AND name = $2),
+                r AS (SELECT id FROM rate_card WHERE node_type_id = (SELECT id FROM n)
+                       AND tstzrange(valid_from, valid_until) @> $3::timestamptz),
+                j AS (INSERT INTO job (cluster_id, scheduler_job_id, submitted_at, started_at)
+                      VALUES ((SELECT id FROM c), $3, $3::timestamptz, $3::timestamptz) RETURNING id, cluster_id, started_at),
+                jr AS (INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id,
+                                               ended_at, nodes, cores, charge_fingerprint, content_fingerprint,
+                                               source_format, raw, recorded_by)
+                       SELECT j.id, j.cluster_id, j.started_at, 1, 'original', (SELECT min(id) FROM project),
+                              (SELECT id FROM n), j.started_at + interval '1 hour', 1, 1, sha256('a'), sha256('b'),
+                              'cli', '{}', 'test' FROM j RETURNING id)
+           INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity,
+                                     unit_rate, amount_exact, amount, author)
+           SELECT date_trunc('month', $3::timestamptz AT TIME ZONE 'America/New_York')::date,
+                  (SELECT min(id) FROM project), 'job', 'core_hours', jr.id, (SELECT id FROM r), 0, 0, 0, 0, 'test'
+             FROM jr"#,
+    )
+    .bind(cluster)
+    .bind(node_type)
+    .bind(submitted)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn applying_the_example_twice_changes_nothing_the_second_time() {
+    let db = TestDb::new().await;
+    let first = apply_text(&db.pool, EXAMPLE).await.unwrap();
+    assert!(first.center_changed);
+    assert_eq!(first.clusters, counts(2, 0, 0, 0));
+    assert_eq!(first.node_types, counts(6, 0, 0, 0));
+    assert_eq!(first.queues, counts(11, 0, 0, 0));
+    assert_eq!(first.rate_cards, counts(8, 0, 0, 0));
+    assert_eq!(first.storage_rates, counts(2, 0, 0, 0));
+    assert_eq!(first.projects, counts(4, 0, 0, 0));
+    assert_eq!(first.quotas, counts(5, 0, 0, 0));
+    let second = apply_text(&db.pool, EXAMPLE).await.unwrap();
+    assert!(!second.changed(), "{second}");
+    assert_eq!(second.rate_cards, counts(0, 0, 0, 8));
+    assert_eq!(second.quotas, counts(0, 0, 0, 5));
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rate_card")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 8);
+}
+
+#[tokio::test]
+async fn edits_to_unpriced_rules_are_applied() {
+    let db = TestDb::new().await;
+    apply_text(&db.pool, EXAMPLE).await.unwrap();
+    let edited = EXAMPLE
+        .replace("hugemem = \"hugememory\"", "bigmem = \"hugememory\"")
+        .replace("core_hour = 0.0160", "core_hour = 0.0170")
+        .replace(
+            "[[project]]\ncode = \"PDE0001\"",
+            "[[project]]\ncode = \"PNEW01\"\nquota = [{ from = 2026-11-01, tb = 1 }]\n\n[[project]]\ncode = \"PDE0001\"",
+        );
+    let r = apply_text(&db.pool, &edited).await.unwrap();
+    assert_eq!(r.queues, counts(1, 0, 1, 10));
+    assert_eq!(r.rate_cards, counts(0, 1, 0, 7));
+    assert_eq!(r.projects, counts(1, 0, 0, 4));
+    assert_eq!(r.quotas, counts(1, 0, 0, 5));
+    let price: rust_decimal::Decimal = sqlx::query_scalar(
+        "SELECT core_hour_price FROM rate_card r JOIN node_type n ON n.id = r.node_type_id
+          JOIN cluster c ON c.id = n.cluster_id WHERE c.name = 'pitzer' AND n.name = 'hugememory'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(price.to_string(), "0.0170000000");
+}
+
+#[tokio::test]
+async fn a_rate_card_that_priced_a_charge_never_changes() {
+    let db = TestDb::new().await;
+    apply_text(&db.pool, EXAMPLE).await.unwrap();
+    // A job submitted in August was priced by owens' July regular card.
+    charge_job(&db.pool, "owens", "regular", "2026-08-15T12:00:00Z").await;
+    let july = "node_type = \"regular\"\nfrom = 2026-07-01\ncore_hour = 0.0120";
+
+    let p = refusals(apply_text(&db.pool, &EXAMPLE.replace(july, &july.replace("0.0120", "0.0130"))).await);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].contains(
+            "regular rate card from 2026-07-01 04:00:00 UTC has priced charges; its prices and sizes cannot change"
+        ),
+        "{p:?}"
+    );
+
+    let without = EXAMPLE.replace(&format!("[[cluster.rate_card]]            # the July price change: a new dated card\n{july}\nmemory_per_core = \"4GB\"\n"), "");
+    assert_ne!(without, EXAMPLE);
+    let p = refusals(apply_text(&db.pool, &without).await);
+    assert!(
+        p.iter()
+            .any(|m| m.contains("has priced charges and is missing from the file")),
+        "{p:?}"
+    );
+
+    // A new card that would take over jobs already priced is refused by the database.
+    let september = format!(
+        "{july}\nmemory_per_core = \"4GB\"\n\n[[cluster.rate_card]]\nnode_type = \"regular\"\nfrom = 2026-08-01\ncore_hour = 0.0140\nmemory_per_core = \"4GB\"\n"
+    );
+    let text = EXAMPLE.replace(&format!("{july}\nmemory_per_core = \"4GB\"\n"), &september);
+    let p = refusals(apply_text(&db.pool, &text).await);
+    assert!(p[0].contains("priced jobs submitted after"), "{p:?}");
+
+    // Nothing of a refused apply stays, not even its harmless parts.
+    let text = text.replace("name = \"Climate Modeling Group\"", "name = \"Renamed\"");
+    refusals(apply_text(&db.pool, &text).await);
+    let name: String = sqlx::query_scalar("SELECT name FROM project WHERE code = 'PZS0708'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(name, "Climate Modeling Group");
+
+    // A new card after the last priced job is the way to change prices.
+    let december = format!(
+        "{july}\nmemory_per_core = \"4GB\"\n\n[[cluster.rate_card]]\nnode_type = \"regular\"\nfrom = 2026-12-01\ncore_hour = 0.0140\nmemory_per_core = \"4GB\"\n"
+    );
+    let r = apply_text(
+        &db.pool,
+        &EXAMPLE.replace(&format!("{july}\nmemory_per_core = \"4GB\"\n"), &december),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.rate_cards, counts(1, 1, 0, 7), "{r}");
+}
+
+#[tokio::test]
+async fn quota_history_is_never_rewritten() {
+    let db = TestDb::new().await;
+    apply_text(&db.pool, EXAMPLE).await.unwrap();
+    let p = refusals(
+        apply_text(
+            &db.pool,
+            &EXAMPLE.replace("{ from = 2026-01-01, tb = 10 }", "{ from = 2026-01-01, tb = 12 }"),
+        )
+        .await,
+    );
+    assert_eq!(p.len(), 1);
+    assert!(
+        p[0].starts_with(
+            "project \"PAS1234\": a quota of 10.000000 TB from 2026-01-01 05:00:00 UTC is already recorded"
+        ),
+        "{p:?}"
+    );
+    // Dropping a quota line from the file keeps the recorded history.
+    let r = apply_text(&db.pool, &EXAMPLE.replace("  { from = 2026-10-16, tb = 20 },\n", ""))
+        .await
+        .unwrap();
+    assert_eq!(r.quotas, counts(0, 0, 0, 4));
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("PAS1234") && n.contains("1 recorded quota change(s) are not in the file")),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn the_currency_and_time_zone_are_fixed_once_charges_exist() {
+    let db = TestDb::new().await;
+    apply_text(&db.pool, EXAMPLE).await.unwrap();
+    // Before any charge, the time zone may still change.
+    apply_text(
+        &db.pool,
+        &EXAMPLE.replace(
+            "time_zone = \"America/New_York\"   # decides",
+            "time_zone = \"America/Chicago\"   # decides",
+        ),
+    )
+    .await
+    .unwrap();
+    apply_text(&db.pool, EXAMPLE).await.unwrap();
+    charge_job(&db.pool, "owens", "regular", "2026-08-15T12:00:00Z").await;
+    let p = refusals(apply_text(&db.pool, &EXAMPLE.replace("currency = \"USD\"", "currency = \"EUR\"")).await);
+    assert_eq!(
+        p,
+        ["the currency and billing time zone cannot change once charges are posted"]
+    );
+}

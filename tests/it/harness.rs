@@ -1,0 +1,212 @@
+//! Test databases. `TestDb::new()` clones a fresh database from a template
+//! migrated once per schema version; dropping it drops the database.
+//!
+//! Names carry the process id and a counter, so two suite runs against one
+//! server never collide; the template is built under an advisory lock, so
+//! concurrent runs (or nextest's many processes) share it safely.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use hpc_ledger::db::{self, MIGRATOR, quote_ident};
+use hpc_ledger::embedded::{Embedded, Options};
+use sha2::{Digest, Sha256};
+use sqlx::{Connection, PgConnection, PgPool};
+
+/// The server the tests use, as a URL of its `postgres` database.
+fn admin_url() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => {
+            let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hpc-ledger-pg");
+            let e = Embedded::locate(&home, Options { fast: true }).expect("locating the test cluster");
+            e.ensure_running().expect("starting the test cluster");
+            e.url("postgres")
+        }
+    })
+}
+
+/// `url` with its database replaced by `db`.
+pub fn url_for(db: &str) -> String {
+    let mut u = url::Url::parse(admin_url()).expect("a valid URL");
+    u.set_path(&format!("/{db}"));
+    u.to_string()
+}
+
+fn schema_hash() -> String {
+    let mut h = Sha256::new();
+    for m in MIGRATOR.iter() {
+        h.update(m.version.to_le_bytes());
+        h.update(&*m.checksum);
+    }
+    hex::encode(&h.finalize()[..6])
+}
+
+/// The migrated template database, built once per schema version.
+async fn template() -> &'static str {
+    static NAME: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    NAME.get_or_init(|| async {
+        let name = format!("hl_tpl_{}", schema_hash());
+        let mut admin = PgConnection::connect(admin_url())
+            .await
+            .expect("connecting to the test server");
+        let key = i64::from_le_bytes(Sha256::digest(name.as_bytes())[..8].try_into().unwrap());
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(key)
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let ready: Option<bool> = sqlx::query_scalar("SELECT datistemplate FROM pg_database WHERE datname = $1")
+            .bind(&name)
+            .fetch_optional(&mut admin)
+            .await
+            .unwrap();
+        if ready != Some(true) {
+            let ident = quote_ident(&name);
+            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {ident} WITH (FORCE)"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            sqlx::raw_sql(&format!("CREATE DATABASE {ident}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            let pool = db::connect(&url_for(&name)).await.unwrap();
+            MIGRATOR.run(&pool).await.expect("migrating the template");
+            pool.close().await;
+            sqlx::raw_sql(&format!("ALTER DATABASE {ident} IS_TEMPLATE true"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+        }
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(key)
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        name
+    })
+    .await
+}
+
+/// A fresh, migrated database for one test.
+pub struct TestDb {
+    pub pool: PgPool,
+    pub url: String,
+    pub name: String,
+}
+
+impl TestDb {
+    pub async fn new() -> TestDb {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let template = template().await;
+        let name = format!(
+            "hl_t_{}_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let mut admin = PgConnection::connect(admin_url()).await.unwrap();
+        sqlx::raw_sql(&format!(
+            "CREATE DATABASE {} TEMPLATE {}",
+            quote_ident(&name),
+            quote_ident(template)
+        ))
+        .execute(&mut admin)
+        .await
+        .expect("cloning the template");
+        admin.close().await.unwrap();
+        let url = url_for(&name);
+        let pool = db::connect(&url).await.unwrap();
+        TestDb { pool, url, name }
+    }
+
+    /// A fresh database with examples/center.toml applied.
+    pub async fn with_example() -> TestDb {
+        let db = TestDb::new().await;
+        let config = hpc_ledger::config::parse(EXAMPLE).unwrap();
+        hpc_ledger::service::config::apply(&db.pool, &config, "test")
+            .await
+            .unwrap();
+        db
+    }
+
+    /// Run the `hpc-ledger` binary against this database.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        cli_with_env(args, &[("DATABASE_URL", self.url.as_str())], None)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs outside any async context we can rely on: use a thread
+        // with its own small runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(admin_url()).await {
+                    let _ = sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(&name)))
+                        .execute(&mut admin)
+                        .await;
+                    let _ = admin.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+pub const EXAMPLE: &str = include_str!("../../examples/center.toml");
+
+pub fn example_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/center.toml")
+}
+
+/// Run the binary with a controlled environment: no inherited DATABASE_URL
+/// or HPC_LEDGER_HOME, plus `env`.
+pub fn cli_with_env(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hpc-ledger"));
+    cmd.args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("HPC_LEDGER_HOME")
+        .env("HPC_LEDGER_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(if stdin.is_some() {
+        std::process::Stdio::piped()
+    } else {
+        std::process::Stdio::null()
+    })
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("running hpc-ledger");
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Assert success and return stdout.
+#[track_caller]
+pub fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "command failed: {}\n{}", stderr(o), stdout(o));
+    stdout(o)
+}

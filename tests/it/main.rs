@@ -1,0 +1,12 @@
+//! The integration tests: one binary (one link), every test on its own fresh
+//! database cloned from a migrated template, against a real PostgreSQL:
+//! `DATABASE_URL`'s server when set, else an embedded cluster of the tests'
+//! own under `target/tmp`.
+
+mod harness;
+
+mod cli;
+mod config_apply;
+mod embedded;
+mod rounding;
+mod schema;
