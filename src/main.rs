@@ -7,6 +7,13 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    // Die quietly when stdout is closed early (`hpc-ledger … | head`), like
+    // other Unix tools, instead of panicking on a failed print.
+    // SAFETY: restoring the default action of a signal at start-up, before
+    // any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = hpc_ledger::cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -101,14 +101,28 @@ impl Target {
     }
 }
 
-/// A connection pool on `url`.
-pub async fn connect(url: &str) -> Result<PgPool, DbError> {
-    let options: PgConnectOptions = url
+fn options(url: &str) -> Result<PgConnectOptions, DbError> {
+    Ok(url
         .parse::<PgConnectOptions>()
         .map_err(|e| DbError::BadUrl(redact(&e.to_string())))?
         .application_name("hpc-ledger")
         .log_statements(tracing::log::LevelFilter::Trace)
-        .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(5));
+        .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(5)))
+}
+
+/// One connection, for administrative statements (CREATE DATABASE …).
+async fn connect_one(url: &str) -> Result<PgConnection, DbError> {
+    PgConnection::connect_with(&options(url)?)
+        .await
+        .map_err(|source| DbError::Connect {
+            url: redact(url),
+            source,
+        })
+}
+
+/// A connection pool on `url`.
+pub async fn connect(url: &str) -> Result<PgPool, DbError> {
+    let options = options(url)?;
     // One direct attempt first: a wrong URL fails at once instead of being
     // retried until the pool's acquire timeout.
     let first = PgConnection::connect_with(&options)
@@ -126,12 +140,7 @@ pub async fn connect(url: &str) -> Result<PgPool, DbError> {
 
 /// Create database `name` on the server of `admin_url` unless it exists.
 pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError> {
-    let mut conn = PgConnection::connect(admin_url)
-        .await
-        .map_err(|source| DbError::Connect {
-            url: redact(admin_url),
-            source,
-        })?;
+    let mut conn = connect_one(admin_url).await?;
     let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
         .bind(name)
         .fetch_one(&mut conn)
@@ -151,12 +160,7 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError>
 
 /// Drop database `name` (disconnecting its sessions) and create it empty.
 pub async fn recreate_database(admin_url: &str, name: &str) -> Result<(), DbError> {
-    let mut conn = PgConnection::connect(admin_url)
-        .await
-        .map_err(|source| DbError::Connect {
-            url: redact(admin_url),
-            source,
-        })?;
+    let mut conn = connect_one(admin_url).await?;
     let ident = quote_ident(name);
     sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {ident} WITH (FORCE)"))
         .execute(&mut conn)
