@@ -4,6 +4,9 @@
 /// Pure charging rules: pricing, storage, periods, resource requests.
 pub mod domain;
 
+/// Parsers of scheduler accounting records (Slurm, PBS, JSON lines).
+pub mod ingest;
+
 /// The center configuration file: parse and validate (pure).
 pub mod config;
 

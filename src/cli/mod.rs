@@ -4,7 +4,10 @@
 mod config;
 mod db;
 mod demo;
+mod import;
+mod job;
 mod quote;
+mod rejected;
 mod table;
 
 use std::path::PathBuf;
@@ -56,6 +59,13 @@ pub enum Command {
     Config(config::Cmd),
     /// What would this job cost? Prices a request with the rules in force; records nothing.
     Quote(quote::Args),
+    /// Record one finished job (for a scheduler's epilogue).
+    #[command(subcommand)]
+    Job(job::Cmd),
+    /// Record many jobs from Slurm sacct output, PBS accounting logs or JSON lines.
+    Import(import::Args),
+    /// List the records that could not be charged, and why.
+    Rejected(rejected::Args),
     /// Run the whole flow on sample data in a fresh demo database.
     Demo(demo::Args),
 }
@@ -80,6 +90,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Db(cmd) => db::run(cmd, &target).await,
         Command::Config(cmd) => config::run(cmd, &target).await,
         Command::Quote(args) => quote::run(args, &target).await,
+        Command::Job(cmd) => job::run(cmd, &target).await,
+        Command::Import(args) => import::run(args, &target).await,
+        Command::Rejected(args) => rejected::run(args, &target).await,
         Command::Demo(args) => demo::run(args, &target).await,
     }
 }

@@ -3,7 +3,10 @@
 //! This module also decides which database to use: `--database-url` /
 //! `DATABASE_URL`, or the embedded default.
 
+pub mod jobs;
+pub mod ledger;
 pub mod reference;
+pub mod rejected;
 
 use std::path::Path;
 use std::time::Duration;

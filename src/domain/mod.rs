@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod period;
+pub mod posting;
 pub mod pricing;
 pub mod request;
 pub mod rules;

@@ -548,7 +548,7 @@ pub fn parse_alloc_tres(input: &str) -> Result<AllocTres, RequestError> {
         }
     }
     let Some(cores) = cores else {
-        return err(input, "AllocTRES has no cpu count");
+        return err(input, "no cpu count");
     };
     Ok(AllocTres {
         cores,

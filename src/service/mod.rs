@@ -2,7 +2,9 @@
 //! the pure domain, persist, commit.
 
 pub mod config;
+pub mod import;
 pub mod quote;
+pub mod record;
 
 use crate::db::DbError;
 

@@ -8,5 +8,7 @@ mod harness;
 mod cli;
 mod config_apply;
 mod embedded;
+mod fixtures;
+mod import;
 mod rounding;
 mod schema;

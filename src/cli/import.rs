@@ -1,0 +1,187 @@
+//! `hpc-ledger import`: record many jobs from accounting files or stdin.
+
+use std::fs::File;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::ValueEnum;
+
+use super::{Format, print_json};
+use crate::db::Target;
+use crate::domain::posting::Defaults;
+use crate::ingest::{self, ReadOptions};
+use crate::service::import::{Summary, import, retry_rejected};
+use crate::service::{author, record::Recorder};
+
+/// Exit code when some records were rejected (and kept for re-processing).
+pub const EXIT_REJECTED: u8 = 4;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum InputFormat {
+    /// `sacct --parsable2` output (with or without a header line).
+    Slurm,
+    /// PBS / TORQUE / PBS Pro accounting logs.
+    Pbs,
+    /// One JSON job per line (see docs/recording.md).
+    Jsonl,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The input format.
+    #[arg(long, value_enum)]
+    format: Option<InputFormat>,
+    /// Files to read; `-` or none for stdin.
+    files: Vec<PathBuf>,
+    /// Cluster of records that name none (PBS logs; sacct output without a Cluster field).
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Project to charge records that name no account.
+    #[arg(long)]
+    default_project: Option<String>,
+    /// Slurm: the field names of headerless output, comma-separated (as given to `sacct --format`).
+    #[arg(long, value_delimiter = ',')]
+    fields: Option<Vec<String>>,
+    /// Slurm: the field delimiter (default `|`).
+    #[arg(long)]
+    delimiter: Option<String>,
+    /// PBS: attributes naming the project, first present wins (default `account`; e.g. `account,group`).
+    #[arg(long, value_delimiter = ',')]
+    project_from: Option<Vec<String>>,
+    /// Replace the charges of jobs whose re-sent records change the charge
+    /// (reverse the old entries, post the new ones) instead of rejecting them.
+    #[arg(long)]
+    supersede: bool,
+    /// Re-process the rejected records kept from earlier imports, with today's rules.
+    #[arg(long, conflicts_with_all = ["files", "format"])]
+    retry_rejected: bool,
+    /// Who records (default: the OS user).
+    #[arg(long)]
+    author: Option<String>,
+    /// How to print the summary.
+    #[arg(long, value_enum, default_value_t)]
+    output: Format,
+}
+
+pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
+    let pool = target.open().await?;
+    let defaults = Defaults {
+        cluster: args.cluster.clone(),
+        project: args.default_project.clone(),
+    };
+    let mut recorder = Recorder::new(pool.clone(), defaults, args.supersede, author(args.author.as_deref()));
+    let mut summary = Summary::default();
+    if args.retry_rejected {
+        retry_rejected(&pool, &mut recorder, &mut summary).await?;
+    } else {
+        let Some(format) = args.format else {
+            anyhow::bail!("give --format slurm|pbs|jsonl (or --retry-rejected)");
+        };
+        let format = match format {
+            InputFormat::Slurm => ingest::Format::Slurm,
+            InputFormat::Pbs => ingest::Format::Pbs,
+            InputFormat::Jsonl => ingest::Format::Jsonl,
+        };
+        let options = ReadOptions {
+            cluster: args.cluster.clone(),
+            default_project: args.default_project.clone(),
+            fields: args.fields.clone(),
+            delimiter: args.delimiter.clone(),
+            project_from: args.project_from.clone(),
+        };
+        let mut files = args.files.clone();
+        if files.is_empty() {
+            files.push(PathBuf::from("-"));
+        }
+        for path in &files {
+            if path.as_os_str() == "-" {
+                let bar = progress(None);
+                import(
+                    &mut recorder,
+                    std::io::stdin(),
+                    "stdin",
+                    format,
+                    &options,
+                    &mut summary,
+                    &|b| bar.set_position(b),
+                )
+                .await?;
+                bar.finish_and_clear();
+            } else {
+                let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+                let bar = progress(file.metadata().ok().map(|m| m.len()));
+                let name = path.display().to_string();
+                import(&mut recorder, file, &name, format, &options, &mut summary, &|b| {
+                    bar.set_position(b)
+                })
+                .await?;
+                bar.finish_and_clear();
+            }
+        }
+    }
+    match args.output {
+        Format::Json => print_json(&summary)?,
+        Format::Text => print!("{}", render(&summary)),
+    }
+    Ok(if summary.rejected_total() > 0 {
+        ExitCode::from(EXIT_REJECTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A progress bar on stderr when it is a terminal; hidden otherwise.
+fn progress(total: Option<u64>) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    match total {
+        Some(len) => indicatif::ProgressBar::new(len).with_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+                .expect("a valid template"),
+        ),
+        None => indicatif::ProgressBar::new_spinner()
+            .with_style(indicatif::ProgressStyle::with_template("{spinner} {bytes} {bytes_per_sec}").expect("valid")),
+    }
+}
+
+/// The summary as a person reads it.
+pub fn render(s: &Summary) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "lines read:  {}", s.lines);
+    let _ = writeln!(out, "recorded:    {} (charged {:.2})", s.recorded, s.charged);
+    let _ = writeln!(out, "replayed:    {} (already recorded, nothing changed)", s.replayed);
+    let _ = writeln!(
+        out,
+        "revised:     {} (non-charge fields changed; kept as revisions)",
+        s.revised
+    );
+    let _ = writeln!(
+        out,
+        "superseded:  {} (old charges reversed, new ones posted)",
+        s.superseded
+    );
+    let skipped: u64 = s.skipped.values().sum();
+    let _ = writeln!(out, "skipped:     {skipped}");
+    for (why, n) in &s.skipped {
+        let _ = writeln!(out, "  {n:>8}  {why}");
+    }
+    let _ = writeln!(
+        out,
+        "rejected:    {} (kept; fix the cause, then `hpc-ledger import --retry-rejected`)",
+        s.rejected_total()
+    );
+    for (kind, n) in &s.rejected {
+        let _ = writeln!(out, "  {n:>8}  {}", kind.as_str());
+    }
+    for e in &s.examples {
+        let _ = writeln!(out, "  {e}");
+    }
+    if s.rejected_total() > s.examples.len() as u64 {
+        let _ = writeln!(out, "  … `hpc-ledger rejected` lists them all");
+    }
+    out
+}

@@ -1,0 +1,196 @@
+//! `hpc-ledger job …`: record one finished job (for a scheduler's epilogue).
+
+use std::io::Read as _;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use super::{Format, print_json};
+use crate::db::Target;
+use crate::domain::posting::{Defaults, RejectKind};
+use crate::ingest::jsonl::{JsonJob, Scalar};
+use crate::ingest::{Item, ReadOptions};
+use crate::service::author;
+use crate::service::record::{Outcome, Recorder, Source, Submission};
+
+/// Exit codes of `job record`.
+pub const EXIT_MALFORMED: u8 = 2;
+pub const EXIT_CONFLICT: u8 = 3;
+pub const EXIT_REJECTED: u8 = 4;
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Record one finished job, from flags or one JSON object on stdin (--json).
+    Record(Box<RecordArgs>),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// Read the job as one JSON object from stdin (the JSON lines format).
+    #[arg(long, conflicts_with_all = ["cluster", "job_id", "project", "cores", "start", "end"])]
+    json: bool,
+    #[arg(long)]
+    cluster: Option<String>,
+    /// The scheduler's job id (without the array index).
+    #[arg(long)]
+    job_id: Option<String>,
+    #[arg(long)]
+    array_index: Option<u32>,
+    /// The project code (the scheduler's account).
+    #[arg(long)]
+    project: Option<String>,
+    #[arg(long)]
+    user: Option<String>,
+    #[arg(long)]
+    job_name: Option<String>,
+    /// Queue or partition (decides the node type).
+    #[arg(long)]
+    queue: Option<String>,
+    /// Node type, instead of a queue.
+    #[arg(long)]
+    node_type: Option<String>,
+    #[arg(long)]
+    nodes: Option<u32>,
+    /// Cores held in total.
+    #[arg(long)]
+    cores: Option<u32>,
+    /// Memory requested in total, e.g. 12GB (powers of 1024).
+    #[arg(long)]
+    memory: Option<String>,
+    /// GPUs held in total.
+    #[arg(long)]
+    gpus: Option<u32>,
+    /// Times: RFC 3339 (2026-10-05T09:00:00-04:00), the cluster's local time, or epoch seconds.
+    #[arg(long)]
+    submit: Option<String>,
+    #[arg(long)]
+    start: Option<String>,
+    #[arg(long)]
+    end: Option<String>,
+    #[arg(long)]
+    state: Option<String>,
+    #[arg(long)]
+    exit_code: Option<String>,
+    /// If the job is recorded with a different charge, reverse the old charges and post these.
+    #[arg(long)]
+    supersede: bool,
+    #[arg(long)]
+    author: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+fn time(v: &Option<String>) -> Option<Scalar> {
+    v.as_ref().map(|s| match s.trim().parse::<i64>() {
+        Ok(secs) => Scalar::Int(secs),
+        Err(_) => Scalar::Text(s.clone()),
+    })
+}
+
+pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
+    let Cmd::Record(a) = cmd;
+    let (raw, format) = if a.json {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the job from stdin")?;
+        (text.trim().to_owned(), "json")
+    } else {
+        let job = JsonJob {
+            cluster: a.cluster.clone(),
+            job_id: a.job_id.clone().map(Scalar::Text),
+            array_index: a.array_index,
+            project: a.project.clone(),
+            user: a.user.clone(),
+            job_name: a.job_name.clone(),
+            queue: a.queue.clone(),
+            node_type: a.node_type.clone(),
+            nodes: a.nodes,
+            cores: a.cores,
+            memory: a.memory.clone().map(Scalar::Text),
+            gpus: a.gpus,
+            exclusive: None,
+            submit: time(&a.submit),
+            start: time(&a.start),
+            end: time(&a.end),
+            state: a.state.clone(),
+            exit_code: a.exit_code.clone().map(Scalar::Text),
+        };
+        (serde_json::to_string(&job)?, "cli")
+    };
+    let source = Source {
+        format,
+        reference: "job record".into(),
+        raw: raw.clone(),
+        options: ReadOptions::default(),
+    };
+    let pool = target.open().await?;
+    let mut recorder = Recorder::new(pool, Defaults::default(), a.supersede, author(a.author.as_deref()));
+    let item = crate::ingest::jsonl::parse_job(&raw).unwrap_or_else(Item::Bad);
+    let outcome = match item {
+        Item::Job(job) => {
+            let mut outcomes = recorder.record(&[Submission { input: *job, source }], &[]).await?;
+            outcomes.pop().expect("one outcome per job")
+        }
+        Item::Skip(why) => {
+            println!("not charged: one of the {why}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Item::Bad(reason) => {
+            recorder.record(&[], &[(source, reason.clone())]).await?;
+            Outcome::Rejected {
+                job: None,
+                kind: RejectKind::Malformed,
+                reason,
+            }
+        }
+    };
+    match a.format {
+        Format::Json => print_json(&outcome)?,
+        Format::Text => match &outcome {
+            Outcome::Recorded {
+                job,
+                period,
+                late,
+                entries,
+                amount,
+            } => println!(
+                "recorded {job}: {entries} entr{} totalling {amount:.2} in {period}{}",
+                if *entries == 1 { "y" } else { "ies" },
+                if *late { " (late: its own month is closed)" } else { "" }
+            ),
+            Outcome::Replayed { job } => println!("replayed {job}: already recorded with this content"),
+            Outcome::Revised { job, revision } => {
+                println!("revised {job}: kept as revision {revision} (the charge does not change)")
+            }
+            Outcome::Superseded {
+                job,
+                revision,
+                reversed,
+                amount,
+                period,
+                ..
+            } => println!(
+                "superseded {job}: revision {revision}, {reversed} entr{} reversed, new charges {amount:.2} in {period}",
+                if *reversed == 1 { "y" } else { "ies" }
+            ),
+            Outcome::Rejected { job, reason, .. } => eprintln!(
+                "error: {} not recorded: {reason}\n  (kept as rejected; `hpc-ledger rejected` lists it)",
+                job.as_deref().unwrap_or("the job")
+            ),
+        },
+    }
+    Ok(match outcome {
+        Outcome::Rejected {
+            kind: RejectKind::Malformed,
+            ..
+        } => ExitCode::from(EXIT_MALFORMED),
+        Outcome::Rejected {
+            kind: RejectKind::Conflict,
+            ..
+        } => ExitCode::from(EXIT_CONFLICT),
+        Outcome::Rejected { .. } => ExitCode::from(EXIT_REJECTED),
+        _ => ExitCode::SUCCESS,
+    })
+}

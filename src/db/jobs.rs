@@ -1,0 +1,207 @@
+//! Jobs and job records: find runs by identity, add runs and records in
+//! batches (one statement each).
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use crate::domain::posting::{ChargeFields, Existing, JobKey, RecordKind, ResolvedJob};
+use crate::domain::units::Bytes;
+use crate::ids::{ClusterId, JobId, JobRecordId, NodeTypeId, ProjectId};
+
+/// The columns of a batch of job keys.
+struct KeyColumns {
+    cluster: Vec<i64>,
+    job: Vec<String>,
+    index: Vec<Option<i32>>,
+    submitted: Vec<Option<DateTime<Utc>>>,
+    started: Vec<DateTime<Utc>>,
+}
+
+fn key_columns(keys: &[&JobKey]) -> KeyColumns {
+    KeyColumns {
+        cluster: keys.iter().map(|k| k.cluster_id.0).collect(),
+        job: keys.iter().map(|k| k.job_id.clone()).collect(),
+        index: keys.iter().map(|k| k.array_index.map(|i| i as i32)).collect(),
+        submitted: keys.iter().map(|k| k.submitted_at).collect(),
+        started: keys.iter().map(|k| k.started_at).collect(),
+    }
+}
+
+/// The ids of the runs among `keys` that are recorded: (position in `keys`, id).
+pub async fn find(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usize, JobId)>, sqlx::Error> {
+    let c = key_columns(keys);
+    let rows = sqlx::query!(
+        r#"SELECT u.i AS "i!", j.id AS "id!: JobId"
+             FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[])
+                  WITH ORDINALITY AS u(cluster_id, job_id, array_index, submitted_at, started_at, i)
+             JOIN job j
+               ON j.cluster_id = u.cluster_id AND j.scheduler_job_id = u.job_id
+              AND coalesce(j.array_index, -1) = coalesce(u.array_index, -1)
+              AND coalesce(j.submitted_at, '-infinity'::timestamptz) = coalesce(u.submitted_at, '-infinity'::timestamptz)
+              AND j.started_at = u.started_at"#,
+        &c.cluster,
+        &c.job,
+        &c.index as &[Option<i32>],
+        &c.submitted as &[Option<DateTime<Utc>>],
+        &c.started,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.i as usize - 1, r.id)).collect())
+}
+
+/// Add runs; those another writer added first are left alone (find them
+/// with [`find`] afterwards).
+pub async fn insert(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<u64, sqlx::Error> {
+    let c = key_columns(keys);
+    let done = sqlx::query!(
+        "INSERT INTO job (cluster_id, scheduler_job_id, array_index, submitted_at, started_at)
+         SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[])
+         ON CONFLICT DO NOTHING",
+        &c.cluster,
+        &c.job,
+        &c.index as &[Option<i32>],
+        &c.submitted as &[Option<DateTime<Utc>>],
+        &c.started,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+fn fingerprint(v: Vec<u8>) -> [u8; 32] {
+    v.try_into().expect("the schema keeps fingerprints 32 bytes long")
+}
+
+/// Every record held for the given runs.
+pub async fn records(conn: &mut PgConnection, jobs: &[JobId]) -> Result<Vec<(JobId, Existing)>, sqlx::Error> {
+    let ids: Vec<i64> = jobs.iter().map(|j| j.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT job_id AS "job_id: JobId", id AS "id: JobRecordId", revision, kind, charge_fingerprint,
+                  content_fingerprint, ended_at, nodes, cores, memory_bytes, gpus, queue,
+                  project_id AS "project_id: ProjectId", node_type_id AS "node_type_id: NodeTypeId"
+             FROM job_record WHERE job_id = ANY($1)"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.job_id,
+                Existing {
+                    id: r.id,
+                    revision: r.revision,
+                    kind: RecordKind::parse(&r.kind).expect("the schema checks the kind"),
+                    charge_fingerprint: fingerprint(r.charge_fingerprint),
+                    content_fingerprint: fingerprint(r.content_fingerprint),
+                    charge: ChargeFields {
+                        ended_at: r.ended_at,
+                        nodes: r.nodes as u32,
+                        cores: r.cores as u32,
+                        memory: r.memory_bytes.map(|m| Bytes(m as u64)),
+                        gpus: r.gpus as u32,
+                        queue: r.queue,
+                        project_id: r.project_id,
+                        node_type_id: r.node_type_id,
+                    },
+                },
+            )
+        })
+        .collect())
+}
+
+/// A record to add.
+pub struct NewRecord<'a> {
+    pub job: JobId,
+    pub revision: i32,
+    pub kind: RecordKind,
+    pub job_data: &'a ResolvedJob,
+    pub source_format: &'a str,
+    pub source_ref: &'a str,
+    pub raw: &'a str,
+}
+
+/// Add records in one statement; returns (run, revision, record id).
+pub async fn insert_records(
+    conn: &mut PgConnection,
+    records: &[NewRecord<'_>],
+    recorded_by: &str,
+) -> Result<Vec<(JobId, i32, JobRecordId)>, sqlx::Error> {
+    let col = |f: &dyn Fn(&NewRecord) -> i64| records.iter().map(f).collect::<Vec<i64>>();
+    let job = col(&|r| r.job.0);
+    let cluster: Vec<i64> = records.iter().map(|r| r.job_data.key.cluster_id.0).collect();
+    let started: Vec<DateTime<Utc>> = records.iter().map(|r| r.job_data.key.started_at).collect();
+    let revision: Vec<i32> = records.iter().map(|r| r.revision).collect();
+    let kind: Vec<&str> = records.iter().map(|r| r.kind.as_str()).collect();
+    let project = col(&|r| r.job_data.charge.project_id.0);
+    let node_type = col(&|r| r.job_data.charge.node_type_id.0);
+    let queue: Vec<Option<String>> = records.iter().map(|r| r.job_data.charge.queue.clone()).collect();
+    let user: Vec<&str> = records.iter().map(|r| r.job_data.user.as_str()).collect();
+    let name: Vec<&str> = records.iter().map(|r| r.job_data.job_name.as_str()).collect();
+    let state: Vec<&str> = records.iter().map(|r| r.job_data.state.as_str()).collect();
+    let exit: Vec<Option<String>> = records.iter().map(|r| r.job_data.exit_code.clone()).collect();
+    let ended: Vec<DateTime<Utc>> = records.iter().map(|r| r.job_data.charge.ended_at).collect();
+    let nodes: Vec<i32> = records.iter().map(|r| r.job_data.charge.nodes as i32).collect();
+    let cores: Vec<i32> = records.iter().map(|r| r.job_data.charge.cores as i32).collect();
+    let memory: Vec<Option<i64>> = records
+        .iter()
+        .map(|r| r.job_data.charge.memory.map(|m| m.0 as i64))
+        .collect();
+    let gpus: Vec<i32> = records.iter().map(|r| r.job_data.charge.gpus as i32).collect();
+    let charge_fp: Vec<Vec<u8>> = records.iter().map(|r| r.job_data.charge_fingerprint.to_vec()).collect();
+    let content_fp: Vec<Vec<u8>> = records
+        .iter()
+        .map(|r| r.job_data.content_fingerprint.to_vec())
+        .collect();
+    let format: Vec<&str> = records.iter().map(|r| r.source_format).collect();
+    let source: Vec<&str> = records.iter().map(|r| r.source_ref).collect();
+    let raw: Vec<&str> = records.iter().map(|r| r.raw).collect();
+    let rows = sqlx::query!(
+        r#"INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
+                                   user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
+                                   charge_fingerprint, content_fingerprint, source_format, source_ref, raw, recorded_by)
+           SELECT u.*, $22 FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[],
+                                       $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
+                                       $12::text[], $13::timestamptz[], $14::int[], $15::int[], $16::bigint[],
+                                       $17::int[], $18::bytea[], $19::bytea[], $20::text[], $21::text[], $23::text[]) AS u
+           RETURNING job_id AS "job_id: JobId", revision, id AS "id: JobRecordId""#,
+        &job,
+        &cluster,
+        &started,
+        &revision,
+        &kind as &[&str],
+        &project,
+        &node_type,
+        &queue as &[Option<String>],
+        &user as &[&str],
+        &name as &[&str],
+        &state as &[&str],
+        &exit as &[Option<String>],
+        &ended,
+        &nodes,
+        &cores,
+        &memory as &[Option<i64>],
+        &gpus,
+        &charge_fp,
+        &content_fp,
+        &format as &[&str],
+        &source as &[&str],
+        recorded_by,
+        &raw as &[&str],
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.job_id, r.revision, r.id)).collect())
+}
+
+/// Jobs ever recorded for a cluster (for tests and summaries).
+pub async fn count(conn: &mut PgConnection, cluster: ClusterId) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM job WHERE cluster_id = $1"#,
+        cluster as ClusterId
+    )
+    .fetch_one(&mut *conn)
+    .await
+}

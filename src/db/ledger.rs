@@ -1,0 +1,131 @@
+//! Ledger entries: post in batches, find what a correction must reverse,
+//! and the state of the accounting periods.
+
+use chrono::NaiveDate;
+use rust_decimal::Decimal;
+use sqlx::PgConnection;
+
+use crate::ids::{JobRecordId, LedgerEntryId, ProjectId, RateCardId};
+
+/// Hold the posting locks for this transaction: closing a month waits for
+/// it, and it waits for a month being closed (and for a configuration being
+/// applied).
+pub async fn lock_for_posting(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock_shared(hl_period_lock_key()), pg_advisory_xact_lock_shared($1)",
+        crate::db::RULES_LOCK
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The latest closed month (first day), if any month is closed.
+pub async fn last_closed(conn: &mut PgConnection) -> Result<Option<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT max(period) FROM closed_period")
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// The version of the pricing rules (bumped by every configuration change).
+pub async fn rules_version(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!("SELECT version FROM rules_version")
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// An entry to post.
+#[derive(Debug, Clone)]
+pub struct NewEntry {
+    pub period: NaiveDate,
+    pub project_id: ProjectId,
+    pub kind: &'static str,
+    pub metric: Option<&'static str>,
+    pub job_record_id: Option<JobRecordId>,
+    pub rate_card_id: Option<RateCardId>,
+    pub corrects_id: Option<LedgerEntryId>,
+    pub quantity: Decimal,
+    pub unit_rate: Decimal,
+    pub amount_exact: Decimal,
+    pub amount: Decimal,
+    pub late: bool,
+    pub reason: Option<String>,
+}
+
+/// Post entries in one statement, in the given order.
+pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str) -> Result<u64, sqlx::Error> {
+    if entries.is_empty() {
+        return Ok(0);
+    }
+    let period: Vec<NaiveDate> = entries.iter().map(|e| e.period).collect();
+    let project: Vec<i64> = entries.iter().map(|e| e.project_id.0).collect();
+    let kind: Vec<&str> = entries.iter().map(|e| e.kind).collect();
+    let metric: Vec<Option<&str>> = entries.iter().map(|e| e.metric).collect();
+    let record: Vec<Option<i64>> = entries.iter().map(|e| e.job_record_id.map(|r| r.0)).collect();
+    let card: Vec<Option<i64>> = entries.iter().map(|e| e.rate_card_id.map(|r| r.0)).collect();
+    let corrects: Vec<Option<i64>> = entries.iter().map(|e| e.corrects_id.map(|r| r.0)).collect();
+    let quantity: Vec<Decimal> = entries.iter().map(|e| e.quantity).collect();
+    let rate: Vec<Decimal> = entries.iter().map(|e| e.unit_rate).collect();
+    let exact: Vec<Decimal> = entries.iter().map(|e| e.amount_exact).collect();
+    let amount: Vec<Decimal> = entries.iter().map(|e| e.amount).collect();
+    let late: Vec<bool> = entries.iter().map(|e| e.late).collect();
+    let reason: Vec<Option<String>> = entries.iter().map(|e| e.reason.clone()).collect();
+    let done = sqlx::query!(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                   quantity, unit_rate, amount_exact, amount, late, reason, author)
+         SELECT p, pr, k, m, jr, rc, c, q, r, x, a, l, re, $14
+           FROM UNNEST($1::date[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
+                       $8::numeric[], $9::numeric[], $10::numeric[], $11::numeric[], $12::bool[], $13::text[])
+                WITH ORDINALITY AS u(p, pr, k, m, jr, rc, c, q, r, x, a, l, re, i)
+          ORDER BY i",
+        &period,
+        &project,
+        &kind as &[&str],
+        &metric as &[Option<&str>],
+        &record as &[Option<i64>],
+        &card as &[Option<i64>],
+        &corrects as &[Option<i64>],
+        &quantity,
+        &rate,
+        &exact,
+        &amount,
+        &late,
+        &reason as &[Option<String>],
+        author,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// A posted entry, as a correction needs it.
+#[derive(Debug, Clone)]
+pub struct Posted {
+    pub id: LedgerEntryId,
+    pub project_id: ProjectId,
+    pub metric: Option<String>,
+    pub job_record_id: Option<JobRecordId>,
+    pub rate_card_id: Option<RateCardId>,
+    pub quantity: Decimal,
+    pub unit_rate: Decimal,
+    pub amount_exact: Decimal,
+    pub amount: Decimal,
+}
+
+/// The charges of these job records that have not been reversed.
+pub async fn unreversed_charges(conn: &mut PgConnection, records: &[JobRecordId]) -> Result<Vec<Posted>, sqlx::Error> {
+    let ids: Vec<i64> = records.iter().map(|r| r.0).collect();
+    sqlx::query_as!(
+        Posted,
+        r#"SELECT e.id AS "id: LedgerEntryId", e.project_id AS "project_id: ProjectId", e.metric,
+                  e.job_record_id AS "job_record_id: JobRecordId", e.rate_card_id AS "rate_card_id: RateCardId",
+                  e.quantity, e.unit_rate, e.amount_exact, e.amount
+             FROM ledger_entry e
+            WHERE e.job_record_id = ANY($1) AND e.kind = 'job'
+              AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')
+            ORDER BY e.id"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await
+}

@@ -1,0 +1,113 @@
+//! Rejected records: kept with the reason and how to read them again, until
+//! re-processing resolves them.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+/// A record that could not be charged.
+#[derive(Debug, Clone)]
+pub struct NewRejection {
+    pub source_format: String,
+    pub source_ref: String,
+    pub read_options: serde_json::Value,
+    pub raw: String,
+    pub raw_sha256: Vec<u8>,
+    pub kind: &'static str,
+    pub reason: String,
+    pub job_key: Option<String>,
+}
+
+/// Keep rejections; a line rejected before is updated (reason, when, how
+/// many times) rather than duplicated.
+pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<(), sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let format: Vec<&str> = rows.iter().map(|r| r.source_format.as_str()).collect();
+    let source: Vec<&str> = rows.iter().map(|r| r.source_ref.as_str()).collect();
+    let options: Vec<serde_json::Value> = rows.iter().map(|r| r.read_options.clone()).collect();
+    let raw: Vec<&str> = rows.iter().map(|r| r.raw.as_str()).collect();
+    let hash: Vec<Vec<u8>> = rows.iter().map(|r| r.raw_sha256.clone()).collect();
+    let kind: Vec<&str> = rows.iter().map(|r| r.kind).collect();
+    let reason: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    let key: Vec<Option<String>> = rows.iter().map(|r| r.job_key.clone()).collect();
+    sqlx::query!(
+        "INSERT INTO rejected_record (source_format, source_ref, read_options, raw, raw_sha256, kind, reason, job_key)
+         SELECT DISTINCT ON (f, h) f, s, o, r, h, k, re, jk
+           FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::text[])
+                AS u(f, s, o, r, h, k, re, jk)
+         ON CONFLICT (source_format, raw_sha256) DO UPDATE
+            SET source_ref = EXCLUDED.source_ref, read_options = EXCLUDED.read_options, kind = EXCLUDED.kind,
+                reason = EXCLUDED.reason, job_key = EXCLUDED.job_key, last_seen_at = now(),
+                times_seen = rejected_record.times_seen + 1, resolved_at = NULL, resolution = NULL",
+        &format as &[&str],
+        &source as &[&str],
+        &options,
+        &raw as &[&str],
+        &hash,
+        &kind as &[&str],
+        &reason as &[&str],
+        &key as &[Option<String>],
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Mark the rejected records of these lines resolved (they are now recorded).
+pub async fn resolve(
+    conn: &mut PgConnection,
+    source_format: &[&str],
+    raw_sha256: &[Vec<u8>],
+    resolution: &[&str],
+) -> Result<u64, sqlx::Error> {
+    if raw_sha256.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query!(
+        "UPDATE rejected_record r SET resolved_at = now(), resolution = u.res
+           FROM UNNEST($1::text[], $2::bytea[], $3::text[]) AS u(f, h, res)
+          WHERE r.source_format = u.f AND r.raw_sha256 = u.h AND r.resolved_at IS NULL",
+        source_format as &[&str],
+        raw_sha256,
+        resolution as &[&str],
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// A rejected record as stored.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Rejected {
+    pub id: i64,
+    pub source_format: String,
+    pub source_ref: String,
+    pub read_options: serde_json::Value,
+    pub raw: String,
+    pub kind: String,
+    pub reason: String,
+    pub job_key: Option<String>,
+    pub first_seen_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    pub times_seen: i32,
+    pub resolved_at: Option<DateTime<Utc>>,
+    pub resolution: Option<String>,
+}
+
+/// Rejected records after `after_id`, oldest first; unresolved only unless `all`.
+pub async fn list(conn: &mut PgConnection, after_id: i64, limit: i64, all: bool) -> Result<Vec<Rejected>, sqlx::Error> {
+    sqlx::query_as!(
+        Rejected,
+        "SELECT id, source_format, source_ref, read_options, raw, kind, reason, job_key, first_seen_at, last_seen_at,
+                times_seen, resolved_at, resolution
+           FROM rejected_record
+          WHERE id > $1 AND ($3 OR resolved_at IS NULL)
+          ORDER BY id LIMIT $2",
+        after_id,
+        limit,
+        all
+    )
+    .fetch_all(&mut *conn)
+    .await
+}

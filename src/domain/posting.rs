@@ -1,0 +1,509 @@
+//! Posting a finished job (SPEC D5, D6, D9): resolve a job as a scheduler
+//! reported it against the rules in force, price it, decide its accounting
+//! month, and decide what a re-sent record means (replay, revision,
+//! conflict, supersede). Pure: the catalog, project ids and the clock come
+//! in as arguments.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
+use chrono_tz::Tz;
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::catalog::{Catalog, ClusterInfo};
+use super::period::{LocalTimeError, Month, local_to_utc};
+use super::pricing::{JobPrice, JobShape, price_job, validate};
+use super::rules::{NodeTypeError, pricing_instant};
+use super::units::{Bytes, Priced};
+use crate::ids::{ClusterId, JobRecordId, NodeTypeId, ProjectId, RateCardId};
+
+/// An instant as a scheduler wrote it: with a zone, or local wall-clock time
+/// of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Stamp {
+    At(DateTime<Utc>),
+    Local(NaiveDateTime),
+}
+
+impl fmt::Display for Stamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stamp::At(t) => write!(f, "{}", t.format("%Y-%m-%dT%H:%M:%SZ")),
+            Stamp::Local(t) => write!(f, "{}", t.format("%Y-%m-%dT%H:%M:%S")),
+        }
+    }
+}
+
+/// A finished job as read from any source, before it is resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobInput {
+    /// `None`: the importer's default cluster.
+    pub cluster: Option<String>,
+    pub job_id: String,
+    pub array_index: Option<u32>,
+    /// The account; `None`: the importer's default project.
+    pub project: Option<String>,
+    pub user: String,
+    pub job_name: String,
+    pub queue: Option<String>,
+    pub node_type: Option<String>,
+    pub nodes: u32,
+    pub cores: u32,
+    pub memory: Option<Bytes>,
+    pub gpus: u32,
+    /// Held whole nodes (PBS `place=excl`): cores = nodes × cores per node.
+    pub exclusive: bool,
+    pub submit: Option<Stamp>,
+    pub start: Stamp,
+    pub end: Stamp,
+    pub state: String,
+    pub exit_code: Option<String>,
+}
+
+impl JobInput {
+    /// `cluster/job_id[_index]`, for messages.
+    pub fn key(&self, default_cluster: Option<&str>) -> String {
+        let cluster = self.cluster.as_deref().or(default_cluster).unwrap_or("?");
+        match self.array_index {
+            Some(i) => format!("{cluster}/{}_{i}", self.job_id),
+            None => format!("{cluster}/{}", self.job_id),
+        }
+    }
+}
+
+/// Defaults an importer applies to records that do not say.
+#[derive(Debug, Clone, Default)]
+pub struct Defaults {
+    pub cluster: Option<String>,
+    pub project: Option<String>,
+}
+
+/// Why a job is not charged (it is kept for re-processing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectKind {
+    Malformed,
+    UnknownCluster,
+    UnknownProject,
+    UnknownQueue,
+    NoRateCard,
+    Invalid,
+    Conflict,
+    Database,
+}
+
+impl RejectKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectKind::Malformed => "malformed",
+            RejectKind::UnknownCluster => "unknown_cluster",
+            RejectKind::UnknownProject => "unknown_project",
+            RejectKind::UnknownQueue => "unknown_queue",
+            RejectKind::NoRateCard => "no_rate_card",
+            RejectKind::Invalid => "invalid",
+            RejectKind::Conflict => "conflict",
+            RejectKind::Database => "database",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RejectKind> {
+        [
+            RejectKind::Malformed,
+            RejectKind::UnknownCluster,
+            RejectKind::UnknownProject,
+            RejectKind::UnknownQueue,
+            RejectKind::NoRateCard,
+            RejectKind::Invalid,
+            RejectKind::Conflict,
+            RejectKind::Database,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejection {
+    pub kind: RejectKind,
+    pub reason: String,
+}
+
+fn reject<T>(kind: RejectKind, reason: impl Into<String>) -> Result<T, Rejection> {
+    Err(Rejection {
+        kind,
+        reason: reason.into(),
+    })
+}
+
+/// A job run's identity (SPEC D9).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct JobKey {
+    pub cluster_id: ClusterId,
+    pub job_id: String,
+    pub array_index: Option<u32>,
+    pub submitted_at: Option<DateTime<Utc>>,
+    pub started_at: DateTime<Utc>,
+}
+
+/// The fields whose change changes the charge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChargeFields {
+    pub ended_at: DateTime<Utc>,
+    pub nodes: u32,
+    pub cores: u32,
+    pub memory: Option<Bytes>,
+    pub gpus: u32,
+    pub queue: Option<String>,
+    pub project_id: ProjectId,
+    pub node_type_id: NodeTypeId,
+}
+
+/// A job resolved against the rules, priced, ready to post.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResolvedJob {
+    pub key: JobKey,
+    pub charge: ChargeFields,
+    pub user: String,
+    pub job_name: String,
+    pub state: String,
+    pub exit_code: Option<String>,
+    pub rate_card_id: RateCardId,
+    pub price: JobPrice,
+    /// The month it ended in, in the billing time zone (SPEC D6).
+    pub natural_period: Month,
+    pub charge_fingerprint: [u8; 32],
+    pub content_fingerprint: [u8; 32],
+}
+
+/// Jobs that began before this are not real records.
+const EARLIEST: &str = "1990-01-01T00:00:00Z";
+
+fn instant(stamp: Stamp, tz: Tz, what: &str) -> Result<DateTime<Utc>, Rejection> {
+    match stamp {
+        Stamp::At(t) => Ok(t),
+        Stamp::Local(t) => local_to_utc(t, tz).map_err(|LocalTimeError::Skipped| Rejection {
+            kind: RejectKind::Invalid,
+            reason: format!(
+                "the {what} time {t} does not exist in {} (skipped by a daylight-saving change)",
+                tz.name()
+            ),
+        }),
+    }
+}
+
+/// Resolve and price a job. `projects` maps lower-case project codes to ids.
+pub fn resolve(
+    input: &JobInput,
+    defaults: &Defaults,
+    catalog: &Catalog,
+    projects: &HashMap<String, ProjectId>,
+    now: DateTime<Utc>,
+) -> Result<ResolvedJob, Rejection> {
+    let Some(center) = &catalog.center else {
+        return reject(RejectKind::UnknownCluster, "no center configuration has been applied");
+    };
+    let Some(cluster_name) = input.cluster.as_deref().or(defaults.cluster.as_deref()) else {
+        return reject(
+            RejectKind::UnknownCluster,
+            "the record names no cluster (give the importer a default cluster)",
+        );
+    };
+    let cluster: &ClusterInfo = match catalog.cluster(cluster_name) {
+        Some(c) => c,
+        None => {
+            return reject(
+                RejectKind::UnknownCluster,
+                format!("unknown cluster {cluster_name:?} (known: {})", catalog.cluster_names()),
+            );
+        }
+    };
+    let tz = cluster.time_zone.unwrap_or(center.time_zone);
+    let started_at = instant(input.start, tz, "start")?;
+    let ended_at = instant(input.end, tz, "end")?;
+    let submitted_at = input.submit.map(|s| instant(s, tz, "submit")).transpose()?;
+    let earliest: DateTime<Utc> = EARLIEST.parse().expect("a valid instant");
+    if started_at < earliest {
+        return reject(RejectKind::Invalid, format!("it started at {started_at}, before 1990"));
+    }
+    if ended_at > now + TimeDelta::days(1) {
+        return reject(RejectKind::Invalid, format!("it ends at {ended_at}, in the future"));
+    }
+    if let Some(s) = submitted_at
+        && s > started_at
+    {
+        return reject(
+            RejectKind::Invalid,
+            format!("it was submitted at {s}, after it started at {started_at}"),
+        );
+    }
+    if ended_at < started_at {
+        return reject(
+            RejectKind::Invalid,
+            format!("it ends at {ended_at}, before it starts at {started_at}"),
+        );
+    }
+    if input.job_id.is_empty() || input.job_id.len() > 256 || input.job_id.chars().any(char::is_control) {
+        return reject(
+            RejectKind::Invalid,
+            "the job id must be 1 to 256 characters without control characters",
+        );
+    }
+    let Some(code) = input.project.as_deref().or(defaults.project.as_deref()) else {
+        return reject(
+            RejectKind::UnknownProject,
+            "the record names no project/account (give the importer a default project)",
+        );
+    };
+    let Some(&project_id) = projects.get(&code.to_lowercase()) else {
+        return reject(RejectKind::UnknownProject, format!("unknown project {code:?}"));
+    };
+    let node_type = cluster
+        .resolve_node_type(input.queue.as_deref(), input.node_type.as_deref(), input.gpus)
+        .map_err(|e| Rejection {
+            kind: match e {
+                NodeTypeError::UnknownQueue { .. } | NodeTypeError::Missing => RejectKind::UnknownQueue,
+                NodeTypeError::UnknownNodeType { .. } => RejectKind::Invalid,
+            },
+            reason: e.to_string(),
+        })?;
+    let at = pricing_instant(submitted_at, started_at);
+    let Some(card) = cluster.rate_card(node_type.id, at) else {
+        return reject(
+            RejectKind::NoRateCard,
+            format!(
+                "no rate card for node type {:?} on cluster {} is in force at {at} (the job's {} time)",
+                node_type.name,
+                cluster.name,
+                if submitted_at.is_some() { "submit" } else { "start" }
+            ),
+        );
+    };
+    let mut shape = JobShape {
+        nodes: input.nodes,
+        cores: input.cores,
+        memory: input.memory,
+        gpus: input.gpus,
+    };
+    let wall_seconds = (ended_at - started_at).num_seconds();
+    validate(&shape, wall_seconds).map_err(|e| Rejection {
+        kind: RejectKind::Invalid,
+        reason: e.to_string(),
+    })?;
+    if input.exclusive {
+        shape.cores = shape
+            .nodes
+            .saturating_mul(card.period.value.cores_per_node)
+            .max(shape.cores);
+    }
+    let price = price_job(&shape, wall_seconds, &card.period.value).map_err(|e| Rejection {
+        kind: RejectKind::Invalid,
+        reason: e.to_string(),
+    })?;
+    let (charge_fingerprint, content_fingerprint) = fingerprints(input, code, ended_at);
+    Ok(ResolvedJob {
+        key: JobKey {
+            cluster_id: cluster.id,
+            job_id: input.job_id.clone(),
+            array_index: input.array_index,
+            submitted_at,
+            started_at,
+        },
+        charge: ChargeFields {
+            ended_at,
+            nodes: shape.nodes,
+            cores: shape.cores,
+            memory: shape.memory,
+            gpus: shape.gpus,
+            queue: input.queue.clone(),
+            project_id,
+            node_type_id: node_type.id,
+        },
+        user: input.user.clone(),
+        job_name: input.job_name.clone(),
+        state: input.state.clone(),
+        exit_code: input.exit_code.clone(),
+        rate_card_id: card.id,
+        price,
+        natural_period: Month::of_instant(ended_at, center.time_zone),
+        charge_fingerprint,
+        content_fingerprint,
+    })
+}
+
+/// Fingerprints of what the scheduler said (not of how today's rules read
+/// it): the fields that change the charge, and all of them.
+fn fingerprints(input: &JobInput, project: &str, ended_at: DateTime<Utc>) -> ([u8; 32], [u8; 32]) {
+    fn field(h: &mut Sha256, v: &str) {
+        h.update((v.len() as u64).to_le_bytes());
+        h.update(v.as_bytes());
+    }
+    let mut charge = Sha256::new();
+    field(&mut charge, "charge-v1");
+    field(&mut charge, &ended_at.timestamp().to_string());
+    field(&mut charge, &input.nodes.to_string());
+    field(&mut charge, &input.cores.to_string());
+    field(&mut charge, &input.memory.map_or(String::new(), |m| m.0.to_string()));
+    field(&mut charge, &input.gpus.to_string());
+    field(&mut charge, &input.exclusive.to_string());
+    field(&mut charge, input.queue.as_deref().unwrap_or("\u{0}"));
+    field(&mut charge, input.node_type.as_deref().unwrap_or("\u{0}"));
+    field(&mut charge, &project.to_lowercase());
+    let charge: [u8; 32] = charge.finalize().into();
+    let mut content = Sha256::new();
+    content.update(charge);
+    field(&mut content, &input.user);
+    field(&mut content, &input.job_name);
+    field(&mut content, &input.state);
+    field(&mut content, input.exit_code.as_deref().unwrap_or("\u{0}"));
+    (charge, content.finalize().into())
+}
+
+/// How a job record was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    Original,
+    Revision,
+    Supersede,
+}
+
+impl RecordKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Original => "original",
+            RecordKind::Revision => "revision",
+            RecordKind::Supersede => "supersede",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RecordKind> {
+        match s {
+            "original" => Some(RecordKind::Original),
+            "revision" => Some(RecordKind::Revision),
+            "supersede" => Some(RecordKind::Supersede),
+            _ => None,
+        }
+    }
+
+    /// Whether records of this kind carry the job's charges.
+    pub fn charges(self) -> bool {
+        !matches!(self, RecordKind::Revision)
+    }
+}
+
+/// A record already held for a job run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Existing {
+    pub id: JobRecordId,
+    pub revision: i32,
+    pub kind: RecordKind,
+    pub charge_fingerprint: [u8; 32],
+    pub content_fingerprint: [u8; 32],
+    pub charge: ChargeFields,
+}
+
+/// What to do with a job whose run may already be recorded (SPEC D9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Decision {
+    /// Not recorded yet: record and charge it.
+    New,
+    /// The same content again: nothing to do.
+    Replay,
+    /// Only fields that do not change the charge differ: keep as a revision.
+    Revision { revision: i32 },
+    /// The charge would change: refused.
+    Conflict { differences: Vec<String> },
+    /// The charge changes and the operator asked to supersede: reverse the
+    /// charges of `replaces` and post the new ones.
+    Supersede { revision: i32, replaces: JobRecordId },
+}
+
+/// Compare an incoming job with the records of its run.
+pub fn classify(existing: &[Existing], incoming: &ResolvedJob, supersede: bool) -> Decision {
+    if existing.is_empty() {
+        return Decision::New;
+    }
+    if existing
+        .iter()
+        .any(|e| e.content_fingerprint == incoming.content_fingerprint)
+    {
+        return Decision::Replay;
+    }
+    let next = existing.iter().map(|e| e.revision).max().unwrap_or(0) + 1;
+    let charging = existing
+        .iter()
+        .filter(|e| e.kind.charges())
+        .max_by_key(|e| e.revision)
+        .expect("the first record of a run charges");
+    if charging.charge_fingerprint == incoming.charge_fingerprint {
+        return Decision::Revision { revision: next };
+    }
+    if supersede {
+        return Decision::Supersede {
+            revision: next,
+            replaces: charging.id,
+        };
+    }
+    Decision::Conflict {
+        differences: differences(&charging.charge, &incoming.charge),
+    }
+}
+
+fn differences(old: &ChargeFields, new: &ChargeFields) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut diff = |name: &str, a: String, b: String| {
+        if a != b {
+            out.push(format!("{name} {a} -> {b}"));
+        }
+    };
+    diff("end", old.ended_at.to_string(), new.ended_at.to_string());
+    diff("nodes", old.nodes.to_string(), new.nodes.to_string());
+    diff("cores", old.cores.to_string(), new.cores.to_string());
+    let mem = |m: Option<Bytes>| m.map_or("none".into(), |b| b.to_string());
+    diff("memory", mem(old.memory), mem(new.memory));
+    diff("GPUs", old.gpus.to_string(), new.gpus.to_string());
+    let q = |q: &Option<String>| q.clone().unwrap_or_else(|| "none".into());
+    diff("queue", q(&old.queue), q(&new.queue));
+    diff("project", old.project_id.to_string(), new.project_id.to_string());
+    diff("node type", old.node_type_id.to_string(), new.node_type_id.to_string());
+    out
+}
+
+/// The month a job's charges are posted to (SPEC D6): its own, or the
+/// earliest open month when its own is closed (then it is late).
+pub fn posting_period(natural: Month, last_closed: Option<Month>) -> (Month, bool) {
+    match last_closed {
+        Some(closed) if natural <= closed => (closed.next(), true),
+        _ => (natural, false),
+    }
+}
+
+/// A ledger line to post for a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryDraft {
+    pub priced: Priced,
+    pub rate_card_id: RateCardId,
+}
+
+impl ResolvedJob {
+    pub fn entries(&self) -> Vec<EntryDraft> {
+        self.price
+            .lines
+            .iter()
+            .map(|l| EntryDraft {
+                priced: *l,
+                rate_card_id: self.rate_card_id,
+            })
+            .collect()
+    }
+
+    pub fn total(&self) -> Decimal {
+        self.price.total()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,407 @@
+//! Resolving jobs against the rules, and what a re-sent record means.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use rust_decimal::dec;
+
+use super::*;
+use crate::domain::catalog::{CardRow, CenterInfo, NodeTypeInfo};
+use crate::domain::pricing::RateCard;
+use crate::domain::rules::{Dated, Scheduler};
+use crate::domain::units::GIB;
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn local(s: &str) -> Stamp {
+    Stamp::Local(NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").unwrap())
+}
+
+const NOW: &str = "2026-11-30T12:00:00Z";
+
+/// Cluster c1 (New York time): regular (28 cores, 4 GB/core) at 0.01 until
+/// July, 0.02 after; gpu (8 GB/core) at 0.01 + 0.5 per GPU-hour.
+fn catalog() -> Catalog {
+    let regular = NodeTypeId(1);
+    let gpu = NodeTypeId(2);
+    let card = |id, nt, from: &str, until: Option<&str>, core, gpu_price, mem_gib| CardRow {
+        id: RateCardId(id),
+        node_type_id: nt,
+        period: Dated {
+            valid_from: at(from),
+            valid_until: until.map(at),
+            value: RateCard {
+                core_hour: core,
+                gpu_hour: gpu_price,
+                memory_per_core: Bytes(mem_gib * GIB),
+                cores_per_node: 28,
+            },
+        },
+    };
+    Catalog {
+        center: Some(CenterInfo {
+            name: "C".into(),
+            currency: "USD".into(),
+            time_zone: chrono_tz::America::New_York,
+        }),
+        clusters: vec![ClusterInfo {
+            id: ClusterId(7),
+            name: "c1".into(),
+            scheduler: Scheduler::Slurm,
+            time_zone: None,
+            node_types: vec![
+                NodeTypeInfo {
+                    id: regular,
+                    name: "regular".into(),
+                    cores_per_node: 28,
+                    gpus_per_node: 0,
+                },
+                NodeTypeInfo {
+                    id: gpu,
+                    name: "gpu".into(),
+                    cores_per_node: 28,
+                    gpus_per_node: 2,
+                },
+            ],
+            queues: BTreeMap::from([("batch".into(), "regular".into())]),
+            rate_cards: vec![
+                card(
+                    1,
+                    regular,
+                    "2026-01-01T05:00:00Z",
+                    Some("2026-07-01T04:00:00Z"),
+                    dec!(0.01),
+                    dec!(0),
+                    4,
+                ),
+                card(2, regular, "2026-07-01T04:00:00Z", None, dec!(0.02), dec!(0), 4),
+                card(3, gpu, "2026-01-01T05:00:00Z", None, dec!(0.01), dec!(0.5), 8),
+            ],
+        }],
+        storage_rates: vec![],
+    }
+}
+
+fn projects() -> HashMap<String, ProjectId> {
+    HashMap::from([("pas1234".into(), ProjectId(11))])
+}
+
+fn job() -> JobInput {
+    JobInput {
+        cluster: Some("c1".into()),
+        job_id: "1001".into(),
+        array_index: None,
+        project: Some("pas1234".into()),
+        user: "alice".into(),
+        job_name: "md".into(),
+        queue: Some("batch".into()),
+        node_type: None,
+        nodes: 1,
+        cores: 4,
+        memory: Some(Bytes(24 * GIB)),
+        gpus: 0,
+        exclusive: false,
+        submit: Some(local("2026-06-30T20:00:00")),
+        start: local("2026-06-30T22:00:00"),
+        end: local("2026-07-01T00:00:00"),
+        state: "COMPLETED".into(),
+        exit_code: Some("0:0".into()),
+    }
+}
+
+fn resolve_job(j: &JobInput) -> Result<ResolvedJob, Rejection> {
+    resolve(j, &Defaults::default(), &catalog(), &projects(), at(NOW))
+}
+
+#[test]
+fn a_job_is_priced_at_its_submit_time_and_posted_to_the_month_it_ended() {
+    let r = resolve_job(&job()).unwrap();
+    // Local New York times; submitted in June: June's card.
+    assert_eq!(r.key.started_at, at("2026-07-01T02:00:00Z"));
+    assert_eq!(r.rate_card_id, RateCardId(1));
+    // 24 GB at 4 GB per core = 6 cores for 2 hours.
+    assert_eq!(r.price.charged_cores, dec!(6));
+    assert_eq!(r.price.lines[0].quantity, dec!(12));
+    assert_eq!(r.total(), dec!(0.12));
+    // Ended at local midnight of 1 July: July.
+    assert_eq!(r.natural_period.to_string(), "2026-07");
+    assert_eq!(r.charge.project_id, ProjectId(11));
+    // Without a submit time, the start time picks the card: July's.
+    let r = resolve_job(&JobInput {
+        submit: None,
+        start: local("2026-07-01T00:00:00"),
+        end: local("2026-07-01T02:00:00"),
+        ..job()
+    })
+    .unwrap();
+    assert_eq!(r.rate_card_id, RateCardId(2));
+    assert_eq!(r.total(), dec!(0.24));
+}
+
+#[test]
+fn every_reason_a_job_cannot_be_charged_is_named() {
+    let check = |j: JobInput, kind: RejectKind, says: &str| {
+        let e = resolve_job(&j).unwrap_err();
+        assert_eq!(e.kind, kind, "{}", e.reason);
+        assert!(e.reason.contains(says), "{:?} does not contain {says:?}", e.reason);
+    };
+    check(
+        JobInput {
+            cluster: Some("c9".into()),
+            ..job()
+        },
+        RejectKind::UnknownCluster,
+        "unknown cluster \"c9\" (known: c1)",
+    );
+    check(
+        JobInput { cluster: None, ..job() },
+        RejectKind::UnknownCluster,
+        "names no cluster",
+    );
+    check(
+        JobInput {
+            project: Some("PZZ9".into()),
+            ..job()
+        },
+        RejectKind::UnknownProject,
+        "unknown project \"PZZ9\"",
+    );
+    check(
+        JobInput { project: None, ..job() },
+        RejectKind::UnknownProject,
+        "names no project",
+    );
+    check(
+        JobInput {
+            queue: Some("debug".into()),
+            ..job()
+        },
+        RejectKind::UnknownQueue,
+        "unknown queue \"debug\" on cluster c1",
+    );
+    check(
+        JobInput {
+            submit: Some(local("2025-12-01T00:00:00")),
+            ..job()
+        },
+        RejectKind::NoRateCard,
+        "no rate card for node type \"regular\" on cluster c1 is in force at 2025-12-01 05:00:00 UTC (the job's submit time)",
+    );
+    check(
+        JobInput {
+            end: local("2026-06-30T21:00:00"),
+            ..job()
+        },
+        RejectKind::Invalid,
+        "before it starts",
+    );
+    check(
+        JobInput {
+            submit: Some(local("2026-06-30T23:00:00")),
+            ..job()
+        },
+        RejectKind::Invalid,
+        "after it started",
+    );
+    check(
+        JobInput {
+            end: Stamp::At(at("2027-01-01T00:00:00Z")),
+            ..job()
+        },
+        RejectKind::Invalid,
+        "in the future",
+    );
+    check(
+        JobInput {
+            start: Stamp::At(at("1970-01-01T00:00:00Z")),
+            submit: None,
+            ..job()
+        },
+        RejectKind::Invalid,
+        "before 1990",
+    );
+    check(
+        JobInput { cores: 0, ..job() },
+        RejectKind::Invalid,
+        "the job holds no cores",
+    );
+    check(
+        JobInput {
+            job_id: "a\nb".into(),
+            ..job()
+        },
+        RejectKind::Invalid,
+        "control characters",
+    );
+    check(
+        JobInput {
+            end: local("2026-03-08T02:30:00"),
+            start: local("2026-03-08T01:00:00"),
+            submit: None,
+            ..job()
+        },
+        RejectKind::Invalid,
+        "does not exist in America/New_York",
+    );
+}
+
+#[test]
+fn defaults_fill_what_a_record_does_not_say() {
+    let defaults = Defaults {
+        cluster: Some("C1".into()),
+        project: Some("PAS1234".into()),
+    };
+    let r = resolve(
+        &JobInput {
+            cluster: None,
+            project: None,
+            ..job()
+        },
+        &defaults,
+        &catalog(),
+        &projects(),
+        at(NOW),
+    )
+    .unwrap();
+    assert_eq!(r.key.cluster_id, ClusterId(7));
+    assert_eq!(r.charge.project_id, ProjectId(11));
+}
+
+#[test]
+fn a_gpu_job_in_an_unmapped_queue_is_a_gpu_job_and_exclusive_jobs_hold_whole_nodes() {
+    let r = resolve_job(&JobInput {
+        queue: Some("gpuq".into()),
+        gpus: 2,
+        memory: None,
+        ..job()
+    })
+    .unwrap();
+    assert_eq!(r.rate_card_id, RateCardId(3));
+    // 4 cores × 2 h × 0.01 + 2 GPUs × 2 h × 0.5
+    assert_eq!(r.total(), dec!(2.08));
+    let r = resolve_job(&JobInput {
+        exclusive: true,
+        memory: None,
+        ..job()
+    })
+    .unwrap();
+    assert_eq!(r.charge.cores, 28);
+    assert_eq!(r.price.lines[0].quantity, dec!(56));
+}
+
+fn existing(r: &ResolvedJob, id: i64, revision: i32, kind: RecordKind) -> Existing {
+    Existing {
+        id: JobRecordId(id),
+        revision,
+        kind,
+        charge_fingerprint: r.charge_fingerprint,
+        content_fingerprint: r.content_fingerprint,
+        charge: r.charge.clone(),
+    }
+}
+
+#[test]
+fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
+    let first = resolve_job(&job()).unwrap();
+    let held = [existing(&first, 1, 1, RecordKind::Original)];
+    assert_eq!(classify(&[], &first, false), Decision::New);
+    assert_eq!(classify(&held, &first, false), Decision::Replay);
+
+    // Exit code, state and name do not change the charge.
+    let renamed = resolve_job(&JobInput {
+        state: "CANCELLED".into(),
+        exit_code: Some("0:15".into()),
+        job_name: "x".into(),
+        ..job()
+    })
+    .unwrap();
+    assert_eq!(renamed.charge_fingerprint, first.charge_fingerprint);
+    assert_eq!(classify(&held, &renamed, false), Decision::Revision { revision: 2 });
+
+    // A later end time does.
+    let longer = resolve_job(&JobInput {
+        end: local("2026-07-01T01:00:00"),
+        cores: 8,
+        ..job()
+    })
+    .unwrap();
+    match classify(&held, &longer, false) {
+        Decision::Conflict { differences } => assert_eq!(
+            differences,
+            ["end 2026-07-01 04:00:00 UTC -> 2026-07-01 05:00:00 UTC", "cores 4 -> 8"]
+        ),
+        d => panic!("{d:?}"),
+    }
+    assert_eq!(
+        classify(&held, &longer, true),
+        Decision::Supersede {
+            revision: 2,
+            replaces: JobRecordId(1)
+        }
+    );
+
+    // After a supersede, the superseding record is the one compared, and the
+    // old content replays as a no-op.
+    let held = [
+        existing(&first, 1, 1, RecordKind::Original),
+        existing(&longer, 5, 2, RecordKind::Supersede),
+    ];
+    assert_eq!(classify(&held, &first, false), Decision::Replay);
+    let longer_renamed = resolve_job(&JobInput {
+        end: local("2026-07-01T01:00:00"),
+        cores: 8,
+        user: "bob".into(),
+        ..job()
+    })
+    .unwrap();
+    assert_eq!(
+        classify(&held, &longer_renamed, false),
+        Decision::Revision { revision: 3 }
+    );
+    assert!(matches!(classify(&held, &renamed, false), Decision::Conflict { .. }));
+}
+
+#[test]
+fn fingerprints_read_what_the_scheduler_said_not_todays_rules() {
+    let a = resolve_job(&job()).unwrap();
+    let b = resolve_job(&JobInput {
+        project: Some("PAS1234".into()),
+        ..job()
+    })
+    .unwrap();
+    assert_eq!(
+        a.content_fingerprint, b.content_fingerprint,
+        "project codes ignore case"
+    );
+    for changed in [
+        JobInput { nodes: 2, ..job() },
+        JobInput { memory: None, ..job() },
+        JobInput { gpus: 1, ..job() },
+        JobInput {
+            queue: Some("gpu".into()),
+            ..job()
+        },
+        JobInput {
+            node_type: Some("regular".into()),
+            ..job()
+        },
+        JobInput {
+            exclusive: true,
+            ..job()
+        },
+    ] {
+        let (charge, _) = fingerprints(&changed, "pas1234", a.charge.ended_at);
+        assert_ne!(charge, a.charge_fingerprint, "{changed:?}");
+    }
+}
+
+#[test]
+fn a_job_ending_in_a_closed_month_goes_to_the_first_open_month_late() {
+    let m = |s: &str| s.parse::<Month>().unwrap();
+    assert_eq!(posting_period(m("2026-03"), None), (m("2026-03"), false));
+    assert_eq!(posting_period(m("2026-03"), Some(m("2026-02"))), (m("2026-03"), false));
+    assert_eq!(posting_period(m("2026-03"), Some(m("2026-03"))), (m("2026-04"), true));
+    assert_eq!(posting_period(m("2025-11"), Some(m("2026-03"))), (m("2026-04"), true));
+}

@@ -1,0 +1,436 @@
+//! Slurm `sacct --parsable2` (or `--parsable`, any delimiter) output, with or
+//! without a header line.
+//!
+//! Fields are found by name: from the header, from `--fields`, or, for
+//! headerless lines of 26 fields, Open XDMoD's prescribed set
+//! (`jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,
+//! eligible,start,end,elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,
+//! reqtres,alloctres,timelimit,nodelist,jobname`).
+//!
+//! What a job held comes from `AllocTRES` (SPEC D3); older records without
+//! it fall back to `NCPUS`, `NNodes` and `ReqMem` (`Mn` per node, `Mc` per
+//! CPU). Steps (`123.batch`, `123.extern`, `123.0`) are skipped: the job's
+//! own line carries its charge. Times are the cluster's local time.
+
+use std::collections::HashMap;
+
+use chrono::NaiveDateTime;
+
+use super::{Item, Parser, ReadOptions, Skip};
+use crate::domain::posting::{JobInput, Stamp};
+use crate::domain::request::parse_alloc_tres;
+use crate::domain::units::{Bytes, MIB};
+
+/// Open XDMoD's `sacct --format` for Slurm accounting.
+pub const XDMOD_FIELDS: [&str; 26] = [
+    "jobid",
+    "jobidraw",
+    "cluster",
+    "partition",
+    "qos",
+    "account",
+    "group",
+    "gid",
+    "user",
+    "uid",
+    "submit",
+    "eligible",
+    "start",
+    "end",
+    "elapsed",
+    "exitcode",
+    "state",
+    "nnodes",
+    "ncpus",
+    "reqcpus",
+    "reqmem",
+    "reqtres",
+    "alloctres",
+    "timelimit",
+    "nodelist",
+    "jobname",
+];
+
+/// States of a run that has ended and held resources (with `--duplicates`,
+/// earlier runs of a requeued job are REQUEUED).
+const ENDED: &[&str] = &[
+    "COMPLETED",
+    "FAILED",
+    "TIMEOUT",
+    "CANCELLED",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REQUEUED",
+    "SPECIAL_EXIT",
+];
+
+/// States of a job that has not ended yet.
+const NOT_ENDED: &[&str] = &[
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "RESIZING",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "STOPPED",
+    "SIGNALING",
+    "STAGE_OUT",
+    "COMPLETING",
+    "CONFIGURING",
+    "RESV_DEL_HOLD",
+    "POWER_UP_NODE",
+    "UPDATE_DB",
+];
+
+struct Fields {
+    names: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+impl Fields {
+    fn new(names: Vec<String>) -> Fields {
+        let names: Vec<String> = names.into_iter().map(|n| n.trim().to_lowercase()).collect();
+        let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        Fields { names, index }
+    }
+}
+
+pub struct SlurmParser {
+    delimiter: String,
+    fields: Option<Fields>,
+    options: ReadOptions,
+}
+
+impl SlurmParser {
+    pub fn new(options: &ReadOptions) -> Result<SlurmParser, String> {
+        let delimiter = options.delimiter.clone().unwrap_or_else(|| "|".into());
+        if delimiter.is_empty() {
+            return Err("the field delimiter cannot be empty".into());
+        }
+        Ok(SlurmParser {
+            delimiter,
+            fields: options.fields.clone().map(Fields::new),
+            options: options.clone(),
+        })
+    }
+}
+
+fn missing(value: &str) -> bool {
+    matches!(value.trim(), "" | "Unknown" | "None" | "N/A")
+}
+
+fn time(field: &str, value: &str) -> Result<Stamp, String> {
+    NaiveDateTime::parse_from_str(value.trim(), "%Y-%m-%dT%H:%M:%S")
+        .map(Stamp::Local)
+        .map_err(|_| format!("{field} {value:?} is not a time (expected YYYY-MM-DDTHH:MM:SS)"))
+}
+
+fn number(field: &str, value: &str) -> Result<u32, String> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{field} {value:?} is not a whole number"))
+}
+
+/// `ReqMem` of old Slurm: `3000Mc` per CPU, `48000Mn` per node, plain per node.
+fn req_mem(value: &str, nodes: u32, cores: u32) -> Result<Option<Bytes>, String> {
+    let v = value.trim();
+    let (size, times) = match v.strip_suffix('c') {
+        Some(s) => (s, cores),
+        None => (v.strip_suffix('n').unwrap_or(v), nodes),
+    };
+    let b = Bytes::parse(size, MIB).map_err(|e| format!("ReqMem: {e}"))?;
+    if b.0 == 0 {
+        return Ok(None);
+    }
+    b.0.checked_mul(u64::from(times))
+        .map(|t| Some(Bytes(t)))
+        .ok_or_else(|| format!("ReqMem {v:?} is too large"))
+}
+
+/// The GPU count in a TRES string (`gres/gpu=2`, or typed entries summed).
+fn tres_gpus(value: &str) -> u32 {
+    let mut untyped = None;
+    let mut typed = 0u32;
+    for item in value.split(',') {
+        if let Some((k, v)) = item.split_once('=') {
+            let n = v.trim().parse::<u32>().unwrap_or(0);
+            if k == "gres/gpu" {
+                untyped = Some(n);
+            } else if k.starts_with("gres/gpu:") {
+                typed = typed.saturating_add(n);
+            }
+        }
+    }
+    untyped.unwrap_or(typed)
+}
+
+impl SlurmParser {
+    fn job(&self, cols: &[&str], fields: &Fields) -> Result<Item, String> {
+        let get = |name: &str| fields.index.get(name).map(|&i| cols[i]);
+        let Some(jobid) = get("jobid") else {
+            return Err("the input has no JobID field".into());
+        };
+        let jobid = jobid.trim();
+        if jobid.contains('.') {
+            return Ok(Item::Skip(Skip::Step));
+        }
+        let (job_id, array_index) = match jobid.split_once('_') {
+            Some((_, index)) if index.starts_with('[') => {
+                return Err(format!(
+                    "{jobid} is an array record that stands for several tasks; export with `sacct --array` so each task has its own line"
+                ));
+            }
+            Some((base, index)) if !base.is_empty() && index.chars().all(|c| c.is_ascii_digit()) => {
+                (base.to_owned(), Some(number("the array index", index)?))
+            }
+            _ => (jobid.to_owned(), None),
+        };
+        if job_id.is_empty() {
+            return Err("the JobID is empty".into());
+        }
+        let state_text = get("state").unwrap_or("").trim();
+        let state = state_text.split_whitespace().next().unwrap_or("").to_uppercase();
+        if NOT_ENDED.contains(&state.as_str()) {
+            return Ok(Item::Skip(Skip::NotEnded));
+        }
+        let Some(start) = get("start") else {
+            return Err("the input has no Start field".into());
+        };
+        if missing(start) {
+            return Ok(Item::Skip(Skip::NeverStarted));
+        }
+        let Some(end) = get("end") else {
+            return Err("the input has no End field".into());
+        };
+        if missing(end) {
+            return Ok(Item::Skip(Skip::NotEnded));
+        }
+        if !state.is_empty() && !ENDED.contains(&state.as_str()) {
+            return Err(format!("unknown job state {state_text:?}"));
+        }
+        let start = time("Start", start)?;
+        let end = time("End", end)?;
+        let submit = match get("submit") {
+            Some(s) if !missing(s) => Some(time("Submit", s)?),
+            _ => None,
+        };
+        let nnodes = get("nnodes")
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| number("NNodes", v))
+            .transpose()?;
+        let alloc = get("alloctres").map(str::trim).filter(|v| !v.is_empty());
+        let (nodes, cores, memory, gpus) = match alloc {
+            Some(tres) => {
+                let a = parse_alloc_tres(tres).map_err(|e| format!("AllocTRES: {e}"))?;
+                (a.nodes.or(nnodes).unwrap_or(1), a.cores, a.memory, a.gpus)
+            }
+            None => {
+                let Some(ncpus) = get("ncpus").or(get("alloccpus")) else {
+                    return Err("the record has neither AllocTRES nor NCPUS".into());
+                };
+                let cores = number("NCPUS", ncpus)?;
+                let nodes = nnodes.unwrap_or(1);
+                let memory = match get("reqmem").filter(|v| !v.trim().is_empty()) {
+                    Some(v) => req_mem(v, nodes, cores)?,
+                    None => None,
+                };
+                (nodes, cores, memory, get("reqtres").map_or(0, tres_gpus))
+            }
+        };
+        let text = |name: &str| get(name).map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+        Ok(Item::Job(Box::new(JobInput {
+            cluster: text("cluster"),
+            job_id,
+            array_index,
+            project: text("account"),
+            user: text("user").unwrap_or_default(),
+            job_name: text("jobname").unwrap_or_default(),
+            queue: text("partition"),
+            node_type: None,
+            nodes,
+            cores,
+            memory,
+            gpus,
+            exclusive: false,
+            submit,
+            start,
+            end,
+            state: state_text.to_owned(),
+            exit_code: text("exitcode"),
+        })))
+    }
+}
+
+impl Parser for SlurmParser {
+    fn parse(&mut self, line: &str) -> Option<Item> {
+        if line.trim().is_empty() {
+            return None;
+        }
+        let mut cols: Vec<&str> = line.split(self.delimiter.as_str()).collect();
+        if cols[0].trim().eq_ignore_ascii_case("jobid") {
+            // A header: it names the fields of the lines after it.
+            if cols.last() == Some(&"") {
+                cols.pop();
+            }
+            self.fields = Some(Fields::new(cols.iter().map(|c| (*c).to_owned()).collect()));
+            return None;
+        }
+        if self.fields.is_none() && cols.len() == XDMOD_FIELDS.len() {
+            self.fields = Some(Fields::new(XDMOD_FIELDS.iter().map(|f| (*f).to_owned()).collect()));
+        }
+        let Some(fields) = &self.fields else {
+            return Some(Item::Bad(format!(
+                "{} fields and no header: export with a header line (sacct --parsable2 without --noheader) or name the fields (--fields)",
+                cols.len()
+            )));
+        };
+        // `--parsable` ends every line with the delimiter.
+        if cols.len() == fields.names.len() + 1 && cols.last() == Some(&"") {
+            cols.pop();
+        }
+        if cols.len() != fields.names.len() {
+            return Some(Item::Bad(format!(
+                "{} fields where {} are expected (is the delimiter {:?} right?)",
+                cols.len(),
+                fields.names.len(),
+                self.delimiter
+            )));
+        }
+        Some(self.job(&cols, fields).unwrap_or_else(Item::Bad))
+    }
+
+    fn options(&self) -> ReadOptions {
+        ReadOptions {
+            fields: self.fields.as_ref().map(|f| f.names.clone()),
+            ..self.options.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::units::GIB;
+
+    fn parse_all(text: &str, options: &ReadOptions) -> Vec<Item> {
+        let mut p = SlurmParser::new(options).unwrap();
+        text.lines().filter_map(|l| p.parse(l)).collect()
+    }
+
+    fn job(item: &Item) -> &JobInput {
+        match item {
+            Item::Job(j) => j,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    const HEADER: &str = "JobID|JobIDRaw|Cluster|Partition|QOS|Account|Group|GID|User|UID|Submit|Eligible|Start|End|Elapsed|ExitCode|State|NNodes|NCPUS|ReqCPUS|ReqMem|ReqTRES|AllocTRES|Timelimit|NodeList|JobName";
+
+    #[test]
+    fn a_line_with_a_header_is_read_by_field_name() {
+        let text = format!(
+            "{HEADER}\n4|4|testclu|gpu|normal|pas1234|root|0|root|0|2026-11-30T08:48:00|2026-11-30T08:48:00|2026-11-30T08:48:04|2026-11-30T08:48:07|00:00:03|0:0|COMPLETED|1|1|1|1G|billing=11,cpu=1,gres/gpu=1,mem=1G,node=1|billing=11,cpu=1,gres/gpu:v100=1,gres/gpu=1,mem=1G,node=1|00:05:00|c01|gpu1\n"
+        );
+        let items = parse_all(&text, &ReadOptions::default());
+        let j = job(&items[0]);
+        assert_eq!(j.cluster.as_deref(), Some("testclu"));
+        assert_eq!(j.project.as_deref(), Some("pas1234"));
+        assert_eq!(j.queue.as_deref(), Some("gpu"));
+        assert_eq!((j.nodes, j.cores, j.memory, j.gpus), (1, 1, Some(Bytes(GIB)), 1));
+        assert_eq!(j.start.to_string(), "2026-11-30T08:48:04");
+        assert_eq!(j.exit_code.as_deref(), Some("0:0"));
+    }
+
+    #[test]
+    fn steps_unended_and_unstarted_jobs_are_skipped_with_their_reason() {
+        let opts = ReadOptions {
+            fields: Some(vec![
+                "JobID".into(),
+                "State".into(),
+                "Start".into(),
+                "End".into(),
+                "NCPUS".into(),
+            ]),
+            ..Default::default()
+        };
+        let items = parse_all(
+            "7.batch|COMPLETED|2024-01-01T00:00:00|2024-01-01T01:00:00|1\n\
+             8|RUNNING|2024-01-01T00:00:00|Unknown|1\n\
+             9|CANCELLED by 1|None|2024-01-01T00:00:00|1\n\
+             10_[1-3]|PENDING|Unknown|Unknown|1\n\
+             11|FOO|2024-01-01T00:00:00|2024-01-01T01:00:00|1\n\
+             12_7|REQUEUED|2024-01-01T00:00:00|2024-01-01T01:00:00|2\n\
+             13|COMPLETED|2024-01-01T00:00:00|2024-01-01T01:00:00|2|extra\n",
+            &opts,
+        );
+        assert_eq!(items[0], Item::Skip(Skip::Step));
+        assert_eq!(items[1], Item::Skip(Skip::NotEnded));
+        assert_eq!(items[2], Item::Skip(Skip::NeverStarted));
+        assert!(
+            matches!(&items[3], Item::Bad(r) if r.contains("array record that stands for several tasks")),
+            "{:?}",
+            items[3]
+        );
+        assert_eq!(items[4], Item::Bad("unknown job state \"FOO\"".into()));
+        let j = job(&items[5]);
+        assert_eq!((j.job_id.as_str(), j.array_index, j.cores), ("12", Some(7), 2));
+        assert_eq!(
+            items[6],
+            Item::Bad("6 fields where 5 are expected (is the delimiter \"|\" right?)".into())
+        );
+    }
+
+    #[test]
+    fn old_records_without_alloc_tres_fall_back_to_reqmem() {
+        // XDMoD unit fixture, first line: per-CPU memory on 32 nodes.
+        let line = "4103947|4103947|ub-hpc|general-compute|qos|anon|anon|918273|unknown|192837|2015-06-26T13:57:00|2015-06-26T13:57:00|2015-06-28T02:55:50|2015-07-01T02:55:50|3-00:00:00|1:0|TIMEOUT|32|256|256|3000Mc|||3-00:00:00|d07n07s02|1AbC-2-3";
+        let items = parse_all(line, &ReadOptions::default());
+        let j = job(&items[0]);
+        assert_eq!((j.nodes, j.cores, j.memory), (32, 256, Some(Bytes(3000 * MIB * 256))));
+        assert_eq!(req_mem("48000Mn", 3, 36), Ok(Some(Bytes(48000 * MIB * 3))));
+        assert_eq!(req_mem("0n", 1, 1), Ok(None));
+    }
+
+    #[test]
+    fn headerless_lines_of_an_unknown_layout_are_refused() {
+        let items = parse_all("1|2|3", &ReadOptions::default());
+        assert!(matches!(&items[0], Item::Bad(r) if r.starts_with("3 fields and no header")));
+        let bad_time = parse_all(
+            &format!(
+                "{HEADER}\n1|1|c|p|q|a|g|0|u|0|2026-11-30T08:48:00|x|yesterday|2026-11-30T08:49:23|x|0:0|COMPLETED|1|1|1|1G||cpu=1|x|c01|j"
+            ),
+            &ReadOptions::default(),
+        );
+        assert_eq!(
+            bad_time[0],
+            Item::Bad("Start \"yesterday\" is not a time (expected YYYY-MM-DDTHH:MM:SS)".into())
+        );
+    }
+
+    #[test]
+    fn any_delimiter_and_named_fields() {
+        let opts = ReadOptions {
+            delimiter: Some("☃".into()),
+            fields: Some(
+                "JobID,Partition,NNodes,State,Submit,Start,End,AllocTRES"
+                    .split(',')
+                    .map(String::from)
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let items = parse_all(
+            "5908801_3☃gpulong☃1☃COMPLETED☃2023-11-02T13:47:11☃2023-11-02T21:16:50☃2023-11-04T01:54:16☃billing=15,cpu=8,mem=125000M,node=1",
+            &opts,
+        );
+        let j = job(&items[0]);
+        assert_eq!(
+            (j.job_id.as_str(), j.array_index, j.cores, j.project.clone()),
+            ("5908801", Some(3), 8, None)
+        );
+    }
+}

@@ -1,0 +1,546 @@
+//! Recording finished jobs (SPEC D5, D6, D9, §3): resolve and price each job
+//! with the rules in force, then post a whole batch in one transaction —
+//! job runs, job records and ledger entries, set-based. A batch that fails
+//! is retried after a race, else job by job, so one bad record never blocks
+//! the others and no job is ever half-charged. Every job that cannot be
+//! charged is kept in `rejected_record` with its reason.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{NaiveDate, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::{PgConnection, PgPool};
+
+use crate::db::ledger::{self, NewEntry};
+use crate::db::rejected::{self, NewRejection};
+use crate::db::{jobs, reference};
+use crate::domain::catalog::Catalog;
+use crate::domain::period::Month;
+use crate::domain::posting::{
+    Decision, Defaults, JobInput, RecordKind, RejectKind, Rejection, ResolvedJob, classify, posting_period, resolve,
+};
+use crate::ids::{JobId, JobRecordId, ProjectId};
+use crate::ingest::ReadOptions;
+
+/// Where a job came from: enough to show it, store it and read it again.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// `slurm`, `pbs`, `jsonl`, `json` (one object) or `cli` (flags).
+    pub format: &'static str,
+    /// `file:line`, `stdin:3`, `job record`.
+    pub reference: String,
+    /// The record as received.
+    pub raw: String,
+    pub options: ReadOptions,
+}
+
+impl Source {
+    fn raw_sha256(&self) -> Vec<u8> {
+        Sha256::digest(self.raw.as_bytes()).to_vec()
+    }
+}
+
+/// A parsed job and where it came from.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub input: JobInput,
+    pub source: Source,
+}
+
+/// What recording a job did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    Recorded {
+        job: String,
+        period: Month,
+        late: bool,
+        entries: usize,
+        amount: Decimal,
+    },
+    Replayed {
+        job: String,
+    },
+    Revised {
+        job: String,
+        revision: i32,
+    },
+    Superseded {
+        job: String,
+        revision: i32,
+        period: Month,
+        reversed: usize,
+        entries: usize,
+        amount: Decimal,
+    },
+    Rejected {
+        job: Option<String>,
+        kind: RejectKind,
+        reason: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(
+        "lost the database while recording (nothing of the unfinished batch was posted; run the same command again): {0}"
+    )]
+    Connection(sqlx::Error),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Errors after which the same statement may simply be run again.
+fn is_race(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => {
+            matches!(d.code().as_deref(), Some("40001" | "40P01"))
+                || (d.code().as_deref() == Some("23505")
+                    && d.constraint()
+                        .is_some_and(|c| c.starts_with("job_record_") || c == "ledger_entry_one_reversal"))
+        }
+        _ => false,
+    }
+}
+
+/// Errors that mean the database is gone, not that a record is bad.
+pub fn is_connection_error(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
+/// Records jobs; keeps the catalog and project ids it has loaded.
+pub struct Recorder {
+    pool: PgPool,
+    pub defaults: Defaults,
+    pub supersede: bool,
+    pub author: String,
+    catalog: Option<(i64, Catalog)>,
+    projects: HashMap<String, ProjectId>,
+}
+
+const RACE_RETRIES: usize = 5;
+
+impl Recorder {
+    pub fn new(pool: PgPool, defaults: Defaults, supersede: bool, author: String) -> Recorder {
+        Recorder {
+            pool,
+            defaults,
+            supersede,
+            author,
+            catalog: None,
+            projects: HashMap::new(),
+        }
+    }
+
+    /// Record a batch of jobs and keep the malformed lines read with them.
+    /// Returns one outcome per job, in order.
+    pub async fn record(
+        &mut self,
+        jobs: &[Submission],
+        malformed: &[(Source, String)],
+    ) -> Result<Vec<Outcome>, RecordError> {
+        let mut last = None;
+        for _ in 0..RACE_RETRIES {
+            match self.try_batch(jobs, malformed).await {
+                Ok(outcomes) => return Ok(outcomes),
+                Err(e) if is_connection_error(&e) => return Err(RecordError::Connection(e)),
+                Err(e) if is_race(&e) => last = Some(e),
+                Err(e) => {
+                    last = Some(e);
+                    break;
+                }
+            }
+        }
+        let err = last.expect("a failed attempt");
+        if jobs.len() + malformed.len() <= 1 {
+            return self.reject_after_failure(jobs, malformed, &err).await;
+        }
+        tracing::debug!("batch failed ({err}); recording job by job");
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            outcomes.extend(Box::pin(self.record(std::slice::from_ref(job), &[])).await?);
+        }
+        for line in malformed {
+            Box::pin(self.record(&[], std::slice::from_ref(line))).await?;
+        }
+        Ok(outcomes)
+    }
+
+    /// A single job (or line) whose transaction fails: keep it as rejected
+    /// with the database's reason.
+    async fn reject_after_failure(
+        &mut self,
+        jobs: &[Submission],
+        malformed: &[(Source, String)],
+        err: &sqlx::Error,
+    ) -> Result<Vec<Outcome>, RecordError> {
+        let reason = crate::service::guard_message(err).unwrap_or_else(|| format!("the database refused it: {err}"));
+        let mut rows = Vec::new();
+        let mut outcomes = Vec::new();
+        for job in jobs {
+            let key = job.input.key(self.defaults.cluster.as_deref());
+            rows.push(rejection_row(
+                &job.source,
+                RejectKind::Database,
+                &reason,
+                Some(key.clone()),
+            ));
+            outcomes.push(Outcome::Rejected {
+                job: Some(key),
+                kind: RejectKind::Database,
+                reason: reason.clone(),
+            });
+        }
+        for (source, _) in malformed {
+            rows.push(rejection_row(source, RejectKind::Database, &reason, None));
+        }
+        let mut conn = self.pool.acquire().await.map_err(RecordError::Connection)?;
+        rejected::upsert(&mut conn, &rows).await.map_err(|e| {
+            if is_connection_error(&e) {
+                RecordError::Connection(e)
+            } else {
+                RecordError::Db(e)
+            }
+        })?;
+        Ok(outcomes)
+    }
+
+    async fn try_batch(
+        &mut self,
+        jobs: &[Submission],
+        malformed: &[(Source, String)],
+    ) -> Result<Vec<Outcome>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        ledger::lock_for_posting(&mut tx).await?;
+        let version = ledger::rules_version(&mut tx).await?;
+        if self.catalog.as_ref().map(|(v, _)| *v) != Some(version) {
+            let catalog = reference::load_catalog(&mut tx).await?;
+            self.catalog = Some((version, catalog));
+        }
+        self.load_projects(&mut tx, jobs).await?;
+        let last_closed = ledger::last_closed(&mut tx).await?.map(Month::of_date);
+        let now = Utc::now();
+        let catalog = &self.catalog.as_ref().expect("loaded above").1;
+
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; jobs.len()];
+        let mut rejections: Vec<NewRejection> = malformed
+            .iter()
+            .map(|(source, reason)| rejection_row(source, RejectKind::Malformed, reason, None))
+            .collect();
+        let mut pending: Vec<(usize, ResolvedJob)> = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.iter().enumerate() {
+            match resolve(&job.input, &self.defaults, catalog, &self.projects, now) {
+                Ok(r) => pending.push((i, r)),
+                Err(Rejection { kind, reason }) => {
+                    let key = job.input.key(self.defaults.cluster.as_deref());
+                    rejections.push(rejection_row(&job.source, kind, &reason, Some(key.clone())));
+                    outcomes[i] = Some(Outcome::Rejected {
+                        job: Some(key),
+                        kind,
+                        reason,
+                    });
+                }
+            }
+        }
+        // A run that appears twice in a batch is decided in a second round,
+        // against what the first round recorded.
+        while !pending.is_empty() {
+            let mut seen = HashSet::new();
+            let (round, later): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(_, r)| seen.insert(r.key.clone()));
+            let posting = Posting {
+                author: &self.author,
+                supersede: self.supersede,
+                last_closed,
+            };
+            posting
+                .round(&mut tx, jobs, round, &mut outcomes, &mut rejections)
+                .await?;
+            pending = later;
+        }
+        rejected::upsert(&mut tx, &rejections).await?;
+        resolve_rejections(&mut tx, jobs, &outcomes).await?;
+        tx.commit().await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every job has an outcome"))
+            .collect())
+    }
+
+    async fn load_projects(&mut self, conn: &mut PgConnection, jobs: &[Submission]) -> Result<(), sqlx::Error> {
+        let missing: HashSet<String> = jobs
+            .iter()
+            .filter_map(|j| j.input.project.as_deref().or(self.defaults.project.as_deref()))
+            .map(str::to_lowercase)
+            .filter(|c| !self.projects.contains_key(c))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let codes: Vec<String> = missing.into_iter().collect();
+        for p in reference::load_projects(conn, &codes).await? {
+            self.projects.insert(p.code.to_lowercase(), p.id);
+        }
+        Ok(())
+    }
+}
+
+fn rejection_row(source: &Source, kind: RejectKind, reason: &str, job_key: Option<String>) -> NewRejection {
+    NewRejection {
+        source_format: source.format.to_owned(),
+        source_ref: source.reference.clone(),
+        read_options: serde_json::to_value(&source.options).unwrap_or_default(),
+        raw: source.raw.clone(),
+        raw_sha256: source.raw_sha256(),
+        kind: kind.as_str(),
+        reason: reason.to_owned(),
+        job_key,
+    }
+}
+
+/// Lines rejected before and recorded now are resolved.
+async fn resolve_rejections(
+    conn: &mut PgConnection,
+    jobs: &[Submission],
+    outcomes: &[Option<Outcome>],
+) -> Result<(), sqlx::Error> {
+    let open: bool =
+        sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM rejected_record WHERE resolved_at IS NULL) AS "open!""#)
+            .fetch_one(&mut *conn)
+            .await?;
+    if !open {
+        return Ok(());
+    }
+    let mut formats = Vec::new();
+    let mut hashes = Vec::new();
+    let mut resolutions = Vec::new();
+    for (job, outcome) in jobs.iter().zip(outcomes) {
+        let resolution = match outcome {
+            Some(Outcome::Recorded { .. }) => "recorded",
+            Some(Outcome::Replayed { .. }) => "replayed",
+            Some(Outcome::Revised { .. }) => "revised",
+            Some(Outcome::Superseded { .. }) => "superseded",
+            _ => continue,
+        };
+        formats.push(job.source.format);
+        hashes.push(job.source.raw_sha256());
+        resolutions.push(resolution);
+    }
+    rejected::resolve(conn, &formats, &hashes, &resolutions).await?;
+    Ok(())
+}
+
+/// One round of a batch: runs that appear once.
+struct Posting<'a> {
+    author: &'a str,
+    supersede: bool,
+    last_closed: Option<Month>,
+}
+
+impl Posting<'_> {
+    async fn round(
+        &self,
+        tx: &mut PgConnection,
+        jobs: &[Submission],
+        round: Vec<(usize, ResolvedJob)>,
+        outcomes: &mut [Option<Outcome>],
+        rejections: &mut Vec<NewRejection>,
+    ) -> Result<(), sqlx::Error> {
+        let keys: Vec<&crate::domain::posting::JobKey> = round.iter().map(|(_, r)| &r.key).collect();
+        let mut ids: Vec<Option<JobId>> = vec![None; keys.len()];
+        for (pos, id) in jobs::find(tx, &keys).await? {
+            ids[pos] = Some(id);
+        }
+        let missing: Vec<usize> = (0..keys.len()).filter(|&p| ids[p].is_none()).collect();
+        if !missing.is_empty() {
+            let new_keys: Vec<&crate::domain::posting::JobKey> = missing.iter().map(|&p| keys[p]).collect();
+            jobs::insert(tx, &new_keys).await?;
+            for (pos, id) in jobs::find(tx, &new_keys).await? {
+                ids[missing[pos]] = Some(id);
+            }
+        }
+        let ids: Vec<JobId> = ids
+            .into_iter()
+            .map(|id| id.expect("every run exists after insert"))
+            .collect();
+        let mut held: HashMap<JobId, Vec<crate::domain::posting::Existing>> = HashMap::new();
+        for (job, record) in jobs::records(tx, &ids).await? {
+            held.entry(job).or_default().push(record);
+        }
+
+        struct Plan<'r> {
+            index: usize,
+            job: JobId,
+            revision: i32,
+            kind: RecordKind,
+            resolved: &'r ResolvedJob,
+            replaces: Option<JobRecordId>,
+        }
+        let mut plans = Vec::new();
+        for ((index, resolved), job) in round.iter().zip(&ids) {
+            let key = jobs[*index].input.key(None);
+            let decision = classify(held.get(job).map_or(&[][..], Vec::as_slice), resolved, self.supersede);
+            let (revision, kind, replaces) = match decision {
+                Decision::New => (1, RecordKind::Original, None),
+                Decision::Revision { revision } => (revision, RecordKind::Revision, None),
+                Decision::Supersede { revision, replaces } => (revision, RecordKind::Supersede, Some(replaces)),
+                Decision::Replay => {
+                    outcomes[*index] = Some(Outcome::Replayed { job: key });
+                    continue;
+                }
+                Decision::Conflict { differences } => {
+                    let reason = format!(
+                        "conflicts with the job already recorded ({}); record it again with --supersede to reverse the old charges and post these",
+                        if differences.is_empty() {
+                            "its charge differs".to_owned()
+                        } else {
+                            differences.join(", ")
+                        }
+                    );
+                    rejections.push(rejection_row(
+                        &jobs[*index].source,
+                        RejectKind::Conflict,
+                        &reason,
+                        Some(key.clone()),
+                    ));
+                    outcomes[*index] = Some(Outcome::Rejected {
+                        job: Some(key),
+                        kind: RejectKind::Conflict,
+                        reason,
+                    });
+                    continue;
+                }
+            };
+            plans.push(Plan {
+                index: *index,
+                job: *job,
+                revision,
+                kind,
+                resolved,
+                replaces,
+            });
+        }
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let new_records: Vec<jobs::NewRecord> = plans
+            .iter()
+            .map(|p| {
+                let source = &jobs[p.index].source;
+                jobs::NewRecord {
+                    job: p.job,
+                    revision: p.revision,
+                    kind: p.kind,
+                    job_data: p.resolved,
+                    source_format: source.format,
+                    source_ref: &source.reference,
+                    raw: &source.raw,
+                }
+            })
+            .collect();
+        let record_ids: HashMap<(JobId, i32), JobRecordId> = jobs::insert_records(tx, &new_records, self.author)
+            .await?
+            .into_iter()
+            .map(|(job, rev, id)| ((job, rev), id))
+            .collect();
+        let replaced: Vec<JobRecordId> = plans.iter().filter_map(|p| p.replaces).collect();
+        let mut old_charges: HashMap<JobRecordId, Vec<ledger::Posted>> = HashMap::new();
+        if !replaced.is_empty() {
+            for e in ledger::unreversed_charges(tx, &replaced).await? {
+                old_charges
+                    .entry(e.job_record_id.expect("job charges name their record"))
+                    .or_default()
+                    .push(e);
+            }
+        }
+        let mut entries = Vec::new();
+        for p in &plans {
+            let record_id = record_ids[&(p.job, p.revision)];
+            let key = jobs[p.index].input.key(None);
+            if p.kind == RecordKind::Revision {
+                outcomes[p.index] = Some(Outcome::Revised {
+                    job: key,
+                    revision: p.revision,
+                });
+                continue;
+            }
+            let (period, late) = posting_period(p.resolved.natural_period, self.last_closed);
+            let first_day: NaiveDate = period.first_day();
+            let drafts = p.resolved.entries();
+            for d in &drafts {
+                entries.push(NewEntry {
+                    period: first_day,
+                    project_id: p.resolved.charge.project_id,
+                    kind: "job",
+                    metric: Some(d.priced.metric.as_str()),
+                    job_record_id: Some(record_id),
+                    rate_card_id: Some(d.rate_card_id),
+                    corrects_id: None,
+                    quantity: d.priced.quantity,
+                    unit_rate: d.priced.unit_rate,
+                    amount_exact: d.priced.amount_exact,
+                    amount: d.priced.amount,
+                    late,
+                    reason: None,
+                });
+            }
+            let amount = p.resolved.total();
+            outcomes[p.index] = Some(match p.replaces {
+                None => Outcome::Recorded {
+                    job: key,
+                    period,
+                    late,
+                    entries: drafts.len(),
+                    amount,
+                },
+                Some(old) => {
+                    let reversed = old_charges.remove(&old).unwrap_or_default();
+                    let n = reversed.len();
+                    for e in reversed {
+                        entries.push(NewEntry {
+                            period: first_day,
+                            project_id: e.project_id,
+                            kind: "reversal",
+                            metric: e
+                                .metric
+                                .as_deref()
+                                .and_then(crate::domain::units::Metric::parse)
+                                .map(|m| m.as_str()),
+                            job_record_id: Some(record_id),
+                            rate_card_id: e.rate_card_id,
+                            corrects_id: Some(e.id),
+                            quantity: -e.quantity,
+                            unit_rate: e.unit_rate,
+                            amount_exact: -e.amount_exact,
+                            amount: -e.amount,
+                            late: false,
+                            reason: Some(format!("superseded by revision {} of the job's record", p.revision)),
+                        });
+                    }
+                    Outcome::Superseded {
+                        job: key,
+                        revision: p.revision,
+                        period,
+                        reversed: n,
+                        entries: drafts.len(),
+                        amount,
+                    }
+                }
+            });
+        }
+        ledger::insert(tx, &entries, self.author).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,112 @@
+//! The real accounting records in tests/fixtures/accounting/, headers
+//! stripped, as files a user would import.
+
+use std::path::{Path, PathBuf};
+
+use hpc_ledger::domain::posting::Defaults;
+use hpc_ledger::ingest::{Format, ReadOptions};
+use hpc_ledger::service::import::{Summary, import};
+use hpc_ledger::service::record::Recorder;
+
+use crate::harness::TestDb;
+
+pub const CENTER: &str = include_str!("../fixtures/fixtures-center.toml");
+
+/// A fixture without its `#` source/license header, written to a file.
+pub fn stripped(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/accounting")
+        .join(name);
+    let text = std::fs::read_to_string(&src).unwrap();
+    let body: String = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("{}-{name}", std::process::id()));
+    std::fs::write(&out, body).unwrap();
+    out
+}
+
+/// A fresh database with the fixtures' center configuration.
+pub async fn fixture_db() -> TestDb {
+    let db = TestDb::new().await;
+    let config = hpc_ledger::config::parse(CENTER).unwrap();
+    hpc_ledger::service::config::apply(&db.pool, &config, "test")
+        .await
+        .unwrap();
+    db
+}
+
+/// How each fixture is read.
+pub fn options(name: &str) -> (Format, ReadOptions) {
+    let pbs = |cluster: &str| {
+        (
+            Format::Pbs,
+            ReadOptions {
+                cluster: Some(cluster.into()),
+                project_from: Some(vec!["account".into(), "group".into()]),
+                ..Default::default()
+            },
+        )
+    };
+    match name {
+        "apel_slurm_sacct_parsable2.log" => (
+            Format::Slurm,
+            ReadOptions {
+                cluster: Some("apel".into()),
+                default_project: Some("gridpp".into()),
+                fields: Some(
+                    "JobID,JobName,User,Group,Start,End,Elapsed,CPUTimeRAW,Partition,NCPUS,NNodes,NodeList,MaxRSS,MaxVMSize,State"
+                        .split(',')
+                        .map(String::from)
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+        ),
+        "hbjobinfo_habrok_sacct_snowman.txt" => (
+            Format::Slurm,
+            ReadOptions {
+                cluster: Some("habrok".into()),
+                default_project: Some("rug0001".into()),
+                delimiter: Some("☃".into()),
+                fields: Some(
+                    "JobID,JobName,User,Partition,NodeList,NNodes,NCPUs,NTasks,State,Submit,Start,End,Timelimit,Elapsed,TotalCPU,CPUTime,UserCPU,SystemCPU,ReqMem,MaxRSS,MaxVMSize,ReqTRES,AllocTRES,TRESUsageInMax,TRESUsageInTot,TRESUsageOutTot,MaxDiskRead,MaxDiskWrite,MaxRSSNode,MaxRSSTask,MaxVMSizeNode,MaxVMSizeTask,MaxDiskReadNode,MaxDiskReadTask,MaxDiskWriteNode,MaxDiskWriteTask,Comment"
+                        .split(',')
+                        .map(String::from)
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+        ),
+        "xdmod_pbs_torque_accounting_E.log" => pbs("edge"),
+        "apel_torque_accounting_E.log" => pbs("ral"),
+        "hnormalise_torque_accounting.log" => pbs("vsc"),
+        "ncar_pbspro_casper_accounting.log" => pbs("casper"),
+        _ => (Format::Slurm, ReadOptions::default()),
+    }
+}
+
+/// Import a fixture into `db` through the import service.
+pub async fn import_fixture(db: &TestDb, name: &str, supersede: bool) -> Summary {
+    let (format, options) = options(name);
+    let mut recorder = Recorder::new(
+        db.pool.clone(),
+        Defaults {
+            cluster: options.cluster.clone(),
+            project: options.default_project.clone(),
+        },
+        supersede,
+        "tester".into(),
+    );
+    let path = stripped(name);
+    let mut summary = Summary::default();
+    let file = std::fs::File::open(&path).unwrap();
+    import(&mut recorder, file, name, format, &options, &mut summary, &|_| {})
+        .await
+        .unwrap();
+    summary
+}

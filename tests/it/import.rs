@@ -1,0 +1,709 @@
+//! Recording jobs from the real accounting records: counts, charges worked
+//! out by hand, replays, conflicts, re-processing, and bad input.
+
+use std::collections::BTreeMap;
+
+use hpc_ledger::domain::posting::{Defaults, RejectKind};
+use hpc_ledger::ingest::{Format, ReadOptions, Skip};
+use hpc_ledger::service::import::{Summary, import, retry_rejected};
+use hpc_ledger::service::record::Recorder;
+use rust_decimal::Decimal;
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::fixtures::{fixture_db, import_fixture};
+
+struct Counts {
+    headers: u64,
+    recorded: u64,
+    skipped: &'static [(Skip, u64)],
+    rejected: &'static [(RejectKind, u64)],
+}
+
+fn check(name: &str, s: &Summary, want: Counts) {
+    assert_eq!(s.recorded, want.recorded, "{name}: recorded\n{s:#?}");
+    assert_eq!(
+        s.skipped,
+        want.skipped.iter().copied().collect::<BTreeMap<_, _>>(),
+        "{name}: skipped\n{s:#?}"
+    );
+    assert_eq!(
+        s.rejected,
+        want.rejected.iter().copied().collect::<BTreeMap<_, _>>(),
+        "{name}: rejected\n{s:#?}"
+    );
+    let skipped: u64 = want.skipped.iter().map(|(_, n)| n).sum();
+    let rejected: u64 = want.rejected.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        s.lines,
+        want.headers + want.recorded + skipped + rejected + s.replayed,
+        "{name}: every line is accounted for"
+    );
+}
+
+#[tokio::test]
+async fn every_real_fixture_imports_with_the_expected_counts() {
+    use RejectKind::*;
+    use Skip::*;
+    let cases: [(&str, Counts); 10] = [
+        // 4 jobs; the last has no partition, 0 nodes, 0 CPUs and an AllocTRES of only `gres/gpu=2`.
+        (
+            "xdmod_slurm_sacct_parsable2_unit.log",
+            Counts {
+                headers: 0,
+                recorded: 3,
+                skipped: &[],
+                rejected: &[(Malformed, 1)],
+            },
+        ),
+        // 60 ended jobs on phillips and pozidriv.
+        (
+            "xdmod_slurm_sacct_parsable2_reference.log",
+            Counts {
+                headers: 0,
+                recorded: 60,
+                skipped: &[],
+                rejected: &[],
+            },
+        ),
+        // 5 array-range records and an unknown state are rejected; RUNNING and
+        // PENDING have not ended; BAR never started.
+        (
+            "xdmod_slurm_sacct_parsable2_edgecases.log",
+            Counts {
+                headers: 0,
+                recorded: 4,
+                skipped: &[(NotEnded, 2), (NeverStarted, 1)],
+                rejected: &[(Malformed, 6)],
+            },
+        ),
+        // 4 jobs and their 4 .batch steps.
+        (
+            "apel_slurm_sacct_parsable2.log",
+            Counts {
+                headers: 0,
+                recorded: 4,
+                skipped: &[(Step, 4)],
+                rejected: &[],
+            },
+        ),
+        // 22 jobs (2 never started) and 23 steps.
+        (
+            "hbjobinfo_habrok_sacct_snowman.txt",
+            Counts {
+                headers: 0,
+                recorded: 20,
+                skipped: &[(Step, 23), (NeverStarted, 1 + 1)],
+                rejected: &[],
+            },
+        ),
+        // Slurm 22.05: 17 jobs, one cancelled before it started.
+        (
+            "slurm_2205_lab_sacct_header.txt",
+            Counts {
+                headers: 1,
+                recorded: 16,
+                skipped: &[(NeverStarted, 1)],
+                rejected: &[],
+            },
+        ),
+        // 9 E records; one has a malformed Resource_List.nodect.
+        (
+            "xdmod_pbs_torque_accounting_E.log",
+            Counts {
+                headers: 0,
+                recorded: 8,
+                skipped: &[],
+                rejected: &[(Malformed, 1)],
+            },
+        ),
+        // 7 E records: two with the mangled `nodes=1pn=4`, and job 24940336 re-sent with a later end.
+        (
+            "apel_torque_accounting_E.log",
+            Counts {
+                headers: 0,
+                recorded: 4,
+                skipped: &[],
+                rejected: &[(Malformed, 2), (Conflict, 1)],
+            },
+        ),
+        // 4 E records and 8 others (Q, D, A, R, S).
+        (
+            "hnormalise_torque_accounting.log",
+            Counts {
+                headers: 0,
+                recorded: 4,
+                skipped: &[(OtherRecord, 8)],
+                rejected: &[],
+            },
+        ),
+        // 3 E records and an R, a D and an A.
+        (
+            "ncar_pbspro_casper_accounting.log",
+            Counts {
+                headers: 0,
+                recorded: 3,
+                skipped: &[(OtherRecord, 3)],
+                rejected: &[],
+            },
+        ),
+    ];
+    for (name, want) in cases {
+        let db = fixture_db().await;
+        let s = import_fixture(&db, name, false).await;
+        check(name, &s, want);
+        // Every recorded job has its entries, and the books balance.
+        let (jobs, without): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM ledger_entry e WHERE e.job_record_id = r.id))
+               FROM job_record r",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!((jobs, without), (s.recorded as i64, 0), "{name}");
+        let total: Option<Decimal> = sqlx::query_scalar("SELECT sum(amount) FROM ledger_entry")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(total.unwrap_or_default(), s.charged, "{name}");
+        let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(kept as u64, s.rejected_total(), "{name}: every rejection is kept");
+    }
+}
+
+/// The entries of a job: (metric, quantity, amount), ordered.
+async fn charges(pool: &PgPool, cluster: &str, job: &str, array: Option<i32>) -> Vec<(String, String, String)> {
+    sqlx::query_as::<_, (String, Decimal, Decimal)>(
+        "SELECT e.metric, e.quantity, e.amount FROM ledger_entry e
+           JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id JOIN cluster c ON c.id = j.cluster_id
+          WHERE c.name = $1 AND j.scheduler_job_id = $2 AND j.array_index IS NOT DISTINCT FROM $3 AND e.kind = 'job'
+          ORDER BY e.metric",
+    )
+    .bind(cluster)
+    .bind(job)
+    .bind(array)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(m, q, a)| (m, q.normalize().to_string(), format!("{a:.2}")))
+    .collect()
+}
+
+fn lines(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    v.iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn sample_charges_worked_out_by_hand() {
+    let db = fixture_db().await;
+    for f in [
+        "xdmod_slurm_sacct_parsable2_unit.log",
+        "xdmod_slurm_sacct_parsable2_reference.log",
+        "hbjobinfo_habrok_sacct_snowman.txt",
+        "slurm_2205_lab_sacct_header.txt",
+        "xdmod_pbs_torque_accounting_E.log",
+        "apel_torque_accounting_E.log",
+        "hnormalise_torque_accounting.log",
+        "ncar_pbspro_casper_accounting.log",
+    ] {
+        import_fixture(&db, f, false).await;
+    }
+    let p = &db.pool;
+    // ub-hpc 4103947: 32 nodes × 12 cores = 384 (more than its 256 CPUs), 3 days
+    // = 72 h: 27648 core-hours × 0.01.
+    assert_eq!(
+        charges(p, "ub-hpc", "4103947", None).await,
+        lines(&[("core_hours", "27648", "276.48")])
+    );
+    // phillips 165381: 8 nodes × 8 = 64 cores, 432026 s: 64 × 432026 / 3600.
+    assert_eq!(
+        charges(p, "phillips", "165381", None).await,
+        lines(&[("core_hours", "7680.462222222222", "76.80")])
+    );
+    // phillips 163485 (focaccia -> gpu): 12 cores (31000 MB / 8 GB = 3.78 is
+    // fewer) and 2 GPUs for 912426 s: 3041.42 × 0.02 = 60.8284; 506.903333… × 0.50 = 253.4516….
+    assert_eq!(
+        charges(p, "phillips", "163485", None).await,
+        lines(&[
+            ("core_hours", "3041.42", "60.83"),
+            ("gpu_hours", "506.903333333333", "253.45")
+        ])
+    );
+    // pozidriv 983936: 1 CPU but 70000 MB / 4096 MB = 17.08984375 effective
+    // cores, 566038 s: 2687.083604600694 core-hours.
+    assert_eq!(
+        charges(p, "pozidriv", "983936", None).await,
+        lines(&[("core_hours", "2687.083604600694", "26.87")])
+    );
+    // habrok 2344446_26: 24 CPUs on 2 nodes -> 2 × 128 whole-node cores;
+    // 05:10:35 -> 11:44:17 CEST = 23622 s.
+    assert_eq!(
+        charges(p, "habrok", "2344446", Some(26)).await,
+        lines(&[("core_hours", "1679.786666666667", "16.80")])
+    );
+    // habrok 7965768 (gpulong): 8 cores, 1 GPU, 55702 s.
+    assert_eq!(
+        charges(p, "habrok", "7965768", None).await,
+        lines(&[
+            ("core_hours", "123.782222222222", "2.48"),
+            ("gpu_hours", "15.472777777778", "7.74")
+        ])
+    );
+    // testclu 18: 2 nodes × 4 cores and 4 GPUs for 2 s.
+    assert_eq!(
+        charges(p, "testclu", "18", None).await,
+        lines(&[
+            ("core_hours", "0.004444444444", "0.00"),
+            ("gpu_hours", "0.002222222222", "0.00")
+        ])
+    );
+    // edge 6.edge.ccr.buffalo.edu: nodes=4:ppn=8 for 2197 s.
+    assert_eq!(
+        charges(p, "edge", "6.edge.ccr.buffalo.edu", None).await,
+        lines(&[("core_hours", "19.528888888889", "0.20")])
+    );
+    // edge 2994.pbs: select=5:ncpus=13, place=scatter:excl on 8-core nodes: 65 cores, 156 s.
+    assert_eq!(
+        charges(p, "edge", "2994.pbs", None).await,
+        lines(&[("core_hours", "2.816666666667", "0.03")])
+    );
+    // casper 4413086 (vis -> gpu): 10 GB / 8 GB = 1.25 cores and 1 GPU for 3330 s.
+    assert_eq!(
+        charges(p, "casper", "4413086.casper-pbs", None).await,
+        lines(&[("core_hours", "1.15625", "0.02"), ("gpu_hours", "0.925", "0.46")])
+    );
+    // ral 21048463: pmem 4000 MB on 1 core (0.977 effective cores), 24159 s.
+    assert_eq!(
+        charges(p, "ral", "21048463.lcgbatch01.gridpp.rl.ac.uk", None).await,
+        lines(&[("core_hours", "6.710833333333", "0.07")])
+    );
+    // vsc 268279: nodes=2:ppn=20 on 20-core nodes, 43175 s; account lt1_2017-43.
+    assert_eq!(
+        charges(p, "vsc", "268279.master21.swalot.gent.vsc", None).await,
+        lines(&[("core_hours", "479.722222222222", "4.80")])
+    );
+    let project: String = sqlx::query_scalar(
+        "SELECT p.code FROM job_record r JOIN job j ON j.id = r.job_id JOIN project p ON p.id = r.project_id
+          WHERE j.scheduler_job_id = '268279.master21.swalot.gent.vsc'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(project, "lt1_2017-43");
+    // Jobs are posted to the month they ended in: 165381 ran over New Year.
+    let period: chrono::NaiveDate = sqlx::query_scalar(
+        "SELECT e.period FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+          WHERE j.scheduler_job_id = '165381'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(period.to_string(), "2017-01-01");
+}
+
+async fn entry_count(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn importing_the_same_records_again_changes_nothing() {
+    let db = fixture_db().await;
+    let first = import_fixture(&db, "xdmod_slurm_sacct_parsable2_reference.log", false).await;
+    let entries = entry_count(&db.pool).await;
+    let again = import_fixture(&db, "xdmod_slurm_sacct_parsable2_reference.log", false).await;
+    assert_eq!((first.recorded, again.recorded, again.replayed), (60, 0, 60));
+    assert_eq!(entry_count(&db.pool).await, entries);
+    // The steps file holds the same jobs: all replays.
+    import_fixture(&db, "slurm_2205_lab_sacct_header.txt", false).await;
+    let steps = import_fixture(&db, "slurm_2205_lab_sacct_steps_header.txt", false).await;
+    assert_eq!(
+        (steps.recorded, steps.replayed, steps.skipped[&Skip::Step]),
+        (0, 16, 22)
+    );
+}
+
+#[tokio::test]
+async fn a_changed_record_is_a_conflict_until_superseded() {
+    let db = fixture_db().await;
+    // The unit file's 4103947 held 32 nodes; the edge-case file re-sends the
+    // same run (same cluster, id, submit and start) holding 1 node.
+    import_fixture(&db, "xdmod_slurm_sacct_parsable2_unit.log", false).await;
+    let s = import_fixture(&db, "xdmod_slurm_sacct_parsable2_edgecases.log", false).await;
+    assert_eq!(s.rejected[&RejectKind::Conflict], 1, "{s:#?}");
+    let example = s.examples.iter().find(|e| e.contains("conflicts")).unwrap();
+    assert!(
+        example.contains("(ub-hpc/4103947): conflicts with the job already recorded (nodes 32 -> 1, cores 256 -> 8)"),
+        "{example}"
+    );
+    assert!(example.contains("record it again with --supersede"), "{example}");
+    assert_eq!(
+        charges(&db.pool, "ub-hpc", "4103947", None).await,
+        lines(&[("core_hours", "27648", "276.48")])
+    );
+
+    // Superseding reverses the old charge exactly and posts the new one.
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), true, "billing".into());
+    let mut s = Summary::default();
+    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    // The malformed lines of both files stay rejected.
+    assert_eq!(
+        (s.superseded, s.rejected_total(), s.rejected[&RejectKind::Malformed]),
+        (1, 7, 7),
+        "{s:#?}"
+    );
+    let net: Vec<(String, Decimal)> = sqlx::query_as(
+        "SELECT e.kind, sum(e.amount) FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+           JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id = '4103947' AND j.array_index IS NULL
+          GROUP BY e.kind ORDER BY e.kind",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    // Old charge 276.48; new: 8 cores (3000 MB is fewer) for 72 h = 576
+    // core-hours = 5.76; the reversal takes back exactly the old 276.48.
+    let net: Vec<(String, String)> = net.into_iter().map(|(k, a)| (k, a.to_string())).collect();
+    assert_eq!(
+        net,
+        [
+            ("job".to_string(), "282.24".to_string()),
+            ("reversal".into(), "-276.48".into())
+        ]
+    );
+    assert_eq!(
+        charges(&db.pool, "ub-hpc", "4103947", None).await,
+        lines(&[("core_hours", "27648", "276.48"), ("core_hours", "576", "5.76")])
+    );
+    let linked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_entry r JOIN ledger_entry o ON o.id = r.corrects_id
+          JOIN job_record nr ON nr.id = r.job_record_id
+         WHERE r.kind = 'reversal' AND nr.kind = 'supersede' AND o.amount = -r.amount",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(linked, 1);
+    let resolved: String = sqlx::query_scalar("SELECT resolution FROM rejected_record WHERE kind = 'conflict'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(resolved, "superseded");
+    // Superseding again is a replay, not a second reversal.
+    let mut s = Summary::default();
+    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    assert_eq!((s.lines, s.superseded, s.replayed), (7, 0, 0));
+    let again = import_fixture(&db, "xdmod_slurm_sacct_parsable2_edgecases.log", true).await;
+    assert_eq!((again.superseded, again.replayed), (0, 4));
+}
+
+/// Write JSON lines to a file and import them.
+async fn import_jsonl(pool: &PgPool, name: &str, text: &str, supersede: bool) -> Summary {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let mut recorder = Recorder::new(pool.clone(), Defaults::default(), supersede, "tester".into());
+    let mut s = Summary::default();
+    import(
+        &mut recorder,
+        std::fs::File::open(&path).unwrap(),
+        name,
+        Format::Jsonl,
+        &ReadOptions::default(),
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    s
+}
+
+/// A JSON job on testclu, with fields replaced (or removed, when null).
+fn job(id: &str, overrides: serde_json::Value) -> String {
+    let mut j = serde_json::json!({
+        "cluster": "testclu", "job_id": id, "project": "PAS1234", "queue": "regular", "cores": 2,
+        "submit": "2026-10-01T10:00:00Z", "start": "2026-10-01T10:00:00Z", "end": "2026-10-01T12:00:00Z"
+    });
+    for (k, v) in overrides.as_object().unwrap() {
+        if v.is_null() {
+            j.as_object_mut().unwrap().remove(k);
+        } else {
+            j[k] = v.clone();
+        }
+    }
+    j.to_string()
+}
+
+#[tokio::test]
+async fn bad_input_of_every_kind_is_rejected_with_where_and_why() {
+    let db = fixture_db().await;
+    let mut text = String::new();
+    for l in [
+        job("1", json!({})),
+        job("2", json!({"cluster": "nowhere"})),
+        job("3", json!({"project": "NOPE"})),
+        job("4", json!({"queue": "debug"})),
+        job("5", json!({"submit": "1999-01-01T00:00:00Z"})),
+        job("6", json!({"end": "2026-10-01T09:00:00Z"})),
+        job("7", json!({"cores": 0})),
+        job("8", json!({"gpus": 99_999_999})),
+        job("9", json!({"end": "2099-01-01T00:00:00Z"})),
+        "{not json".to_owned(),
+        job("10", json!({"memory": "lots"})),
+        job("11", json!({"start": "2026-10-01T11:00:00Z", "submit": null})),
+    ] {
+        text.push_str(&l);
+        text.push('\n');
+    }
+    let s = import_jsonl(&db.pool, "bad.jsonl", &text, false).await;
+    assert_eq!(s.recorded, 2, "{s:#?}");
+    let want = [
+        "bad.jsonl:2 (nowhere/2): unknown cluster \"nowhere\"",
+        "bad.jsonl:3 (testclu/3): unknown project \"NOPE\"",
+        "bad.jsonl:4 (testclu/4): unknown queue \"debug\" on cluster testclu",
+        "bad.jsonl:5 (testclu/5): no rate card for node type \"regular\" on cluster testclu is in force at 1999-01-01 00:00:00 UTC (the job's submit time)",
+        "bad.jsonl:6 (testclu/6): it ends at 2026-10-01 09:00:00 UTC, before it starts at 2026-10-01 10:00:00 UTC",
+        "bad.jsonl:7 (testclu/7): the job holds no cores",
+        "bad.jsonl:8 (testclu/8): the job holds 99999999 GPUs, more than the limit of 10000000",
+        "bad.jsonl:9 (testclu/9): it ends at 2099-01-01 00:00:00 UTC, in the future",
+        "bad.jsonl:10: key must be a string",
+        "bad.jsonl:11: memory: \"lots\" is not a size",
+    ];
+    for w in want {
+        assert!(
+            s.examples.iter().any(|e| e.starts_with(w)),
+            "missing {w:?} in {:#?}",
+            s.examples
+        );
+    }
+    assert_eq!(s.rejected_total(), 10);
+    // Job 11 is job 1's run started an hour later: a different run.
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM job")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 2);
+    // Kept with the reason, for re-processing.
+    let kinds: Vec<(String, i64)> =
+        sqlx::query_as("SELECT kind, count(*) FROM rejected_record GROUP BY kind ORDER BY kind")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        kinds,
+        [
+            ("invalid", 4),
+            ("malformed", 2),
+            ("no_rate_card", 1),
+            ("unknown_cluster", 1),
+            ("unknown_project", 1),
+            ("unknown_queue", 1)
+        ]
+        .map(|(k, n)| (k.to_string(), n))
+    );
+    // Unreadable lines: invalid UTF-8 and a line longer than 1 MiB.
+    let mut bytes = job("12", json!({})).into_bytes();
+    bytes.extend(b"\n\xff\xfe\n");
+    bytes.extend(vec![b' '; (1 << 20) + 5]);
+    bytes.push(b'\n');
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
+    let path = dir.join(format!("{}-binary.jsonl", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut s = Summary::default();
+    import(
+        &mut recorder,
+        std::fs::File::open(&path).unwrap(),
+        "binary.jsonl",
+        Format::Jsonl,
+        &ReadOptions::default(),
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.recorded, 1);
+    assert_eq!(
+        s.examples,
+        [
+            "binary.jsonl:2: the line is not valid UTF-8 (byte 1)",
+            "binary.jsonl:3: the line is longer than 1048576 bytes"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn rejected_records_are_recorded_once_the_cause_is_fixed() {
+    let db = fixture_db().await;
+    let text = format!(
+        "{}\n{}\n",
+        job("1", json!({"project": "NEWPROJ"})),
+        job("2", json!({"queue": "bigmem"}))
+    );
+    let s = import_jsonl(&db.pool, "later.jsonl", &text, false).await;
+    assert_eq!(s.rejected_total(), 2);
+    // Re-processing before the fix changes nothing.
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut s = Summary::default();
+    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    assert_eq!((s.recorded, s.rejected_total()), (0, 2));
+    let seen: i32 = sqlx::query_scalar("SELECT max(times_seen) FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(seen, 2);
+    // The billing office adds the project and the queue.
+    let fixed = format!(
+        "{}\n[[project]]\ncode = \"NEWPROJ\"\n",
+        crate::fixtures::CENTER.replace(
+            "hugemem = \"hugememory\"",
+            "hugemem = \"hugememory\"\nbigmem = \"hugememory\""
+        )
+    );
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&fixed).unwrap(), "t")
+        .await
+        .unwrap();
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut s = Summary::default();
+    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    assert_eq!((s.recorded, s.rejected_total()), (2, 0), "{s:#?}");
+    let open: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record WHERE resolved_at IS NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(open, 0);
+    // bigmem is a hugememory queue: 2 cores × 2 h × 0.03.
+    assert_eq!(
+        charges(&db.pool, "testclu", "2", None).await,
+        lines(&[("core_hours", "4", "0.12")])
+    );
+}
+
+#[tokio::test]
+async fn a_failure_in_the_middle_of_a_batch_leaves_no_partial_job() {
+    let db = fixture_db().await;
+    // PostgreSQL refuses NUL characters in text: job 2's record fails in the
+    // database, after its run row would have been inserted.
+    let text = format!(
+        "{}\n{}\n{}\n",
+        job("1", json!({})),
+        job("2", json!({"job_name": "a\u{0}b"})),
+        job("3", json!({}))
+    );
+    let s = import_jsonl(&db.pool, "nul.jsonl", &text, false).await;
+    assert_eq!((s.recorded, s.rejected[&RejectKind::Database]), (2, 1), "{s:#?}");
+    assert!(
+        s.examples[0].starts_with("nul.jsonl:2 (testclu/2): the database refused it"),
+        "{:?}",
+        s.examples
+    );
+    let (jobs, records, entries): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM job WHERE scheduler_job_id = '2'),
+                (SELECT count(*) FROM job_record), (SELECT count(*) FROM ledger_entry)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((jobs, records, entries), (0, 2, 2));
+}
+
+#[tokio::test]
+async fn concurrent_importers_charge_each_job_exactly_once() {
+    let db = fixture_db().await;
+    let mut text = String::new();
+    for i in 0..3000 {
+        let (queue, extra) = match i % 4 {
+            0 => ("regular", String::new()),
+            1 => ("hugemem", r#","memory":"40GB""#.to_owned()),
+            2 => ("gpu", r#","gpus":2"#.to_owned()),
+            _ => ("regular", r#","nodes":2"#.to_owned()),
+        };
+        text.push_str(&format!(
+            r#"{{"cluster":"testclu","job_id":"{i}","project":"{}","queue":"{queue}","cores":2,"start":"2026-10-02T00:00:00Z","end":"2026-10-02T0{}:00:00Z"{extra}}}"#,
+            if i % 2 == 0 { "PAS1234" } else { "PZS0001" },
+            1 + i % 9
+        ));
+        text.push('\n');
+    }
+    let single = {
+        let other = fixture_db().await;
+        import_jsonl(&other.pool, "single.jsonl", &text, false).await.charged
+    };
+    let mut tasks = Vec::new();
+    for n in 0..4 {
+        let pool = db.pool.clone();
+        let text = text.clone();
+        tasks.push(tokio::spawn(async move {
+            import_jsonl(&pool, &format!("race{n}.jsonl"), &text, false).await
+        }));
+    }
+    let mut recorded = 0;
+    let mut replayed = 0;
+    for t in tasks {
+        let s = t.await.unwrap();
+        assert_eq!(s.rejected_total(), 0, "{s:#?}");
+        recorded += s.recorded;
+        replayed += s.replayed;
+    }
+    assert_eq!((recorded, replayed), (3000, 9000));
+    let (jobs, entries, total): (i64, i64, Decimal) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM job), count(*), sum(amount) FROM ledger_entry")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((jobs, entries), (3000, 3750));
+    assert_eq!(total, single);
+}
+
+#[tokio::test]
+async fn a_job_ending_in_a_closed_month_is_posted_late_to_the_first_open_month() {
+    let db = fixture_db().await;
+    sqlx::raw_sql(
+        "INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal)
+         VALUES ('2026-10-01', 't', 0, 0, 'sha256-chain-v1', sha256(''))",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let text = format!(
+        "{}\n{}\n",
+        job("1", json!({})),
+        job(
+            "2",
+            json!({"submit": "2026-11-01T10:00:00Z", "start": "2026-11-01T10:00:00Z", "end": "2026-11-01T12:00:00Z"})
+        )
+    );
+    let s = import_jsonl(&db.pool, "late.jsonl", &text, false).await;
+    assert_eq!(s.recorded, 2);
+    let rows: Vec<(String, chrono::NaiveDate, bool)> = sqlx::query_as(
+        "SELECT j.scheduler_job_id, e.period, e.late FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+           JOIN job j ON j.id = r.job_id ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let rows: Vec<(String, String, bool)> = rows.into_iter().map(|(j, p, l)| (j, p.to_string(), l)).collect();
+    assert_eq!(
+        rows,
+        [
+            ("1".into(), "2026-11-01".into(), true),
+            ("2".into(), "2026-11-01".into(), false)
+        ]
+    );
+    // Its own dates are kept.
+    let ended: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+        "SELECT ended_at FROM job_record r JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id = '1'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(ended.to_rfc3339(), "2026-10-01T12:00:00+00:00");
+}
