@@ -6,12 +6,23 @@ use std::process::ExitCode;
 use anyhow::Context;
 use chrono::Utc;
 
+use std::io::Cursor;
+
 use crate::db::{self, MIGRATOR, Target};
+use crate::domain::posting::Defaults;
 use crate::domain::rules::Scheduler;
+use crate::ingest::{Format, ReadOptions};
+use crate::service::import::{Summary, import};
+use crate::service::record::Recorder;
 use crate::service::{self, quote::QuoteRequest};
 
 /// The example configuration shipped in examples/center.toml.
 pub const EXAMPLE_CONFIG: &str = include_str!("../../examples/center.toml");
+
+/// The sample jobs in examples/jobs/, in the three import formats.
+const SAMPLE_SLURM: &str = include_str!("../../examples/jobs/owens-sacct.txt");
+const SAMPLE_PBS: &str = include_str!("../../examples/jobs/pitzer-accounting-202610.log");
+const SAMPLE_JSONL: &str = include_str!("../../examples/jobs/jobs.jsonl");
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -110,6 +121,57 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         print!("{}", super::quote::render(&q, tz));
         println!();
     }
+
+    heading(4, "Record finished jobs: Slurm sacct, a PBS log, JSON lines");
+    let mut recorder = Recorder::new(pool.clone(), Defaults::default(), false, "demo".into());
+    let samples = [
+        ("examples/jobs/owens-sacct.txt", Format::Slurm, SAMPLE_SLURM, None),
+        (
+            "examples/jobs/pitzer-accounting-202610.log",
+            Format::Pbs,
+            SAMPLE_PBS,
+            Some("pitzer"),
+        ),
+        ("examples/jobs/jobs.jsonl", Format::Jsonl, SAMPLE_JSONL, None),
+    ];
+    for (name, format, text, cluster) in samples {
+        let options = ReadOptions {
+            cluster: cluster.map(Into::into),
+            ..Default::default()
+        };
+        recorder.defaults.cluster = options.cluster.clone();
+        let mut summary = Summary::default();
+        import(
+            &mut recorder,
+            Cursor::new(text),
+            name,
+            format,
+            &options,
+            &mut summary,
+            &|_| {},
+        )
+        .await?;
+        println!("-- hpc-ledger import --format {} {name}", format.as_str());
+        print!("{}", super::import::render(&summary));
+        println!();
+    }
+    recorder.defaults.cluster = None;
+    let mut again = Summary::default();
+    let name = "examples/jobs/owens-sacct.txt";
+    import(
+        &mut recorder,
+        Cursor::new(SAMPLE_SLURM),
+        name,
+        Format::Slurm,
+        &ReadOptions::default(),
+        &mut again,
+        &|_| {},
+    )
+    .await?;
+    println!(
+        "-- the same sacct file again: {} recorded, {} replayed (nothing is charged twice)\n",
+        again.recorded, again.replayed
+    );
 
     println!("Explore the demo database:");
     println!("  hpc-ledger --database-url '{}' config show", db::redact(&url));

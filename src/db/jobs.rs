@@ -50,23 +50,38 @@ pub async fn find(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usiz
     Ok(rows.into_iter().map(|r| (r.i as usize - 1, r.id)).collect())
 }
 
-/// Add runs; those another writer added first are left alone (find them
-/// with [`find`] afterwards).
-pub async fn insert(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<u64, sqlx::Error> {
+/// Add runs; returns (position in `keys`, id) of those added. Runs another
+/// writer added first are left alone: find them with [`find`].
+pub async fn insert(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usize, JobId)>, sqlx::Error> {
     let c = key_columns(keys);
-    let done = sqlx::query!(
-        "INSERT INTO job (cluster_id, scheduler_job_id, array_index, submitted_at, started_at)
-         SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[])
-         ON CONFLICT DO NOTHING",
+    let rows = sqlx::query!(
+        r#"INSERT INTO job (cluster_id, scheduler_job_id, array_index, submitted_at, started_at)
+           SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[])
+           ON CONFLICT DO NOTHING
+           RETURNING id AS "id: JobId", cluster_id, scheduler_job_id, array_index, submitted_at, started_at"#,
         &c.cluster,
         &c.job,
         &c.index as &[Option<i32>],
         &c.submitted as &[Option<DateTime<Utc>>],
         &c.started,
     )
-    .execute(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(done.rows_affected())
+    let position: std::collections::HashMap<JobKey, usize> =
+        keys.iter().enumerate().map(|(i, k)| ((*k).clone(), i)).collect();
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            let key = JobKey {
+                cluster_id: ClusterId(r.cluster_id),
+                job_id: r.scheduler_job_id,
+                array_index: r.array_index.map(|i| i as u32),
+                submitted_at: r.submitted_at,
+                started_at: r.started_at,
+            };
+            position.get(&key).map(|&i| (i, r.id))
+        })
+        .collect())
 }
 
 fn fingerprint(v: Vec<u8>) -> [u8; 32] {

@@ -261,6 +261,7 @@ impl Recorder {
             let mut seen = HashSet::new();
             let (round, later): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(_, r)| seen.insert(r.key.clone()));
             let posting = Posting {
+                default_cluster: self.defaults.cluster.as_deref(),
                 author: &self.author,
                 supersede: self.supersede,
                 last_closed,
@@ -344,6 +345,7 @@ async fn resolve_rejections(
 
 /// One round of a batch: runs that appear once.
 struct Posting<'a> {
+    default_cluster: Option<&'a str>,
     author: &'a str,
     supersede: bool,
     last_closed: Option<Month>,
@@ -363,12 +365,22 @@ impl Posting<'_> {
         for (pos, id) in jobs::find(tx, &keys).await? {
             ids[pos] = Some(id);
         }
+        // Runs created by this transaction have no records yet: only the
+        // others (found, or added by a concurrent writer first) are loaded.
+        let mut known: Vec<JobId> = ids.iter().flatten().copied().collect();
         let missing: Vec<usize> = (0..keys.len()).filter(|&p| ids[p].is_none()).collect();
         if !missing.is_empty() {
             let new_keys: Vec<&crate::domain::posting::JobKey> = missing.iter().map(|&p| keys[p]).collect();
-            jobs::insert(tx, &new_keys).await?;
-            for (pos, id) in jobs::find(tx, &new_keys).await? {
+            for (pos, id) in jobs::insert(tx, &new_keys).await? {
                 ids[missing[pos]] = Some(id);
+            }
+            let raced: Vec<usize> = missing.iter().copied().filter(|&p| ids[p].is_none()).collect();
+            if !raced.is_empty() {
+                let raced_keys: Vec<&crate::domain::posting::JobKey> = raced.iter().map(|&p| keys[p]).collect();
+                for (pos, id) in jobs::find(tx, &raced_keys).await? {
+                    ids[raced[pos]] = Some(id);
+                    known.push(id);
+                }
             }
         }
         let ids: Vec<JobId> = ids
@@ -376,8 +388,10 @@ impl Posting<'_> {
             .map(|id| id.expect("every run exists after insert"))
             .collect();
         let mut held: HashMap<JobId, Vec<crate::domain::posting::Existing>> = HashMap::new();
-        for (job, record) in jobs::records(tx, &ids).await? {
-            held.entry(job).or_default().push(record);
+        if !known.is_empty() {
+            for (job, record) in jobs::records(tx, &known).await? {
+                held.entry(job).or_default().push(record);
+            }
         }
 
         struct Plan<'r> {
@@ -390,7 +404,7 @@ impl Posting<'_> {
         }
         let mut plans = Vec::new();
         for ((index, resolved), job) in round.iter().zip(&ids) {
-            let key = jobs[*index].input.key(None);
+            let key = jobs[*index].input.key(self.default_cluster);
             let decision = classify(held.get(job).map_or(&[][..], Vec::as_slice), resolved, self.supersede);
             let (revision, kind, replaces) = match decision {
                 Decision::New => (1, RecordKind::Original, None),
@@ -468,7 +482,7 @@ impl Posting<'_> {
         let mut entries = Vec::new();
         for p in &plans {
             let record_id = record_ids[&(p.job, p.revision)];
-            let key = jobs[p.index].input.key(None);
+            let key = jobs[p.index].input.key(self.default_cluster);
             if p.kind == RecordKind::Revision {
                 outcomes[p.index] = Some(Outcome::Revised {
                     job: key,

@@ -1,0 +1,203 @@
+//! `job record`, `import` and `rejected` as an operator runs them: outputs
+//! and exit codes.
+
+use crate::fixtures::{fixture_db, stripped};
+use crate::harness::{TestDb, cli_with_env, ok, stderr, stdout};
+
+/// `job record` of job testclu/77, with flags replaced or added.
+fn record(db: &TestDb, changes: &[&str]) -> std::process::Output {
+    let mut flags: Vec<(String, Option<String>)> = [
+        ("--cluster", "testclu"),
+        ("--job-id", "77"),
+        ("--project", "pas1234"),
+        ("--queue", "regular"),
+        ("--cores", "4"),
+        ("--memory", "32GB"),
+        ("--submit", "2026-10-05T09:00:00Z"),
+        ("--start", "2026-10-05T09:10:00Z"),
+        ("--end", "2026-10-05T11:10:00Z"),
+        ("--state", "COMPLETED"),
+        ("--exit-code", "0"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+    .collect();
+    let mut i = 0;
+    while i < changes.len() {
+        let name = changes[i].to_string();
+        let value = changes
+            .get(i + 1)
+            .filter(|v| !v.starts_with("--"))
+            .map(|v| v.to_string());
+        i += if value.is_some() { 2 } else { 1 };
+        match flags.iter_mut().find(|(k, _)| *k == name) {
+            Some(f) => f.1 = value,
+            None => flags.push((name, value)),
+        }
+    }
+    let mut args = vec!["job".to_string(), "record".to_string()];
+    for (k, v) in flags {
+        args.push(k);
+        args.extend(v);
+    }
+    db.cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[tokio::test]
+async fn job_record_from_an_epilogue() {
+    let db = fixture_db().await;
+    // 32 GB at 4 GB per core = 8 cores for 2 h at 0.01.
+    let o = record(&db, &[]);
+    assert_eq!(ok(&o), "recorded testclu/77: 1 entry totalling 0.16 in 2026-10\n");
+    assert_eq!(
+        ok(&record(&db, &[])),
+        "replayed testclu/77: already recorded with this content\n"
+    );
+    // A different exit code does not change the charge.
+    let o = record(&db, &["--exit-code", "1"]);
+    assert_eq!(
+        ok(&o),
+        "revised testclu/77: kept as revision 2 (the charge does not change)\n"
+    );
+    // A different end does: refused, exit 3, kept.
+    let mut args = vec!["--end", "2026-10-05T12:10:00Z"];
+    let o = record(&db, &args);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(stderr(&o).starts_with("error: testclu/77 not recorded: conflicts with the job already recorded (end 2026-10-05 11:10:00 UTC -> 2026-10-05 12:10:00 UTC)"), "{}", stderr(&o));
+    // … unless superseded: the old 0.16 is reversed, 0.24 posted.
+    args.push("--supersede");
+    let o = record(&db, &args);
+    assert_eq!(
+        ok(&o),
+        "superseded testclu/77: revision 3, 1 entry reversed, new charges 0.24 in 2026-10\n"
+    );
+    let net: rust_decimal::Decimal = sqlx::query_scalar("SELECT sum(amount) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(net.to_string(), "0.24");
+
+    // One JSON object on stdin, JSON outcome out.
+    let json = r#"{"cluster":"testclu","job_id":"78","array_index":3,"project":"PZS0001","queue":"gpu","cores":2,"gpus":1,"start":"2026-10-06T00:00:00Z","end":"2026-10-06T01:00:00Z"}"#;
+    let o = cli_with_env(
+        &["job", "record", "--json", "--format", "json"],
+        &[("DATABASE_URL", &db.url)],
+        Some(json),
+    );
+    let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert_eq!(v["outcome"], "recorded");
+    assert_eq!(v["job"], "testclu/78_3");
+    // 2 cores × 0.02 + 1 GPU-hour × 0.50
+    assert_eq!(v["amount"], "0.54");
+}
+
+#[tokio::test]
+async fn job_record_errors_have_their_own_exit_codes_and_are_kept() {
+    let db = fixture_db().await;
+    let o = record(&db, &["--project", "NOPE"]);
+    assert_eq!(o.status.code(), Some(4));
+    assert!(
+        stderr(&o).contains("testclu/77 not recorded: unknown project \"NOPE\""),
+        "{}",
+        stderr(&o)
+    );
+    let o = cli_with_env(
+        &["job", "record", "--json"],
+        &[("DATABASE_URL", &db.url)],
+        Some("{\"job_id\": 1, \"cores\": 2, \"start\": 1, \"end\": 2, \"colour\": 3}"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown field `colour`"), "{}", stderr(&o));
+    let o = record(&db, &["--start", "2026-13-01T00:00:00Z"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("start: \"2026-13-01T00:00:00Z\" is not a time"),
+        "{}",
+        stderr(&o)
+    );
+    // A job that never started charges nothing and is not an error.
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "testclu",
+        "--job-id",
+        "79",
+        "--project",
+        "pas1234",
+        "--cores",
+        "1",
+    ]);
+    assert_eq!(
+        ok(&o),
+        "not charged: one of the jobs that never started (nothing to charge)\n"
+    );
+    // The rejected ones are listed, with where they came from and why.
+    let list = ok(&db.cli(&["rejected"]));
+    let rows: Vec<&str> = list.lines().skip(2).collect();
+    assert_eq!(rows.len(), 3, "{list}");
+    assert!(
+        rows[0].contains("job record") && rows[0].contains("testclu/77") && rows[0].contains("unknown_project"),
+        "{list}"
+    );
+    assert!(
+        rows[1].contains("malformed") && rows[1].contains("unknown field `colour`"),
+        "{list}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&ok(&db.cli(&["rejected", "--format", "json"]))).unwrap();
+    assert_eq!(json[0]["kind"], "unknown_project");
+    assert_eq!(json[0]["source_format"], "cli");
+}
+
+#[tokio::test]
+async fn import_from_files_and_stdin() {
+    let db = fixture_db().await;
+    let file = stripped("apel_torque_accounting_E.log");
+    let args = [
+        "import",
+        "--format",
+        "pbs",
+        "--cluster",
+        "ral",
+        "--project-from",
+        "account,group",
+        file.to_str().unwrap(),
+    ];
+    let o = db.cli(&args);
+    // Two malformed lines and a conflict: kept, exit 4.
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let out = stdout(&o);
+    // 21048463: 0.07; 21010040: 0 s; 24940336.b0: 1 core for 12767 s = 0.04; 37803854: 56 s = 0.00.
+    assert!(out.contains("recorded:    4 (charged 0.11)"), "{out}");
+    assert!(
+        out.contains("rejected:    3 (kept; fix the cause, then `hpc-ledger import --retry-rejected`)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "apel_torque_accounting_E.log:5: Resource_List: \"1pn=4\" must start with a node count or a host name"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("apel_torque_accounting_E.log:4 (ral/24940336.b0): conflicts with the job already recorded (end 2015-11-30 23:39:52 UTC -> 2015-11-30 23:42:06 UTC)"), "{out}");
+    // The same file again: replays, and the same rejections (not duplicated).
+    let out = stdout(&db.cli(&args));
+    assert!(out.contains("replayed:    4"), "{out}");
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 3);
+    // JSON lines from stdin, summary as JSON.
+    let jobs = "{\"cluster\":\"testclu\",\"job_id\":\"9\",\"project\":\"pas1234\",\"queue\":\"regular\",\"cores\":1,\"start\":\"2026-10-01T00:00:00Z\",\"end\":\"2026-10-01T01:00:00Z\"}\n";
+    let o = cli_with_env(
+        &["import", "--format", "jsonl", "--output", "json"],
+        &[("DATABASE_URL", &db.url)],
+        Some(jobs),
+    );
+    let s: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert_eq!(s["recorded"], 1);
+    assert_eq!(s["charged"], "0.01");
+    let o = db.cli(&["import", "--format", "slurm", "/nonexistent.txt"]);
+    assert!(stderr(&o).contains("error: opening /nonexistent.txt"), "{}", stderr(&o));
+}
