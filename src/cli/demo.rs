@@ -173,6 +173,19 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         again.recorded, again.replayed
     );
 
+    heading(5, "Bill October's storage (quota × rate, day by day)");
+    let october: crate::domain::period::Month = "2026-10".parse().expect("a month");
+    let billed = crate::service::storage::bill(&pool, october, "demo", false, Utc::now()).await?;
+    print!("{}", super::bill::render(&billed));
+    let again = crate::service::storage::bill(&pool, october, "demo", false, Utc::now()).await?;
+    println!(
+        "\nbilled again: {}\n",
+        match again.state {
+            crate::service::storage::BillState::AlreadyBilled { .. } => "already billed, nothing posted",
+            _ => "POSTED TWICE (unexpected)",
+        }
+    );
+
     println!("Explore the demo database:");
     println!("  hpc-ledger --database-url '{}' config show", db::redact(&url));
     Ok(ExitCode::SUCCESS)

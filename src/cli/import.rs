@@ -54,8 +54,9 @@ pub struct Args {
     /// (reverse the old entries, post the new ones) instead of rejecting them.
     #[arg(long)]
     supersede: bool,
-    /// Re-process the rejected records kept from earlier imports, with today's rules.
-    #[arg(long, conflicts_with_all = ["files", "format"])]
+    /// Re-process the rejected records kept from earlier imports, with today's rules
+    /// (each read with the options it was first read with).
+    #[arg(long, conflicts_with_all = ["files", "format", "cluster", "default_project", "fields", "delimiter", "project_from"])]
     retry_rejected: bool,
     /// Who records (default: the OS user).
     #[arg(long)]
@@ -67,11 +68,14 @@ pub struct Args {
 
 pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
-    let defaults = Defaults {
-        cluster: args.cluster.clone(),
-        project: args.default_project.clone(),
-    };
-    let mut recorder = Recorder::new(pool.clone(), defaults, args.supersede, author(args.author.as_deref()));
+    // The parsers give every record the defaults of its own import (stored
+    // with a rejected line, so a retry reads it as it was read the first time).
+    let mut recorder = Recorder::new(
+        pool.clone(),
+        Defaults::default(),
+        args.supersede,
+        author(args.author.as_deref()),
+    );
     let mut summary = Summary::default();
     if args.retry_rejected {
         retry_rejected(&pool, &mut recorder, &mut summary).await?;

@@ -1,11 +1,13 @@
 //! The command line (clap derive): one module per noun, each with its own
 //! arguments and `run`. Results go to stdout, logs and errors to stderr.
 
+mod bill;
 mod config;
 mod db;
 mod demo;
 mod import;
 mod job;
+mod quota;
 mod quote;
 mod rejected;
 mod table;
@@ -66,6 +68,12 @@ pub enum Command {
     Import(import::Args),
     /// List the records that could not be charged, and why.
     Rejected(rejected::Args),
+    /// Set and show projects' storage quotas.
+    #[command(subcommand)]
+    Quota(quota::Cmd),
+    /// Bill storage for a month; list billing runs.
+    #[command(subcommand)]
+    Bill(bill::Cmd),
     /// Run the whole flow on sample data in a fresh demo database.
     Demo(demo::Args),
 }
@@ -93,6 +101,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Job(cmd) => job::run(cmd, &target).await,
         Command::Import(args) => import::run(args, &target).await,
         Command::Rejected(args) => rejected::run(args, &target).await,
+        Command::Quota(cmd) => quota::run(cmd, &target).await,
+        Command::Bill(cmd) => bill::run(cmd, &target).await,
         Command::Demo(args) => demo::run(args, &target).await,
     }
 }

@@ -13,7 +13,6 @@ struct KeyColumns {
     cluster: Vec<i64>,
     job: Vec<String>,
     index: Vec<Option<i32>>,
-    submitted: Vec<Option<DateTime<Utc>>>,
     started: Vec<DateTime<Utc>>,
 }
 
@@ -22,7 +21,6 @@ fn key_columns(keys: &[&JobKey]) -> KeyColumns {
         cluster: keys.iter().map(|k| k.cluster_id.0).collect(),
         job: keys.iter().map(|k| k.job_id.clone()).collect(),
         index: keys.iter().map(|k| k.array_index.map(|i| i as i32)).collect(),
-        submitted: keys.iter().map(|k| k.submitted_at).collect(),
         started: keys.iter().map(|k| k.started_at).collect(),
     }
 }
@@ -32,17 +30,15 @@ pub async fn find(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usiz
     let c = key_columns(keys);
     let rows = sqlx::query!(
         r#"SELECT u.i AS "i!", j.id AS "id!: JobId"
-             FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[])
-                  WITH ORDINALITY AS u(cluster_id, job_id, array_index, submitted_at, started_at, i)
+             FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[])
+                  WITH ORDINALITY AS u(cluster_id, job_id, array_index, started_at, i)
              JOIN job j
                ON j.cluster_id = u.cluster_id AND j.scheduler_job_id = u.job_id
               AND coalesce(j.array_index, -1) = coalesce(u.array_index, -1)
-              AND coalesce(j.submitted_at, '-infinity'::timestamptz) = coalesce(u.submitted_at, '-infinity'::timestamptz)
               AND j.started_at = u.started_at"#,
         &c.cluster,
         &c.job,
         &c.index as &[Option<i32>],
-        &c.submitted as &[Option<DateTime<Utc>>],
         &c.started,
     )
     .fetch_all(&mut *conn)
@@ -52,17 +48,21 @@ pub async fn find(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usiz
 
 /// Add runs; returns (position in `keys`, id) of those added. Runs another
 /// writer added first are left alone: find them with [`find`].
-pub async fn insert(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usize, JobId)>, sqlx::Error> {
+pub async fn insert(
+    conn: &mut PgConnection,
+    keys: &[&JobKey],
+    submitted: &[Option<DateTime<Utc>>],
+) -> Result<Vec<(usize, JobId)>, sqlx::Error> {
     let c = key_columns(keys);
     let rows = sqlx::query!(
         r#"INSERT INTO job (cluster_id, scheduler_job_id, array_index, submitted_at, started_at)
            SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[])
            ON CONFLICT DO NOTHING
-           RETURNING id AS "id: JobId", cluster_id, scheduler_job_id, array_index, submitted_at, started_at"#,
+           RETURNING id AS "id: JobId", cluster_id, scheduler_job_id, array_index, started_at"#,
         &c.cluster,
         &c.job,
         &c.index as &[Option<i32>],
-        &c.submitted as &[Option<DateTime<Utc>>],
+        submitted as &[Option<DateTime<Utc>>],
         &c.started,
     )
     .fetch_all(&mut *conn)
@@ -76,7 +76,6 @@ pub async fn insert(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(us
                 cluster_id: ClusterId(r.cluster_id),
                 job_id: r.scheduler_job_id,
                 array_index: r.array_index.map(|i| i as u32),
-                submitted_at: r.submitted_at,
                 started_at: r.started_at,
             };
             position.get(&key).map(|&i| (i, r.id))
@@ -92,10 +91,10 @@ fn fingerprint(v: Vec<u8>) -> [u8; 32] {
 pub async fn records(conn: &mut PgConnection, jobs: &[JobId]) -> Result<Vec<(JobId, Existing)>, sqlx::Error> {
     let ids: Vec<i64> = jobs.iter().map(|j| j.0).collect();
     let rows = sqlx::query!(
-        r#"SELECT job_id AS "job_id: JobId", id AS "id: JobRecordId", revision, kind, charge_fingerprint,
-                  content_fingerprint, ended_at, nodes, cores, memory_bytes, gpus, queue,
-                  project_id AS "project_id: ProjectId", node_type_id AS "node_type_id: NodeTypeId"
-             FROM job_record WHERE job_id = ANY($1)"#,
+        r#"SELECT r.job_id AS "job_id: JobId", r.id AS "id: JobRecordId", j.submitted_at, r.revision, r.kind,
+                  r.charge_fingerprint, r.content_fingerprint, r.ended_at, r.nodes, r.cores, r.memory_bytes, r.gpus,
+                  r.queue, r.project_id AS "project_id: ProjectId", r.node_type_id AS "node_type_id: NodeTypeId"
+             FROM job_record r JOIN job j ON j.id = r.job_id WHERE r.job_id = ANY($1)"#,
         &ids
     )
     .fetch_all(&mut *conn)
@@ -107,6 +106,7 @@ pub async fn records(conn: &mut PgConnection, jobs: &[JobId]) -> Result<Vec<(Job
                 r.job_id,
                 Existing {
                     id: r.id,
+                    job_submitted_at: r.submitted_at,
                     revision: r.revision,
                     kind: RecordKind::parse(&r.kind).expect("the schema checks the kind"),
                     charge_fingerprint: fingerprint(r.charge_fingerprint),

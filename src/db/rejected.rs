@@ -77,6 +77,18 @@ pub async fn resolve(
     Ok(done.rows_affected())
 }
 
+/// Mark rejected records resolved as skipped: read again, they hold nothing
+/// to charge.
+pub async fn resolve_skipped(conn: &mut PgConnection, ids: &[i64]) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query!(
+        "UPDATE rejected_record SET resolved_at = now(), resolution = 'skipped' WHERE id = ANY($1) AND resolved_at IS NULL",
+        ids
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// A rejected record as stored.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Rejected {

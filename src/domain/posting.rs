@@ -138,13 +138,15 @@ fn reject<T>(kind: RejectKind, reason: impl Into<String>) -> Result<T, Rejection
     })
 }
 
-/// A job run's identity (SPEC D9).
+/// The key a job run is matched on (SPEC D9): cluster, job id with array
+/// index, and start time. The submit time belongs to the run too, but a
+/// record that does not know it still matches; two different known submit
+/// times are a conflict (see [`classify`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct JobKey {
     pub cluster_id: ClusterId,
     pub job_id: String,
     pub array_index: Option<u32>,
-    pub submitted_at: Option<DateTime<Utc>>,
     pub started_at: DateTime<Utc>,
 }
 
@@ -165,6 +167,7 @@ pub struct ChargeFields {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResolvedJob {
     pub key: JobKey,
+    pub submitted_at: Option<DateTime<Utc>>,
     pub charge: ChargeFields,
     pub user: String,
     pub job_name: String,
@@ -245,11 +248,26 @@ pub fn resolve(
             format!("it ends at {ended_at}, before it starts at {started_at}"),
         );
     }
-    if input.job_id.is_empty() || input.job_id.len() > 256 || input.job_id.chars().any(char::is_control) {
+    if input.job_id.is_empty() || input.job_id.chars().count() > 256 || input.job_id.chars().any(char::is_control) {
         return reject(
             RejectKind::Invalid,
             "the job id must be 1 to 256 characters without control characters",
         );
+    }
+    let texts = [
+        ("user", Some(input.user.as_str())),
+        ("job name", Some(input.job_name.as_str())),
+        ("state", Some(input.state.as_str())),
+        ("exit code", input.exit_code.as_deref()),
+        ("queue", input.queue.as_deref()),
+        ("node type", input.node_type.as_deref()),
+        ("project", input.project.as_deref()),
+    ];
+    if let Some((what, _)) = texts.iter().find(|(_, v)| v.is_some_and(|v| v.contains('\0'))) {
+        return reject(RejectKind::Invalid, format!("the {what} contains a NUL character"));
+    }
+    if input.queue.as_ref().is_some_and(|q| q.chars().count() > 128) {
+        return reject(RejectKind::Invalid, "the queue name is longer than 128 characters");
     }
     let Some(code) = input.project.as_deref().or(defaults.project.as_deref()) else {
         return reject(
@@ -308,9 +326,9 @@ pub fn resolve(
             cluster_id: cluster.id,
             job_id: input.job_id.clone(),
             array_index: input.array_index,
-            submitted_at,
             started_at,
         },
+        submitted_at,
         charge: ChargeFields {
             ended_at,
             nodes: shape.nodes,
@@ -321,16 +339,22 @@ pub fn resolve(
             project_id,
             node_type_id: node_type.id,
         },
-        user: input.user.clone(),
-        job_name: input.job_name.clone(),
-        state: input.state.clone(),
-        exit_code: input.exit_code.clone(),
+        // Descriptive fields are kept to their column widths; the raw
+        // record keeps them whole.
+        user: truncate(&input.user, 256),
+        job_name: truncate(&input.job_name, 1024),
+        state: truncate(&input.state, 256),
+        exit_code: input.exit_code.as_deref().map(|e| truncate(e, 64)),
         rate_card_id: card.id,
         price,
         natural_period: Month::of_instant(ended_at, center.time_zone),
         charge_fingerprint,
         content_fingerprint,
     })
+}
+
+fn truncate(s: &str, chars: usize) -> String {
+    s.chars().take(chars).collect()
 }
 
 /// Fingerprints of what the scheduler said (not of how today's rules read
@@ -398,6 +422,8 @@ impl RecordKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Existing {
     pub id: JobRecordId,
+    /// The run's recorded submit time.
+    pub job_submitted_at: Option<DateTime<Utc>>,
     pub revision: i32,
     pub kind: RecordKind,
     pub charge_fingerprint: [u8; 32],
@@ -426,6 +452,17 @@ pub fn classify(existing: &[Existing], incoming: &ResolvedJob, supersede: bool) 
     if existing.is_empty() {
         return Decision::New;
     }
+    // Two known submit times that differ: not the same run's record, and
+    // not something a supersede can mend (the run's submit time prices it).
+    if let (Some(held), Some(new)) = (existing[0].job_submitted_at, incoming.submitted_at)
+        && held != new
+    {
+        return Decision::Conflict {
+            differences: vec![format!("submit {held} -> {new}, which a supersede cannot change")],
+        };
+    }
+    // Content seen before (also an earlier, superseded one): nothing to do;
+    // the charges stay with the latest charging record.
     if existing
         .iter()
         .any(|e| e.content_fingerprint == incoming.content_fingerprint)

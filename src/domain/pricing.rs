@@ -65,7 +65,7 @@ pub enum PricingError {
     Zero(&'static str),
     #[error("the job holds {value} {what}, more than the limit of {limit}")]
     Absurd { what: &'static str, value: u64, limit: u64 },
-    #[error("the charge overflows the decimal range")]
+    #[error("the charge is too large to compute exactly (more than 28 significant digits)")]
     Overflow,
 }
 

@@ -70,11 +70,11 @@ impl<K> StorageCharge<K> {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
-    #[error("a quota of {quota_tb} TB is in force on {day} but no storage rate is")]
+    #[error("a quota of {} TB is in force on {day} but no storage rate is", .quota_tb.normalize())]
     NoRate { day: NaiveDate, quota_tb: Decimal },
     #[error("negative quota {0} TB")]
     NegativeQuota(Decimal),
-    #[error("the storage charge overflows the decimal range")]
+    #[error("the storage charge is too large to compute exactly (more than 28 significant digits)")]
     Overflow,
 }
 

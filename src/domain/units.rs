@@ -46,6 +46,23 @@ pub fn div_round(n: Decimal, d: Decimal, dp: u32) -> Option<Decimal> {
     Decimal::try_from_i128_with_scale(q, dp).ok()
 }
 
+/// `a × b`, exactly, or `None` when the exact product does not fit in a
+/// `Decimal` (96-bit mantissa, 28 decimal places). `Decimal::checked_mul`
+/// would round such a product instead.
+pub fn exact_mul(a: Decimal, b: Decimal) -> Option<Decimal> {
+    let mut m = a.mantissa().checked_mul(b.mantissa())?;
+    let mut s = a.scale() + b.scale();
+    // Trailing zeros can go without changing the value.
+    while s > Decimal::MAX_SCALE || m.unsigned_abs() >= 1u128 << 96 {
+        if s == 0 || m % 10 != 0 {
+            return None;
+        }
+        m /= 10;
+        s -= 1;
+    }
+    Decimal::try_from_i128_with_scale(m, s).ok()
+}
+
 /// Round to the currency's minor unit, half away from zero: the same result
 /// as PostgreSQL's `round(numeric, 2)`.
 pub fn round_money(x: Decimal) -> Decimal {
@@ -162,7 +179,7 @@ impl<U> Mul<Rate<U>> for Quantity<U> {
     type Output = Option<Money>;
     /// The exact product; `None` on overflow of the decimal type.
     fn mul(self, rate: Rate<U>) -> Option<Money> {
-        self.0.checked_mul(rate.0).map(Money)
+        exact_mul(self.0, rate.0).map(Money)
     }
 }
 
@@ -300,6 +317,27 @@ mod tests {
         check_div("7200", "3600", 12, "2");
         check_div("0.5", "0.25", 0, "2");
         assert_eq!(div_round(dec!(1), Decimal::ZERO, 2), None);
+    }
+
+    #[test]
+    fn products_are_exact_or_refused() {
+        let q: Decimal = "10000000.333333333333".parse().unwrap();
+        assert_eq!(
+            exact_mul(q, "9.8765432101".parse().unwrap()),
+            None,
+            "31 digits do not fit"
+        );
+        assert_eq!(
+            q.checked_mul("9.8765432101".parse().unwrap()).unwrap().scale(),
+            20,
+            "checked_mul rounds"
+        );
+        assert_eq!(
+            exact_mul(q, dec!(0.0125)),
+            Some("125000.0041666666666625".parse().unwrap())
+        );
+        assert_eq!(exact_mul(dec!(2.50), dec!(4.000)), Some(dec!(10)));
+        assert_eq!(exact_mul(dec!(2.50), dec!(4.000)).unwrap().scale(), 5);
     }
 
     #[test]

@@ -158,6 +158,22 @@ pub struct JsonlParser {
     options: ReadOptions,
 }
 
+/// Fill what a JSON job does not say from the import's defaults.
+fn with_defaults(item: Item, options: &ReadOptions) -> Item {
+    match item {
+        Item::Job(mut j) => {
+            if j.cluster.is_none() {
+                j.cluster = options.cluster.clone();
+            }
+            if j.project.is_none() {
+                j.project = options.default_project.clone();
+            }
+            Item::Job(j)
+        }
+        other => other,
+    }
+}
+
 impl JsonlParser {
     pub fn new(options: &ReadOptions) -> JsonlParser {
         JsonlParser {
@@ -171,7 +187,7 @@ impl Parser for JsonlParser {
         if line.trim().is_empty() {
             return None;
         }
-        Some(parse_job(line).unwrap_or_else(Item::Bad))
+        Some(parse_job(line).map_or_else(Item::Bad, |i| with_defaults(i, &self.options)))
     }
 
     fn options(&self) -> ReadOptions {

@@ -187,7 +187,13 @@ impl<R: BufRead> LineReader<R> {
         while matches!(buf.last(), Some(b'\n' | b'\r')) {
             buf.pop();
         }
-        let line = if too_long {
+        let line = if buf.contains(&0) {
+            let at = buf.iter().position(|b| *b == 0).unwrap_or(0);
+            RawLine::Unreadable {
+                reason: format!("the line holds a NUL byte (byte {}): a damaged record", at + 1),
+                prefix: String::from_utf8_lossy(&buf[..buf.len().min(200)]).replace('\0', "\\0"),
+            }
+        } else if too_long {
             RawLine::Unreadable {
                 reason: format!("the line is longer than {MAX_LINE} bytes"),
                 prefix: String::from_utf8_lossy(&buf[..buf.len().min(200)]).into_owned(),
@@ -220,7 +226,7 @@ mod tests {
     fn lines_are_numbered_bounded_and_checked() {
         let mut input = b"first\r\nsecond\n".to_vec();
         input.extend(vec![b'x'; MAX_LINE + 10]);
-        input.extend(b"\n\xff\xfe bad\nlast");
+        input.extend(b"\n\xff\xfe bad\nnul\0line\nlast");
         let mut r = LineReader::new(std::io::Cursor::new(input));
         assert_eq!(r.next_line().unwrap(), Some((1, RawLine::Text("first".into()))));
         assert_eq!(r.next_line().unwrap(), Some((2, RawLine::Text("second".into()))));
@@ -235,7 +241,14 @@ mod tests {
             Some((4, RawLine::Unreadable { reason, .. })) => assert_eq!(reason, "the line is not valid UTF-8 (byte 1)"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(r.next_line().unwrap(), Some((5, RawLine::Text("last".into()))));
+        match r.next_line().unwrap() {
+            Some((5, RawLine::Unreadable { reason, prefix })) => {
+                assert_eq!(reason, "the line holds a NUL byte (byte 4): a damaged record");
+                assert_eq!(prefix, "nul\\0line");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.next_line().unwrap(), Some((6, RawLine::Text("last".into()))));
         assert_eq!(r.next_line().unwrap(), None);
     }
 }

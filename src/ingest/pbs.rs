@@ -34,28 +34,34 @@ impl PbsParser {
 
 /// `key=value` attributes, split on spaces outside double quotes; a word
 /// without `=` continues the previous value (TORQUE does not quote names
-/// with spaces).
+/// with spaces). A quote that is never closed (`jobname=a"b`) is taken
+/// literally.
 fn attributes(text: &str) -> HashMap<String, String> {
-    let mut words: Vec<String> = Vec::new();
-    let mut word = String::new();
-    let mut quoted = false;
-    for c in text.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                word.push(c);
-            }
-            c if c.is_whitespace() && !quoted => {
-                if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
+    let split = |honour_quotes: bool| {
+        let mut words: Vec<String> = Vec::new();
+        let mut word = String::new();
+        let mut quoted = false;
+        for c in text.chars() {
+            match c {
+                '"' if honour_quotes => {
+                    quoted = !quoted;
+                    word.push(c);
                 }
+                c if c.is_whitespace() && !quoted => {
+                    if !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                }
+                c => word.push(c),
             }
-            c => word.push(c),
         }
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
+        if !word.is_empty() {
+            words.push(word);
+        }
+        (words, quoted)
+    };
+    let (words, unbalanced) = split(true);
+    let words = if unbalanced { split(false).0 } else { words };
     let mut out: HashMap<String, String> = HashMap::new();
     let mut last: Option<String> = None;
     for w in words {
@@ -105,9 +111,18 @@ fn array_id(id: &str) -> (String, Option<u32>) {
 }
 
 impl PbsParser {
-    fn job(&self, id: &str, attrs: &HashMap<String, String>) -> Result<Item, String> {
+    fn job(&self, kind: &str, id: &str, attrs: &HashMap<String, String>) -> Result<Item, String> {
         let start = attrs.get("start").map(String::as_str).unwrap_or("0");
+        // TORQUE writes bare R records (a rerun was requested): no run to charge.
+        if kind == "R" && !attrs.contains_key("start") {
+            return Ok(Item::Skip(Skip::OtherRecord));
+        }
         if start.trim() == "0" || start.trim().is_empty() {
+            // It ran somewhere, yet has no start: a damaged record, not a job
+            // that never started.
+            if attrs.contains_key("exec_host") || attrs.contains_key("resources_used.walltime") {
+                return Err("the record has no start= attribute, yet names where the job ran".into());
+            }
             return Ok(Item::Skip(Skip::NeverStarted));
         }
         let start = epoch("start", start)?;
@@ -116,8 +131,12 @@ impl PbsParser {
             Some(v) => Some(epoch("ctime", v)?),
             None => None,
         };
+        // PBS Pro keeps an old-style `nodes=` beside the `select` it made of
+        // it: the select is what the job reserved.
+        let has_select = attrs.contains_key("Resource_List.select");
         let resources: Vec<String> = ["nodes", "select", "ncpus", "ngpus", "mem", "pmem", "place"]
             .iter()
+            .filter(|k| !(has_select && **k == "nodes"))
             .filter_map(|k| attrs.get(&format!("Resource_List.{k}")).map(|v| format!("{k}={v}")))
             .collect();
         let mut request = parse_pbs(&resources.join(",")).map_err(|e| format!("Resource_List: {}", e.reason))?;
@@ -137,11 +156,12 @@ impl PbsParser {
             .filter_map(|k| attrs.get(k))
             .map(|v| v.trim())
             .find(|v| !v.is_empty())
-            .map(str::to_owned);
+            .map(str::to_owned)
+            .or_else(|| self.options.default_project.clone());
         let (job_id, array_index) = array_id(id.trim());
         let text = |k: &str| attrs.get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         Ok(Item::Job(Box::new(JobInput {
-            cluster: None,
+            cluster: self.options.cluster.clone(),
             job_id,
             array_index,
             project,
@@ -157,7 +177,7 @@ impl PbsParser {
             submit,
             start,
             end,
-            state: "E".into(),
+            state: kind.to_owned(),
             exit_code: text("Exit_status"),
         })))
     }
@@ -178,14 +198,16 @@ impl Parser for PbsParser {
         if kind.len() != 1 || !kind.chars().all(|c| c.is_ascii_uppercase()) {
             return Some(Item::Bad(format!("{kind:?} is not a PBS record type")));
         }
-        if kind != "E" {
+        // E: the job ended. R: a run ended because the job is rerun (it held
+        // its resources until then, like a requeued Slurm run).
+        if kind != "E" && kind != "R" {
             return Some(Item::Skip(Skip::OtherRecord));
         }
         if parts[2].trim().is_empty() {
             return Some(Item::Bad("the record has no job id".into()));
         }
         let attrs = attributes(parts.get(3).copied().unwrap_or(""));
-        Some(self.job(parts[2], &attrs).unwrap_or_else(Item::Bad))
+        Some(self.job(kind, parts[2], &attrs).unwrap_or_else(Item::Bad))
     }
 
     fn options(&self) -> ReadOptions {
@@ -251,6 +273,12 @@ mod tests {
             &ReadOptions::default(),
         ));
         assert_eq!((j.nodes, j.cores, j.exclusive, j.project), (5, 65, true, None));
+        // PBS Pro keeps `nodes=` beside the select it made of it.
+        let j = job(parse(
+            "x;E;7.pbs;queue=q start=100 end=200 Resource_List.nodes=2:ppn=4 Resource_List.select=2:ncpus=4:mpiprocs=4 Resource_List.nodect=2",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores), (2, 8));
         assert_eq!(array_id("3073070.[hostname_1]"), ("3073070.[hostname_1]".into(), None));
     }
 
@@ -297,5 +325,10 @@ mod tests {
         assert_eq!(a["jobname"], "my big job");
         assert_eq!(a["account"], "A B");
         assert_eq!(a["queue"], "q");
+        let a = attributes("jobname=a\"b queue=q start=5");
+        assert_eq!(
+            (a["jobname"].as_str(), a["queue"].as_str(), a["start"].as_str()),
+            ("a\"b", "q", "5")
+        );
     }
 }

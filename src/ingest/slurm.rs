@@ -122,10 +122,21 @@ fn missing(value: &str) -> bool {
     matches!(value.trim(), "" | "Unknown" | "None" | "N/A")
 }
 
+/// A sacct time: local `YYYY-MM-DDTHH:MM:SS`, or epoch seconds
+/// (`SLURM_TIME_FORMAT=%s`, which no daylight-saving change can make ambiguous).
 fn time(field: &str, value: &str) -> Result<Stamp, String> {
-    NaiveDateTime::parse_from_str(value.trim(), "%Y-%m-%dT%H:%M:%S")
+    let v = value.trim();
+    if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()) {
+        return v
+            .parse::<i64>()
+            .ok()
+            .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0))
+            .map(Stamp::At)
+            .ok_or_else(|| format!("{field} {value:?} is out of range"));
+    }
+    NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S")
         .map(Stamp::Local)
-        .map_err(|_| format!("{field} {value:?} is not a time (expected YYYY-MM-DDTHH:MM:SS)"))
+        .map_err(|_| format!("{field} {value:?} is not a time (expected YYYY-MM-DDTHH:MM:SS or epoch seconds)"))
 }
 
 fn number(field: &str, value: &str) -> Result<u32, String> {
@@ -178,20 +189,6 @@ impl SlurmParser {
         if jobid.contains('.') {
             return Ok(Item::Skip(Skip::Step));
         }
-        let (job_id, array_index) = match jobid.split_once('_') {
-            Some((_, index)) if index.starts_with('[') => {
-                return Err(format!(
-                    "{jobid} is an array record that stands for several tasks; export with `sacct --array` so each task has its own line"
-                ));
-            }
-            Some((base, index)) if !base.is_empty() && index.chars().all(|c| c.is_ascii_digit()) => {
-                (base.to_owned(), Some(number("the array index", index)?))
-            }
-            _ => (jobid.to_owned(), None),
-        };
-        if job_id.is_empty() {
-            return Err("the JobID is empty".into());
-        }
         let state_text = get("state").unwrap_or("").trim();
         let state = state_text.split_whitespace().next().unwrap_or("").to_uppercase();
         if NOT_ENDED.contains(&state.as_str()) {
@@ -211,6 +208,20 @@ impl SlurmParser {
         }
         if !state.is_empty() && !ENDED.contains(&state.as_str()) {
             return Err(format!("unknown job state {state_text:?}"));
+        }
+        let (job_id, array_index) = match jobid.split_once('_') {
+            Some((_, index)) if index.starts_with('[') => {
+                return Err(format!(
+                    "{jobid} is an array record that stands for several tasks; export with `sacct --array` so each task has its own line"
+                ));
+            }
+            Some((base, index)) if !base.is_empty() && index.chars().all(|c| c.is_ascii_digit()) => {
+                (base.to_owned(), Some(number("the array index", index)?))
+            }
+            _ => (jobid.to_owned(), None),
+        };
+        if job_id.is_empty() {
+            return Err("the JobID is empty".into());
         }
         let start = time("Start", start)?;
         let end = time("End", end)?;
@@ -243,10 +254,10 @@ impl SlurmParser {
         };
         let text = |name: &str| get(name).map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
         Ok(Item::Job(Box::new(JobInput {
-            cluster: text("cluster"),
+            cluster: text("cluster").or_else(|| self.options.cluster.clone()),
             job_id,
             array_index,
-            project: text("account"),
+            project: text("account").or_else(|| self.options.default_project.clone()),
             user: text("user").unwrap_or_default(),
             job_name: text("jobname").unwrap_or_default(),
             queue: text("partition"),
@@ -361,7 +372,7 @@ mod tests {
             "7.batch|COMPLETED|2024-01-01T00:00:00|2024-01-01T01:00:00|1\n\
              8|RUNNING|2024-01-01T00:00:00|Unknown|1\n\
              9|CANCELLED by 1|None|2024-01-01T00:00:00|1\n\
-             10_[1-3]|PENDING|Unknown|Unknown|1\n\
+             10_[1-3]|TIMEOUT|2024-01-01T00:00:00|2024-01-01T01:00:00|1\n\
              11|FOO|2024-01-01T00:00:00|2024-01-01T01:00:00|1\n\
              12_7|REQUEUED|2024-01-01T00:00:00|2024-01-01T01:00:00|2\n\
              13|COMPLETED|2024-01-01T00:00:00|2024-01-01T01:00:00|2|extra\n",
@@ -407,7 +418,7 @@ mod tests {
         );
         assert_eq!(
             bad_time[0],
-            Item::Bad("Start \"yesterday\" is not a time (expected YYYY-MM-DDTHH:MM:SS)".into())
+            Item::Bad("Start \"yesterday\" is not a time (expected YYYY-MM-DDTHH:MM:SS or epoch seconds)".into())
         );
     }
 

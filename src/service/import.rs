@@ -124,6 +124,9 @@ pub async fn import<R: Read + Send + 'static>(
                 Ok(Some(l)) => l,
                 Ok(None) => break,
                 Err(e) => {
+                    // Post what was read before the error, then report it.
+                    batch.bytes = lines.bytes_read();
+                    let _ = tx.blocking_send(Ok(std::mem::take(&mut batch)));
                     let _ = tx.blocking_send(Err(e));
                     return;
                 }
@@ -193,7 +196,17 @@ pub async fn import<R: Read + Send + 'static>(
         progress(batch.bytes);
     }
     drop(rx);
-    let _ = reader.join();
+    if result.is_ok() {
+        // The reader has sent everything: it is done, or it died.
+        if reader.join().is_err() {
+            return Err(ImportError::Read {
+                name: name.to_owned(),
+                source: std::io::Error::other("the reading thread failed"),
+            });
+        }
+    }
+    // On an error the reader may still be blocked reading stdin: leave it;
+    // it stops at its next send.
     result
 }
 
@@ -211,6 +224,7 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
         let Some(last) = page.last() else { break };
         after = last.id;
         let mut batch = Batch::default();
+        let mut skipped = Vec::new();
         for r in page {
             summary.lines += 1;
             let format: &'static str = match r.source_format.as_str() {
@@ -237,7 +251,10 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
             };
             match item {
                 Item::Job(job) => batch.jobs.push(Submission { input: *job, source }),
-                Item::Skip(s) => *summary.skipped.entry(s).or_default() += 1,
+                Item::Skip(s) => {
+                    *summary.skipped.entry(s).or_default() += 1;
+                    skipped.push(r.id);
+                }
                 Item::Bad(reason) => {
                     summary.reject(RejectKind::Malformed, &r.source_ref, &reason);
                     batch.malformed.push((source, reason));
@@ -247,6 +264,12 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
         let outcomes = recorder.record(&batch.jobs, &batch.malformed).await?;
         for (job, outcome) in batch.jobs.iter().zip(&outcomes) {
             summary.count(outcome, &job.source.reference);
+        }
+        if !skipped.is_empty() {
+            let mut conn = pool.acquire().await.map_err(RecordError::Connection)?;
+            rejected::resolve_skipped(&mut conn, &skipped)
+                .await
+                .map_err(RecordError::Db)?;
         }
     }
     Ok(())

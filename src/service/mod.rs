@@ -5,6 +5,7 @@ pub mod config;
 pub mod import;
 pub mod quote;
 pub mod record;
+pub mod storage;
 
 use crate::db::DbError;
 
@@ -15,6 +16,11 @@ pub fn author(explicit: Option<&str>) -> String {
         .or_else(|| std::env::var("USER").ok())
         .or_else(|| std::env::var("LOGNAME").ok())
         .filter(|a| !a.trim().is_empty())
+        .or_else(|| {
+            let out = std::process::Command::new("id").arg("-un").output().ok()?;
+            let name = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            (out.status.success() && !name.is_empty()).then_some(name)
+        })
         .unwrap_or_else(|| "unknown".to_owned())
 }
 

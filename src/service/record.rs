@@ -85,7 +85,7 @@ pub enum Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error(
-        "lost the database while recording (nothing of the unfinished batch was posted; run the same command again): {0}"
+        "lost the database while recording (jobs not yet reported as recorded were not posted; run the same command again: recorded jobs are then replays): {0}"
     )]
     Connection(sqlx::Error),
     #[error(transparent)]
@@ -208,13 +208,24 @@ impl Recorder {
             rows.push(rejection_row(source, RejectKind::Database, &reason, None));
         }
         let mut conn = self.pool.acquire().await.map_err(RecordError::Connection)?;
-        rejected::upsert(&mut conn, &rows).await.map_err(|e| {
+        let db_error = |e: sqlx::Error| {
             if is_connection_error(&e) {
                 RecordError::Connection(e)
             } else {
                 RecordError::Db(e)
             }
-        })?;
+        };
+        if let Err(e) = rejected::upsert(&mut conn, &rows).await {
+            if is_connection_error(&e) {
+                return Err(RecordError::Connection(e));
+            }
+            // The record itself cannot be stored as text: keep a printable copy.
+            for r in &mut rows {
+                r.raw = r.raw.replace('\0', "\\0");
+                r.reason = format!("{} (stored with NUL characters escaped)", r.reason);
+            }
+            rejected::upsert(&mut conn, &rows).await.map_err(db_error)?;
+        }
         Ok(outcomes)
     }
 
@@ -371,7 +382,8 @@ impl Posting<'_> {
         let missing: Vec<usize> = (0..keys.len()).filter(|&p| ids[p].is_none()).collect();
         if !missing.is_empty() {
             let new_keys: Vec<&crate::domain::posting::JobKey> = missing.iter().map(|&p| keys[p]).collect();
-            for (pos, id) in jobs::insert(tx, &new_keys).await? {
+            let submitted: Vec<_> = missing.iter().map(|&p| round[p].1.submitted_at).collect();
+            for (pos, id) in jobs::insert(tx, &new_keys, &submitted).await? {
                 ids[missing[pos]] = Some(id);
             }
             let raced: Vec<usize> = missing.iter().copied().filter(|&p| ids[p].is_none()).collect();
@@ -539,7 +551,7 @@ impl Posting<'_> {
                             unit_rate: e.unit_rate,
                             amount_exact: -e.amount_exact,
                             amount: -e.amount,
-                            late: false,
+                            late,
                             reason: Some(format!("superseded by revision {} of the job's record", p.revision)),
                         });
                     }

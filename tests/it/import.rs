@@ -137,13 +137,13 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 rejected: &[],
             },
         ),
-        // 3 E records and an R, a D and an A.
+        // 3 E records, an R record (a run ended for a rerun: charged), a D and an A.
         (
             "ncar_pbspro_casper_accounting.log",
             Counts {
                 headers: 0,
-                recorded: 3,
-                skipped: &[(OtherRecord, 3)],
+                recorded: 4,
+                skipped: &[(OtherRecord, 2)],
                 rejected: &[],
             },
         ),
@@ -590,18 +590,34 @@ async fn rejected_records_are_recorded_once_the_cause_is_fixed() {
 #[tokio::test]
 async fn a_failure_in_the_middle_of_a_batch_leaves_no_partial_job() {
     let db = fixture_db().await;
-    // PostgreSQL refuses NUL characters in text: job 2's record fails in the
-    // database, after its run row would have been inserted.
+    // A database-side failure while posting job 2, after its run row and its
+    // record were inserted: a trigger (this test's own) refuses its entries.
+    sqlx::raw_sql(
+        "CREATE FUNCTION test_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF EXISTS (SELECT 1 FROM new_entries n JOIN job_record r ON r.id = n.job_record_id WHERE r.job_name = 'boom') THEN
+             RAISE EXCEPTION 'boom: the disk is full';
+           END IF;
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER test_boom AFTER INSERT ON ledger_entry REFERENCING NEW TABLE AS new_entries
+           FOR EACH STATEMENT EXECUTE FUNCTION test_boom();",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let text = format!(
         "{}\n{}\n{}\n",
         job("1", json!({})),
-        job("2", json!({"job_name": "a\u{0}b"})),
+        job("2", json!({"job_name": "boom"})),
         job("3", json!({}))
     );
-    let s = import_jsonl(&db.pool, "nul.jsonl", &text, false).await;
+    let s = import_jsonl(&db.pool, "boom.jsonl", &text, false).await;
     assert_eq!((s.recorded, s.rejected[&RejectKind::Database]), (2, 1), "{s:#?}");
     assert!(
-        s.examples[0].starts_with("nul.jsonl:2 (testclu/2): the database refused it"),
+        s.examples[0].starts_with(
+            "boom.jsonl:2 (testclu/2): the database refused it: error returned from database: boom: the disk is full"
+        ),
         "{:?}",
         s.examples
     );
@@ -613,6 +629,18 @@ async fn a_failure_in_the_middle_of_a_batch_leaves_no_partial_job() {
     .await
     .unwrap();
     assert_eq!((jobs, records, entries), (0, 2, 2));
+    // A NUL character never reaches the database: a clear rejection.
+    let s = import_jsonl(
+        &db.pool,
+        "nul.jsonl",
+        &format!("{}\n", job("4", json!({"job_name": "a\u{0}b"}))),
+        false,
+    )
+    .await;
+    assert_eq!(
+        s.examples,
+        ["nul.jsonl:1 (testclu/4): the job name contains a NUL character"]
+    );
 }
 
 #[tokio::test]
@@ -706,4 +734,138 @@ async fn a_job_ending_in_a_closed_month_is_posted_late_to_the_first_open_month()
     .await
     .unwrap();
     assert_eq!(ended.to_rfc3339(), "2026-10-01T12:00:00+00:00");
+}
+
+#[tokio::test]
+async fn a_job_recorded_without_its_submit_time_is_not_charged_again_with_it() {
+    let db = fixture_db().await;
+    // The epilogue does not know the submit time; the monthly sacct dump does.
+    let s = import_jsonl(
+        &db.pool,
+        "epilogue.jsonl",
+        &format!("{}\n", job("5", json!({"submit": null}))),
+        false,
+    )
+    .await;
+    assert_eq!(s.recorded, 1);
+    let s = import_jsonl(&db.pool, "dump.jsonl", &format!("{}\n", job("5", json!({}))), false).await;
+    assert_eq!((s.recorded, s.replayed), (0, 1), "{s:#?}");
+    // A different known submit time is a conflict, which --supersede cannot mend.
+    import_jsonl(&db.pool, "a.jsonl", &format!("{}\n", job("6", json!({}))), false).await;
+    let s = import_jsonl(
+        &db.pool,
+        "b.jsonl",
+        &format!("{}\n", job("6", json!({"submit": "2026-10-01T09:00:00Z"}))),
+        true,
+    )
+    .await;
+    assert_eq!((s.superseded, s.rejected[&RejectKind::Conflict]), (0, 1), "{s:#?}");
+    assert!(
+        s.examples[0]
+            .contains("submit 2026-10-01 10:00:00 UTC -> 2026-10-01 09:00:00 UTC, which a supersede cannot change"),
+        "{:?}",
+        s.examples
+    );
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM job")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 2);
+}
+
+#[tokio::test]
+async fn a_retry_reads_each_rejected_line_with_the_options_of_its_own_import() {
+    let db = fixture_db().await;
+    // PBS logs do not name their cluster; two imports for two clusters.
+    let ral = "10/02/2011 06:41:44;E;1.ral;user=u group=newgroup queue=atlas ctime=1317509574 start=1317509945 Resource_List.ncpus=1 end=1317513545 Exit_status=0\n";
+    let vsc = "10/02/2011 06:41:44;E;1.vsc;user=u group=newgroup queue=short ctime=1317509574 start=1317509945 Resource_List.ncpus=1 end=1317513545 Exit_status=0\n";
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (cluster, text) in [("ral", ral), ("vsc", vsc)] {
+        let path = dir.join(format!("{}-{cluster}.log", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let options = ReadOptions {
+            cluster: Some(cluster.into()),
+            project_from: Some(vec!["account".into(), "group".into()]),
+            ..Default::default()
+        };
+        let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+        let mut s = Summary::default();
+        import(
+            &mut recorder,
+            std::fs::File::open(&path).unwrap(),
+            cluster,
+            Format::Pbs,
+            &options,
+            &mut s,
+            &|_| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!(s.rejected[&RejectKind::UnknownProject], 1);
+    }
+    let fixed = format!("{}\n[[project]]\ncode = \"newgroup\"\n", crate::fixtures::CENTER);
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&fixed).unwrap(), "t")
+        .await
+        .unwrap();
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut s = Summary::default();
+    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    assert_eq!(s.recorded, 2, "{s:#?}");
+    let clusters: Vec<String> =
+        sqlx::query_scalar("SELECT c.name FROM job j JOIN cluster c ON c.id = j.cluster_id ORDER BY 1")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(clusters, ["ral", "vsc"]);
+}
+
+#[tokio::test]
+async fn a_damaged_line_with_nul_bytes_is_rejected_and_the_rest_recorded() {
+    let db = fixture_db().await;
+    let mut bytes = job("1", json!({})).into_bytes();
+    bytes.extend(b"\n\0\0\0\0\0\0\n");
+    bytes.extend(job("2", json!({})).into_bytes());
+    bytes.push(b'\n');
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}-nulls.jsonl", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut s = Summary::default();
+    import(
+        &mut recorder,
+        std::fs::File::open(&path).unwrap(),
+        "nulls.jsonl",
+        Format::Jsonl,
+        &ReadOptions::default(),
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.recorded, 2);
+    assert_eq!(
+        s.examples,
+        ["nulls.jsonl:2: the line holds a NUL byte (byte 1): a damaged record"]
+    );
+    let raw: String = sqlx::query_scalar("SELECT raw FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(raw, "\\0\\0\\0\\0\\0\\0");
+}
+
+#[tokio::test]
+async fn a_cluster_time_zone_cannot_move_recorded_jobs() {
+    let db = fixture_db().await;
+    import_fixture(&db, "hbjobinfo_habrok_sacct_snowman.txt", false).await;
+    let moved = crate::fixtures::CENTER.replace("time_zone = \"Europe/Amsterdam\"", "time_zone = \"UTC\"");
+    let e = hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&moved).unwrap(), "t")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the configuration was not applied:\n  - the time zone of cluster habrok cannot change once jobs are recorded on it"
+    );
 }

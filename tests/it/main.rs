@@ -14,3 +14,4 @@ mod import;
 mod record_cli;
 mod rounding;
 mod schema;
+mod storage;

@@ -294,6 +294,7 @@ fn a_gpu_job_in_an_unmapped_queue_is_a_gpu_job_and_exclusive_jobs_hold_whole_nod
 fn existing(r: &ResolvedJob, id: i64, revision: i32, kind: RecordKind) -> Existing {
     Existing {
         id: JobRecordId(id),
+        job_submitted_at: r.submitted_at,
         revision,
         kind,
         charge_fingerprint: r.charge_fingerprint,
@@ -361,6 +362,38 @@ fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
         Decision::Revision { revision: 3 }
     );
     assert!(matches!(classify(&held, &renamed, false), Decision::Conflict { .. }));
+}
+
+#[test]
+fn a_record_without_a_submit_time_is_the_same_run_and_a_different_one_is_a_conflict() {
+    let first = resolve_job(&job()).unwrap();
+    let held = [existing(&first, 1, 1, RecordKind::Original)];
+    let unknown = resolve_job(&JobInput { submit: None, ..job() }).unwrap();
+    assert_eq!(unknown.key, first.key, "matched on cluster, job id, index and start");
+    assert_eq!(classify(&held, &unknown, false), Decision::Replay);
+    let other = resolve_job(&JobInput {
+        submit: Some(local("2026-06-30T19:00:00")),
+        ..job()
+    })
+    .unwrap();
+    match classify(&held, &other, true) {
+        Decision::Conflict { differences } => assert_eq!(
+            differences,
+            ["submit 2026-07-01 00:00:00 UTC -> 2026-06-30 23:00:00 UTC, which a supersede cannot change"]
+        ),
+        d => panic!("{d:?}"),
+    }
+}
+
+#[test]
+fn descriptive_fields_are_kept_to_their_column_widths() {
+    let r = resolve_job(&JobInput {
+        job_name: "é".repeat(2000),
+        user: "u".repeat(300),
+        ..job()
+    })
+    .unwrap();
+    assert_eq!((r.job_name.chars().count(), r.user.len()), (1024, 256));
 }
 
 #[test]

@@ -1,0 +1,90 @@
+//! `hpc-ledger quota …`: a project's storage quota history.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use super::{Format, print_json, table};
+use crate::db::Target;
+use crate::service::author;
+use crate::service::config::time_zone;
+use crate::service::storage::{parse_quota, quota_report, set_quota};
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Set a project's quota from an instant on (a new row; history is never rewritten).
+    Set {
+        /// The project code.
+        project: String,
+        /// The quota in TB, e.g. 10TB (0 ends it).
+        quota: String,
+        /// From when: 2026-11-15 (midnight, billing time zone), a local time, or RFC 3339.
+        #[arg(long)]
+        from: String,
+        /// Who sets it (default: the OS user).
+        #[arg(long)]
+        author: Option<String>,
+    },
+    /// Show a project's quota history and the quota in force.
+    Show {
+        project: String,
+        /// The instant (default: now).
+        #[arg(long)]
+        at: Option<String>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+}
+
+pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
+    let pool = target.open().await?;
+    let tz = time_zone(&pool).await?;
+    match cmd {
+        Cmd::Set {
+            project,
+            quota,
+            from,
+            author: who,
+        } => {
+            let tb = parse_quota(&quota).map_err(anyhow::Error::msg)?;
+            let from = super::instant(Some(&from), tz)?;
+            set_quota(&pool, &project, tb, from, &author(who.as_deref())).await?;
+            println!(
+                "quota of {project} set to {tb} TB from {}",
+                from.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z")
+            );
+        }
+        Cmd::Show { project, at, format } => {
+            let at = super::instant(at.as_deref(), tz)?;
+            let r = quota_report(&pool, &project, at).await?;
+            match format {
+                Format::Json => print_json(&r)?,
+                Format::Text => {
+                    println!(
+                        "{}: {} at {}",
+                        r.project,
+                        r.quota_tb.map_or("no quota".into(), |q| format!("{q} TB")),
+                        at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z")
+                    );
+                    let rows: Vec<Vec<String>> = r
+                        .history
+                        .iter()
+                        .map(|q| {
+                            vec![
+                                q.effective_from
+                                    .with_timezone(&tz)
+                                    .format("%Y-%m-%d %H:%M %Z")
+                                    .to_string(),
+                                q.quota_tb.normalize().to_string(),
+                                q.recorded_at.format("%Y-%m-%d %H:%M UTC").to_string(),
+                                q.recorded_by.clone(),
+                            ]
+                        })
+                        .collect();
+                    print!("{}", table::render(&["from", "TB", "recorded", "by"], &rows));
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

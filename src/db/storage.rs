@@ -1,0 +1,252 @@
+//! Storage billing: quota history, billing runs, storage entries and the
+//! segments that explain them.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use rust_decimal::Decimal;
+use sqlx::PgConnection;
+
+use crate::domain::storage::QuotaChange;
+use crate::ids::{BillingRunId, LedgerEntryId, ProjectId, StorageRateId};
+
+/// Hold the storage-billing lock (exclusive) for this transaction.
+pub async fn lock_billing(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query!("SELECT pg_advisory_xact_lock(hl_storage_lock_key())")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The quota changes that decide a month: the last one before `start` of
+/// each project, and every one in `[start, end)`.
+pub async fn quotas_for_month(
+    conn: &mut PgConnection,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Result<Vec<(ProjectId, QuotaChange)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"(SELECT DISTINCT ON (project_id) project_id AS "project_id!: ProjectId", effective_from AS "effective_from!",
+                   quota_tb AS "quota_tb!"
+              FROM storage_quota WHERE effective_from < $1
+             ORDER BY project_id, effective_from DESC)
+           UNION ALL
+           (SELECT project_id, effective_from, quota_tb FROM storage_quota
+             WHERE effective_from >= $1 AND effective_from < $2)
+           ORDER BY 1, 2"#,
+        start,
+        end
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.project_id,
+                QuotaChange {
+                    effective_from: r.effective_from,
+                    quota_tb: r.quota_tb,
+                },
+            )
+        })
+        .collect())
+}
+
+/// A billing run as recorded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BillingRun {
+    pub id: BillingRunId,
+    pub kind: String,
+    pub period: NaiveDate,
+    pub run_at: DateTime<Utc>,
+    pub author: String,
+    pub project_count: i32,
+    pub entry_count: i32,
+    pub total: Decimal,
+}
+
+pub async fn billing_run(
+    conn: &mut PgConnection,
+    kind: &str,
+    period: NaiveDate,
+) -> Result<Option<BillingRun>, sqlx::Error> {
+    sqlx::query_as!(
+        BillingRun,
+        r#"SELECT id AS "id: BillingRunId", kind, period, run_at, author, project_count, entry_count, total
+             FROM billing_run WHERE kind = $1 AND period = $2"#,
+        kind,
+        period
+    )
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+pub async fn billing_runs(conn: &mut PgConnection) -> Result<Vec<BillingRun>, sqlx::Error> {
+    sqlx::query_as!(
+        BillingRun,
+        r#"SELECT id AS "id: BillingRunId", kind, period, run_at, author, project_count, entry_count, total
+             FROM billing_run ORDER BY period, id"#
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+pub async fn insert_billing_run(
+    conn: &mut PgConnection,
+    kind: &str,
+    period: NaiveDate,
+    author: &str,
+    project_count: i32,
+    entry_count: i32,
+    total: Decimal,
+) -> Result<BillingRunId, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO billing_run (kind, period, author, project_count, entry_count, total)
+           VALUES ($1, $2, $3, $4, $5, $6) RETURNING id AS "id: BillingRunId""#,
+        kind,
+        period,
+        author,
+        project_count,
+        entry_count,
+        total
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// A storage entry to post.
+pub struct StorageEntry {
+    pub project_id: ProjectId,
+    pub storage_rate_id: StorageRateId,
+    pub quantity: Decimal,
+    pub unit_rate: Decimal,
+    pub amount_exact: Decimal,
+    pub amount: Decimal,
+}
+
+/// Post storage entries in one statement; returns (project, rate, entry id).
+pub async fn insert_entries(
+    conn: &mut PgConnection,
+    run: BillingRunId,
+    period: NaiveDate,
+    entries: &[StorageEntry],
+    author: &str,
+) -> Result<Vec<(ProjectId, StorageRateId, LedgerEntryId)>, sqlx::Error> {
+    let project: Vec<i64> = entries.iter().map(|e| e.project_id.0).collect();
+    let rate_id: Vec<i64> = entries.iter().map(|e| e.storage_rate_id.0).collect();
+    let quantity: Vec<Decimal> = entries.iter().map(|e| e.quantity).collect();
+    let rate: Vec<Decimal> = entries.iter().map(|e| e.unit_rate).collect();
+    let exact: Vec<Decimal> = entries.iter().map(|e| e.amount_exact).collect();
+    let amount: Vec<Decimal> = entries.iter().map(|e| e.amount).collect();
+    let rows = sqlx::query!(
+        r#"INSERT INTO ledger_entry (period, project_id, kind, metric, storage_rate_id, billing_run_id, quantity,
+                                     unit_rate, amount_exact, amount, author)
+           SELECT $1, p, 'storage', 'tb_months', s, $2, q, r, x, a, $9
+             FROM UNNEST($3::bigint[], $4::bigint[], $5::numeric[], $6::numeric[], $7::numeric[], $8::numeric[])
+                  WITH ORDINALITY AS u(p, s, q, r, x, a, i)
+            ORDER BY i
+           RETURNING project_id AS "project_id: ProjectId", storage_rate_id AS "storage_rate_id!: StorageRateId",
+                     id AS "id: LedgerEntryId""#,
+        period,
+        run as BillingRunId,
+        &project,
+        &rate_id,
+        &quantity,
+        &rate,
+        &exact,
+        &amount,
+        author,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.project_id, r.storage_rate_id, r.id))
+        .collect())
+}
+
+/// A segment of days behind a storage entry.
+pub struct Segment {
+    pub entry: LedgerEntryId,
+    pub first_day: NaiveDate,
+    pub last_day: NaiveDate,
+    pub days: i32,
+    pub quota_tb: Decimal,
+    pub tb_month_price: Decimal,
+}
+
+pub async fn insert_segments(conn: &mut PgConnection, segments: &[Segment]) -> Result<u64, sqlx::Error> {
+    let entry: Vec<i64> = segments.iter().map(|s| s.entry.0).collect();
+    let first: Vec<NaiveDate> = segments.iter().map(|s| s.first_day).collect();
+    let last: Vec<NaiveDate> = segments.iter().map(|s| s.last_day).collect();
+    let days: Vec<i32> = segments.iter().map(|s| s.days).collect();
+    let quota: Vec<Decimal> = segments.iter().map(|s| s.quota_tb).collect();
+    let price: Vec<Decimal> = segments.iter().map(|s| s.tb_month_price).collect();
+    let done = sqlx::query!(
+        "INSERT INTO storage_charge_segment (ledger_entry_id, first_day, last_day, days, quota_tb, tb_month_price)
+         SELECT * FROM UNNEST($1::bigint[], $2::date[], $3::date[], $4::int[], $5::numeric[], $6::numeric[])",
+        &entry,
+        &first,
+        &last,
+        &days,
+        &quota,
+        &price
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Append one quota change.
+pub async fn insert_quota(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    effective_from: DateTime<Utc>,
+    quota_tb: Decimal,
+    recorded_by: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO storage_quota (project_id, effective_from, quota_tb, recorded_by) VALUES ($1, $2, $3, $4)",
+        project as ProjectId,
+        effective_from,
+        quota_tb,
+        recorded_by
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A quota change as recorded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QuotaRow {
+    pub effective_from: DateTime<Utc>,
+    pub quota_tb: Decimal,
+    pub recorded_at: DateTime<Utc>,
+    pub recorded_by: String,
+}
+
+pub async fn quota_history(conn: &mut PgConnection, project: ProjectId) -> Result<Vec<QuotaRow>, sqlx::Error> {
+    sqlx::query_as!(
+        QuotaRow,
+        "SELECT effective_from, quota_tb, recorded_at, recorded_by FROM storage_quota
+          WHERE project_id = $1 ORDER BY effective_from",
+        project as ProjectId
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Project codes by id.
+pub async fn project_codes(
+    conn: &mut PgConnection,
+    ids: &[ProjectId],
+) -> Result<Vec<(ProjectId, String)>, sqlx::Error> {
+    let ids: Vec<i64> = ids.iter().map(|p| p.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: ProjectId", code FROM project WHERE id = ANY($1)"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.code)).collect())
+}

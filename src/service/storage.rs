@@ -1,0 +1,312 @@
+//! Project storage: quota history and the monthly storage billing run
+//! (SPEC R6, D7). The run prices every project with the pure storage engine
+//! and posts all its entries, segments and the run record in one
+//! transaction; a second run of the same month posts nothing.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::storage::{self as sdb, BillingRun, Segment, StorageEntry};
+use crate::db::{DbError, ledger, reference};
+use crate::domain::period::Month;
+use crate::domain::storage::{QuotaChange, StorageCharge, StorageError, price_storage};
+use crate::ids::{BillingRunId, ProjectId, StorageRateId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageBillError {
+    #[error("no center configuration has been applied yet: run `hpc-ledger config apply FILE`")]
+    NoConfig,
+    #[error(
+        "{month} is not over yet (it ends {ends}); storage is billed for whole months (use --dry-run for a preview)"
+    )]
+    NotOver { month: Month, ends: String },
+    #[error("{0} is closed: nothing can be posted into it")]
+    Closed(Month),
+    #[error("project {project}: {error}; add a storage rate for those days to the center configuration")]
+    Pricing { project: String, error: StorageError },
+    #[error("unknown project {0:?}")]
+    UnknownProject(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for StorageBillError {
+    fn from(e: sqlx::Error) -> Self {
+        match crate::service::guard_message(&e) {
+            Some(m) => StorageBillError::Refused(m),
+            None => StorageBillError::Db(e.into()),
+        }
+    }
+}
+
+/// One project's storage charge for the month.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectStorage {
+    pub project: String,
+    pub charge: StorageCharge<StorageRateId>,
+    pub total: Decimal,
+}
+
+/// What a billing run did (or would do).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum BillState {
+    /// Posted now, as run `run`.
+    Posted { run: BillingRunId },
+    /// Already billed before: nothing posted.
+    AlreadyBilled { run: BillingRun },
+    /// Nothing posted: a preview.
+    DryRun { month_over: bool },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BillOutcome {
+    pub month: Month,
+    #[serde(flatten)]
+    pub state: BillState,
+    pub project_count: usize,
+    pub entry_count: usize,
+    pub total: Decimal,
+    /// The projects charged, by code (empty when already billed).
+    pub projects: Vec<ProjectStorage>,
+}
+
+/// Bill the storage of `month` (or preview it with `dry_run`).
+pub async fn bill(
+    pool: &PgPool,
+    month: Month,
+    author: &str,
+    dry_run: bool,
+    now: DateTime<Utc>,
+) -> Result<BillOutcome, StorageBillError> {
+    let mut tx = pool.begin().await?;
+    ledger::lock_for_posting(&mut tx).await?;
+    sdb::lock_billing(&mut tx).await?;
+    let catalog = reference::load_catalog(&mut tx).await?;
+    let center = catalog.center.as_ref().ok_or(StorageBillError::NoConfig)?;
+    let tz = center.time_zone;
+    let month_over = now >= month.end(tz);
+    if !month_over && !dry_run {
+        return Err(StorageBillError::NotOver {
+            month,
+            ends: month.end(tz).with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string(),
+        });
+    }
+    if let Some(closed) = ledger::last_closed(&mut tx).await?.map(Month::of_date)
+        && month <= closed
+    {
+        return Err(StorageBillError::Closed(month));
+    }
+    if let Some(run) = sdb::billing_run(&mut tx, "storage", month.first_day()).await?
+        && !dry_run
+    {
+        return Ok(BillOutcome {
+            month,
+            project_count: run.project_count as usize,
+            entry_count: run.entry_count as usize,
+            total: run.total,
+            state: BillState::AlreadyBilled { run },
+            projects: Vec::new(),
+        });
+    }
+
+    let mut quotas: BTreeMap<ProjectId, Vec<QuotaChange>> = BTreeMap::new();
+    for (project, q) in sdb::quotas_for_month(&mut tx, month.start(tz), month.end(tz)).await? {
+        quotas.entry(project).or_default().push(q);
+    }
+    let ids: Vec<ProjectId> = quotas.keys().copied().collect();
+    let codes: HashMap<ProjectId, String> = sdb::project_codes(&mut tx, &ids).await?.into_iter().collect();
+    let mut projects = Vec::new();
+    for (project, history) in &quotas {
+        let charge =
+            price_storage(month, tz, history, &catalog.storage_rates).map_err(|error| StorageBillError::Pricing {
+                project: codes[project].clone(),
+                error,
+            })?;
+        if charge.lines.is_empty() {
+            continue;
+        }
+        projects.push((
+            *project,
+            ProjectStorage {
+                project: codes[project].clone(),
+                total: charge.total(),
+                charge,
+            },
+        ));
+    }
+    let entry_count: usize = projects.iter().map(|(_, p)| p.charge.lines.len()).sum();
+    let total: Decimal = projects.iter().map(|(_, p)| p.total).sum();
+    let mut outcome = BillOutcome {
+        month,
+        state: BillState::DryRun { month_over },
+        project_count: projects.len(),
+        entry_count,
+        total,
+        projects: Vec::new(),
+    };
+    if dry_run {
+        outcome.projects = projects.into_iter().map(|(_, p)| p).collect();
+        return Ok(outcome);
+    }
+
+    let period = month.first_day();
+    let run = sdb::insert_billing_run(
+        &mut tx,
+        "storage",
+        period,
+        author,
+        projects.len() as i32,
+        entry_count as i32,
+        total,
+    )
+    .await?;
+    let entries: Vec<StorageEntry> = projects
+        .iter()
+        .flat_map(|(id, p)| {
+            p.charge.lines.iter().map(|l| StorageEntry {
+                project_id: *id,
+                storage_rate_id: l.rate_key,
+                quantity: l.priced.quantity,
+                unit_rate: l.priced.unit_rate,
+                amount_exact: l.priced.amount_exact,
+                amount: l.priced.amount,
+            })
+        })
+        .collect();
+    let ids: HashMap<(ProjectId, StorageRateId), _> = sdb::insert_entries(&mut tx, run, period, &entries, author)
+        .await?
+        .into_iter()
+        .map(|(p, r, id)| ((p, r), id))
+        .collect();
+    let segments: Vec<Segment> = projects
+        .iter()
+        .flat_map(|(id, p)| {
+            let ids = &ids;
+            p.charge.lines.iter().flat_map(move |l| {
+                l.segments.iter().map(move |s| Segment {
+                    entry: ids[&(*id, l.rate_key)],
+                    first_day: s.first_day,
+                    last_day: s.last_day,
+                    days: s.days as i32,
+                    quota_tb: s.quota_tb,
+                    tb_month_price: s.rate.tb_month,
+                })
+            })
+        })
+        .collect();
+    sdb::insert_segments(&mut tx, &segments).await?;
+    tx.commit().await?;
+    outcome.state = BillState::Posted { run };
+    outcome.projects = projects.into_iter().map(|(_, p)| p).collect();
+    Ok(outcome)
+}
+
+/// Parse a quota as written: `10`, `10TB`, `2.5T` (TB, the unit of the
+/// storage price).
+pub fn parse_quota(s: &str) -> Result<Decimal, String> {
+    let t = s.trim();
+    let number = t
+        .strip_suffix("TB")
+        .or_else(|| t.strip_suffix("tb"))
+        .or_else(|| t.strip_suffix('T'))
+        .or_else(|| t.strip_suffix('t'))
+        .unwrap_or(t)
+        .trim();
+    let q: Decimal = number.parse().map_err(|_| {
+        format!("{s:?} is not a quota: give it in TB, the unit of the storage price (e.g. 10TB or 0.5TB)")
+    })?;
+    if q.is_sign_negative() && !q.is_zero() {
+        return Err(format!("{s:?}: a quota cannot be negative"));
+    }
+    if q.scale() > 6 || q > Decimal::from(1_000_000_000) {
+        return Err(format!(
+            "{s:?}: a quota has at most 6 decimal places and at most 10^9 TB"
+        ));
+    }
+    Ok(q.normalize())
+}
+
+/// Append a quota change for a project.
+pub async fn set_quota(
+    pool: &PgPool,
+    code: &str,
+    quota_tb: Decimal,
+    from: DateTime<Utc>,
+    author: &str,
+) -> Result<(), StorageBillError> {
+    let mut tx = pool.begin().await?;
+    let project = reference::load_projects(&mut tx, &[code.to_owned()])
+        .await?
+        .pop()
+        .ok_or_else(|| StorageBillError::UnknownProject(code.to_owned()))?;
+    let history = sdb::quota_history(&mut tx, project.id).await?;
+    if let Some(same) = history.iter().find(|q| q.effective_from == from) {
+        return Err(StorageBillError::Refused(format!(
+            "project {}: a quota of {} TB from {from} is already recorded; quota history is never rewritten (give another instant)",
+            project.code,
+            same.quota_tb.normalize()
+        )));
+    }
+    sdb::insert_quota(&mut tx, project.id, from, quota_tb, author).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A project's quota history and the quota in force at an instant.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuotaReport {
+    pub project: String,
+    pub at: DateTime<Utc>,
+    pub quota_tb: Option<Decimal>,
+    pub history: Vec<sdb::QuotaRow>,
+}
+
+pub async fn quota_report(pool: &PgPool, code: &str, at: DateTime<Utc>) -> Result<QuotaReport, StorageBillError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let project = reference::load_projects(&mut conn, &[code.to_owned()])
+        .await?
+        .pop()
+        .ok_or_else(|| StorageBillError::UnknownProject(code.to_owned()))?;
+    let history = sdb::quota_history(&mut conn, project.id).await?;
+    let quota_tb = history
+        .iter()
+        .rfind(|q| q.effective_from <= at)
+        .map(|q| q.quota_tb.normalize());
+    Ok(QuotaReport {
+        project: project.code,
+        at,
+        quota_tb,
+        history,
+    })
+}
+
+pub async fn runs(pool: &PgPool) -> Result<Vec<BillingRun>, DbError> {
+    let mut conn = pool.acquire().await?;
+    Ok(sdb::billing_runs(&mut conn).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotas_are_written_in_tb() {
+        assert_eq!(parse_quota("10TB").unwrap().to_string(), "10");
+        assert_eq!(parse_quota("2.5T").unwrap().to_string(), "2.5");
+        assert_eq!(parse_quota(" 0 ").unwrap().to_string(), "0");
+        assert!(parse_quota("500GB").unwrap_err().contains("give it in TB"));
+        assert!(parse_quota("-1TB").unwrap_err().contains("cannot be negative"));
+        assert!(
+            parse_quota("0.1234567TB")
+                .unwrap_err()
+                .contains("at most 6 decimal places")
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! The monthly storage billing run against hand-computed amounts, its
+//! idempotency under concurrent runs, and what it refuses.
+
+use chrono::{DateTime, Utc};
+use hpc_ledger::domain::period::Month;
+use hpc_ledger::service::storage::{BillState, StorageBillError, bill};
+use rust_decimal::Decimal;
+use sqlx::PgPool;
+
+use crate::harness::{TestDb, ok, stderr};
+
+/// New York billing time zone; $5/TB-month, then $6.20 from 16 March 2026.
+const CENTER: &str = r#"
+[center]
+name = "Storage Test"
+currency = "USD"
+time_zone = "America/New_York"
+
+[[storage_rate]]
+from = 2020-01-01
+until = 2026-03-16
+tb_month = 5
+[[storage_rate]]
+from = 2026-03-16
+tb_month = 6.20
+
+[[project]]
+code = "STARTS"         # from 16 April
+quota = [{ from = 2026-04-16T09:00:00, tb = 10 }]
+[[project]]
+code = "ENDS"           # ends on 11 April (set to 0)
+quota = [{ from = 2026-01-01, tb = 10 }, { from = 2026-04-11, tb = 0 }]
+[[project]]
+code = "FIRST"          # changes at 00:00 of the 1st
+quota = [{ from = 2026-01-01, tb = 10 }, { from = 2026-04-01, tb = 20 }]
+[[project]]
+code = "LAST"           # changes during the last day
+quota = [{ from = 2026-01-01, tb = 10 }, { from = 2026-04-30T23:00:00, tb = 40 }]
+[[project]]
+code = "MANY"           # several changes in one day: the last counts
+quota = [{ from = 2026-01-01, tb = 10 }, { from = 2026-04-10T08:00:00, tb = 100 }, { from = 2026-04-10T12:00:00, tb = 0 }, { from = 2026-04-10T18:00:00, tb = 4 }]
+[[project]]
+code = "ZERO"           # a quota of 0 all month
+quota = [{ from = 2026-01-01, tb = 0 }]
+[[project]]
+code = "CONST"          # 3 TB forever
+quota = [{ from = 2020-01-01, tb = 3 }]
+[[project]]
+code = "DST"            # a change at 03:30Z on 1 April is still 31 March in New York
+quota = [{ from = 2026-01-01, tb = 10 }, { from = 2026-04-01T03:30:00Z, tb = 41 }]
+"#;
+
+async fn db() -> TestDb {
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(CENTER).unwrap(), "t")
+        .await
+        .unwrap();
+    db
+}
+
+fn now() -> DateTime<Utc> {
+    Utc::now()
+}
+
+/// (project, TB-months, rate, amount) of a month's storage entries.
+async fn entries(pool: &PgPool, month: &str) -> Vec<(String, String, String, String)> {
+    let first = month.parse::<Month>().unwrap().first_day();
+    sqlx::query_as::<_, (String, Decimal, Decimal, Decimal)>(
+        "SELECT p.code, e.quantity, e.unit_rate, e.amount FROM ledger_entry e JOIN project p ON p.id = e.project_id
+          WHERE e.kind = 'storage' AND e.period = $1 ORDER BY p.code, e.unit_rate",
+    )
+    .bind(first)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(p, q, r, a)| {
+        (
+            p,
+            q.normalize().to_string(),
+            r.normalize().to_string(),
+            format!("{a:.2}"),
+        )
+    })
+    .collect()
+}
+
+fn rows(v: &[(&str, &str, &str, &str)]) -> Vec<(String, String, String, String)> {
+    v.iter()
+        .map(|(a, b, c, d)| (a.to_string(), b.to_string(), c.to_string(), d.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn april_is_billed_day_by_day_at_the_quota_in_force_at_the_end_of_each_day() {
+    let db = db().await;
+    let o = bill(&db.pool, "2026-04".parse().unwrap(), "billing", false, now())
+        .await
+        .unwrap();
+    assert!(matches!(o.state, BillState::Posted { .. }));
+    // April has 30 days; everything at $6.20.
+    assert_eq!(
+        entries(&db.pool, "2026-04").await,
+        rows(&[
+            ("CONST", "3", "6.2", "18.60"),             // 90 TB-days / 30
+            ("DST", "41", "6.2", "254.20"),             // 30 × 41
+            ("ENDS", "3.333333333333", "6.2", "20.67"), // 10 days × 10 TB = 100 / 30
+            ("FIRST", "20", "6.2", "124.00"),           // 30 × 20
+            ("LAST", "11", "6.2", "68.20"),             // 29 × 10 + 40 = 330 / 30
+            ("MANY", "5.8", "6.2", "35.96"),            // 9 × 10 + 21 × 4 = 174 / 30
+            ("STARTS", "5", "6.2", "31.00"),            // 15 × 10 = 150 / 30
+        ])
+    );
+    assert_eq!(o.total.to_string(), "552.63");
+    // The segments explain each entry: days × quota add up to the TB-days.
+    let segs: Vec<(String, String, i32, Decimal)> = sqlx::query_as(
+        "SELECT p.code, s.first_day::text, s.days, s.quota_tb FROM storage_charge_segment s
+           JOIN ledger_entry e ON e.id = s.ledger_entry_id JOIN project p ON p.id = e.project_id
+          WHERE p.code IN ('LAST', 'MANY') ORDER BY 1, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let segs: Vec<(String, String, i32, String)> = segs
+        .into_iter()
+        .map(|(p, d, n, q)| (p, d, n, q.normalize().to_string()))
+        .collect();
+    assert_eq!(
+        segs,
+        [
+            ("LAST".into(), "2026-04-01".into(), 29, "10".into()),
+            ("LAST".into(), "2026-04-30".into(), 1, "40".into()),
+            ("MANY".into(), "2026-04-01".into(), 9, "10".into()),
+            ("MANY".into(), "2026-04-10".into(), 21, "4".into()),
+        ]
+    );
+    // The run is recorded: when, by whom, how many projects, the total.
+    let (author, projects, entries_n, total): (String, i32, i32, Decimal) =
+        sqlx::query_as("SELECT author, project_count, entry_count, total FROM billing_run")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (author.as_str(), projects, entries_n, total.to_string().as_str()),
+        ("billing", 7, 7, "552.63")
+    );
+}
+
+#[tokio::test]
+async fn a_constant_quota_costs_quota_times_rate_in_months_of_every_length_and_a_rate_change_splits_the_month() {
+    let db = db().await;
+    for (month, days) in [("2024-02", 29), ("2026-02", 28), ("2025-11", 30), ("2026-01", 31)] {
+        bill(&db.pool, month.parse().unwrap(), "t", false, now()).await.unwrap();
+        let e = entries(&db.pool, month).await;
+        let constant = e.iter().find(|r| r.0 == "CONST").unwrap();
+        assert_eq!(
+            (constant.1.as_str(), constant.3.as_str()),
+            ("3", "15.00"),
+            "{month} ({days} days)"
+        );
+    }
+    // March 2026: $5 for 15 days, $6.20 for 16; the DST project is 41 TB on
+    // the 31st only (its change is at 23:30 on 31 March, New York time).
+    bill(&db.pool, "2026-03".parse().unwrap(), "t", false, now())
+        .await
+        .unwrap();
+    let march: Vec<_> = entries(&db.pool, "2026-03")
+        .await
+        .into_iter()
+        .filter(|r| r.0 == "CONST" || r.0 == "DST")
+        .collect();
+    assert_eq!(
+        march,
+        rows(&[
+            ("CONST", "1.451612903226", "5", "7.26"),   // 15 × 3 = 45 / 31
+            ("CONST", "1.548387096774", "6.2", "9.60"), // 16 × 3 = 48 / 31
+            ("DST", "4.838709677419", "5", "24.19"),    // 15 × 10 = 150 / 31
+            ("DST", "6.161290322581", "6.2", "38.20"),  // 15 × 10 + 41 = 191 / 31
+        ])
+    );
+}
+
+#[tokio::test]
+async fn concurrent_runs_of_one_month_post_once() {
+    let db = db().await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            bill(&pool, "2026-04".parse().unwrap(), "t", false, now()).await
+        }));
+    }
+    let mut posted = 0;
+    let mut already = 0;
+    for t in tasks {
+        match t.await.unwrap().unwrap().state {
+            BillState::Posted { .. } => posted += 1,
+            BillState::AlreadyBilled { .. } => already += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((posted, already), (1, 3));
+    let (runs, total): (i64, Decimal) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM billing_run), coalesce(sum(amount), 0) FROM ledger_entry WHERE kind = 'storage'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((runs, total.to_string().as_str()), (1, "552.63"));
+}
+
+#[tokio::test]
+async fn what_a_billing_run_refuses() {
+    let db = db().await;
+    let this_month = Month::of_instant(now(), chrono_tz::America::New_York);
+    match bill(&db.pool, this_month, "t", false, now()).await {
+        Err(StorageBillError::NotOver { month, ends }) => {
+            assert_eq!(month, this_month);
+            assert!(ends.starts_with(&this_month.next().to_string()), "{ends}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A dry run previews it and posts nothing.
+    let preview = bill(&db.pool, this_month, "t", true, now()).await.unwrap();
+    assert!(matches!(preview.state, BillState::DryRun { month_over: false }));
+    assert!(preview.project_count >= 6);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+    // A quota without a storage rate in force.
+    let no_rate = format!(
+        "{}\n[[project]]\ncode = \"EARLY\"\nquota = [{{ from = 2019-06-01, tb = 1 }}]\n",
+        CENTER
+    );
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&no_rate).unwrap(), "t")
+        .await
+        .unwrap();
+    let e = bill(&db.pool, "2019-06".parse().unwrap(), "t", false, now())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "project EARLY: a quota of 1 TB is in force on 2019-06-01 but no storage rate is; add a storage rate for those days to the center configuration"
+    );
+    // A closed month (and every month before it).
+    sqlx::raw_sql("INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal) VALUES ('2026-02-01', 't', 0, 0, 'sha256-chain-v1', sha256(''))")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let e = bill(&db.pool, "2026-02".parse().unwrap(), "t", false, now())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "2026-02 is closed: nothing can be posted into it");
+}
+
+#[tokio::test]
+async fn quota_and_bill_from_the_command_line() {
+    let db = db().await;
+    let o = db.cli(&[
+        "quota",
+        "set",
+        "STARTS",
+        "12TB",
+        "--from",
+        "2026-05-10",
+        "--author",
+        "ops",
+    ]);
+    assert_eq!(ok(&o), "quota of STARTS set to 12 TB from 2026-05-10 00:00 EDT\n");
+    let show = ok(&db.cli(&["quota", "show", "starts", "--at", "2026-05-20"]));
+    assert!(show.starts_with("STARTS: 12 TB at 2026-05-20 00:00 EDT"), "{show}");
+    assert_eq!(show.lines().count(), 5, "{show}");
+    let o = db.cli(&["quota", "set", "STARTS", "500GB", "--from", "2026-06-01"]);
+    assert!(stderr(&o).contains("give it in TB"), "{}", stderr(&o));
+    let o = db.cli(&["quota", "set", "NOPE", "1TB", "--from", "2026-06-01"]);
+    assert!(stderr(&o).contains("unknown project \"NOPE\""), "{}", stderr(&o));
+
+    let out = ok(&db.cli(&["bill", "storage", "--month", "2026-05", "--author", "billing"]));
+    assert!(out.starts_with("storage for 2026-05 billed (run "), "{out}");
+    // STARTS: 9 days × 10 TB + 22 days × 12 TB = 354 TB-days / 31 × 6.20 = 70.80.
+    let line = out.lines().find(|l| l.starts_with("STARTS")).unwrap();
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>(),
+        [
+            "STARTS",
+            "9",
+            "d",
+            "×",
+            "10",
+            "TB",
+            "+",
+            "22",
+            "d",
+            "×",
+            "12",
+            "TB",
+            "354",
+            "11.41935483871",
+            "6.2",
+            "70.80"
+        ]
+    );
+    let again = ok(&db.cli(&["bill", "storage", "--month", "2026-05"]));
+    assert!(
+        again.contains("was already billed") && again.contains("by billing); nothing posted"),
+        "{again}"
+    );
+    // History of a billed month is not rewritten.
+    let o = db.cli(&["quota", "set", "STARTS", "99TB", "--from", "2026-05-20"]);
+    assert!(
+        stderr(&o).contains("storage is billed through 2026-05: a quota change effective"),
+        "{}",
+        stderr(&o)
+    );
+    let json: serde_json::Value = serde_json::from_str(&ok(&db.cli(&["bill", "runs", "--format", "json"]))).unwrap();
+    assert_eq!(json[0]["author"], "billing");
+    assert_eq!(json[0]["period"], "2026-05-01");
+}
