@@ -9,11 +9,16 @@ use chrono::Utc;
 use std::io::Cursor;
 
 use crate::db::{self, MIGRATOR, Target};
+use crate::domain::period::Month;
 use crate::domain::posting::Defaults;
 use crate::domain::rules::Scheduler;
 use crate::ingest::{Format, ReadOptions};
+use crate::service::close;
+use crate::service::correct::{self, RefundBy, Target as CorrectTarget, Why};
 use crate::service::import::{Summary, import};
 use crate::service::record::Recorder;
+use crate::service::statement::Which;
+use crate::service::storage;
 use crate::service::{self, quote::QuoteRequest};
 
 /// The example configuration shipped in examples/center.toml.
@@ -173,18 +178,102 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         again.recorded, again.replayed
     );
 
-    heading(5, "Bill October's storage (quota × rate, day by day)");
-    let october: crate::domain::period::Month = "2026-10".parse().expect("a month");
-    let billed = crate::service::storage::bill(&pool, october, "demo", false, Utc::now()).await?;
-    print!("{}", super::bill::render(&billed));
-    let again = crate::service::storage::bill(&pool, october, "demo", false, Utc::now()).await?;
+    heading(5, "Bill storage, month by month (quota × rate, day by day)");
+    let months: Vec<Month> = ["2026-07", "2026-08", "2026-09", "2026-10"]
+        .iter()
+        .map(|m| m.parse().expect("a month"))
+        .collect();
+    for &m in &months {
+        let billed = storage::bill(&pool, m, "demo", false, Utc::now()).await?;
+        if m == months[3] {
+            print!("{}", super::bill::render(&billed));
+        } else {
+            println!(
+                "storage for {m} billed: {} projects, total {:.2}",
+                billed.project_count, billed.total
+            );
+        }
+    }
+    let again = storage::bill(&pool, months[3], "demo", false, Utc::now()).await?;
     println!(
-        "\nbilled again: {}\n",
+        "billed October again: {}",
         match again.state {
-            crate::service::storage::BillState::AlreadyBilled { .. } => "already billed, nothing posted",
+            storage::BillState::AlreadyBilled { .. } => "already billed, nothing posted",
             _ => "POSTED TWICE (unexpected)",
         }
     );
+
+    heading(6, "Corrections: a refund, a reversal, an adjustment");
+    let why = |reason: &str| Why {
+        author: "billing-office".into(),
+        reason: reason.into(),
+        month: None,
+    };
+    let job = |id: &str| CorrectTarget::Job {
+        cluster: "owens".into(),
+        job_id: id.into(),
+        array_index: None,
+        start: None,
+    };
+    let refunded = correct::refund(
+        &pool,
+        &job("1004"),
+        RefundBy::Fraction("0.5".parse()?),
+        &why("node failure: half the run was lost"),
+        Utc::now(),
+    )
+    .await?;
+    println!(
+        "refund of half of owens/1004: {:.2}",
+        refunded.iter().map(|p| p.amount).sum::<rust_decimal::Decimal>()
+    );
+    let reversed = correct::reverse(
+        &pool,
+        &job("1009"),
+        &why("debug partition is free of charge"),
+        Utc::now(),
+    )
+    .await?;
+    println!(
+        "reversal of owens/1009: {} entr{}",
+        reversed.len(),
+        if reversed.len() == 1 { "y" } else { "ies" }
+    );
+    let adjusted = correct::adjust(
+        &pool,
+        "PZS0708",
+        "-10.00".parse()?,
+        &Why {
+            month: Some(months[3]),
+            ..why("allocation award credit")
+        },
+        Utc::now(),
+    )
+    .await?;
+    println!("credit to PZS0708 in {}: {:.2}", adjusted.period, adjusted.amount);
+
+    heading(7, "Close July to October (in order), and October's statement");
+    for &m in &months {
+        let c = close::close(&pool, m, "billing-office", Utc::now()).await?;
+        println!(
+            "{m} closed: {} entries, total {:.2}, {} statement(s), seal {}…",
+            c.entry_count,
+            c.total,
+            c.statements.len(),
+            &c.seal[..16]
+        );
+    }
+    let statement = crate::service::statement::statements(&pool, months[3], Which::Project("PZS0708")).await?;
+    println!();
+    print!("{}", super::statement::text(&statement[0]));
+
+    heading(8, "Audit: every charge recomputed in SQL, every seal checked");
+    let report = close::audit(&pool).await?;
+    print!("{}", super::close::render(&report));
+    if !report.clean() {
+        anyhow::bail!("the demo's audit found problems");
+    }
+    println!();
 
     println!("Explore the demo database:");
     println!("  hpc-ledger --database-url '{}' config show", db::redact(&url));

@@ -2,7 +2,9 @@
 //! arguments and `run`. Results go to stdout, logs and errors to stderr.
 
 mod bill;
+mod close;
 mod config;
+mod correct;
 mod db;
 mod demo;
 mod import;
@@ -10,6 +12,7 @@ mod job;
 mod quota;
 mod quote;
 mod rejected;
+mod statement;
 mod table;
 
 use std::path::PathBuf;
@@ -74,6 +77,20 @@ pub enum Command {
     /// Bill storage for a month; list billing runs.
     #[command(subcommand)]
     Bill(bill::Cmd),
+    /// Print a project's statement of a month (or every project's).
+    Statement(statement::Args),
+    /// Close a month: freeze it, number its statements, seal it.
+    Close(close::CloseArgs),
+    /// Recompute the seals of closed months and report any difference.
+    Verify(close::VerifyArgs),
+    /// Check every charge again in SQL, and every seal; non-zero exit on any finding.
+    Audit(close::AuditArgs),
+    /// Reverse charges: exact negatives linked to them, at most once.
+    Reverse(correct::ReverseArgs),
+    /// Refund part of a charge, by fraction or amount, with a reason.
+    Refund(correct::RefundArgs),
+    /// Credit (negative) or debit a project, with a reason.
+    Adjust(correct::AdjustArgs),
     /// Run the whole flow on sample data in a fresh demo database.
     Demo(demo::Args),
 }
@@ -103,6 +120,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rejected(args) => rejected::run(args, &target).await,
         Command::Quota(cmd) => quota::run(cmd, &target).await,
         Command::Bill(cmd) => bill::run(cmd, &target).await,
+        Command::Statement(args) => statement::run(args, &target).await,
+        Command::Close(args) => close::run_close(args, &target).await,
+        Command::Verify(args) => close::run_verify(args, &target).await,
+        Command::Audit(args) => close::run_audit(args, &target).await,
+        Command::Reverse(args) => correct::run_reverse(args, &target).await,
+        Command::Refund(args) => correct::run_refund(args, &target).await,
+        Command::Adjust(args) => correct::run_adjust(args, &target).await,
         Command::Demo(args) => demo::run(args, &target).await,
     }
 }

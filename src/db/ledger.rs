@@ -112,7 +112,8 @@ pub struct Posted {
     pub amount: Decimal,
 }
 
-/// The charges of these job records that have not been reversed.
+/// The charges of these job records, and refunds of them, not yet reversed
+/// (reversing both leaves nothing of the old charge).
 pub async fn unreversed_charges(conn: &mut PgConnection, records: &[JobRecordId]) -> Result<Vec<Posted>, sqlx::Error> {
     let ids: Vec<i64> = records.iter().map(|r| r.0).collect();
     sqlx::query_as!(
@@ -121,7 +122,7 @@ pub async fn unreversed_charges(conn: &mut PgConnection, records: &[JobRecordId]
                   e.job_record_id AS "job_record_id: JobRecordId", e.rate_card_id AS "rate_card_id: RateCardId",
                   e.quantity, e.unit_rate, e.amount_exact, e.amount
              FROM ledger_entry e
-            WHERE e.job_record_id = ANY($1) AND e.kind = 'job'
+            WHERE e.job_record_id = ANY($1) AND e.kind IN ('job', 'refund')
               AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')
             ORDER BY e.id"#,
         &ids

@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod ledger;
 pub mod reference;
 pub mod rejected;
+pub mod statements;
 pub mod storage;
 
 use std::path::Path;

@@ -184,9 +184,11 @@ pub struct ResolvedJob {
 /// Jobs that began before this are not real records.
 const EARLIEST: &str = "1990-01-01T00:00:00Z";
 
+/// An instant to the second (SPEC D1: durations are exact seconds).
 fn instant(stamp: Stamp, tz: Tz, what: &str) -> Result<DateTime<Utc>, Rejection> {
+    use chrono::SubsecRound;
     match stamp {
-        Stamp::At(t) => Ok(t),
+        Stamp::At(t) => Ok(t.trunc_subsecs(0)),
         Stamp::Local(t) => local_to_utc(t, tz).map_err(|LocalTimeError::Skipped| Rejection {
             kind: RejectKind::Invalid,
             reason: format!(

@@ -27,6 +27,9 @@ pub const MONEY_SCALE: u32 = 2;
 /// exactly. `None` when `d` is zero or the intermediate values do not fit
 /// in 128 bits (far beyond any real job or quota).
 pub fn div_round(n: Decimal, d: Decimal, dp: u32) -> Option<Decimal> {
+    // Trailing zeros (an amount kept at 22 places) would only inflate the
+    // intermediate values.
+    let (n, d) = (n.normalize(), d.normalize());
     let (mn, sn) = (n.mantissa(), n.scale());
     let (md, sd) = (d.mantissa(), d.scale());
     if md == 0 {
@@ -61,6 +64,12 @@ pub fn exact_mul(a: Decimal, b: Decimal) -> Option<Decimal> {
         s -= 1;
     }
     Decimal::try_from_i128_with_scale(m, s).ok()
+}
+
+/// `-x`, without a negative zero (`-0.00` reads as a credit on a statement).
+pub fn negate(x: Decimal) -> Decimal {
+    let y = -x;
+    if y.is_zero() { y.abs() } else { y }
 }
 
 /// Round to the currency's minor unit, half away from zero: the same result
@@ -316,6 +325,7 @@ mod tests {
         check_div("1993", "4096", 12, "0.486572265625");
         check_div("7200", "3600", 12, "2");
         check_div("0.5", "0.25", 0, "2");
+        check_div("12.00000000000000", "2.4000000000000000000000", 12, "5");
         assert_eq!(div_round(dec!(1), Decimal::ZERO, 2), None);
     }
 
@@ -338,6 +348,13 @@ mod tests {
         );
         assert_eq!(exact_mul(dec!(2.50), dec!(4.000)), Some(dec!(10)));
         assert_eq!(exact_mul(dec!(2.50), dec!(4.000)).unwrap().scale(), 5);
+    }
+
+    #[test]
+    fn negating_zero_gives_zero() {
+        assert!(!negate(dec!(0.00)).is_sign_negative());
+        assert_eq!(negate(dec!(0.00)).to_string(), "0.00");
+        assert_eq!(negate(dec!(2.50)).to_string(), "-2.50");
     }
 
     #[test]

@@ -101,16 +101,21 @@ impl fmt::Display for ApplyReport {
 /// everything back and lists every problem.
 pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
     let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = apply_in(&mut tx, config, author).await;
+    crate::service::finish(tx, result).await
+}
+
+async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
     sqlx::query!("SELECT pg_advisory_xact_lock($1)", db::RULES_LOCK)
         .execute(&mut *tx)
         .await?;
     let mut report = ApplyReport::default();
     let mut refused = Vec::new();
 
-    report.center_changed = reference::upsert_center(&mut tx, &config.center).await?;
+    report.center_changed = reference::upsert_center(&mut *tx, &config.center).await?;
 
-    let existing = reference::load_clusters(&mut tx).await?;
-    let mut rate_cards = reference::load_rate_cards(&mut tx).await?;
+    let existing = reference::load_clusters(&mut *tx).await?;
+    let mut rate_cards = reference::load_rate_cards(&mut *tx).await?;
     for (i, c) in config.clusters.iter().enumerate() {
         let key = format!("cluster[{i}] ({:?})", c.name);
         let tz = c.time_zone.map(|t| t.name());
@@ -125,21 +130,21 @@ pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result
                 {
                     report.clusters.unchanged += 1;
                 } else {
-                    reference::update_cluster(&mut tx, e.id, &c.name, c.scheduler, tz, &c.description).await?;
+                    reference::update_cluster(&mut *tx, e.id, &c.name, c.scheduler, tz, &c.description).await?;
                     report.clusters.updated += 1;
                 }
                 e.id
             }
             None => {
                 report.clusters.added += 1;
-                reference::insert_cluster(&mut tx, &c.name, c.scheduler, tz, &c.description).await?
+                reference::insert_cluster(&mut *tx, &c.name, c.scheduler, tz, &c.description).await?
             }
         };
         let cards: Vec<reference::RateCardUse> = rate_cards
             .extract_if(.., |(cid, _)| *cid == id)
             .map(|(_, u)| u)
             .collect();
-        apply_cluster(&mut tx, &key, id, c, cards, &mut report, &mut refused).await?;
+        apply_cluster(&mut *tx, &key, id, c, cards, &mut report, &mut refused).await?;
     }
     let mentioned: Vec<String> = config.clusters.iter().map(|c| c.name.to_lowercase()).collect();
     let others = existing
@@ -152,13 +157,12 @@ pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result
         ));
     }
 
-    apply_storage_rates(&mut tx, &config.storage_rates, &mut report, &mut refused).await?;
-    apply_projects(&mut tx, config, author, &mut report, &mut refused).await?;
+    apply_storage_rates(&mut *tx, &config.storage_rates, &mut report, &mut refused).await?;
+    apply_projects(&mut *tx, config, author, &mut report, &mut refused).await?;
 
     if !refused.is_empty() {
         return Err(ApplyError::Refused(refused));
     }
-    tx.commit().await.map_err(DbError::from)?;
     Ok(report)
 }
 

@@ -1,13 +1,36 @@
 //! Use cases. Each one: open a transaction, load what it needs, decide with
 //! the pure domain, persist, commit.
 
+pub mod close;
 pub mod config;
+pub mod correct;
 pub mod import;
 pub mod quote;
 pub mod record;
+pub mod statement;
 pub mod storage;
 
+use sqlx::{Postgres, Transaction};
+
 use crate::db::DbError;
+
+/// End a use case's transaction: commit when it succeeded, roll back at once
+/// when it failed. (A transaction that is merely dropped keeps its locks until
+/// its connection is used again.)
+pub async fn finish<T, E: From<sqlx::Error>>(tx: Transaction<'static, Postgres>, result: Result<T, E>) -> Result<T, E> {
+    match result {
+        Ok(v) => {
+            tx.commit().await?;
+            Ok(v)
+        }
+        Err(e) => {
+            // The error being reported matters more than a failed rollback;
+            // the connection is discarded then anyway.
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    }
+}
 
 /// The name recorded as the author of a change: `--author`, else the OS user.
 pub fn author(explicit: Option<&str>) -> String {

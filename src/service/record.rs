@@ -21,6 +21,7 @@ use crate::domain::period::Month;
 use crate::domain::posting::{
     Decision, Defaults, JobInput, RecordKind, RejectKind, Rejection, ResolvedJob, classify, posting_period, resolve,
 };
+use crate::domain::units::negate;
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::ReadOptions;
 
@@ -235,14 +236,24 @@ impl Recorder {
         malformed: &[(Source, String)],
     ) -> Result<Vec<Outcome>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        ledger::lock_for_posting(&mut tx).await?;
-        let version = ledger::rules_version(&mut tx).await?;
+        let result = self.batch_in(&mut tx, jobs, malformed).await;
+        crate::service::finish(tx, result).await
+    }
+
+    async fn batch_in(
+        &mut self,
+        tx: &mut PgConnection,
+        jobs: &[Submission],
+        malformed: &[(Source, String)],
+    ) -> Result<Vec<Outcome>, sqlx::Error> {
+        ledger::lock_for_posting(&mut *tx).await?;
+        let version = ledger::rules_version(&mut *tx).await?;
         if self.catalog.as_ref().map(|(v, _)| *v) != Some(version) {
-            let catalog = reference::load_catalog(&mut tx).await?;
+            let catalog = reference::load_catalog(&mut *tx).await?;
             self.catalog = Some((version, catalog));
         }
-        self.load_projects(&mut tx, jobs).await?;
-        let last_closed = ledger::last_closed(&mut tx).await?.map(Month::of_date);
+        self.load_projects(&mut *tx, jobs).await?;
+        let last_closed = ledger::last_closed(&mut *tx).await?.map(Month::of_date);
         let now = Utc::now();
         let catalog = &self.catalog.as_ref().expect("loaded above").1;
 
@@ -278,13 +289,12 @@ impl Recorder {
                 last_closed,
             };
             posting
-                .round(&mut tx, jobs, round, &mut outcomes, &mut rejections)
+                .round(&mut *tx, jobs, round, &mut outcomes, &mut rejections)
                 .await?;
             pending = later;
         }
-        rejected::upsert(&mut tx, &rejections).await?;
-        resolve_rejections(&mut tx, jobs, &outcomes).await?;
-        tx.commit().await?;
+        rejected::upsert(&mut *tx, &rejections).await?;
+        resolve_rejections(&mut *tx, jobs, &outcomes).await?;
         Ok(outcomes
             .into_iter()
             .map(|o| o.expect("every job has an outcome"))
@@ -547,10 +557,10 @@ impl Posting<'_> {
                             job_record_id: Some(record_id),
                             rate_card_id: e.rate_card_id,
                             corrects_id: Some(e.id),
-                            quantity: -e.quantity,
+                            quantity: negate(e.quantity),
                             unit_rate: e.unit_rate,
-                            amount_exact: -e.amount_exact,
-                            amount: -e.amount,
+                            amount_exact: negate(e.amount_exact),
+                            amount: negate(e.amount),
                             late,
                             reason: Some(format!("superseded by revision {} of the job's record", p.revision)),
                         });

@@ -86,9 +86,25 @@ pub async fn bill(
     now: DateTime<Utc>,
 ) -> Result<BillOutcome, StorageBillError> {
     let mut tx = pool.begin().await?;
-    ledger::lock_for_posting(&mut tx).await?;
-    sdb::lock_billing(&mut tx).await?;
-    let catalog = reference::load_catalog(&mut tx).await?;
+    let result = bill_in(&mut tx, month, author, dry_run, now).await;
+    if dry_run {
+        // A preview posts nothing.
+        tx.rollback().await?;
+        return result;
+    }
+    crate::service::finish(tx, result).await
+}
+
+async fn bill_in(
+    tx: &mut sqlx::PgConnection,
+    month: Month,
+    author: &str,
+    dry_run: bool,
+    now: DateTime<Utc>,
+) -> Result<BillOutcome, StorageBillError> {
+    ledger::lock_for_posting(&mut *tx).await?;
+    sdb::lock_billing(&mut *tx).await?;
+    let catalog = reference::load_catalog(&mut *tx).await?;
     let center = catalog.center.as_ref().ok_or(StorageBillError::NoConfig)?;
     let tz = center.time_zone;
     let month_over = now >= month.end(tz);
@@ -98,12 +114,12 @@ pub async fn bill(
             ends: month.end(tz).with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string(),
         });
     }
-    if let Some(closed) = ledger::last_closed(&mut tx).await?.map(Month::of_date)
+    if let Some(closed) = ledger::last_closed(&mut *tx).await?.map(Month::of_date)
         && month <= closed
     {
         return Err(StorageBillError::Closed(month));
     }
-    if let Some(run) = sdb::billing_run(&mut tx, "storage", month.first_day()).await?
+    if let Some(run) = sdb::billing_run(&mut *tx, "storage", month.first_day()).await?
         && !dry_run
     {
         return Ok(BillOutcome {
@@ -117,11 +133,11 @@ pub async fn bill(
     }
 
     let mut quotas: BTreeMap<ProjectId, Vec<QuotaChange>> = BTreeMap::new();
-    for (project, q) in sdb::quotas_for_month(&mut tx, month.start(tz), month.end(tz)).await? {
+    for (project, q) in sdb::quotas_for_month(&mut *tx, month.start(tz), month.end(tz)).await? {
         quotas.entry(project).or_default().push(q);
     }
     let ids: Vec<ProjectId> = quotas.keys().copied().collect();
-    let codes: HashMap<ProjectId, String> = sdb::project_codes(&mut tx, &ids).await?.into_iter().collect();
+    let codes: HashMap<ProjectId, String> = sdb::project_codes(&mut *tx, &ids).await?.into_iter().collect();
     let mut projects = Vec::new();
     for (project, history) in &quotas {
         let charge =
@@ -158,7 +174,7 @@ pub async fn bill(
 
     let period = month.first_day();
     let run = sdb::insert_billing_run(
-        &mut tx,
+        &mut *tx,
         "storage",
         period,
         author,
@@ -180,7 +196,7 @@ pub async fn bill(
             })
         })
         .collect();
-    let ids: HashMap<(ProjectId, StorageRateId), _> = sdb::insert_entries(&mut tx, run, period, &entries, author)
+    let ids: HashMap<(ProjectId, StorageRateId), _> = sdb::insert_entries(&mut *tx, run, period, &entries, author)
         .await?
         .into_iter()
         .map(|(p, r, id)| ((p, r), id))
@@ -201,8 +217,7 @@ pub async fn bill(
             })
         })
         .collect();
-    sdb::insert_segments(&mut tx, &segments).await?;
-    tx.commit().await?;
+    sdb::insert_segments(&mut *tx, &segments).await?;
     outcome.state = BillState::Posted { run };
     outcome.projects = projects.into_iter().map(|(_, p)| p).collect();
     Ok(outcome)
@@ -242,11 +257,22 @@ pub async fn set_quota(
     author: &str,
 ) -> Result<(), StorageBillError> {
     let mut tx = pool.begin().await?;
-    let project = reference::load_projects(&mut tx, &[code.to_owned()])
+    let result = set_quota_in(&mut tx, code, quota_tb, from, author).await;
+    crate::service::finish(tx, result).await
+}
+
+async fn set_quota_in(
+    tx: &mut sqlx::PgConnection,
+    code: &str,
+    quota_tb: Decimal,
+    from: DateTime<Utc>,
+    author: &str,
+) -> Result<(), StorageBillError> {
+    let project = reference::load_projects(&mut *tx, &[code.to_owned()])
         .await?
         .pop()
         .ok_or_else(|| StorageBillError::UnknownProject(code.to_owned()))?;
-    let history = sdb::quota_history(&mut tx, project.id).await?;
+    let history = sdb::quota_history(&mut *tx, project.id).await?;
     if let Some(same) = history.iter().find(|q| q.effective_from == from) {
         return Err(StorageBillError::Refused(format!(
             "project {}: a quota of {} TB from {from} is already recorded; quota history is never rewritten (give another instant)",
@@ -254,8 +280,7 @@ pub async fn set_quota(
             same.quota_tb.normalize()
         )));
     }
-    sdb::insert_quota(&mut tx, project.id, from, quota_tb, author).await?;
-    tx.commit().await?;
+    sdb::insert_quota(&mut *tx, project.id, from, quota_tb, author).await?;
     Ok(())
 }
 

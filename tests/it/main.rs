@@ -11,6 +11,7 @@ mod embedded;
 mod examples;
 mod fixtures;
 mod import;
+mod month_end;
 mod record_cli;
 mod rounding;
 mod schema;

@@ -1,0 +1,169 @@
+//! `hpc-ledger reverse`, `refund` and `adjust`: corrections, never edits.
+
+use std::process::ExitCode;
+
+use anyhow::bail;
+use chrono::Utc;
+use rust_decimal::Decimal;
+
+use super::{Format, print_json, table};
+use crate::db::Target;
+use crate::domain::period::Month;
+use crate::ids::LedgerEntryId;
+use crate::service::author;
+use crate::service::config::time_zone;
+use crate::service::correct::{Posted, RefundBy, Target as What, Why, adjust, refund, reverse};
+
+/// Which charges: one entry, or a job.
+#[derive(Debug, clap::Args)]
+pub struct Which {
+    /// A ledger entry id.
+    #[arg(long, conflicts_with_all = ["cluster", "job_id"])]
+    entry: Option<i64>,
+    /// The job's cluster.
+    #[arg(long, requires = "job_id")]
+    cluster: Option<String>,
+    /// The job's scheduler id (without the array index).
+    #[arg(long, requires = "cluster")]
+    job_id: Option<String>,
+    #[arg(long, requires = "job_id")]
+    array_index: Option<u32>,
+    /// The run's start, when the job was requeued (several runs).
+    #[arg(long, requires = "job_id")]
+    start: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Common {
+    /// Why (recorded with the entry and shown on the statement).
+    #[arg(long)]
+    reason: String,
+    /// Who (default: the OS user).
+    #[arg(long)]
+    author: Option<String>,
+    /// The open month to post into (default: the month of what it corrects if open, else the first open month).
+    #[arg(long)]
+    month: Option<Month>,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReverseArgs {
+    #[command(flatten)]
+    which: Which,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RefundArgs {
+    #[command(flatten)]
+    which: Which,
+    /// The share of each charge to refund, e.g. 0.5.
+    #[arg(long, conflicts_with = "amount", required_unless_present = "amount")]
+    fraction: Option<Decimal>,
+    /// The amount to refund (against one charge).
+    #[arg(long)]
+    amount: Option<Decimal>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AdjustArgs {
+    /// The project's code.
+    #[arg(long)]
+    project: String,
+    /// The amount: negative for a credit, positive for a debit.
+    #[arg(long, allow_hyphen_values = true)]
+    amount: Decimal,
+    #[command(flatten)]
+    common: Common,
+}
+
+async fn what(which: &Which, target: &Target) -> anyhow::Result<What> {
+    match (which.entry, &which.cluster, &which.job_id) {
+        (Some(id), _, _) => Ok(What::Entry(LedgerEntryId(id))),
+        (None, Some(cluster), Some(job_id)) => {
+            let start = match &which.start {
+                Some(s) => {
+                    let pool = target.open().await?;
+                    Some(super::instant(Some(s), time_zone(&pool).await?)?)
+                }
+                None => None,
+            };
+            Ok(What::Job {
+                cluster: cluster.clone(),
+                job_id: job_id.clone(),
+                array_index: which.array_index,
+                start,
+            })
+        }
+        _ => bail!("name the charges: --entry ID, or --cluster C --job-id J"),
+    }
+}
+
+fn why(c: &Common) -> Why {
+    Why {
+        author: author(c.author.as_deref()),
+        reason: c.reason.clone(),
+        month: c.month,
+    }
+}
+
+fn print(posted: &[Posted], format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Json => print_json(&posted)?,
+        Format::Text => {
+            let rows: Vec<Vec<String>> = posted
+                .iter()
+                .map(|p| {
+                    vec![
+                        p.kind.to_owned(),
+                        p.corrects.map_or(String::new(), |c| format!("entry {c}")),
+                        p.period.to_string(),
+                        p.metric.unwrap_or("").to_owned(),
+                        p.quantity.normalize().to_string(),
+                        format!("{:.2}", p.amount),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table::render(&["posted", "corrects", "month", "metric", "quantity", "amount"], &rows)
+            );
+            let total: Decimal = posted.iter().map(|p| p.amount).sum();
+            println!("total {total:.2}");
+        }
+    }
+    Ok(())
+}
+
+pub async fn run_reverse(a: ReverseArgs, target: &Target) -> anyhow::Result<ExitCode> {
+    let w = what(&a.which, target).await?;
+    let pool = target.open().await?;
+    let posted = reverse(&pool, &w, &why(&a.common), Utc::now()).await?;
+    print(&posted, a.common.format)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn run_refund(a: RefundArgs, target: &Target) -> anyhow::Result<ExitCode> {
+    let w = what(&a.which, target).await?;
+    let by = match (a.fraction, a.amount) {
+        (Some(f), None) => RefundBy::Fraction(f),
+        (None, Some(x)) => RefundBy::Amount(x),
+        _ => bail!("give --fraction or --amount"),
+    };
+    let pool = target.open().await?;
+    let posted = refund(&pool, &w, by, &why(&a.common), Utc::now()).await?;
+    print(&posted, a.common.format)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn run_adjust(a: AdjustArgs, target: &Target) -> anyhow::Result<ExitCode> {
+    let pool = target.open().await?;
+    let posted = adjust(&pool, &a.project, a.amount, &why(&a.common), Utc::now()).await?;
+    print(std::slice::from_ref(&posted), a.common.format)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,311 @@
+//! `hpc-ledger statement`: a project's statement of a month (or every
+//! project's), as text a research group's administrator reads, CSV or JSON.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+
+use super::print_json;
+use crate::db::Target;
+use crate::domain::period::Month;
+use crate::service::statement::{Statement, Status, Which, statements};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Output {
+    #[default]
+    Text,
+    Csv,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The project's code.
+    #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+    project: Option<String>,
+    /// Every project with entries in the month.
+    #[arg(long)]
+    all: bool,
+    /// The month, YYYY-MM.
+    #[arg(long)]
+    month: Month,
+    #[arg(long, value_enum, default_value_t)]
+    format: Output,
+    /// With --all: write one file per project into this directory (CSV: one
+    /// file for all when not given, on stdout).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
+    let pool = target.open().await?;
+    let which = match &args.project {
+        Some(p) => Which::Project(p),
+        None => Which::All,
+    };
+    let list = statements(&pool, args.month, which).await?;
+    match (&args.out, args.format) {
+        (Some(dir), format) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let ext = match format {
+                Output::Text => "txt",
+                Output::Csv => "csv",
+                Output::Json => "json",
+            };
+            let mut used = std::collections::HashSet::new();
+            for s in &list {
+                let mut name = format!("{}-{}", s.month, file_safe(&s.project.code));
+                while !used.insert(name.to_lowercase()) {
+                    name.push('_');
+                }
+                let path = dir.join(format!("{name}.{ext}"));
+                let body = match format {
+                    Output::Text => text(s),
+                    Output::Csv => csv(std::slice::from_ref(s)),
+                    Output::Json => serde_json::to_string_pretty(s)? + "\n",
+                };
+                std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
+            }
+            println!(
+                "{} statement(s) for {} written to {}",
+                list.len(),
+                args.month,
+                dir.display()
+            );
+        }
+        (None, Output::Csv) => print!("{}", csv(&list)),
+        (None, Output::Json) => {
+            if args.all {
+                print_json(&list)?;
+            } else {
+                print_json(&list[0])?;
+            }
+        }
+        (None, Output::Text) => {
+            if args.all {
+                bail!("--all with text output needs --out DIR (or use --format csv)");
+            }
+            print!("{}", text(&list[0]));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A file name from a project code: letters, digits, '.', '_' and '-' kept.
+fn file_safe(code: &str) -> String {
+    let s: String = code
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    s.trim_start_matches('.').to_owned()
+}
+
+fn num(d: rust_decimal::Decimal) -> String {
+    d.normalize().to_string()
+}
+
+/// The statement as a person reads it.
+pub fn text(s: &Statement) -> String {
+    let mut o = String::new();
+    let cur = &s.currency;
+    let _ = writeln!(o, "{}", s.center);
+    let status = match &s.status {
+        Status::Final { number, closed_at } => {
+            format!(
+                "STATEMENT No. {number} — {} — final (closed {})",
+                s.month,
+                closed_at.format("%Y-%m-%d")
+            )
+        }
+        Status::Provisional => format!(
+            "STATEMENT — {} — PROVISIONAL: the month is open and may still change",
+            s.month
+        ),
+    };
+    let _ = writeln!(o, "{status}");
+    let _ = write!(o, "Project {}", s.project.code);
+    if !s.project.name.is_empty() {
+        let _ = write!(o, " — {}", s.project.name);
+    }
+    if !s.project.pi.is_empty() {
+        let _ = write!(o, " (PI: {})", s.project.pi);
+    }
+    let _ = writeln!(o, "\nAmounts in {cur}\n");
+
+    let _ = writeln!(o, "Compute");
+    if s.compute.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    } else {
+        let rows: Vec<Vec<String>> = s
+            .compute
+            .iter()
+            .map(|l| {
+                let metric = crate::domain::units::Metric::parse(&l.metric)
+                    .map_or(l.metric.clone(), |m| m.unit_label().to_owned());
+                vec![
+                    l.cluster.clone(),
+                    l.node_type.clone(),
+                    if l.late { format!("{metric} (late)") } else { metric },
+                    l.jobs.to_string(),
+                    num(l.quantity),
+                    num(l.unit_rate),
+                    format!("{:.2}", l.amount),
+                ]
+            })
+            .collect();
+        for line in super::table::render(
+            &["cluster", "node type", "metric", "jobs", "quantity", "rate", "amount"],
+            &rows,
+        )
+        .lines()
+        {
+            let _ = writeln!(o, "  {line}");
+        }
+    }
+    let _ = writeln!(o, "  compute subtotal: {:.2}\n", s.compute_total());
+
+    let _ = writeln!(o, "Storage (reserved quota)");
+    if s.storage.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    } else {
+        let rows: Vec<Vec<String>> = s
+            .storage
+            .iter()
+            .map(|l| {
+                vec![
+                    num(l.tb_days),
+                    num(l.quantity),
+                    num(l.unit_rate),
+                    format!("{:.2}", l.amount),
+                ]
+            })
+            .collect();
+        for line in super::table::render(&["TB-days", "TB-months", "rate", "amount"], &rows).lines() {
+            let _ = writeln!(o, "  {line}");
+        }
+    }
+    let _ = writeln!(o, "  storage subtotal: {:.2}\n", s.storage_total());
+
+    let _ = writeln!(o, "Corrections");
+    if s.corrections.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    } else {
+        let rows: Vec<Vec<String>> = s
+            .corrections
+            .iter()
+            .map(|c| {
+                vec![
+                    c.posted_at.format("%Y-%m-%d").to_string(),
+                    c.kind.clone(),
+                    c.corrects.clone().unwrap_or_default(),
+                    c.reason.clone().unwrap_or_default(),
+                    c.author.clone(),
+                    format!("{:.2}", c.amount),
+                ]
+            })
+            .collect();
+        for line in super::table::render(&["date", "kind", "of", "reason", "by", "amount"], &rows).lines() {
+            let _ = writeln!(o, "  {line}");
+        }
+    }
+    let _ = writeln!(o, "  corrections subtotal: {:.2}\n", s.corrections_total());
+    let _ = writeln!(o, "TOTAL {cur} {:.2}", s.total);
+    o
+}
+
+fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_owned()
+    }
+}
+
+/// One row per statement line, every statement in one table.
+pub fn csv(list: &[Statement]) -> String {
+    let mut o = String::from(
+        "project,month,status,number,section,cluster,node_type,metric,description,jobs,quantity,rate,amount\n",
+    );
+    for s in list {
+        let (status, number) = match &s.status {
+            Status::Final { number, .. } => ("final", number.to_string()),
+            Status::Provisional => ("provisional", String::new()),
+        };
+        let mut row = |fields: [String; 9]| {
+            let mut cells = vec![
+                csv_field(&s.project.code),
+                s.month.to_string(),
+                status.to_owned(),
+                number.clone(),
+            ];
+            cells.extend(fields.iter().map(|f| csv_field(f)));
+            o.push_str(&cells.join(","));
+            o.push('\n');
+        };
+        for l in &s.compute {
+            row([
+                "compute".into(),
+                l.cluster.clone(),
+                l.node_type.clone(),
+                l.metric.clone(),
+                if l.late { "late".into() } else { String::new() },
+                l.jobs.to_string(),
+                num(l.quantity),
+                num(l.unit_rate),
+                format!("{:.2}", l.amount),
+            ]);
+        }
+        for l in &s.storage {
+            row([
+                "storage".into(),
+                String::new(),
+                String::new(),
+                "tb_months".into(),
+                format!("{} TB-days", num(l.tb_days)),
+                String::new(),
+                num(l.quantity),
+                num(l.unit_rate),
+                format!("{:.2}", l.amount),
+            ]);
+        }
+        for c in &s.corrections {
+            row([
+                c.kind.clone(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!(
+                    "{}{} (by {})",
+                    c.corrects.as_ref().map(|x| format!("{x}: ")).unwrap_or_default(),
+                    c.reason.clone().unwrap_or_default(),
+                    c.author
+                ),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("{:.2}", c.amount),
+            ]);
+        }
+        row([
+            "total".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            format!("{:.2}", s.total),
+        ]);
+    }
+    o
+}

@@ -1,0 +1,148 @@
+//! Closing a month (SPEC D11): freeze it, number its statements from one
+//! gapless sequence, and seal it; and checking the seals and every charge
+//! again (`verify`, `audit`).
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::statements::{self as sdb, ClosedPeriod, Discrepancy, SealCheck};
+use crate::db::storage as stdb;
+use crate::db::{DbError, ledger, reference};
+use crate::domain::period::Month;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CloseError {
+    #[error("no center configuration has been applied yet")]
+    NoConfig,
+    #[error("{month} is not over yet (it ends {ends}); only a month that is over can be closed")]
+    NotOver { month: Month, ends: String },
+    #[error("storage for {0} has not been billed: run `hpc-ledger bill storage --month {0}` first")]
+    StorageNotBilled(Month),
+    #[error("close {first} first: months are closed in order, and {first} holds entries")]
+    EarlierMonthOpen { first: Month },
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for CloseError {
+    fn from(e: sqlx::Error) -> Self {
+        match crate::service::guard_message(&e) {
+            Some(m) => CloseError::Refused(m),
+            None => CloseError::Db(e.into()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CloseOutcome {
+    pub month: Month,
+    /// False when the month was already closed (nothing done).
+    pub closed_now: bool,
+    pub closed_at: DateTime<Utc>,
+    pub closed_by: String,
+    pub entry_count: i64,
+    pub total: Decimal,
+    pub seal: String,
+    pub statements: Vec<(String, i64, Decimal)>,
+}
+
+/// Close `month`: refused while it is not over, while an earlier month with
+/// entries is open, or while its storage is not billed.
+pub async fn close(pool: &PgPool, month: Month, author: &str, now: DateTime<Utc>) -> Result<CloseOutcome, CloseError> {
+    let mut tx = pool.begin().await?;
+    let result = close_in(&mut tx, month, author, now).await;
+    crate::service::finish(tx, result).await
+}
+
+async fn close_in(
+    tx: &mut sqlx::PgConnection,
+    month: Month,
+    author: &str,
+    now: DateTime<Utc>,
+) -> Result<CloseOutcome, CloseError> {
+    sdb::lock_periods(&mut *tx).await?;
+    let center = reference::load_center(&mut *tx).await?.ok_or(CloseError::NoConfig)?;
+    let period = month.first_day();
+    let outcome = |c: ClosedPeriod, closed_now: bool, statements| CloseOutcome {
+        month,
+        closed_now,
+        closed_at: c.closed_at,
+        closed_by: c.closed_by,
+        entry_count: c.entry_count,
+        total: c.total,
+        seal: hex::encode(c.seal),
+        statements,
+    };
+    if let Some(c) = sdb::closed_period(&mut *tx, period).await? {
+        return Ok(outcome(c, false, Vec::new()));
+    }
+    let tz = center.time_zone;
+    if now < month.end(tz) {
+        return Err(CloseError::NotOver {
+            month,
+            ends: month.end(tz).with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string(),
+        });
+    }
+    let last = ledger::last_closed(&mut *tx).await?.map(Month::of_date);
+    if let Some(l) = last
+        && month < l
+    {
+        return Err(CloseError::Refused(format!(
+            "{month} is closed: months up to {l} are closed"
+        )));
+    }
+    if let Some(l) = last
+        && month != l.next()
+    {
+        return Err(CloseError::EarlierMonthOpen { first: l.next() });
+    }
+    if let Some(first) = sdb::earlier_open_month(&mut *tx, period).await? {
+        return Err(CloseError::EarlierMonthOpen {
+            first: Month::of_date(first),
+        });
+    }
+    if stdb::billing_run(&mut *tx, "storage", period).await?.is_none() {
+        return Err(CloseError::StorageNotBilled(month));
+    }
+    let closed = sdb::close(&mut *tx, period, author).await?;
+    let ids = sdb::projects_with_entries(&mut *tx, period).await?;
+    let codes: std::collections::HashMap<_, _> = stdb::project_codes(&mut *tx, &ids).await?.into_iter().collect();
+    let mut statements: Vec<(String, i64, Decimal)> = sdb::issued(&mut *tx, &ids, period)
+        .await?
+        .into_iter()
+        .map(|(p, i)| (codes[&p].clone(), i.number, i.total))
+        .collect();
+    statements.sort_by_key(|s| s.1);
+    Ok(outcome(closed, true, statements))
+}
+
+/// Recompute the seals (and entry counts and totals) of closed months.
+pub async fn verify(pool: &PgPool, month: Option<Month>) -> Result<Vec<SealCheck>, DbError> {
+    let mut conn = pool.acquire().await?;
+    Ok(sdb::seal_checks(&mut conn, month.map(Month::first_day)).await?)
+}
+
+/// Everything an audit finds: charges SQL disagrees with, and broken seals.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditReport {
+    pub discrepancies: Vec<Discrepancy>,
+    pub seals: Vec<SealCheck>,
+}
+
+impl AuditReport {
+    pub fn clean(&self) -> bool {
+        self.discrepancies.is_empty() && self.seals.iter().all(SealCheck::holds)
+    }
+}
+
+pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
+    let mut conn = pool.acquire().await?;
+    Ok(AuditReport {
+        discrepancies: sdb::discrepancies(&mut conn).await?,
+        seals: sdb::seal_checks(&mut conn, None).await?,
+    })
+}

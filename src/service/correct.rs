@@ -1,0 +1,389 @@
+//! Corrections, never edits (SPEC D10): a reversal is the exact negative of
+//! an entry, linked to it, at most once; a refund takes back part of a job or
+//! storage charge, by fraction or amount; an adjustment credits or debits a
+//! project. Each records its author and reason and posts into an open month.
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool};
+
+use crate::db::ledger::{self, NewEntry};
+use crate::db::statements::{self as sdb, EntryRow};
+use crate::db::{DbError, reference};
+use crate::domain::period::Month;
+use crate::domain::posting::posting_period;
+use crate::domain::units::{QUANTITY_SCALE, div_round, exact_mul, negate, round_money};
+use crate::ids::{JobRecordId, LedgerEntryId, RateCardId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CorrectError {
+    #[error("no center configuration has been applied yet")]
+    NoConfig,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for CorrectError {
+    fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(d) = &e
+            && d.constraint() == Some("ledger_entry_one_reversal")
+        {
+            return CorrectError::Refused("that entry is already reversed".into());
+        }
+        match crate::service::guard_message(&e) {
+            Some(m) => CorrectError::Refused(m),
+            None => CorrectError::Db(e.into()),
+        }
+    }
+}
+
+fn invalid<T>(msg: impl Into<String>) -> Result<T, CorrectError> {
+    Err(CorrectError::Invalid(msg.into()))
+}
+
+/// What to correct.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Entry(LedgerEntryId),
+    /// A job run: cluster, job id, array index, and its start when the id
+    /// names several runs (requeues).
+    Job {
+        cluster: String,
+        job_id: String,
+        array_index: Option<u32>,
+        start: Option<DateTime<Utc>>,
+    },
+}
+
+/// Who corrects, why, and (optionally) into which open month.
+#[derive(Debug, Clone)]
+pub struct Why {
+    pub author: String,
+    pub reason: String,
+    pub month: Option<Month>,
+}
+
+/// An entry a correction posted.
+#[derive(Debug, Clone, Serialize)]
+pub struct Posted {
+    pub kind: &'static str,
+    pub corrects: Option<LedgerEntryId>,
+    pub period: Month,
+    pub metric: Option<&'static str>,
+    pub quantity: Decimal,
+    pub amount: Decimal,
+}
+
+fn metric(s: &Option<String>) -> Option<&'static str> {
+    s.as_deref()
+        .and_then(crate::domain::units::Metric::parse)
+        .map(|m| m.as_str())
+}
+
+/// The open month a correction goes to: the one asked for (it must be open
+/// and not in the future), else the month of what it corrects if still open,
+/// else the first open month.
+async fn target_month(
+    conn: &mut PgConnection,
+    original: Option<Month>,
+    asked: Option<Month>,
+    now: DateTime<Utc>,
+) -> Result<(Month, bool), CorrectError> {
+    let center = reference::load_center(conn).await?.ok_or(CorrectError::NoConfig)?;
+    let current = Month::of_instant(now, center.time_zone);
+    let last_closed = ledger::last_closed(conn).await?.map(Month::of_date);
+    match asked {
+        Some(m) if last_closed.is_some_and(|l| m <= l) => Err(CorrectError::Refused(format!(
+            "{m} is closed: corrections post into an open month"
+        ))),
+        Some(m) if m > current => invalid(format!("{m} has not begun")),
+        Some(m) => Ok((m, false)),
+        None => Ok(posting_period(original.unwrap_or(current), last_closed)),
+    }
+}
+
+async fn target_entries(conn: &mut PgConnection, target: &Target) -> Result<Vec<EntryRow>, CorrectError> {
+    match target {
+        Target::Entry(id) => {
+            let rows = sdb::entries_by_id(conn, &[id.0]).await?;
+            if rows.is_empty() {
+                return invalid(format!("there is no ledger entry {id}"));
+            }
+            Ok(rows)
+        }
+        Target::Job {
+            cluster,
+            job_id,
+            array_index,
+            start,
+        } => {
+            let runs = sdb::find_runs(conn, cluster, job_id, array_index.map(|i| i as i32)).await?;
+            let key = match array_index {
+                Some(i) => format!("{cluster}/{job_id}_{i}"),
+                None => format!("{cluster}/{job_id}"),
+            };
+            let run = match (runs.as_slice(), start) {
+                ([], _) => return invalid(format!("no job {key} is recorded")),
+                ([one], None) => one.0,
+                (many, None) => {
+                    let starts: Vec<String> = many.iter().map(|(_, s)| s.to_rfc3339()).collect();
+                    return invalid(format!(
+                        "job {key} has {} runs (requeued): name one with --start ({})",
+                        many.len(),
+                        starts.join(", ")
+                    ));
+                }
+                (many, Some(s)) => match many.iter().find(|(_, t)| t == s) {
+                    Some((id, _)) => *id,
+                    None => return invalid(format!("job {key} has no run that started at {s}")),
+                },
+            };
+            let rows = sdb::open_job_entries(conn, run).await?;
+            if rows.is_empty() {
+                return invalid(format!("job {key} has no charges left to correct"));
+            }
+            Ok(rows)
+        }
+    }
+}
+
+fn reversal(e: &EntryRow, period: Month, late: bool, why: &Why) -> NewEntry {
+    NewEntry {
+        period: period.first_day(),
+        project_id: e.project_id,
+        kind: "reversal",
+        metric: metric(&e.metric),
+        job_record_id: e.job_record_id.map(JobRecordId),
+        rate_card_id: e.rate_card_id.map(RateCardId),
+        corrects_id: Some(e.id),
+        quantity: negate(e.quantity),
+        unit_rate: e.unit_rate,
+        amount_exact: negate(e.amount_exact),
+        amount: negate(e.amount),
+        late,
+        reason: Some(why.reason.clone()),
+    }
+}
+
+fn posted(e: &NewEntry) -> Posted {
+    Posted {
+        kind: e.kind,
+        corrects: e.corrects_id,
+        period: Month::of_date(e.period),
+        metric: e.metric,
+        quantity: e.quantity,
+        amount: e.amount,
+    }
+}
+
+fn check_reason(why: &Why) -> Result<(), CorrectError> {
+    if why.reason.trim().is_empty() || why.reason.chars().count() > 2000 {
+        return invalid("give a reason (1 to 2000 characters)");
+    }
+    Ok(())
+}
+
+/// Reverse an entry (with its refunds) or all of a job's charges.
+pub async fn reverse(
+    pool: &PgPool,
+    target: &Target,
+    why: &Why,
+    now: DateTime<Utc>,
+) -> Result<Vec<Posted>, CorrectError> {
+    check_reason(why)?;
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = reverse_in(&mut tx, target, why, now).await;
+    crate::service::finish(tx, result).await
+}
+
+async fn reverse_in(
+    tx: &mut PgConnection,
+    target: &Target,
+    why: &Why,
+    now: DateTime<Utc>,
+) -> Result<Vec<Posted>, CorrectError> {
+    ledger::lock_for_posting(&mut *tx).await?;
+    let mut entries = target_entries(&mut *tx, target).await?;
+    if let Target::Entry(id) = target {
+        let e = &entries[0];
+        if e.kind == "reversal" {
+            return invalid(format!("entry {id} is itself a reversal; post an adjustment instead"));
+        }
+        if e.reversed {
+            return Err(CorrectError::Refused(format!("entry {id} is already reversed")));
+        }
+        // Its refunds go too, or the reversal would credit more than it charged.
+        let refunds = sdb::open_refunds_of(&mut *tx, &[id.0]).await?;
+        entries.extend(refunds);
+    }
+    let original = entries.iter().map(|e| Month::of_date(e.period)).min();
+    let (period, late) = target_month(&mut *tx, original, why.month, now).await?;
+    let rows: Vec<NewEntry> = entries.iter().map(|e| reversal(e, period, late, why)).collect();
+    ledger::insert(&mut *tx, &rows, &why.author).await?;
+    Ok(rows.iter().map(posted).collect())
+}
+
+/// How much of a charge to refund.
+#[derive(Debug, Clone, Copy)]
+pub enum RefundBy {
+    /// A share of each charge, 0 < f ≤ 1.
+    Fraction(Decimal),
+    /// An amount of money, against one charge.
+    Amount(Decimal),
+}
+
+/// Refund part of a job's charges (or of one entry).
+pub async fn refund(
+    pool: &PgPool,
+    target: &Target,
+    by: RefundBy,
+    why: &Why,
+    now: DateTime<Utc>,
+) -> Result<Vec<Posted>, CorrectError> {
+    check_reason(why)?;
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = refund_in(&mut tx, target, by, why, now).await;
+    crate::service::finish(tx, result).await
+}
+
+async fn refund_in(
+    tx: &mut PgConnection,
+    target: &Target,
+    by: RefundBy,
+    why: &Why,
+    now: DateTime<Utc>,
+) -> Result<Vec<Posted>, CorrectError> {
+    ledger::lock_for_posting(&mut *tx).await?;
+    let entries: Vec<EntryRow> = target_entries(&mut *tx, target)
+        .await?
+        .into_iter()
+        .filter(|e| e.kind == "job" || e.kind == "storage")
+        .collect();
+    if entries.is_empty() {
+        return invalid("only job and storage charges can be refunded");
+    }
+    if let Some(e) = entries.iter().find(|e| e.reversed) {
+        return Err(CorrectError::Refused(format!(
+            "entry {} is reversed: nothing is left to refund",
+            e.id
+        )));
+    }
+    let original = entries.iter().map(|e| Month::of_date(e.period)).min();
+    let (period, late) = target_month(&mut *tx, original, why.month, now).await?;
+    let mut rows = Vec::new();
+    for e in &entries {
+        let quantity = match by {
+            RefundBy::Fraction(f) => {
+                if f <= Decimal::ZERO || f > Decimal::ONE {
+                    return invalid(format!("a refund fraction is more than 0 and at most 1, not {f}"));
+                }
+                div_round(e.quantity * f, Decimal::ONE, QUANTITY_SCALE)
+            }
+            RefundBy::Amount(a) => {
+                if entries.len() > 1 {
+                    let list: Vec<String> = entries
+                        .iter()
+                        .map(|e| format!("entry {} {} {:.2}", e.id, e.metric.as_deref().unwrap_or(""), e.amount))
+                        .collect();
+                    return invalid(format!(
+                        "the job has {} charges ({}); refund an amount against one of them with --entry, or use --fraction",
+                        entries.len(),
+                        list.join(", ")
+                    ));
+                }
+                if a <= Decimal::ZERO || a.scale() > 2 {
+                    return invalid(format!("a refund amount is positive with at most 2 decimal places, not {a}"));
+                }
+                if e.amount_exact.is_zero() {
+                    return invalid(format!("entry {} charged nothing", e.id));
+                }
+                div_round(e.quantity * a, e.amount_exact, QUANTITY_SCALE)
+            }
+        }
+        .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
+        let exact = exact_mul(negate(quantity), e.unit_rate)
+            .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
+        let left = e.amount_exact - sdb::credited(&mut *tx, e.id).await?;
+        if -exact > left {
+            return Err(CorrectError::Refused(format!(
+                "entry {} has {:.2} left to refund, less than {:.2}",
+                e.id,
+                round_money(left),
+                round_money(-exact)
+            )));
+        }
+        rows.push(NewEntry {
+            period: period.first_day(),
+            project_id: e.project_id,
+            kind: "refund",
+            metric: metric(&e.metric),
+            job_record_id: e.job_record_id.map(JobRecordId),
+            rate_card_id: e.rate_card_id.map(RateCardId),
+            corrects_id: Some(e.id),
+            quantity: negate(quantity),
+            unit_rate: e.unit_rate,
+            amount_exact: exact,
+            amount: round_money(exact),
+            late,
+            reason: Some(why.reason.clone()),
+        });
+    }
+    ledger::insert(&mut *tx, &rows, &why.author).await?;
+    Ok(rows.iter().map(posted).collect())
+}
+
+/// Credit (negative) or debit (positive) a project.
+pub async fn adjust(
+    pool: &PgPool,
+    project: &str,
+    amount: Decimal,
+    why: &Why,
+    now: DateTime<Utc>,
+) -> Result<Posted, CorrectError> {
+    check_reason(why)?;
+    if amount.is_zero() || amount.scale() > 2 || amount.abs() >= Decimal::from(10_000_000_000u64) {
+        return invalid(format!(
+            "an adjustment is a non-zero amount with at most 2 decimal places (negative: a credit), not {amount}"
+        ));
+    }
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = adjust_in(&mut tx, project, amount, why, now).await;
+    crate::service::finish(tx, result).await
+}
+
+async fn adjust_in(
+    tx: &mut PgConnection,
+    project: &str,
+    amount: Decimal,
+    why: &Why,
+    now: DateTime<Utc>,
+) -> Result<Posted, CorrectError> {
+    ledger::lock_for_posting(&mut *tx).await?;
+    let p = reference::load_projects(&mut *tx, &[project.to_owned()])
+        .await?
+        .pop()
+        .ok_or_else(|| CorrectError::Invalid(format!("unknown project {project:?}")))?;
+    let (period, _) = target_month(&mut *tx, None, why.month, now).await?;
+    let row = NewEntry {
+        period: period.first_day(),
+        project_id: p.id,
+        kind: "adjustment",
+        metric: None,
+        job_record_id: None,
+        rate_card_id: None,
+        corrects_id: None,
+        quantity: Decimal::ONE,
+        unit_rate: amount,
+        amount_exact: amount,
+        amount,
+        late: false,
+        reason: Some(why.reason.clone()),
+    };
+    ledger::insert(&mut *tx, std::slice::from_ref(&row), &why.author).await?;
+    Ok(posted(&row))
+}

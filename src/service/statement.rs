@@ -1,0 +1,173 @@
+//! Statements: what a project owes for a month, derived from the ledger
+//! alone — compute lines by cluster, node type, metric and rate; storage;
+//! then every correction. The total is the sum of the entries' rounded
+//! amounts. A statement of an open month is provisional; a closed month's
+//! carries its number.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::statements::{self as sdb, CorrectionLine, Issued, JobLine, StorageLine};
+use crate::db::{DbError, reference};
+use crate::domain::period::Month;
+use crate::ids::ProjectId;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatementError {
+    #[error("no center configuration has been applied yet")]
+    NoConfig,
+    #[error("unknown project {0:?}")]
+    UnknownProject(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for StatementError {
+    fn from(e: sqlx::Error) -> Self {
+        StatementError::Db(e.into())
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectHeader {
+    pub code: String,
+    pub name: String,
+    pub pi: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    /// The month is open: entries may still be posted into it.
+    Provisional,
+    /// The month is closed.
+    Final { number: i64, closed_at: DateTime<Utc> },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Statement {
+    pub center: String,
+    pub currency: String,
+    pub month: Month,
+    pub project: ProjectHeader,
+    #[serde(flatten)]
+    pub status: Status,
+    pub compute: Vec<JobLine>,
+    pub storage: Vec<StorageLine>,
+    pub corrections: Vec<CorrectionLine>,
+    pub total: Decimal,
+}
+
+impl Statement {
+    pub fn compute_total(&self) -> Decimal {
+        self.compute.iter().map(|l| l.amount).sum()
+    }
+    pub fn storage_total(&self) -> Decimal {
+        self.storage.iter().map(|l| l.amount).sum()
+    }
+    pub fn corrections_total(&self) -> Decimal {
+        self.corrections.iter().map(|l| l.amount).sum()
+    }
+}
+
+/// Which statements to build.
+pub enum Which<'a> {
+    Project(&'a str),
+    /// Every project with entries in the month.
+    All,
+}
+
+/// Build statements for a month.
+pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result<Vec<Statement>, StatementError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let center = reference::load_center(&mut conn)
+        .await?
+        .ok_or(StatementError::NoConfig)?;
+    let period = month.first_day();
+    let ids: Vec<ProjectId> = match which {
+        Which::Project(code) => {
+            let p = reference::load_projects(&mut conn, &[code.to_owned()])
+                .await?
+                .pop()
+                .ok_or_else(|| StatementError::UnknownProject(code.to_owned()))?;
+            vec![p.id]
+        }
+        Which::All => sdb::projects_with_entries(&mut conn, period).await?,
+    };
+    let headers: HashMap<ProjectId, ProjectHeader> = project_headers(&mut conn, &ids).await?;
+    let closed = sdb::closed_period(&mut conn, period).await?;
+    let issued: HashMap<ProjectId, Issued> = sdb::issued(&mut conn, &ids, period).await?.into_iter().collect();
+    let mut compute: HashMap<ProjectId, Vec<JobLine>> = HashMap::new();
+    for l in sdb::job_lines(&mut conn, &ids, period).await? {
+        compute.entry(l.project_id).or_default().push(l);
+    }
+    let mut storage: HashMap<ProjectId, Vec<StorageLine>> = HashMap::new();
+    for l in sdb::storage_lines(&mut conn, &ids, period).await? {
+        storage.entry(l.project_id).or_default().push(l);
+    }
+    let mut corrections: HashMap<ProjectId, Vec<CorrectionLine>> = HashMap::new();
+    for l in sdb::correction_lines(&mut conn, &ids, period).await? {
+        corrections.entry(l.project_id).or_default().push(l);
+    }
+    let mut out: Vec<Statement> = ids
+        .iter()
+        .map(|id| {
+            let compute = compute.remove(id).unwrap_or_default();
+            let storage = storage.remove(id).unwrap_or_default();
+            let corrections = corrections.remove(id).unwrap_or_default();
+            let total = compute.iter().map(|l| l.amount).sum::<Decimal>()
+                + storage.iter().map(|l| l.amount).sum::<Decimal>()
+                + corrections.iter().map(|l| l.amount).sum::<Decimal>();
+            let status = match (&closed, issued.get(id)) {
+                (Some(c), Some(i)) => Status::Final {
+                    number: i.number,
+                    closed_at: c.closed_at,
+                },
+                _ => Status::Provisional,
+            };
+            Statement {
+                center: center.name.clone(),
+                currency: center.currency.clone(),
+                month,
+                project: headers[id].clone(),
+                status,
+                compute,
+                storage,
+                corrections,
+                total,
+            }
+        })
+        .collect();
+    out.sort_by_key(|s| s.project.code.to_lowercase());
+    Ok(out)
+}
+
+async fn project_headers(
+    conn: &mut sqlx::PgConnection,
+    ids: &[ProjectId],
+) -> Result<HashMap<ProjectId, ProjectHeader>, sqlx::Error> {
+    let raw: Vec<i64> = ids.iter().map(|p| p.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: ProjectId", code, name, pi FROM project WHERE id = ANY($1)"#,
+        &raw
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.id,
+                ProjectHeader {
+                    code: r.code,
+                    name: r.name,
+                    pi: r.pi,
+                },
+            )
+        })
+        .collect())
+}

@@ -1,0 +1,539 @@
+//! Statements, closing a month, corrections, and auditing every charge with
+//! SQL, on the example center and its sample jobs.
+
+use std::path::Path;
+
+use chrono::Utc;
+use hpc_ledger::domain::period::Month;
+use hpc_ledger::domain::posting::Defaults;
+use hpc_ledger::ingest::{Format, ReadOptions};
+use hpc_ledger::service::close::{audit, close, verify};
+use hpc_ledger::service::correct::{RefundBy, Target, Why, adjust, refund, reverse};
+use hpc_ledger::service::import::{Summary, import};
+use hpc_ledger::service::record::Recorder;
+use hpc_ledger::service::statement::{Status, Which, statements};
+use hpc_ledger::service::storage::bill;
+use rust_decimal::Decimal;
+use sqlx::PgPool;
+
+use crate::harness::{TestDb, ok, stderr, stdout};
+
+fn m(s: &str) -> Month {
+    s.parse().unwrap()
+}
+
+/// The example center with its sample jobs recorded and July–October storage billed.
+async fn october() -> TestDb {
+    let db = TestDb::with_example().await;
+    for (file, format, cluster) in [
+        ("owens-sacct.txt", Format::Slurm, None),
+        ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
+        ("jobs.jsonl", Format::Jsonl, None),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
+        let options = ReadOptions {
+            cluster: cluster.map(Into::into),
+            ..Default::default()
+        };
+        let mut r = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+        let mut s = Summary::default();
+        import(
+            &mut r,
+            std::fs::File::open(path).unwrap(),
+            file,
+            format,
+            &options,
+            &mut s,
+            &|_| {},
+        )
+        .await
+        .unwrap();
+    }
+    for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
+        bill(&db.pool, m(month), "billing", false, Utc::now()).await.unwrap();
+    }
+    db
+}
+
+fn why(reason: &str) -> Why {
+    Why {
+        author: "billing".into(),
+        reason: reason.into(),
+        month: None,
+    }
+}
+
+fn owens(job: &str) -> Target {
+    Target::Job {
+        cluster: "owens".into(),
+        job_id: job.into(),
+        array_index: None,
+        start: None,
+    }
+}
+
+async fn close_through_october(pool: &PgPool) {
+    for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
+        close(pool, m(month), "billing", Utc::now()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_statement_matches_the_hand_computed_one() {
+    let db = october().await;
+    refund(
+        &db.pool,
+        &owens("1004"),
+        RefundBy::Fraction("0.5".parse().unwrap()),
+        &why("node failure"),
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    reverse(
+        &db.pool,
+        &owens("1003"),
+        &why("charged to the wrong project"),
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    adjust(
+        &db.pool,
+        "PZS0708",
+        "-10.00".parse().unwrap(),
+        &Why {
+            month: Some(m("2026-10")),
+            ..why("award credit")
+        },
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    let s = statements(&db.pool, m("2026-10"), Which::Project("pzs0708"))
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(matches!(s.status, Status::Provisional));
+    // Compute, worked out by hand (examples/center.toml):
+    //   owens hugememory  1004: 512 GB / 32 GB = 16 cores × 24 h = 384 core-hours × 0.015 = 5.76
+    //   owens regular     1003: 2 nodes × 28 cores × 4 h = 224 × 0.012 = 2.688 -> 2.69
+    //   pitzer hugememory 5004: 1500 GB / 32 GB = 46.875 cores × 12 h = 562.5 × 0.016 = 9.00
+    //   pitzer regular    5005: 4 nodes × 40 cores × 3 h = 480 × 0.0125 = 6.00
+    // (1010 ended on 1 November: not in October.)
+    let compute: Vec<(String, String, String, String, String)> = s
+        .compute
+        .iter()
+        .map(|l| {
+            (
+                l.cluster.clone(),
+                l.node_type.clone(),
+                l.quantity.normalize().to_string(),
+                l.unit_rate.normalize().to_string(),
+                format!("{:.2}", l.amount),
+            )
+        })
+        .collect();
+    let want = [
+        ("owens", "hugememory", "384", "0.015", "5.76"),
+        ("owens", "regular", "224", "0.012", "2.69"),
+        ("pitzer", "hugememory", "562.5", "0.016", "9.00"),
+        ("pitzer", "regular", "480", "0.0125", "6.00"),
+    ]
+    .map(|(a, b, c, d, e)| {
+        (
+            a.to_string(),
+            b.to_string(),
+            c.to_string(),
+            d.to_string(),
+            e.to_string(),
+        )
+    });
+    assert_eq!(compute, want);
+    assert_eq!(s.compute_total().to_string(), "23.45");
+    // Storage: 50 TB all October at 4.50 = 225.00.
+    assert_eq!(s.storage_total().to_string(), "225.00");
+    // Corrections: half of 1004 (192 core-hours) -2.88; 1003 reversed -2.69; credit -10.00.
+    let corrections: Vec<(String, String)> = s
+        .corrections
+        .iter()
+        .map(|c| (c.kind.clone(), format!("{:.2}", c.amount)))
+        .collect();
+    assert_eq!(
+        corrections,
+        [("refund", "-2.88"), ("reversal", "-2.69"), ("adjustment", "-10.00")]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    assert_eq!(
+        s.corrections[0].corrects.as_deref(),
+        Some("job owens/1004 core_hours (2026-10)")
+    );
+    assert_eq!(s.total.to_string(), "232.88", "23.45 + 225.00 - 15.57");
+    // The total is the sum of the entries' rounded amounts.
+    let sum: Decimal = sqlx::query_scalar(
+        "SELECT sum(amount) FROM ledger_entry e JOIN project p ON p.id = e.project_id WHERE p.code = 'PZS0708' AND e.period = '2026-10-01'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(sum, s.total);
+    // Closed: final, numbered, and the numbers are one gapless sequence.
+    close_through_october(&db.pool).await;
+    let s = statements(&db.pool, m("2026-10"), Which::Project("PZS0708"))
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(matches!(s.status, Status::Final { .. }));
+    let numbers: Vec<i64> = sqlx::query_scalar("SELECT number FROM statement ORDER BY number")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(numbers, (1..=numbers.len() as i64).collect::<Vec<_>>());
+    assert_eq!(numbers.len(), 3 + 3 + 3 + 4);
+    assert!(audit(&db.pool).await.unwrap().clean());
+}
+
+#[tokio::test]
+async fn closing_a_month_and_what_it_refuses() {
+    let db = october().await;
+    let e = close(&db.pool, m("2026-10"), "b", Utc::now()).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "close 2026-07 first: months are closed in order, and 2026-07 holds entries"
+    );
+    let e = close(&db.pool, m("2026-11"), "b", Utc::now()).await.unwrap_err();
+    assert!(e.to_string().starts_with("2026-11 is not over yet"), "{e}");
+    for month in ["2026-07", "2026-08", "2026-09"] {
+        close(&db.pool, m(month), "b", Utc::now()).await.unwrap();
+    }
+    // Storage not billed: refused, and saying so.
+    let fresh = TestDb::with_example().await;
+    let e = close(&fresh.pool, m("2026-10"), "b", Utc::now()).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "storage for 2026-10 has not been billed: run `hpc-ledger bill storage --month 2026-10` first"
+    );
+    // Closing twice: the second reports the first.
+    let first = close(&db.pool, m("2026-10"), "b", Utc::now()).await.unwrap();
+    let second = close(&db.pool, m("2026-10"), "b", Utc::now()).await.unwrap();
+    assert!(first.closed_now && !second.closed_now);
+    assert_eq!(first.seal, second.seal);
+    // Nothing is posted into a closed month: a job ending in October now is late, in November.
+    let text = r#"{"cluster":"owens","job_id":"3001","project":"PAS1234","queue":"batch","cores":1,"start":"2026-10-30T10:00:00-04:00","end":"2026-10-30T11:00:00-04:00"}"#;
+    let o = crate::harness::cli_with_env(&["job", "record", "--json"], &[("DATABASE_URL", &db.url)], Some(text));
+    assert_eq!(
+        ok(&o),
+        "recorded owens/3001: 1 entry totalling 0.01 in 2026-11 (late: its own month is closed)\n"
+    );
+    let e = adjust(
+        &db.pool,
+        "PAS1234",
+        "1.00".parse().unwrap(),
+        &Why {
+            month: Some(m("2026-10")),
+            ..why("x")
+        },
+        Utc::now(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.to_string(), "2026-10 is closed: corrections post into an open month");
+    // Reversing an October charge now posts into November.
+    let posted = reverse(&db.pool, &owens("1002"), &why("duplicate"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(posted[0].period.to_string(), "2026-11");
+    // The closed months still verify, and the audit is clean.
+    assert!(verify(&db.pool, None).await.unwrap().iter().all(|c| c.holds()));
+    assert!(audit(&db.pool).await.unwrap().clean());
+}
+
+#[tokio::test]
+async fn corrections_credit_back_at_most_what_was_charged() {
+    let db = october().await;
+    // 1005: 0.48 core-hours charge and 2.40 GPU-hours charge.
+    let e = refund(
+        &db.pool,
+        &owens("1005"),
+        RefundBy::Amount("1.00".parse().unwrap()),
+        &why("x"),
+        Utc::now(),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().starts_with("the job has 2 charges ("), "{e}");
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT e.id FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+          WHERE j.scheduler_job_id = '1005' ORDER BY e.metric",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let gpu = Target::Entry(hpc_ledger::ids::LedgerEntryId(ids[1]));
+    let p = refund(
+        &db.pool,
+        &gpu,
+        RefundBy::Amount("1.00".parse().unwrap()),
+        &why("slow GPU"),
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            p[0].amount.to_string().as_str(),
+            p[0].quantity.normalize().to_string().as_str()
+        ),
+        ("-1.00", "-5")
+    );
+    let e = refund(
+        &db.pool,
+        &gpu,
+        RefundBy::Amount("1.50".parse().unwrap()),
+        &why("again"),
+        Utc::now(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("entry {} has 1.40 left to refund, less than 1.50", ids[1])
+    );
+    // Reversing the entry takes its refund back too: the job's GPU charge nets to zero.
+    let p = reverse(&db.pool, &gpu, &why("not run at all"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(
+        p.iter().map(|x| x.amount.to_string()).collect::<Vec<_>>(),
+        ["-2.40", "1.00"]
+    );
+    let net: Decimal = sqlx::query_scalar("SELECT sum(amount) FROM ledger_entry WHERE id = $1 OR corrects_id = $1 OR corrects_id IN (SELECT id FROM ledger_entry WHERE corrects_id = $1)")
+        .bind(ids[1])
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(net.is_zero(), "{net}");
+    let e = reverse(&db.pool, &gpu, &why("again"), Utc::now()).await.unwrap_err();
+    assert_eq!(e.to_string(), format!("entry {} is already reversed", ids[1]));
+    // Concurrent reversals of one job: exactly one succeeds.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            reverse(&pool, &owens("1002"), &why("race"), Utc::now()).await
+        }));
+    }
+    let mut done = 0;
+    for t in tasks {
+        if t.await.unwrap().is_ok() {
+            done += 1;
+        }
+    }
+    assert_eq!(done, 1);
+    let reversals: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_entry e JOIN ledger_entry o ON o.id = e.corrects_id JOIN job_record r ON r.id = o.job_record_id
+           JOIN job j ON j.id = r.job_id WHERE e.kind = 'reversal' AND j.scheduler_job_id = '1002'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(reversals, 1);
+    assert!(audit(&db.pool).await.unwrap().clean());
+}
+
+#[tokio::test]
+async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
+    let db = october().await;
+    close_through_october(&db.pool).await;
+    let report = audit(&db.pool).await.unwrap();
+    assert!(report.clean(), "{:#?}", report.discrepancies);
+    // A superuser disables the guards and edits a closed month's charge.
+    let id: i64 = sqlx::query_scalar(
+        "SELECT e.id FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+          WHERE j.scheduler_job_id = '1004'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("ALTER TABLE ledger_entry DISABLE TRIGGER ALL")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE ledger_entry SET quantity = 300, amount_exact = 4.5, amount = 4.50 WHERE id = $1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("ALTER TABLE ledger_entry ENABLE TRIGGER ALL")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let report = audit(&db.pool).await.unwrap();
+    assert!(!report.clean());
+    type Finding = (Option<i64>, String, Option<String>, Option<String>);
+    let found: Vec<Finding> = report
+        .discrepancies
+        .iter()
+        .map(|d| (d.entry_id, d.field.clone(), d.expected.clone(), d.recorded.clone()))
+        .collect();
+    assert!(
+        found.contains(&(
+            Some(id),
+            "quantity".into(),
+            Some("384.000000000000".into()),
+            Some("300.000000000000".into())
+        )),
+        "{found:#?}"
+    );
+    assert!(
+        found.iter().any(|(e, f, _, _)| *e == Some(id) && f == "amount"),
+        "{found:#?}"
+    );
+    assert!(
+        found.iter().any(|(_, f, _, _)| f == "total"),
+        "the statement no longer adds up: {found:#?}"
+    );
+    // The October seal is broken; the months before still hold.
+    let seals = verify(&db.pool, None).await.unwrap();
+    let broken: Vec<String> = seals
+        .iter()
+        .filter(|c| !c.holds())
+        .map(|c| c.period.to_string())
+        .collect();
+    assert_eq!(broken, ["2026-10-01"]);
+    // From the command line: non-zero exits, with the findings.
+    let o = db.cli(&["verify"]);
+    assert_eq!(o.status.code(), Some(5));
+    assert!(stdout(&o).contains("2026-10: SEAL BROKEN"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("2026-09: seal holds"), "{}", stdout(&o));
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(5));
+    assert!(
+        stdout(&o).contains("discrepancies between SQL and the ledger"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[tokio::test]
+async fn the_auditor_role_reads_the_audit_views_and_changes_nothing() {
+    let db = october().await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET ROLE hpc_ledger_auditor")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit.job_charges")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    // 19 sample jobs, and a GPU-hours line for each of the 4 GPU jobs among them.
+    assert_eq!(n, 23, "every job charge of the sample jobs");
+    let d: i64 = sqlx::query_scalar("SELECT count(*) FROM audit.discrepancies")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(d, 0);
+    for sql in [
+        "INSERT INTO ledger_entry (period, project_id, kind, quantity, unit_rate, amount_exact, amount, author, reason) VALUES ('2026-11-01', 1, 'adjustment', 1, 1, 1, 1, 'a', 'r')",
+        "UPDATE project SET name = 'x'",
+        "SELECT count(*) FROM ledger_entry",
+        "DELETE FROM rejected_record",
+        "CREATE TABLE audit.mine (x int)",
+    ] {
+        let e = sqlx::raw_sql(sql).execute(&mut *conn).await.unwrap_err();
+        assert!(e.to_string().contains("permission denied"), "{sql}: {e}");
+    }
+    sqlx::raw_sql("RESET ROLE").execute(&mut *conn).await.unwrap();
+}
+
+#[tokio::test]
+async fn statements_and_month_end_from_the_command_line() {
+    let db = october().await;
+    let out = ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-10"]));
+    assert!(out.contains("STATEMENT — 2026-10 — PROVISIONAL"), "{out}");
+    assert!(
+        out.contains("Project PAS1234 — Computational Chemistry Lab (PI: Dr. Ada Lovelace)"),
+        "{out}"
+    );
+    let o = db.cli(&[
+        "refund",
+        "--cluster",
+        "owens",
+        "--job-id",
+        "1002",
+        "--fraction",
+        "0.25",
+        "--reason",
+        "slow disk",
+        "--author",
+        "billing",
+    ]);
+    // 30 core-hours × 0.25 = 7.5 × 0.012 = 0.09.
+    assert!(ok(&o).contains("refund  entry "), "{}", stdout(&o));
+    assert!(stdout(&o).trim_end().ends_with("total -0.09"), "{}", stdout(&o));
+    let o = db.cli(&["adjust", "--project", "PAS1234", "--amount", "-1.234", "--reason", "x"]);
+    assert!(stderr(&o).contains("at most 2 decimal places"), "{}", stderr(&o));
+    for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
+        ok(&db.cli(&["close", "--month", month, "--author", "billing"]));
+    }
+    let out = ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-10"]));
+    assert!(out.contains("— 2026-10 — final (closed "), "{out}");
+    assert!(out.contains("slow disk"), "{out}");
+    // Every project at once: one CSV, and files in a directory.
+    let csv = ok(&db.cli(&["statement", "--all", "--month", "2026-10", "--format", "csv"]));
+    let header = csv.lines().next().unwrap();
+    assert_eq!(
+        header,
+        "project,month,status,number,section,cluster,node_type,metric,description,jobs,quantity,rate,amount"
+    );
+    assert!(csv.lines().all(|l| l.matches(',').count() >= 12), "{csv}");
+    let totals: Vec<&str> = csv.lines().filter(|l| l.contains(",total,")).collect();
+    assert_eq!(totals.len(), 4, "{csv}");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("statements-{}", db.name));
+    let out = ok(&db.cli(&[
+        "statement",
+        "--all",
+        "--month",
+        "2026-10",
+        "--out",
+        dir.to_str().unwrap(),
+    ]));
+    assert!(out.starts_with("4 statement(s) for 2026-10 written to"), "{out}");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "2026-10-PAA0042.txt",
+            "2026-10-PAS1234.txt",
+            "2026-10-PDE0001.txt",
+            "2026-10-PZS0708.txt"
+        ]
+    );
+    let json: serde_json::Value = serde_json::from_str(&ok(&db.cli(&[
+        "statement",
+        "--project",
+        "PDE0001",
+        "--month",
+        "2026-10",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    assert_eq!(json["status"], "final");
+    // PDE0001: owens 1005 0.48 + 2.40; pitzer 5003 0.09 + 0.50; owens 2004 5.60 + 8.00.
+    assert_eq!(json["total"], "17.07");
+    let out = ok(&db.cli(&["verify", "--month", "2026-10"]));
+    assert!(out.starts_with("2026-10: seal holds"), "{out}");
+    assert_eq!(
+        ok(&db.cli(&["audit"])),
+        "every charge recomputed in SQL matches the ledger\n4 closed month(s): every seal holds\n"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
