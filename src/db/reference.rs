@@ -1,7 +1,7 @@
 //! Reference data: the center, clusters, node types, queue maps, rate cards,
 //! storage rates, projects and quota history.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -43,17 +43,10 @@ pub async fn load_center(conn: &mut PgConnection) -> Result<Option<CenterInfo>, 
     .transpose()
 }
 
-/// A rate card row and whether it has priced anything.
-pub struct RateCardUse {
-    pub row: CardRow,
-    pub used: bool,
-}
-
-pub async fn load_rate_cards(conn: &mut PgConnection) -> Result<Vec<(ClusterId, RateCardUse)>, sqlx::Error> {
+pub async fn load_rate_cards(conn: &mut PgConnection) -> Result<Vec<(ClusterId, CardRow)>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"SELECT r.id, r.cluster_id, r.node_type_id, r.valid_from, r.valid_until, r.core_hour_price,
-                  r.gpu_hour_price, r.memory_per_core_bytes, r.cores_per_node,
-                  EXISTS (SELECT 1 FROM ledger_entry e WHERE e.rate_card_id = r.id) AS "used!"
+                  r.gpu_hour_price, r.memory_per_core_bytes, r.cores_per_node
              FROM rate_card r
             ORDER BY r.node_type_id, r.valid_from"#
     )
@@ -64,55 +57,73 @@ pub async fn load_rate_cards(conn: &mut PgConnection) -> Result<Vec<(ClusterId, 
         .map(|r| {
             (
                 ClusterId(r.cluster_id),
-                RateCardUse {
-                    row: CardRow {
-                        id: RateCardId(r.id),
-                        node_type_id: NodeTypeId(r.node_type_id),
-                        period: Dated {
-                            valid_from: r.valid_from,
-                            valid_until: r.valid_until,
-                            value: RateCard {
-                                core_hour: r.core_hour_price.normalize(),
-                                gpu_hour: r.gpu_hour_price.normalize(),
-                                memory_per_core: to_bytes(r.memory_per_core_bytes),
-                                cores_per_node: to_u32(r.cores_per_node),
-                            },
+                CardRow {
+                    id: RateCardId(r.id),
+                    node_type_id: NodeTypeId(r.node_type_id),
+                    period: Dated {
+                        valid_from: r.valid_from,
+                        valid_until: r.valid_until,
+                        value: RateCard {
+                            core_hour: r.core_hour_price.normalize(),
+                            gpu_hour: r.gpu_hour_price.normalize(),
+                            memory_per_core: to_bytes(r.memory_per_core_bytes),
+                            cores_per_node: to_u32(r.cores_per_node),
                         },
                     },
-                    used: r.used,
                 },
             )
         })
         .collect())
 }
 
-/// A storage rate row and whether it has priced anything.
-pub struct StorageRateUse {
-    pub rate: Dated<StoragePrice<StorageRateId>>,
-    pub used: bool,
-}
-
-pub async fn load_storage_rates(conn: &mut PgConnection) -> Result<Vec<StorageRateUse>, sqlx::Error> {
-    let rows = sqlx::query!(
-        r#"SELECT s.id, s.valid_from, s.valid_until, s.tb_month_price,
-                  EXISTS (SELECT 1 FROM ledger_entry e WHERE e.storage_rate_id = s.id) AS "used!"
-             FROM storage_rate s
-            ORDER BY s.valid_from"#
+/// The rate cards that have priced a charge. A loose index scan: one index
+/// probe per distinct card, however large the ledger.
+pub async fn used_rate_cards(conn: &mut PgConnection) -> Result<HashSet<RateCardId>, sqlx::Error> {
+    let ids = sqlx::query_scalar!(
+        r#"WITH RECURSIVE used(id) AS (
+               (SELECT rate_card_id FROM ledger_entry WHERE rate_card_id IS NOT NULL ORDER BY rate_card_id LIMIT 1)
+               UNION ALL
+               SELECT (SELECT e.rate_card_id FROM ledger_entry e
+                        WHERE e.rate_card_id IS NOT NULL AND e.rate_card_id > u.id ORDER BY e.rate_card_id LIMIT 1)
+                 FROM used u WHERE u.id IS NOT NULL)
+           SELECT id AS "id!" FROM used WHERE id IS NOT NULL"#
     )
     .fetch_all(&mut *conn)
     .await?;
+    Ok(ids.into_iter().map(RateCardId).collect())
+}
+
+/// The storage rates that have priced a charge (a loose index scan too).
+pub async fn used_storage_rates(conn: &mut PgConnection) -> Result<HashSet<StorageRateId>, sqlx::Error> {
+    let ids = sqlx::query_scalar!(
+        r#"WITH RECURSIVE used(id) AS (
+               (SELECT storage_rate_id FROM ledger_entry WHERE storage_rate_id IS NOT NULL ORDER BY storage_rate_id LIMIT 1)
+               UNION ALL
+               SELECT (SELECT e.storage_rate_id FROM ledger_entry e
+                        WHERE e.storage_rate_id IS NOT NULL AND e.storage_rate_id > u.id ORDER BY e.storage_rate_id LIMIT 1)
+                 FROM used u WHERE u.id IS NOT NULL)
+           SELECT id AS "id!" FROM used WHERE id IS NOT NULL"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(ids.into_iter().map(StorageRateId).collect())
+}
+
+pub async fn load_storage_rates(
+    conn: &mut PgConnection,
+) -> Result<Vec<Dated<StoragePrice<StorageRateId>>>, sqlx::Error> {
+    let rows = sqlx::query!("SELECT id, valid_from, valid_until, tb_month_price FROM storage_rate ORDER BY valid_from")
+        .fetch_all(&mut *conn)
+        .await?;
     Ok(rows
         .into_iter()
-        .map(|r| StorageRateUse {
-            rate: Dated {
-                valid_from: r.valid_from,
-                valid_until: r.valid_until,
-                value: StoragePrice {
-                    key: StorageRateId(r.id),
-                    tb_month: r.tb_month_price.normalize(),
-                },
+        .map(|r| Dated {
+            valid_from: r.valid_from,
+            valid_until: r.valid_until,
+            value: StoragePrice {
+                key: StorageRateId(r.id),
+                tb_month: r.tb_month_price.normalize(),
             },
-            used: r.used,
         })
         .collect())
 }
@@ -136,7 +147,7 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
     .fetch_all(&mut *conn)
     .await?;
     let cards = load_rate_cards(conn).await?;
-    let storage_rates = load_storage_rates(conn).await?.into_iter().map(|s| s.rate).collect();
+    let storage_rates = load_storage_rates(conn).await?;
 
     let mut out = Vec::with_capacity(clusters.len());
     for c in clusters {
@@ -165,7 +176,7 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
             rate_cards: cards
                 .iter()
                 .filter(|(cid, _)| *cid == id)
-                .map(|(_, u)| u.row.clone())
+                .map(|(_, row)| row.clone())
                 .collect(),
         });
     }

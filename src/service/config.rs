@@ -13,11 +13,13 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::config::{CenterConfig, ClusterConfig};
 use crate::db::{self, DbError, reference};
+use crate::domain::catalog::CardRow;
 use crate::domain::catalog::Catalog;
 use crate::domain::pricing::RateCard;
 use crate::domain::rules::Dated;
 use crate::domain::storage::QuotaChange;
-use crate::ids::{ClusterId, NodeTypeId, ProjectId};
+use crate::domain::storage::StoragePrice;
+use crate::ids::{ClusterId, NodeTypeId, ProjectId, StorageRateId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -115,7 +117,15 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
     report.center_changed = reference::upsert_center(&mut *tx, &config.center).await?;
 
     let existing = reference::load_clusters(&mut *tx).await?;
-    let mut rate_cards = reference::load_rate_cards(&mut *tx).await?;
+    let used = reference::used_rate_cards(&mut *tx).await?;
+    let mut rate_cards: Vec<(ClusterId, CardUse)> = reference::load_rate_cards(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|(cluster, row)| {
+            let used = used.contains(&row.id);
+            (cluster, CardUse { row, used })
+        })
+        .collect();
     for (i, c) in config.clusters.iter().enumerate() {
         let key = format!("cluster[{i}] ({:?})", c.name);
         let tz = c.time_zone.map(|t| t.name());
@@ -140,7 +150,7 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
                 reference::insert_cluster(&mut *tx, &c.name, c.scheduler, tz, &c.description).await?
             }
         };
-        let cards: Vec<reference::RateCardUse> = rate_cards
+        let cards: Vec<CardUse> = rate_cards
             .extract_if(.., |(cid, _)| *cid == id)
             .map(|(_, u)| u)
             .collect();
@@ -171,7 +181,7 @@ async fn apply_cluster(
     key: &str,
     cluster: ClusterId,
     c: &ClusterConfig,
-    existing_cards: Vec<reference::RateCardUse>,
+    existing_cards: Vec<CardUse>,
     report: &mut ApplyReport,
     refused: &mut Vec<String>,
 ) -> Result<(), ApplyError> {
@@ -296,6 +306,18 @@ async fn apply_cluster(
     Ok(())
 }
 
+/// A rate card and whether it has priced a charge.
+struct CardUse {
+    row: CardRow,
+    used: bool,
+}
+
+/// A storage rate and whether it has priced a charge.
+struct RateUse {
+    rate: Dated<StoragePrice<StorageRateId>>,
+    used: bool,
+}
+
 /// A change of a dated row's end.
 struct End<K> {
     id: K,
@@ -319,7 +341,15 @@ async fn apply_storage_rates(
     report: &mut ApplyReport,
     refused: &mut Vec<String>,
 ) -> Result<(), ApplyError> {
-    let existing = reference::load_storage_rates(tx).await?;
+    let used = reference::used_storage_rates(tx).await?;
+    let existing: Vec<RateUse> = reference::load_storage_rates(tx)
+        .await?
+        .into_iter()
+        .map(|rate| RateUse {
+            used: used.contains(&rate.value.key),
+            rate,
+        })
+        .collect();
     let mut desired: Vec<&Dated<Decimal>> = desired.iter().collect();
     let mut ends = Vec::new();
     let mut reinserts = Vec::new();

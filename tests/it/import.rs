@@ -869,3 +869,36 @@ async fn a_cluster_time_zone_cannot_move_recorded_jobs() {
         "the configuration was not applied:\n  - the time zone of cluster habrok cannot change once jobs are recorded on it"
     );
 }
+
+#[tokio::test]
+async fn requeued_runs_of_one_job_are_separate_runs() {
+    let db = fixture_db().await;
+    // `sacct --duplicates`: the first run was requeued (node failure), the second completed.
+    let text = "JobID|Cluster|Partition|Account|Submit|Start|End|State|AllocTRES\n\
+                77|testclu|regular|pas1234|2026-10-01T00:00:00|2026-10-01T01:00:00|2026-10-01T02:00:00|REQUEUED|cpu=2,node=1\n\
+                77|testclu|regular|pas1234|2026-10-01T00:00:00|2026-10-01T03:00:00|2026-10-01T04:30:00|COMPLETED|cpu=2,node=1\n";
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}-requeue.txt", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut s = Summary::default();
+    import(
+        &mut recorder,
+        std::fs::File::open(&path).unwrap(),
+        "requeue.txt",
+        Format::Slurm,
+        &ReadOptions::default(),
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    // Both runs held 2 cores: 1 h and 1.5 h at 0.01.
+    assert_eq!((s.recorded, s.charged.to_string().as_str()), (2, "0.05"), "{s:#?}");
+    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM job WHERE scheduler_job_id = '77'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(runs, 2);
+}

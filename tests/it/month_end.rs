@@ -81,6 +81,14 @@ async fn close_through_october(pool: &PgPool) {
 #[tokio::test]
 async fn a_statement_matches_the_hand_computed_one() {
     let db = october().await;
+    // Two more October jobs for PZS0708: a GPU job and a single-core one.
+    for job in [
+        r#"{"cluster":"owens","job_id":"4001","project":"PZS0708","queue":"gpu","cores":4,"gpus":1,"start":"2026-10-20T08:00:00-04:00","end":"2026-10-20T10:00:00-04:00"}"#,
+        r#"{"cluster":"owens","job_id":"4002","project":"PZS0708","queue":"serial","cores":1,"start":"2026-10-21T08:00:00-04:00","end":"2026-10-21T18:00:00-04:00"}"#,
+    ] {
+        let o = crate::harness::cli_with_env(&["job", "record", "--json"], &[("DATABASE_URL", &db.url)], Some(job));
+        ok(&o);
+    }
     refund(
         &db.pool,
         &owens("1004"),
@@ -116,41 +124,41 @@ async fn a_statement_matches_the_hand_computed_one() {
         .remove(0);
     assert!(matches!(s.status, Status::Provisional));
     // Compute, worked out by hand (examples/center.toml):
+    //   owens gpu         4001: 4 cores × 2 h = 8 core-hours × 0.01 = 0.08; 1 GPU × 2 h × 0.20 = 0.40
     //   owens hugememory  1004: 512 GB / 32 GB = 16 cores × 24 h = 384 core-hours × 0.015 = 5.76
     //   owens regular     1003: 2 nodes × 28 cores × 4 h = 224 × 0.012 = 2.688 -> 2.69
+    //                     4002: 1 core × 10 h = 10 × 0.012 = 0.12 (same line: 234 core-hours, 2.81)
     //   pitzer hugememory 5004: 1500 GB / 32 GB = 46.875 cores × 12 h = 562.5 × 0.016 = 9.00
     //   pitzer regular    5005: 4 nodes × 40 cores × 3 h = 480 × 0.0125 = 6.00
     // (1010 ended on 1 November: not in October.)
-    let compute: Vec<(String, String, String, String, String)> = s
+    let compute: Vec<String> = s
         .compute
         .iter()
         .map(|l| {
-            (
-                l.cluster.clone(),
-                l.node_type.clone(),
-                l.quantity.normalize().to_string(),
-                l.unit_rate.normalize().to_string(),
-                format!("{:.2}", l.amount),
+            format!(
+                "{} {} {} {} jobs {} at {} = {:.2}",
+                l.cluster,
+                l.node_type,
+                l.metric,
+                l.jobs,
+                l.quantity.normalize(),
+                l.unit_rate.normalize(),
+                l.amount
             )
         })
         .collect();
-    let want = [
-        ("owens", "hugememory", "384", "0.015", "5.76"),
-        ("owens", "regular", "224", "0.012", "2.69"),
-        ("pitzer", "hugememory", "562.5", "0.016", "9.00"),
-        ("pitzer", "regular", "480", "0.0125", "6.00"),
-    ]
-    .map(|(a, b, c, d, e)| {
-        (
-            a.to_string(),
-            b.to_string(),
-            c.to_string(),
-            d.to_string(),
-            e.to_string(),
-        )
-    });
-    assert_eq!(compute, want);
-    assert_eq!(s.compute_total().to_string(), "23.45");
+    assert_eq!(
+        compute,
+        [
+            "owens gpu gpu_hours 1 jobs 2 at 0.2 = 0.40",
+            "owens gpu core_hours 1 jobs 8 at 0.01 = 0.08",
+            "owens hugememory core_hours 1 jobs 384 at 0.015 = 5.76",
+            "owens regular core_hours 2 jobs 234 at 0.012 = 2.81",
+            "pitzer hugememory core_hours 1 jobs 562.5 at 0.016 = 9.00",
+            "pitzer regular core_hours 1 jobs 480 at 0.0125 = 6.00",
+        ]
+    );
+    assert_eq!(s.compute_total().to_string(), "24.05");
     // Storage: 50 TB all October at 4.50 = 225.00.
     assert_eq!(s.storage_total().to_string(), "225.00");
     // Corrections: half of 1004 (192 core-hours) -2.88; 1003 reversed -2.69; credit -10.00.
@@ -168,7 +176,7 @@ async fn a_statement_matches_the_hand_computed_one() {
         s.corrections[0].corrects.as_deref(),
         Some("job owens/1004 core_hours (2026-10)")
     );
-    assert_eq!(s.total.to_string(), "232.88", "23.45 + 225.00 - 15.57");
+    assert_eq!(s.total.to_string(), "233.48", "24.05 + 225.00 - 15.57");
     // The total is the sum of the entries' rounded amounts.
     let sum: Decimal = sqlx::query_scalar(
         "SELECT sum(amount) FROM ledger_entry e JOIN project p ON p.id = e.project_id WHERE p.code = 'PZS0708' AND e.period = '2026-10-01'",
