@@ -24,3 +24,6 @@ pub mod service;
 
 /// The command line.
 pub mod cli;
+
+/// Synthetic accounting data for measurements and tests.
+pub mod synthetic;

@@ -37,6 +37,12 @@ fn main() -> ExitCode {
             for cause in e.chain().skip(1) {
                 eprintln!("  caused by: {}", hpc_ledger::db::redact(&cause.to_string()));
             }
+            if e.chain().any(|c| c.to_string().contains("permission denied")) {
+                eprintln!(
+                    "  hint: the database role in use may not do this; see docs/security.md for the \
+                     hpc_ledger_ingest, hpc_ledger_billing and hpc_ledger_auditor roles"
+                );
+            }
             ExitCode::FAILURE
         }
     }

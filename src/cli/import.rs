@@ -61,6 +61,11 @@ pub struct Args {
     /// Who records (default: the OS user).
     #[arg(long)]
     author: Option<String>,
+    /// Jobs per transaction: smaller batches commit sooner (a feed), larger
+    /// ones go faster (a backlog).
+    #[arg(long, default_value_t = crate::service::import::BATCH,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    batch_size: usize,
     /// How to print the summary.
     #[arg(long, value_enum, default_value_t)]
     output: Format,
@@ -76,6 +81,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         args.supersede,
         author(args.author.as_deref()),
     );
+    recorder.batch_size = args.batch_size;
     let mut summary = Summary::default();
     if args.retry_rejected {
         retry_rejected(&pool, &mut recorder, &mut summary).await?;

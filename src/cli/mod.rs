@@ -40,6 +40,19 @@ pub struct Cli {
     )]
     pub database_url: Option<String>,
 
+    /// Read the database URL from this file instead (e.g. a secret mounted by
+    /// the service manager); keeps a password out of the command line and the
+    /// environment.
+    #[arg(
+        long,
+        env = "HPC_LEDGER_DATABASE_URL_FILE",
+        global = true,
+        hide_env_values = true,
+        value_name = "FILE",
+        conflicts_with = "database_url"
+    )]
+    pub database_url_file: Option<PathBuf>,
+
     /// Directory of the embedded database (used when no database URL is given).
     #[arg(
         long,
@@ -105,7 +118,16 @@ pub enum Format {
 
 impl Cli {
     fn target(&self) -> anyhow::Result<Target> {
-        Ok(Target::resolve(self.database_url.clone(), &self.home)?)
+        let url = match &self.database_url_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("reading the database URL from {}: {e}", path.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => self.database_url.clone(),
+        };
+        Ok(Target::resolve(url, &self.home)?)
     }
 }
 

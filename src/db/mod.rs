@@ -139,7 +139,7 @@ pub async fn connect(url: &str) -> Result<PgPool, DbError> {
     first.close().await?;
     Ok(PgPoolOptions::new()
         .max_connections(8)
-        .acquire_timeout(Duration::from_secs(60))
+        .acquire_timeout(Duration::from_secs(10))
         .connect_lazy_with(options))
 }
 

@@ -485,8 +485,10 @@ fn split_option(tok: &str) -> (&str, Option<&str>) {
             Some((n, v)) => (&tok[..n.len() + 2], Some(v)),
             None => (tok, None),
         }
-    } else if tok.starts_with('-') && tok.len() > 2 {
-        let (n, v) = tok.split_at(2);
+    } else if tok.starts_with('-') && tok.chars().count() > 2 {
+        // `-n4`: the option is the dash and one character (of any width).
+        let at = tok.char_indices().nth(2).map_or(tok.len(), |(i, _)| i);
+        let (n, v) = tok.split_at(at);
         (n, Some(v.strip_prefix('=').unwrap_or(v)))
     } else {
         (tok, None)

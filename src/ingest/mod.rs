@@ -219,6 +219,9 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -15,7 +15,8 @@ use crate::db::rejected;
 use crate::domain::posting::RejectKind;
 use crate::ingest::{Format, Item, LineReader, RawLine, ReadOptions, Skip, parser};
 
-/// How many jobs are posted per transaction.
+/// How many jobs are posted per transaction, unless `import --batch-size`
+/// says otherwise.
 pub const BATCH: usize = 2000;
 
 /// What an import did.
@@ -116,6 +117,7 @@ pub async fn import<R: Read + Send + 'static>(
     let mut p = parser(format, options).map_err(ImportError::Options)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, std::io::Error>>(2);
     let file = name.to_owned();
+    let batch_size = recorder.batch_size.max(1);
     let reader = std::thread::spawn(move || {
         let mut lines = LineReader::new(BufReader::with_capacity(1 << 16, input));
         let mut batch = Batch::default();
@@ -153,7 +155,7 @@ pub async fn import<R: Read + Send + 'static>(
                     }),
                 },
             }
-            if batch.jobs.len() + batch.malformed.len() >= BATCH {
+            if batch.jobs.len() + batch.malformed.len() >= batch_size {
                 batch.bytes = lines.bytes_read();
                 if tx.blocking_send(Ok(std::mem::take(&mut batch))).is_err() {
                     return;

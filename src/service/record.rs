@@ -128,6 +128,8 @@ pub struct Recorder {
     pub defaults: Defaults,
     pub supersede: bool,
     pub author: String,
+    /// Jobs per transaction when importing (`import --batch-size`).
+    pub batch_size: usize,
     catalog: Option<(i64, Catalog)>,
     projects: HashMap<String, ProjectId>,
 }
@@ -141,6 +143,7 @@ impl Recorder {
             defaults,
             supersede,
             author,
+            batch_size: super::import::BATCH,
             catalog: None,
             projects: HashMap::new(),
         }

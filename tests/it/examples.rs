@@ -3,37 +3,14 @@
 
 use std::path::Path;
 
-use hpc_ledger::domain::posting::Defaults;
-use hpc_ledger::ingest::{Format, ReadOptions};
-use hpc_ledger::service::import::{Summary, import};
-use hpc_ledger::service::record::Recorder;
+use hpc_ledger::ingest::Format;
+use hpc_ledger::service::import::Summary;
 
-use crate::harness::TestDb;
+use crate::harness::{TestDb, import_file};
 
 async fn import_example(db: &TestDb, file: &str, format: Format, cluster: Option<&str>) -> Summary {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
-    let options = ReadOptions {
-        cluster: cluster.map(Into::into),
-        ..Default::default()
-    };
-    let defaults = Defaults {
-        cluster: options.cluster.clone(),
-        project: None,
-    };
-    let mut recorder = Recorder::new(db.pool.clone(), defaults, false, "t".into());
-    let mut s = Summary::default();
-    import(
-        &mut recorder,
-        std::fs::File::open(path).unwrap(),
-        file,
-        format,
-        &options,
-        &mut s,
-        &|_| {},
-    )
-    .await
-    .unwrap();
-    s
+    import_file(&db.pool, &path, file, format, cluster).await
 }
 
 #[tokio::test]

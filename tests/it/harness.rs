@@ -210,3 +210,33 @@ pub fn ok(o: &Output) -> String {
     assert!(o.status.success(), "command failed: {}\n{}", stderr(o), stdout(o));
     stdout(o)
 }
+
+/// Import `path` (shown as `name`) the way `hpc-ledger import` does, with
+/// `--cluster` when given.
+pub async fn import_file(
+    pool: &PgPool,
+    path: &Path,
+    name: &str,
+    format: hpc_ledger::ingest::Format,
+    cluster: Option<&str>,
+) -> hpc_ledger::service::import::Summary {
+    use hpc_ledger::service::{import, record::Recorder};
+    let options = hpc_ledger::ingest::ReadOptions {
+        cluster: cluster.map(Into::into),
+        ..Default::default()
+    };
+    let mut recorder = Recorder::new(pool.clone(), Default::default(), false, "t".into());
+    let mut s = import::Summary::default();
+    import::import(
+        &mut recorder,
+        std::fs::File::open(path).unwrap(),
+        name,
+        format,
+        &options,
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    s
+}

@@ -12,6 +12,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::fixtures::{fixture_db, import_fixture};
+use crate::harness::import_file;
 
 struct Counts {
     headers: u64,
@@ -901,4 +902,65 @@ async fn requeued_runs_of_one_job_are_separate_runs() {
         .await
         .unwrap();
     assert_eq!(runs, 2);
+}
+
+#[tokio::test]
+async fn huge_numbers_and_dates_out_of_range_are_clear_errors() {
+    let db = fixture_db().await;
+    let lines = [
+        job("1", json!({"cores": 1_000_000_000_000u64})),
+        job("2", json!({"start": 99_999_999_999_999i64})),
+        job("3", json!({"end": "99999-01-01T00:00:00Z"})),
+        job("4", json!({"memory": "99999999999999PB"})),
+        job("5", json!({"nodes": 4_000_000})),
+    ];
+    let s = import_jsonl(&db.pool, "huge.jsonl", &(lines.join("\n") + "\n"), false).await;
+    assert_eq!((s.recorded, s.rejected_total()), (0, 5), "{s:#?}");
+    let want = [
+        "huge.jsonl:1: invalid value: integer `1000000000000`, expected u32",
+        "huge.jsonl:2: start: 99999999999999 is out of range",
+        "huge.jsonl:3: end: \"99999-01-01T00:00:00Z\" is not a time",
+        "huge.jsonl:4: memory: \"99999999999999PB\" is too large",
+        "huge.jsonl:5 (testclu/5): the job holds 4000000 nodes, more than the limit of 1000000",
+    ];
+    for w in want {
+        assert!(
+            s.examples.iter().any(|e| e.starts_with(w)),
+            "missing {w:?} in {:#?}",
+            s.examples
+        );
+    }
+    let slurm = "JobID|Cluster|Partition|Account|Start|End|State|AllocTRES\n\
+                 1|testclu|regular|pas1234|2026-10-01T00:00:00|2026-10-01T01:00:00|COMPLETED|cpu=99999999999,node=1\n\
+                 2|testclu|regular|pas1234|2026-10-01T00:00:00|2026-13-01T01:00:00|COMPLETED|cpu=1,node=1\n";
+    let pbs = "x;E;1.s;queue=short account=vsc40075 start=99999999999999 end=99999999999999 Resource_List.ncpus=1\n";
+    for (format, text, cluster, expect) in [
+        (
+            Format::Slurm,
+            slurm,
+            None,
+            vec![
+                "big.txt:2: AllocTRES: cpu must be a whole number, not \"99999999999\"",
+                "big.txt:3: End \"2026-13-01T01:00:00\" is not a time",
+            ],
+        ),
+        (
+            Format::Pbs,
+            pbs,
+            Some("vsc"),
+            vec!["big.txt:1: start=\"99999999999999\" is not a time in epoch seconds"],
+        ),
+    ] {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
+        let path = dir.join(format!("{}-big.txt", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let s = import_file(&db.pool, &path, "big.txt", format, cluster).await;
+        for w in expect {
+            assert!(
+                s.examples.iter().any(|e| e.starts_with(w)),
+                "missing {w:?} in {:#?}",
+                s.examples
+            );
+        }
+    }
 }

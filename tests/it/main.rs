@@ -13,6 +13,8 @@ mod fixtures;
 mod import;
 mod month_end;
 mod record_cli;
+mod reliability;
 mod rounding;
 mod schema;
+mod security;
 mod storage;

@@ -5,18 +5,15 @@ use std::path::Path;
 
 use chrono::Utc;
 use hpc_ledger::domain::period::Month;
-use hpc_ledger::domain::posting::Defaults;
-use hpc_ledger::ingest::{Format, ReadOptions};
+use hpc_ledger::ingest::Format;
 use hpc_ledger::service::close::{audit, close, verify};
 use hpc_ledger::service::correct::{RefundBy, Target, Why, adjust, refund, reverse};
-use hpc_ledger::service::import::{Summary, import};
-use hpc_ledger::service::record::Recorder;
 use hpc_ledger::service::statement::{Status, Which, statements};
 use hpc_ledger::service::storage::bill;
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 
-use crate::harness::{TestDb, ok, stderr, stdout};
+use crate::harness::{TestDb, import_file, ok, stderr, stdout};
 
 fn m(s: &str) -> Month {
     s.parse().unwrap()
@@ -31,23 +28,7 @@ async fn october() -> TestDb {
         ("jobs.jsonl", Format::Jsonl, None),
     ] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
-        let options = ReadOptions {
-            cluster: cluster.map(Into::into),
-            ..Default::default()
-        };
-        let mut r = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
-        let mut s = Summary::default();
-        import(
-            &mut r,
-            std::fs::File::open(path).unwrap(),
-            file,
-            format,
-            &options,
-            &mut s,
-            &|_| {},
-        )
-        .await
-        .unwrap();
+        import_file(&db.pool, &path, file, format, cluster).await;
     }
     for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
         bill(&db.pool, m(month), "billing", false, Utc::now()).await.unwrap();

@@ -182,4 +182,6 @@ fn bad_requests_say_what_is_wrong() {
     assert!(e("--mem").contains("--mem needs a value"));
     assert!(e("--frobnicate=1").contains("unknown option \"--frobnicate\""));
     assert!(e("--gres=gpu:a:b:c").contains("gpu[:type]:count"));
+    // Found by the fuzzer: a short option made of a multi-byte character.
+    assert!(e("-éc").contains("unknown option \"-é\""));
 }
