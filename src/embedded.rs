@@ -370,6 +370,26 @@ fn system_bindirs() -> Vec<PathBuf> {
     dirs
 }
 
+/// A PostgreSQL client program (`psql`, …): on `PATH`, else next to the
+/// server binaries.
+pub fn client_binary(name: &str) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file());
+    on_path.or_else(|| {
+        find_bindir(
+            std::env::var_os("HPC_LEDGER_PG_BINDIR").map(PathBuf::from),
+            None,
+            &system_bindirs(),
+        )
+        .ok()
+        .map(|dir| dir.join(name))
+        .filter(|p| p.is_file())
+    })
+}
+
 /// Where the server binaries are: an explicit directory, then `PATH`, then
 /// the standard places. Directories on `PATH` are resolved through symlinks
 /// so `pg_ctl` finds its own `postgres`.

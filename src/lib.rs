@@ -27,3 +27,6 @@ pub mod cli;
 
 /// Synthetic accounting data for measurements and tests.
 pub mod synthetic;
+
+/// `hpc-ledger bench`: speed measured against PostgreSQL's own.
+pub mod bench;

@@ -5,6 +5,10 @@
 
 use std::io::{self, Write};
 
+use chrono::{Duration, NaiveTime};
+
+use crate::domain::period::Month;
+
 /// The header line of [`write_sacct`]'s output (Open XDMoD's field set).
 pub const SACCT_HEADER: &str = "JobID|JobIDRaw|Cluster|Partition|QOS|Account|Group|GID|User|UID|Submit|Eligible|Start|End|Elapsed|ExitCode|State|NNodes|NCPUS|ReqCPUS|ReqMem|ReqTRES|AllocTRES|Timelimit|NodeList|JobName";
 
@@ -77,6 +81,146 @@ pub fn write_center(mut w: impl Write, n: u64) -> io::Result<()> {
             write!(w, ", {{ from = 2026-10-20, tb = 0 }}")?;
         }
         writeln!(w, "]")?;
+    }
+    w.flush()
+}
+
+/// The center of `hpc-ledger bench`: one Slurm cluster `bench` (28-core
+/// regular nodes, 48-core hugemem nodes, 4-GPU nodes) whose rate cards hold
+/// from 2020 on, a storage rate change on the 16th of `month`, and
+/// `projects` projects `p0000000`… with storage quotas (a third change
+/// during `month`, a seventh end on its 20th).
+pub fn write_bench_center(mut w: impl Write, projects: u64, month: Month) -> io::Result<()> {
+    let ym = format!("{:04}-{:02}", month.year(), month.month());
+    writeln!(
+        w,
+        r#"[center]
+name = "Bench Center"
+currency = "USD"
+time_zone = "America/New_York"
+
+[[cluster]]
+name = "bench"
+scheduler = "slurm"
+time_zone = "America/New_York"
+
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 28
+
+[[cluster.node_type]]
+name = "hugemem"
+cores_per_node = 48
+
+[[cluster.node_type]]
+name = "gpu"
+cores_per_node = 28
+gpus_per_node = 4
+
+[cluster.queues]
+serial = "regular"
+batch = "regular"
+parallel = "regular"
+hugemem = "hugemem"
+gpu = "gpu"
+
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2020-01-01
+core_hour = 0.0120
+memory_per_core = "4GB"
+
+[[cluster.rate_card]]
+node_type = "hugemem"
+from = 2020-01-01
+core_hour = 0.0150
+memory_per_core = "32GB"
+
+[[cluster.rate_card]]
+node_type = "gpu"
+from = 2020-01-01
+core_hour = 0.0100
+gpu_hour = 0.2000
+memory_per_core = "8GB"
+
+[[storage_rate]]
+from = 2020-01-01
+tb_month = 5.00
+
+[[storage_rate]]
+from = {ym}-16
+tb_month = 4.50
+"#
+    )?;
+    for i in 0..projects {
+        let base = 1 + i % 50;
+        write!(
+            w,
+            "[[project]]\ncode = \"P{i:07}\"\nquota = [{{ from = 2020-01-01, tb = {base} }}"
+        )?;
+        if i % 3 == 0 {
+            write!(w, ", {{ from = {ym}-{:02}T12:00:00, tb = {} }}", 1 + i % 28, base * 2)?;
+        }
+        if i % 7 == 0 {
+            write!(w, ", {{ from = {ym}-20, tb = 0 }}")?;
+        }
+        writeln!(w, "]")?;
+    }
+    w.flush()
+}
+
+/// `n` finished jobs on the bench center's cluster during `month`, charged
+/// to its first `projects` projects, as `sacct --parsable2` with a header.
+/// The mix of a general-purpose cluster: 40% single-core, 15% multi-core,
+/// 15% memory-bound (charged by memory), 10% multi-node, 10% GPU, 5%
+/// hugemem, 5% arrays of single-core tasks.
+pub fn write_bench_sacct(mut w: impl Write, n: u64, projects: u64, month: Month) -> io::Result<()> {
+    writeln!(w, "{SACCT_HEADER}")?;
+    let projects = projects.max(1);
+    let days = u64::from(month.days());
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let (partition, nodes, cpus, mem_g, gpus) = match i % 20 {
+            0..=7 => ("serial", 1, 1, 1 + x % 4, 0),
+            8..=10 => ("batch", 1, 2 + x % 27, 4 * (1 + x % 7), 0),
+            11..=13 => ("batch", 1, 1 + x % 4, 32 + x % 96, 0),
+            14 | 15 => ("parallel", 2 + x % 15, 28 * (2 + x % 15), 120, 0),
+            16 | 17 => ("gpu", 1, 4 + x % 24, 32 + x % 64, 1 + x % 4),
+            18 => ("hugemem", 1, 8 + x % 41, 256 + x % 1200, 0),
+            _ => ("serial", 1, 1, 2, 0),
+        };
+        let id = if i % 20 == 19 {
+            format!("{}_{}", 100_000 + i / 20 * 20, x % 1000)
+        } else {
+            (100_000 + i).to_string()
+        };
+        // Start within the month, at most a day long: never ends in the next month.
+        let day = i % (days - 2);
+        let dur = 30 + x % (i % 5 * 20_000 + 3_600);
+        let start = month.first_day().and_time(NaiveTime::MIN)
+            + Duration::days(i64::try_from(day).unwrap_or(0))
+            + Duration::seconds(i64::try_from(x % 43_200).unwrap_or(0));
+        let end = start + Duration::seconds(i64::try_from(dur).unwrap_or(0));
+        let gres = if gpus > 0 {
+            format!(",gres/gpu={gpus}")
+        } else {
+            String::new()
+        };
+        let tres = format!("billing={cpus},cpu={cpus}{gres},mem={mem_g}G,node={nodes}");
+        let (start, end) = (start.format("%Y-%m-%dT%H:%M:%S"), end.format("%Y-%m-%dT%H:%M:%S"));
+        writeln!(
+            w,
+            "{id}|{raw}|bench|{partition}|normal|p{p:07}|g|1000|u{u}|1000|{start}|{start}|{start}|{end}|{eh:02}:{em:02}:{es:02}|0:0|COMPLETED|{nodes}|{cpus}|{cpus}|{mem_g}G|{tres}|{tres}|2-00:00:00|b0001|job{i}",
+            raw = 100_000 + i,
+            p = x % projects,
+            u = x % 997,
+            eh = dur / 3600,
+            em = dur / 60 % 60,
+            es = dur % 60,
+        )?;
     }
     w.flush()
 }

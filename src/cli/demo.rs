@@ -41,13 +41,8 @@ fn heading(n: u32, title: &str) {
 }
 
 pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
-    let url = target.url(Some(&args.database))?;
-    let admin = match target {
-        Target::External { url } if db_name(url).as_deref() != Some(args.database.as_str()) => url.clone(),
-        _ => target.url(Some("postgres"))?,
-    };
-    target.prepare("postgres").await?;
-    db::recreate_database(&admin, &args.database)
+    let (url, _) = target
+        .recreate_scratch(&args.database)
         .await
         .context("creating the demo database")?;
     let pool = db::connect(&url).await?;
@@ -278,10 +273,4 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     println!("Explore the demo database:");
     println!("  hpc-ledger --database-url '{}' config show", db::redact(&url));
     Ok(ExitCode::SUCCESS)
-}
-
-fn db_name(url: &str) -> Option<String> {
-    url::Url::parse(url)
-        .ok()
-        .map(|u| u.path().trim_start_matches('/').to_owned())
 }

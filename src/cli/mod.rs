@@ -1,6 +1,7 @@
 //! The command line (clap derive): one module per noun, each with its own
 //! arguments and `run`. Results go to stdout, logs and errors to stderr.
 
+mod bench;
 mod bill;
 mod close;
 mod config;
@@ -106,6 +107,8 @@ pub enum Command {
     Adjust(correct::AdjustArgs),
     /// Run the whole flow on sample data in a fresh demo database.
     Demo(demo::Args),
+    /// Measure speed against PostgreSQL's own on this machine (scratch database).
+    Bench(bench::Args),
 }
 
 /// Output format of commands that print data.
@@ -150,6 +153,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Refund(args) => correct::run_refund(args, &target).await,
         Command::Adjust(args) => correct::run_adjust(args, &target).await,
         Command::Demo(args) => demo::run(args, &target).await,
+        Command::Bench(args) => bench::run(args, &target).await,
     }
 }
 

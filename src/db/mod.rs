@@ -93,6 +93,20 @@ impl Target {
         Ok(())
     }
 
+    /// Database `name` on the same server, dropped and created empty (for
+    /// the demo and the bench, never the ledger database): its URL, and the
+    /// URL to drop it with afterwards.
+    pub async fn recreate_scratch(&self, name: &str) -> Result<(String, String), DbError> {
+        let url = self.url(Some(name))?;
+        let admin = match self {
+            Target::External { url } if database_of(url).as_deref() != Some(name) => url.clone(),
+            _ => self.url(Some("postgres"))?,
+        };
+        self.prepare("postgres").await?;
+        recreate_database(&admin, name).await?;
+        Ok((url, admin))
+    }
+
     /// A pool on the ledger database: migrated automatically on the
     /// embedded server, checked on an external one.
     pub async fn open(&self) -> Result<PgPool, DbError> {
@@ -175,6 +189,23 @@ pub async fn recreate_database(admin_url: &str, name: &str) -> Result<(), DbErro
         .await?;
     conn.close().await?;
     Ok(())
+}
+
+/// Drop database `name` (disconnecting its sessions).
+pub async fn drop_database(admin_url: &str, name: &str) -> Result<(), DbError> {
+    let mut conn = connect_one(admin_url).await?;
+    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(name)))
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    Ok(())
+}
+
+/// The database a URL names.
+fn database_of(url: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()
+        .map(|u| u.path().trim_start_matches('/').to_owned())
 }
 
 /// Refuse to work on a database whose schema is not this version's.

@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod bench;
 mod cli;
 mod config_apply;
 mod embedded;

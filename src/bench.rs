@@ -1,0 +1,742 @@
+//! `hpc-ledger bench`: the product's speed, measured against what the same
+//! PostgreSQL does on the same machine in the same run.
+//!
+//! One run, in a scratch database of its own (never the ledger database):
+//! a synthetic center (one Slurm cluster, regular/hugemem/GPU nodes,
+//! thousands of projects with storage quotas) and a month of synthetic jobs
+//! with a general-purpose cluster's request mix ([`crate::synthetic`]). Each
+//! figure is measured next to its baseline:
+//!
+//! | figure | baseline |
+//! |---|---|
+//! | import of N jobs (a child process, as a user runs it) | `COPY` of the same lines into a bare table with one unique index |
+//! | re-import of the same file | the first import |
+//! | `job record` as its own process | `psql -c` inserting one row |
+//! | storage billing of every project | `INSERT … SELECT` of the same rows into bare tables |
+//! | one project's statement, before and after the ledger grows | – |
+//! | `audit` of the grown ledger | a sequential scan of the ledger |
+//! | peak RSS of the import | – |
+//!
+//! The ledger grows by copies of the month's job charges into earlier
+//! months ([`grow_ledger`]): the same inputs shifted by whole days, so
+//! every copy is still a correct charge and the audit must come out clean.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chrono::Utc;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::{self, MIGRATOR};
+use crate::domain::period::Month;
+use crate::service::{self, statement::Which};
+
+/// How big a run is.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sizes {
+    /// Jobs imported.
+    pub jobs: u64,
+    /// Projects in the center, each with a storage quota.
+    pub projects: u64,
+    /// Projects the jobs are charged to (the first ones).
+    pub job_projects: u64,
+    /// The ledger is grown to this many times its job charges.
+    pub grow: u32,
+    /// Processes started for `job record` (and as many `psql`).
+    pub calls: u32,
+}
+
+impl Sizes {
+    pub const DEFAULT: Sizes = Sizes {
+        jobs: 100_000,
+        projects: 10_000,
+        job_projects: 2_000,
+        grow: 10,
+        calls: 20,
+    };
+    pub const FULL: Sizes = Sizes {
+        jobs: 1_000_000,
+        projects: 100_000,
+        job_projects: 2_000,
+        grow: 10,
+        calls: 20,
+    };
+}
+
+/// One line of the result table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub figure: String,
+    pub measured: String,
+    pub baseline: String,
+    /// Measured against baseline, in the direction the target states.
+    pub ratio: Option<f64>,
+    pub target: String,
+    pub pass: bool,
+}
+
+/// Everything a run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub sizes: Sizes,
+    pub month: String,
+    pub database: String,
+    pub figures: Vec<Figure>,
+    /// Other timings worth knowing (set-up steps).
+    pub notes: Vec<String>,
+    /// PostgreSQL's version and the settings that matter for these figures.
+    pub settings: Vec<(String, String)>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.figures.iter().all(|f| f.pass)
+    }
+}
+
+/// Where and how to run.
+pub struct Setup {
+    /// The scratch database's URL (created afresh by the caller).
+    pub url: String,
+    /// This program, run for the child-process figures.
+    pub exe: PathBuf,
+    /// `psql`.
+    pub psql: PathBuf,
+    /// A directory for the generated input (removed by the caller).
+    pub dir: PathBuf,
+    /// Tell the user what is happening.
+    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+/// Run every measurement on a freshly created, empty database.
+pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
+    let say = |s: &str| (setup.progress)(s);
+    let pool = db::connect(&setup.url).await?;
+    MIGRATOR.run(&pool).await?;
+    let month = Month::of_instant(Utc::now(), chrono_tz::America::New_York).prev();
+    let mut figures = Vec::new();
+    let mut notes = Vec::new();
+    let settings = settings(&pool).await?;
+
+    say("the center");
+    let mut center = Vec::new();
+    crate::synthetic::write_bench_center(&mut center, sizes.projects, month)?;
+    let config = crate::config::parse(std::str::from_utf8(&center)?)?;
+    let t = Instant::now();
+    service::config::apply(&pool, &config, "bench").await?;
+    notes.push(format!(
+        "config apply of {} projects: {}",
+        sizes.projects,
+        secs(t.elapsed())
+    ));
+
+    say("the jobs");
+    let jobs = setup.dir.join("jobs.txt");
+    let file = std::fs::File::create(&jobs).with_context(|| format!("creating {}", jobs.display()))?;
+    crate::synthetic::write_bench_sacct(
+        std::io::BufWriter::new(file),
+        sizes.jobs,
+        sizes.job_projects.min(sizes.projects),
+        month,
+    )?;
+
+    // 1. Import against COPY.
+    say("COPY baseline");
+    let copy = copy_baseline(&pool, &jobs).await?;
+    say("import");
+    checkpoint(&pool).await?;
+    let first = import(setup, &jobs)?;
+    if first.recorded != sizes.jobs {
+        bail!(
+            "the import recorded {} of {} jobs: {}",
+            first.recorded,
+            sizes.jobs,
+            first.summary
+        );
+    }
+    let jobs_f = count(sizes.jobs);
+    let import_rate = per_second(sizes.jobs, first.wall);
+    let copy_rate = per_second(sizes.jobs, copy);
+    figures.push(Figure {
+        figure: format!("import of {} jobs (priced, posted, idempotent)", grouped(sizes.jobs)),
+        measured: format!("{} = {} jobs/s", secs(first.wall), grouped(import_rate)),
+        baseline: format!("COPY: {} = {} rows/s", secs(copy), grouped(copy_rate)),
+        ratio: Some(jobs_f / first.wall.as_secs_f64() / (jobs_f / copy.as_secs_f64())),
+        target: "≥ 0.5 × COPY's rows/s".into(),
+        pass: import_rate * 2 >= copy_rate,
+    });
+    say("re-import");
+    let again = import(setup, &jobs)?;
+    if again.replayed != sizes.jobs {
+        bail!(
+            "the re-import replayed {} of {} jobs: {}",
+            again.replayed,
+            sizes.jobs,
+            again.summary
+        );
+    }
+    let speedup = first.wall.as_secs_f64() / again.wall.as_secs_f64();
+    figures.push(Figure {
+        figure: "re-import of the same file (all replays)".into(),
+        measured: format!(
+            "{} = {} jobs/s",
+            secs(again.wall),
+            grouped(per_second(sizes.jobs, again.wall))
+        ),
+        baseline: format!("first import: {}", secs(first.wall)),
+        ratio: Some(speedup),
+        target: "≥ 2 × faster".into(),
+        pass: speedup >= 2.0,
+    });
+    let rss = first.max_rss_kb.max(again.max_rss_kb);
+    figures.push(Figure {
+        figure: format!("peak RSS of the import of {} jobs", grouped(sizes.jobs)),
+        measured: format!(
+            "{} MB (re-import {} MB)",
+            first.max_rss_kb / 1024,
+            again.max_rss_kb / 1024
+        ),
+        baseline: "–".into(),
+        ratio: None,
+        target: "≤ 200 MB".into(),
+        pass: rss <= 200 * 1024,
+    });
+
+    // 2. One job, one process, against psql inserting one row.
+    say("job record against psql");
+    let (ours, theirs) = one_job(setup, &pool, month, sizes.calls).await?;
+    let ratio = ours.as_secs_f64() / theirs.as_secs_f64();
+    figures.push(Figure {
+        figure: "`job record` of one job, as its own process".into(),
+        measured: format!("{} (median of {})", millis(ours), sizes.calls),
+        baseline: format!("psql -c INSERT: {}", millis(theirs)),
+        ratio: Some(ratio),
+        target: "≤ 1.5 × psql".into(),
+        pass: ratio <= 1.5,
+    });
+
+    // 3. Storage billing against INSERT … SELECT of the same rows.
+    say("storage billing");
+    checkpoint(&pool).await?;
+    let t = Instant::now();
+    let bill = service::storage::bill(&pool, month, "bench", false, Utc::now()).await?;
+    let billing = t.elapsed();
+    let bare = insert_select_baseline(&pool, month).await?;
+    let ratio = billing.as_secs_f64() / bare.as_secs_f64();
+    figures.push(Figure {
+        figure: format!(
+            "storage billing of {} projects ({} entries)",
+            grouped(sizes.projects),
+            grouped(bill.entry_count as u64)
+        ),
+        measured: secs(billing),
+        baseline: format!("INSERT … SELECT: {}", secs(bare)),
+        ratio: Some(ratio),
+        target: "≤ 2 ×".into(),
+        pass: ratio <= 2.0,
+    });
+
+    // 4. A statement, before and after the ledger grows.
+    say("statements");
+    let code = busiest_project(&pool, month).await?;
+    let small = ledger_size(&pool).await?;
+    let before = statement_time(&pool, month, &code, sizes.calls).await?;
+    say("growing the ledger");
+    let t = Instant::now();
+    grow_ledger(&pool, sizes.grow).await?;
+    let large = ledger_size(&pool).await?;
+    notes.push(format!(
+        "growing the ledger from {} to {} entries: {}",
+        grouped(small),
+        grouped(large),
+        secs(t.elapsed())
+    ));
+    let after = statement_time(&pool, month, &code, sizes.calls).await?;
+    figures.push(Figure {
+        figure: format!("one project's statement at {} entries", grouped(small)),
+        measured: millis(before),
+        baseline: "–".into(),
+        ratio: None,
+        target: "≤ 10 ms".into(),
+        pass: before <= Duration::from_millis(10),
+    });
+    let growth = after.as_secs_f64() / before.as_secs_f64();
+    figures.push(Figure {
+        figure: format!("one project's statement at {} entries", grouped(large)),
+        measured: millis(after),
+        baseline: format!("at {}: {}", grouped(small), millis(before)),
+        ratio: Some(growth),
+        target: "≤ 10 ms; ≤ 1.5 × the smaller ledger's".into(),
+        pass: after <= Duration::from_millis(10) && growth <= 1.5,
+    });
+
+    // 5. The audit against a sequential scan.
+    say("audit");
+    let scan = seq_scan(&pool).await?;
+    let t = Instant::now();
+    let audit = service::close::audit(&pool).await?;
+    let audit_time = t.elapsed();
+    if !audit.clean() {
+        bail!(
+            "the audit of the bench ledger found {} discrepancies (first: {:?})",
+            audit.discrepancies.len(),
+            audit.discrepancies.first()
+        );
+    }
+    let ratio = audit_time.as_secs_f64() / scan.as_secs_f64();
+    figures.push(Figure {
+        figure: format!("audit of {} entries (clean)", grouped(large)),
+        measured: secs(audit_time),
+        baseline: format!("sequential scan: {}", secs(scan)),
+        ratio: Some(ratio),
+        target: "≤ 3 ×".into(),
+        pass: ratio <= 3.0,
+    });
+    pool.close().await;
+    Ok(Report {
+        sizes: sizes.clone(),
+        month: month.to_string(),
+        database: db::redact(&setup.url),
+        figures,
+        notes,
+        settings,
+    })
+}
+
+/// The table, the notes and the settings, as text.
+pub fn render(r: &Report) -> String {
+    let mut rows = vec![[
+        "figure".to_owned(),
+        "measured".to_owned(),
+        "baseline".to_owned(),
+        "ratio".to_owned(),
+        "target".to_owned(),
+        "result".to_owned(),
+    ]];
+    for f in &r.figures {
+        rows.push([
+            f.figure.clone(),
+            f.measured.clone(),
+            f.baseline.clone(),
+            f.ratio.map_or("–".into(), |x| format!("{x:.2}")),
+            f.target.clone(),
+            if f.pass { "pass" } else { "FAIL" }.into(),
+        ]);
+    }
+    let mut out = String::new();
+    let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..6).map(width).collect();
+    for (n, row) in rows.iter().enumerate() {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
+            .collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+        if n == 0 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            let _ = writeln!(out, "|-{}-|", rule.join("-|-"));
+        }
+    }
+    let _ = writeln!(out, "\nset-up:");
+    for n in &r.notes {
+        let _ = writeln!(out, "  {n}");
+    }
+    let _ = writeln!(out, "\nPostgreSQL:");
+    for (k, v) in &r.settings {
+        let _ = writeln!(out, "  {k} = {v}");
+    }
+    out
+}
+
+/// `name = setting` for what matters here.
+async fn settings(pool: &PgPool) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = vec![(
+        "server_version".into(),
+        sqlx::query_scalar("SELECT version()").fetch_one(pool).await?,
+    )];
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT name, current_setting(name) FROM pg_settings
+          WHERE name IN ('shared_buffers', 'work_mem', 'maintenance_work_mem', 'effective_cache_size',
+                         'fsync', 'synchronous_commit', 'full_page_writes', 'wal_level', 'max_wal_size',
+                         'checkpoint_timeout', 'max_parallel_workers_per_gather', 'jit')
+          ORDER BY name",
+    )
+    .fetch_all(pool)
+    .await?;
+    out.extend(rows);
+    Ok(out)
+}
+
+async fn checkpoint(pool: &PgPool) -> anyhow::Result<()> {
+    // Needs superuser or pg_checkpoint; a bench without it just runs on.
+    let _ = sqlx::raw_sql("CHECKPOINT").execute(pool).await;
+    Ok(())
+}
+
+/// COPY the data lines of `path` into a table of text columns with a unique
+/// index on the job's identity.
+async fn copy_baseline(pool: &PgPool, path: &Path) -> anyhow::Result<Duration> {
+    let columns: Vec<String> = crate::synthetic::SACCT_HEADER
+        .split('|')
+        .map(|c| format!("{} text", db::quote_ident(&c.to_lowercase())))
+        .collect();
+    sqlx::raw_sql(&format!(
+        "DROP TABLE IF EXISTS bench_copy; CREATE TABLE bench_copy ({}, UNIQUE (cluster, jobidraw, start))",
+        columns.join(", ")
+    ))
+    .execute(pool)
+    .await?;
+    let data = std::fs::read(path)?;
+    let body = data
+        .iter()
+        .position(|b| *b == b'\n')
+        .map_or(&data[..0], |i| &data[i + 1..]);
+    checkpoint(pool).await?;
+    let mut conn = pool.acquire().await?;
+    let t = Instant::now();
+    let mut copy = conn
+        .copy_in_raw("COPY bench_copy FROM STDIN (FORMAT text, DELIMITER '|')")
+        .await?;
+    for chunk in body.chunks(1 << 20) {
+        copy.send(chunk).await?;
+    }
+    copy.finish().await?;
+    let took = t.elapsed();
+    sqlx::raw_sql("DROP TABLE bench_copy").execute(&mut *conn).await?;
+    Ok(took)
+}
+
+struct Run {
+    wall: Duration,
+    max_rss_kb: u64,
+    recorded: u64,
+    replayed: u64,
+    summary: String,
+}
+
+/// `hpc-ledger import --format slurm FILE` as its own process: wall time,
+/// peak RSS and the summary.
+fn import(setup: &Setup, file: &Path) -> anyhow::Result<Run> {
+    let out_path = setup.dir.join("import.json");
+    let out = std::fs::File::create(&out_path)?;
+    let t = Instant::now();
+    let child = Command::new(&setup.exe)
+        .args(["import", "--format", "slurm", "--output", "json"])
+        .arg(file)
+        .env("DATABASE_URL", &setup.url)
+        .env_remove("HPC_LEDGER_DATABASE_URL_FILE")
+        .env("HPC_LEDGER_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting the import")?;
+    let (ok, max_rss_kb) = wait_with_rusage(child.id())?;
+    let wall = t.elapsed();
+    let summary = std::fs::read_to_string(&out_path)?;
+    if !ok {
+        bail!("the import failed: {summary}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&summary).context("reading the import's summary")?;
+    let n = |k: &str| json[k].as_u64().unwrap_or(0);
+    Ok(Run {
+        wall,
+        max_rss_kb,
+        recorded: n("recorded"),
+        replayed: n("replayed"),
+        summary,
+    })
+}
+
+/// Wait for child `pid`: whether it exited 0, and its peak RSS in KiB.
+fn wait_with_rusage(pid: u32) -> anyhow::Result<(bool, u64)> {
+    let pid = libc::pid_t::try_from(pid)?;
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid value; wait4 writes both out-params.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if r != pid {
+        bail!("waiting for process {pid}: {}", std::io::Error::last_os_error());
+    }
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    Ok((ok, u64::try_from(usage.ru_maxrss).unwrap_or(0)))
+}
+
+/// Median wall time of `calls` `job record` processes and of as many
+/// `psql -c INSERT` of one row, interleaved so both see the same machine.
+async fn one_job(setup: &Setup, pool: &PgPool, month: Month, calls: u32) -> anyhow::Result<(Duration, Duration)> {
+    sqlx::raw_sql(
+        "DROP TABLE IF EXISTS bench_one;
+         CREATE TABLE bench_one (id bigint PRIMARY KEY, cluster text, job_id text, project text, cores int,
+                                 started timestamptz, ended timestamptz)",
+    )
+    .execute(pool)
+    .await?;
+    let day = month.first_day();
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for i in 0..calls.max(1) {
+        let job = serde_json::json!({
+            "cluster": "bench", "job_id": format!("epilogue-{i}"), "project": "P0000001", "queue": "batch",
+            "cores": 4, "start": format!("{day}T10:00:00-05:00"), "end": format!("{day}T11:30:00-05:00"),
+        });
+        let t = Instant::now();
+        let out = run_with_stdin(
+            Command::new(&setup.exe)
+                .args(["job", "record", "--json"])
+                .env("DATABASE_URL", &setup.url)
+                .env_remove("HPC_LEDGER_DATABASE_URL_FILE")
+                .env("HPC_LEDGER_LOG", "warn"),
+            &job.to_string(),
+        )?;
+        ours.push(t.elapsed());
+        if !out.status.success() {
+            bail!("job record failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let sql = format!(
+            "INSERT INTO bench_one VALUES ({i}, 'bench', 'epilogue-{i}', 'P0000001', 4, '{day} 10:00-05', '{day} 11:30-05')"
+        );
+        let t = Instant::now();
+        let out = Command::new(&setup.psql)
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", &setup.url, "-c", &sql])
+            .stdin(Stdio::null())
+            .output()
+            .context("running psql")?;
+        theirs.push(t.elapsed());
+        if !out.status.success() {
+            bail!("psql failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    sqlx::raw_sql("DROP TABLE bench_one").execute(pool).await?;
+    Ok((median(ours), median(theirs)))
+}
+
+fn run_with_stdin(cmd: &mut Command, input: &str) -> anyhow::Result<std::process::Output> {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("the child's stdin")?
+        .write_all(input.as_bytes())?;
+    Ok(child.wait_with_output()?)
+}
+
+/// Write the rows the storage run wrote (its entries and their segments)
+/// again, with `INSERT … SELECT`, into tables without indexes or checks.
+async fn insert_select_baseline(pool: &PgPool, month: Month) -> anyhow::Result<Duration> {
+    sqlx::raw_sql(
+        "DROP TABLE IF EXISTS bench_entry, bench_segment;
+         CREATE TABLE bench_entry (LIKE ledger_entry);
+         CREATE TABLE bench_segment (LIKE storage_charge_segment);",
+    )
+    .execute(pool)
+    .await?;
+    checkpoint(pool).await?;
+    let mut tx = pool.begin().await?;
+    let t = Instant::now();
+    sqlx::query(
+        "INSERT INTO bench_entry SELECT e.* FROM ledger_entry e JOIN billing_run b ON b.id = e.billing_run_id
+          WHERE b.kind = 'storage' AND b.period = $1",
+    )
+    .bind(month.first_day())
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO bench_segment SELECT s.* FROM storage_charge_segment s JOIN ledger_entry e ON e.id = s.ledger_entry_id
+           JOIN billing_run b ON b.id = e.billing_run_id WHERE b.kind = 'storage' AND b.period = $1",
+    )
+    .bind(month.first_day())
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let took = t.elapsed();
+    sqlx::raw_sql("DROP TABLE bench_entry, bench_segment")
+        .execute(pool)
+        .await?;
+    Ok(took)
+}
+
+async fn busiest_project(pool: &PgPool, month: Month) -> anyhow::Result<String> {
+    Ok(sqlx::query_scalar(
+        "SELECT p.code FROM ledger_entry e JOIN project p ON p.id = e.project_id
+          WHERE e.period = $1 AND e.kind = 'job' GROUP BY p.code ORDER BY count(*) DESC, p.code LIMIT 1",
+    )
+    .bind(month.first_day())
+    .fetch_one(pool)
+    .await?)
+}
+
+async fn ledger_size(pool: &PgPool) -> anyhow::Result<u64> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(pool)
+        .await?;
+    Ok(u64::try_from(n)?)
+}
+
+/// Median time of `calls` statements of one project (after one warm-up).
+async fn statement_time(pool: &PgPool, month: Month, code: &str, calls: u32) -> anyhow::Result<Duration> {
+    let first = service::statement::statements(pool, month, Which::Project(code)).await?;
+    if first.is_empty() {
+        bail!("no statement for {code}");
+    }
+    let mut times = Vec::new();
+    for _ in 0..calls.max(1) {
+        let t = Instant::now();
+        let s = service::statement::statements(pool, month, Which::Project(code)).await?;
+        times.push(t.elapsed());
+        if s.len() != first.len() {
+            bail!("statements changed under the bench");
+        }
+    }
+    Ok(median(times))
+}
+
+/// The time to read every ledger entry once (the better of two runs).
+async fn seq_scan(pool: &PgPool) -> anyhow::Result<Duration> {
+    let mut best = Duration::MAX;
+    for _ in 0..2 {
+        let t = Instant::now();
+        sqlx::raw_sql("SELECT count(*), sum(amount), sum(quantity) FROM ledger_entry")
+            .execute(pool)
+            .await?;
+        best = best.min(t.elapsed());
+    }
+    Ok(best)
+}
+
+/// Copy every job with its record and charges into `grow - 1` earlier
+/// periods (shifted back by multiples of 35 days, a job id suffix `~k`),
+/// so the ledger holds `grow` times the job charges. Shifting every instant
+/// by the same whole number of hours keeps each job's wall time, and the
+/// bench center's rate cards hold from 2020, so every copy is a correct
+/// charge that the audit recomputes to the cent.
+pub async fn grow_ledger(pool: &PgPool, grow: u32) -> anyhow::Result<()> {
+    let (jobs, records, entries): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT coalesce(max(id), 0) FROM job), (SELECT coalesce(max(id), 0) FROM job_record),
+                (SELECT coalesce(max(id), 0) FROM ledger_entry)",
+    )
+    .fetch_one(pool)
+    .await?;
+    for k in 1..i64::from(grow.max(1)) {
+        let mut tx = pool.begin().await?;
+        let shift = format!("{} hours", 35 * 24 * k);
+        sqlx::query(
+            "INSERT INTO job (id, cluster_id, scheduler_job_id, array_index, submitted_at, started_at)
+             OVERRIDING SYSTEM VALUE
+             SELECT id + $1 * $2, cluster_id, scheduler_job_id || '~' || $1, array_index,
+                    submitted_at - $3::interval, started_at - $3::interval
+               FROM job WHERE id <= $2 ORDER BY id",
+        )
+        .bind(k)
+        .bind(jobs)
+        .bind(&shift)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO job_record (id, job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
+                                     user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
+                                     charge_fingerprint, content_fingerprint, source_format, source_ref, raw, recorded_by)
+             OVERRIDING SYSTEM VALUE
+             SELECT id + $1 * $2, job_id + $1 * $4, cluster_id, started_at - $3::interval, revision, kind, project_id,
+                    node_type_id, queue, user_name, job_name, state, exit_code, ended_at - $3::interval, nodes, cores,
+                    memory_bytes, gpus, charge_fingerprint, content_fingerprint, source_format, source_ref, raw,
+                    'bench'
+               FROM job_record WHERE id <= $2 ORDER BY id",
+        )
+        .bind(k)
+        .bind(records)
+        .bind(&shift)
+        .bind(jobs)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO ledger_entry (id, period, project_id, kind, metric, job_record_id, rate_card_id, quantity,
+                                       unit_rate, amount_exact, amount, author)
+             OVERRIDING SYSTEM VALUE
+             SELECT e.id + $1 * $2, date_trunc('month', (r.ended_at - $3::interval) AT TIME ZONE c.time_zone)::date,
+                    e.project_id, e.kind, e.metric, e.job_record_id + $1 * $4, e.rate_card_id, e.quantity, e.unit_rate,
+                    e.amount_exact, e.amount, 'bench'
+               FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id CROSS JOIN center c
+              WHERE e.id <= $2 AND e.kind = 'job' ORDER BY e.id",
+        )
+        .bind(k)
+        .bind(entries)
+        .bind(&shift)
+        .bind(records)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+    }
+    // Later inserts must not collide with the copies' ids.
+    sqlx::raw_sql(
+        "SELECT setval(pg_get_serial_sequence('job', 'id'), (SELECT max(id) FROM job));
+         SELECT setval(pg_get_serial_sequence('job_record', 'id'), (SELECT max(id) FROM job_record));
+         SELECT setval(pg_get_serial_sequence('ledger_entry', 'id'), (SELECT max(id) FROM ledger_entry));
+         ANALYZE job, job_record, ledger_entry;",
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn count(n: u64) -> f64 {
+    n as f64
+}
+
+fn per_second(n: u64, d: Duration) -> u64 {
+    let rate = count(n) / d.as_secs_f64().max(1e-9);
+    // A rate of jobs per second fits a u64 by far.
+    rate.round().clamp(0.0, 1e15) as u64
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// 1234567 -> "1,234,567".
+pub fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouping_and_medians() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        let ms = Duration::from_millis;
+        assert_eq!(median(vec![ms(9), ms(1), ms(5)]), ms(5));
+        assert_eq!(per_second(1000, Duration::from_millis(250)), 4000);
+    }
+}

@@ -1,0 +1,79 @@
+//! `hpc-ledger bench` at toy sizes: every figure is measured, the grown
+//! ledger audits clean, and the scratch database is gone afterwards.
+
+use crate::harness::{TestDb, cli_with_env, stderr, stdout};
+
+#[tokio::test]
+async fn the_bench_measures_every_figure_in_a_scratch_database() {
+    let db = TestDb::new().await;
+    let scratch = format!("hl_bench_{}", std::process::id());
+    let o = cli_with_env(
+        &[
+            "bench",
+            "--jobs",
+            "600",
+            "--projects",
+            "60",
+            "--job-projects",
+            "20",
+            "--grow",
+            "3",
+            "--calls",
+            "2",
+            "--database",
+            &scratch,
+            "--output",
+            "json",
+        ],
+        &[("DATABASE_URL", &db.url)],
+        None,
+    );
+    // 0: every target met; 6: some missed. Anything else is a failure.
+    assert!(matches!(o.status.code(), Some(0 | 6)), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let figures = r["figures"].as_array().unwrap();
+    let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 8, "{names:#?}");
+    assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
+    assert!(names[4].starts_with("storage billing of 60 projects"), "{names:#?}");
+    // 600 jobs post 600 core-hour charges plus one GPU-hour charge per GPU
+    // job (a tenth); the bench's one-off jobs and storage charges come on top.
+    let small: u64 = names[5]
+        .trim_start_matches("one project's statement at ")
+        .trim_end_matches(" entries")
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert!((660..=800).contains(&small), "{names:#?}");
+    let large: u64 = names[6]
+        .trim_start_matches("one project's statement at ")
+        .trim_end_matches(" entries")
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    // Grown ×3: two copies of every job charge (not of storage or the rest).
+    let copies = large - small;
+    assert!(
+        copies.is_multiple_of(2) && copies >= 2 * 602 && copies < 2 * small,
+        "{small} -> {large}"
+    );
+    assert_eq!(
+        names[7],
+        format!(
+            "audit of {} entries (clean)",
+            names[6].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
+        )
+    );
+    for f in figures {
+        assert!(!f["measured"].as_str().unwrap().is_empty());
+        assert!(f["pass"].is_boolean());
+    }
+    assert_eq!(o.status.code() == Some(0), figures.iter().all(|f| f["pass"] == true));
+    // Dropped afterwards.
+    let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(&scratch)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!left);
+}
