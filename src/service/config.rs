@@ -104,7 +104,18 @@ impl fmt::Display for ApplyReport {
 pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
     let mut tx = pool.begin().await.map_err(DbError::from)?;
     let result = apply_in(&mut tx, config, author).await;
-    crate::service::finish(tx, result).await
+    let report = crate::service::finish(tx, result).await?;
+    if report.changed() {
+        // Autovacuum never analyses tables this small (a one-row `center`),
+        // and the audit's plans depend on knowing their sizes. Only the
+        // owner may; for anyone else this is a warning, not an error.
+        let _ = sqlx::raw_sql(
+            "ANALYZE center, cluster, node_type, queue_map, rate_card, storage_rate, project, storage_quota",
+        )
+        .execute(pool)
+        .await;
+    }
+    Ok(report)
 }
 
 async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {

@@ -181,7 +181,7 @@ async fn charges(pool: &PgPool, cluster: &str, job: &str, array: Option<i32>) ->
         "SELECT e.metric, e.quantity, e.amount FROM ledger_entry e
            JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id JOIN cluster c ON c.id = j.cluster_id
           WHERE c.name = $1 AND j.scheduler_job_id = $2 AND j.array_index IS NOT DISTINCT FROM $3 AND e.kind = 'job'
-          ORDER BY e.metric",
+          ORDER BY e.metric, e.id",
     )
     .bind(cluster)
     .bind(job)

@@ -526,3 +526,135 @@ async fn statements_and_month_end_from_the_command_line() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Each check of `audit.discrepancies`, tripped once by an edit made behind
+/// the ledger's back (a superuser with the guards disabled).
+#[tokio::test]
+async fn every_kind_of_tampering_is_its_own_finding() {
+    let db = october().await;
+    assert!(audit(&db.pool).await.unwrap().clean());
+    let id = |sql: &'static str| {
+        let pool = db.pool.clone();
+        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
+    };
+    let job_entry = |job: &'static str, metric: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT e.id FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+                  WHERE j.scheduler_job_id = $1 AND e.metric = $2",
+            )
+            .bind(job)
+            .bind(metric)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let rate = job_entry("1002", "core_hours").await;
+    let period = job_entry("1003", "core_hours").await;
+    let project = job_entry("1004", "core_hours").await;
+    let card = job_entry("1005", "core_hours").await;
+    let gpu = id("SELECT e.id FROM ledger_entry e WHERE e.metric = 'gpu_hours' ORDER BY e.id LIMIT 1").await;
+    let gpu_record = id("SELECT job_record_id FROM ledger_entry WHERE metric = 'gpu_hours' ORDER BY id LIMIT 1").await;
+    let storage = id("SELECT e.id FROM ledger_entry e JOIN project p ON p.id = e.project_id
+                       WHERE e.kind = 'storage' AND p.code = 'PZS0708' AND e.period = '2026-09-01' ORDER BY e.id LIMIT 1")
+    .await;
+    let segment = id("SELECT e.id FROM ledger_entry e JOIN project p ON p.id = e.project_id
+                       WHERE e.kind = 'storage' AND p.code = 'PAA0042' AND e.period = '2026-08-01' ORDER BY e.id LIMIT 1")
+    .await;
+    let missing = id("SELECT e.id FROM ledger_entry e JOIN project p ON p.id = e.project_id
+                       WHERE e.kind = 'storage' AND p.code = 'PAS1234' AND e.period = '2026-07-01' ORDER BY e.id LIMIT 1")
+    .await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER ALL; ALTER TABLE storage_charge_segment DISABLE TRIGGER ALL;",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    for (sql, target) in [
+        (
+            "UPDATE ledger_entry SET unit_rate = 0.02, amount_exact = quantity * 0.02, amount = round(quantity * 0.02, 2) WHERE id = $1",
+            rate,
+        ),
+        ("UPDATE ledger_entry SET period = '2026-08-01' WHERE id = $1", period),
+        (
+            "UPDATE ledger_entry SET project_id = (SELECT id FROM project WHERE code = 'PAA0042') WHERE id = $1",
+            project,
+        ),
+        (
+            "UPDATE ledger_entry SET rate_card_id = (SELECT id FROM rate_card WHERE valid_until IS NOT NULL LIMIT 1) WHERE id = $1",
+            card,
+        ),
+        ("DELETE FROM ledger_entry WHERE id = $1", gpu),
+        (
+            "UPDATE ledger_entry SET quantity = quantity + 1, amount_exact = (quantity + 1) * unit_rate,
+                 amount = round((quantity + 1) * unit_rate, 2) WHERE id = $1",
+            storage,
+        ),
+        (
+            "UPDATE storage_charge_segment SET quota_tb = quota_tb + 1 WHERE ledger_entry_id = $1",
+            segment,
+        ),
+        ("DELETE FROM storage_charge_segment WHERE ledger_entry_id = $1", missing),
+        ("DELETE FROM ledger_entry WHERE id = $1", missing),
+    ] {
+        sqlx::query(sql).bind(target).execute(&mut *conn).await.unwrap();
+    }
+    sqlx::raw_sql(
+        "ALTER TABLE ledger_entry ENABLE TRIGGER ALL; ALTER TABLE storage_charge_segment ENABLE TRIGGER ALL;",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+    let found: Vec<(Option<i64>, String, String, String, String)> = sqlx::query_as(
+        "SELECT entry_id, field, project, coalesce(expected, ''), coalesce(recorded, '') FROM audit.discrepancies",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let has = |entry: Option<i64>, field: &str| found.iter().any(|f| f.0 == entry && f.1 == field);
+    assert!(has(Some(rate), "unit_rate") && has(Some(rate), "amount"), "{found:#?}");
+    assert!(has(Some(period), "period"), "{found:#?}");
+    assert!(has(Some(project), "project"), "{found:#?}");
+    assert!(has(Some(card), "rate_card"), "{found:#?}");
+    assert!(
+        found.contains(&(
+            None,
+            "entries".into(),
+            found
+                .iter()
+                .find(|f| f.1 == "entries")
+                .map(|f| f.2.clone())
+                .unwrap_or_default(),
+            "1 core_hours, 1 gpu_hours".into(),
+            format!("1 core_hours, 0 gpu_hours for job record {gpu_record}")
+        )),
+        "{found:#?}"
+    );
+    assert!(
+        has(Some(storage), "tb_months") && has(Some(storage), "amount"),
+        "{found:#?}"
+    );
+    assert!(
+        has(Some(segment), "segments") && !has(Some(segment), "tb_months"),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|f| f.1 == "missing storage charge" && f.2 == "PAS1234"),
+        "{found:#?}"
+    );
+    // Nothing else: each edit is found where it was made.
+    let touched = [rate, period, project, card, storage, segment];
+    for f in &found {
+        assert!(
+            f.0.is_none_or(|e| touched.contains(&e)),
+            "an untouched entry was reported: {f:?}"
+        );
+    }
+    assert_eq!(found.iter().filter(|f| f.0.is_none()).count(), 2, "{found:#?}");
+}
