@@ -391,19 +391,23 @@ async fn copy_baseline(pool: &PgPool, path: &Path) -> anyhow::Result<Duration> {
     ))
     .execute(pool)
     .await?;
-    let data = std::fs::read(path)?;
-    let body = data
-        .iter()
-        .position(|b| *b == b'\n')
-        .map_or(&data[..0], |i| &data[i + 1..]);
     checkpoint(pool).await?;
     let mut conn = pool.acquire().await?;
+    // Streamed from the file as the import reads it (the header line skipped).
+    let mut file = std::io::BufReader::new(std::fs::File::open(path)?);
+    let mut header = String::new();
+    std::io::BufRead::read_line(&mut file, &mut header)?;
     let t = Instant::now();
     let mut copy = conn
         .copy_in_raw("COPY bench_copy FROM STDIN (FORMAT text, DELIMITER '|')")
         .await?;
-    for chunk in body.chunks(1 << 20) {
-        copy.send(chunk).await?;
+    let mut chunk = vec![0; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        copy.send(&chunk[..n]).await?;
     }
     copy.finish().await?;
     let took = t.elapsed();
@@ -436,7 +440,7 @@ fn import(setup: &Setup, file: &Path) -> anyhow::Result<Run> {
         .stderr(Stdio::inherit())
         .spawn()
         .context("starting the import")?;
-    let (ok, max_rss_kb) = wait_with_rusage(child.id())?;
+    let (ok, max_rss_kb) = wait_watching_peak(child.id())?;
     let wall = t.elapsed();
     let summary = std::fs::read_to_string(&out_path)?;
     if !ok {
@@ -453,18 +457,47 @@ fn import(setup: &Setup, file: &Path) -> anyhow::Result<Run> {
     })
 }
 
-/// Wait for child `pid`: whether it exited 0, and its peak RSS in KiB.
-fn wait_with_rusage(pid: u32) -> anyhow::Result<(bool, u64)> {
+/// Wait for child `pid`: whether it exited 0, and its own peak RSS in KiB.
+/// The peak is read from `/proc/PID/status` (VmHWM) while it runs:
+/// getrusage's figure would include the RSS of this process at the fork.
+fn wait_watching_peak(pid: u32) -> anyhow::Result<(bool, u64)> {
+    let status_file = format!("/proc/{pid}/status");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let peak = std::sync::atomic::AtomicU64::new(0);
+    let ok = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(kb) = std::fs::read_to_string(&status_file).ok().as_deref().and_then(vm_hwm_kb) {
+                    peak.fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        let ok = wait_exit(pid);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        ok
+    })?;
+    Ok((ok, peak.into_inner()))
+}
+
+/// `VmHWM:   12345 kB` -> 12345.
+fn vm_hwm_kb(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+}
+
+/// Reap child `pid`; whether it exited 0.
+fn wait_exit(pid: u32) -> anyhow::Result<bool> {
     let pid = libc::pid_t::try_from(pid)?;
     let mut status = 0;
-    // SAFETY: zeroed rusage is a valid value; wait4 writes both out-params.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    // SAFETY: waitpid writes only the status out-parameter.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
     if r != pid {
         bail!("waiting for process {pid}: {}", std::io::Error::last_os_error());
     }
-    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    Ok((ok, u64::try_from(usage.ru_maxrss).unwrap_or(0)))
+    Ok(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
 }
 
 /// Median wall time of `calls` `job record` processes and of as many
@@ -738,5 +771,7 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(median(vec![ms(9), ms(1), ms(5)]), ms(5));
         assert_eq!(per_second(1000, Duration::from_millis(250)), 4000);
+        assert_eq!(vm_hwm_kb("Name:\tx\nVmPeak:\t 9 kB\nVmHWM:\t   40960 kB\n"), Some(40960));
+        assert_eq!(vm_hwm_kb("Name:\tx\n"), None);
     }
 }

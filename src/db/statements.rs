@@ -210,8 +210,7 @@ pub async fn job_lines(
                   sum(e.amount) AS "amount!"
              FROM ledger_entry e
              JOIN job_record r ON r.id = e.job_record_id
-             JOIN job j ON j.id = r.job_id
-             JOIN cluster c ON c.id = j.cluster_id
+             JOIN cluster c ON c.id = r.cluster_id
              JOIN node_type nt ON nt.id = r.node_type_id
             WHERE e.period = $1 AND e.project_id = ANY($2) AND e.kind = 'job'
             GROUP BY e.project_id, c.name, nt.name, e.metric, e.unit_rate, e.late
