@@ -467,7 +467,11 @@ fn wait_watching_peak(pid: u32) -> anyhow::Result<(bool, u64)> {
     let ok = std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Some(kb) = std::fs::read_to_string(&status_file).ok().as_deref().and_then(vm_hwm_kb) {
+                if let Some(kb) = std::fs::read_to_string(&status_file)
+                    .ok()
+                    .as_deref()
+                    .and_then(vm_hwm_kb)
+                {
                     peak.fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -771,7 +775,10 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(median(vec![ms(9), ms(1), ms(5)]), ms(5));
         assert_eq!(per_second(1000, Duration::from_millis(250)), 4000);
-        assert_eq!(vm_hwm_kb("Name:\tx\nVmPeak:\t 9 kB\nVmHWM:\t   40960 kB\n"), Some(40960));
+        assert_eq!(
+            vm_hwm_kb("Name:\tx\nVmPeak:\t 9 kB\nVmHWM:\t   40960 kB\n"),
+            Some(40960)
+        );
         assert_eq!(vm_hwm_kb("Name:\tx\n"), None);
     }
 }
