@@ -26,6 +26,8 @@ pub enum InputFormat {
     Pbs,
     /// One JSON job per line (see docs/recording.md).
     Jsonl,
+    /// Slurm jobcomp/elasticsearch documents, one per line (see docs/slurm.md).
+    Jobcomp,
 }
 
 #[derive(Debug, clap::Args)]
@@ -87,12 +89,13 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         retry_rejected(&pool, &mut recorder, &mut summary).await?;
     } else {
         let Some(format) = args.format else {
-            anyhow::bail!("give --format slurm|pbs|jsonl (or --retry-rejected)");
+            anyhow::bail!("give --format slurm|pbs|jsonl|jobcomp (or --retry-rejected)");
         };
         let format = match format {
             InputFormat::Slurm => ingest::Format::Slurm,
             InputFormat::Pbs => ingest::Format::Pbs,
             InputFormat::Jsonl => ingest::Format::Jsonl,
+            InputFormat::Jobcomp => ingest::Format::Jobcomp,
         };
         let options = ReadOptions {
             cluster: args.cluster.clone(),

@@ -13,6 +13,7 @@ mod job;
 mod quota;
 mod quote;
 mod rejected;
+mod serve;
 mod statement;
 mod table;
 
@@ -83,6 +84,8 @@ pub enum Command {
     Job(job::Cmd),
     /// Record many jobs from Slurm sacct output, PBS accounting logs or JSON lines.
     Import(import::Args),
+    /// Take finished jobs over HTTP: Slurm's jobcomp/elasticsearch push, or JSON jobs.
+    Serve(serve::Args),
     /// List the records that could not be charged, and why.
     Rejected(rejected::Args),
     /// Set and show projects' storage quotas.
@@ -142,6 +145,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Quote(args) => quote::run(args, &target).await,
         Command::Job(cmd) => job::run(cmd, &target).await,
         Command::Import(args) => import::run(args, &target).await,
+        Command::Serve(args) => serve::run(args, &target).await,
         Command::Rejected(args) => rejected::run(args, &target).await,
         Command::Quota(cmd) => quota::run(cmd, &target).await,
         Command::Bill(cmd) => bill::run(cmd, &target).await,

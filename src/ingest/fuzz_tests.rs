@@ -56,6 +56,10 @@ const FIXTURES: &[(&str, &str)] = &[
         include_str!("../../tests/fixtures/accounting/ncar_pbspro_casper_accounting.log"),
     ),
     ("jsonl", include_str!("../../examples/jobs/jobs.jsonl")),
+    (
+        "jobcomp",
+        include_str!("../../tests/fixtures/accounting/slurm_2205_lab_jobcomp.jsonl"),
+    ),
 ];
 
 fn lines(kind: &str) -> Vec<String> {
@@ -253,7 +257,7 @@ fn with_header(header: &str, line: String) -> String {
 fn fuzz_parsers_on_arbitrary_bytes() {
     let catalog = catalog();
     let projects = HashMap::from([("p".to_owned(), ProjectId(1))]);
-    for format in [Format::Slurm, Format::Pbs, Format::Jsonl] {
+    for format in [Format::Slurm, Format::Pbs, Format::Jsonl, Format::Jobcomp] {
         fuzz(
             &format!("{} on arbitrary bytes", format.as_str()),
             prop::collection::vec(any::<u8>(), 0..2048),
@@ -312,6 +316,28 @@ fn fuzz_jsonl_on_mutated_jobs() {
         .collect();
     fuzz("jsonl on mutated jobs", mutated(base), |line| {
         parse_and_price(Format::Jsonl, &ReadOptions::default(), &line, &catalog, &projects);
+    });
+}
+
+#[test]
+fn fuzz_jobcomp_on_mutated_documents() {
+    let catalog = catalog();
+    let projects = HashMap::from([
+        ("pas1234".to_owned(), ProjectId(1)),
+        ("pzs0001".to_owned(), ProjectId(2)),
+    ]);
+    let base: Vec<String> = lines("jobcomp")
+        .into_iter()
+        .map(|l| l.replace("testclu", "fuzz"))
+        .collect();
+    fuzz("jobcomp on mutated documents", mutated(base), |line| {
+        parse_and_price(Format::Jobcomp, &ReadOptions::default(), &line, &catalog, &projects);
+        if let Ok((doc, Item::Job(job))) = super::jobcomp::parse_document(&line, &ReadOptions::default()) {
+            // What is stored reads back as the same job.
+            let stored = super::jobcomp::stored_document(&doc);
+            let again = super::jobcomp::parse_document(&stored, &ReadOptions::default()).map(|(_, i)| i);
+            assert_eq!(again, Ok(Item::Job(job)), "{line}");
+        }
     });
 }
 

@@ -1,5 +1,6 @@
 //! Parsers: scheduler accounting records -> [`JobInput`]s. Slurm `sacct
-//! --parsable2`, PBS/TORQUE/PBS Pro accounting logs, and JSON lines.
+//! --parsable2`, Slurm's job-completion documents (jobcomp), PBS/TORQUE/PBS
+//! Pro accounting logs, and JSON lines.
 //!
 //! A parser sees one line at a time and says what it is: a finished job, a
 //! line to skip (a job step, a job not ended, a record type that carries no
@@ -7,6 +8,7 @@
 //! bounded, numbered lines from any reader, so memory stays flat however
 //! large the input.
 
+pub mod jobcomp;
 pub mod jsonl;
 pub mod pbs;
 pub mod slurm;
@@ -25,6 +27,8 @@ pub enum Format {
     Slurm,
     Pbs,
     Jsonl,
+    /// Slurm jobcomp/elasticsearch documents, one per line.
+    Jobcomp,
 }
 
 impl Format {
@@ -34,6 +38,7 @@ impl Format {
             Format::Slurm => "slurm",
             Format::Pbs => "pbs",
             Format::Jsonl => "jsonl",
+            Format::Jobcomp => "jobcomp",
         }
     }
 
@@ -42,6 +47,7 @@ impl Format {
             "slurm" => Some(Format::Slurm),
             "pbs" => Some(Format::Pbs),
             "jsonl" => Some(Format::Jsonl),
+            "jobcomp" => Some(Format::Jobcomp),
             _ => None,
         }
     }
@@ -117,6 +123,7 @@ pub fn parser(format: Format, options: &ReadOptions) -> Result<Box<dyn Parser + 
         Format::Slurm => Box::new(slurm::SlurmParser::new(options)?),
         Format::Pbs => Box::new(pbs::PbsParser::new(options)),
         Format::Jsonl => Box::new(jsonl::JsonlParser::new(options)),
+        Format::Jobcomp => Box::new(jobcomp::JobcompParser::new(options)),
     })
 }
 

@@ -233,6 +233,7 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
                 "slurm" => "slurm",
                 "pbs" => "pbs",
                 "jsonl" => "jsonl",
+                "jobcomp" => "jobcomp",
                 "json" => "json",
                 _ => "cli",
             };

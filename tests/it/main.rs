@@ -18,4 +18,5 @@ mod reliability;
 mod rounding;
 mod schema;
 mod security;
+mod serve;
 mod storage;

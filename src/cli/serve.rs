@@ -1,0 +1,93 @@
+//! `hpc-ledger serve`: the HTTP receiver (see [`crate::serve`]) in the
+//! foreground until SIGTERM or Ctrl-C, then a graceful stop.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::db::Target;
+use crate::serve::{self, Credentials, Metrics, Options};
+use crate::service::author;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address and port to listen on. Anything but loopback needs
+    /// credentials (HPC_LEDGER_SERVE_BASIC or HPC_LEDGER_SERVE_TOKEN).
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// Jobs per transaction, at most (concurrent posts are committed together).
+    #[arg(long, default_value_t = 500,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
+    max_batch: usize,
+    /// Replace the charges of jobs whose re-sent records change the charge
+    /// (reverse the old entries, post the new ones) instead of keeping the
+    /// re-sent record as a conflict.
+    #[arg(long)]
+    supersede: bool,
+    /// Who records (default: the OS user).
+    #[arg(long)]
+    author: Option<String>,
+}
+
+pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
+    let credentials = Credentials::from_env().map_err(anyhow::Error::msg)?;
+    if credentials.is_empty() && !serve::open_allowed(&args.listen) {
+        anyhow::bail!(
+            "refusing to listen on {} without credentials: set {} (user:password, for Slurm's \
+             http://user:password@host/… JobCompLoc) or {} (a bearer token), or their _FILE forms, \
+             or listen on 127.0.0.1",
+            args.listen,
+            serve::BASIC_ENV,
+            serve::TOKEN_ENV
+        );
+    }
+    let pool = target.open().await?;
+    let listener = serve::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        "serving on http://{addr} (POST /slurm/_doc, POST /jobs, GET /healthz, GET /metrics){}",
+        if credentials.is_empty() {
+            "; no credentials required (loopback only)"
+        } else {
+            ""
+        }
+    );
+    let options = Options {
+        credentials,
+        max_batch: args.max_batch,
+        supersede: args.supersede,
+        author: author(args.author.as_deref()),
+    };
+    let metrics = Arc::new(Metrics::new());
+    serve::serve(pool, listener, options, metrics.clone(), shutdown_signal()).await?;
+    let (batches, jobs) = metrics.batches();
+    tracing::info!(
+        "stopped: {} recorded, {} replayed, {} revised, {} rejected (kept), {} malformed, in {batches} transactions carrying {jobs} documents",
+        metrics.jobs("recorded"),
+        metrics.jobs("replayed"),
+        metrics.jobs("revised"),
+        metrics.jobs("rejected"),
+        metrics.jobs("malformed"),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM (a service manager stopping us) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot watch SIGTERM ({e}); stop with Ctrl-C");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stopping: finishing the requests in flight");
+}

@@ -1,0 +1,310 @@
+//! Slurm's job-completion documents: the JSON body `jobcomp/elasticsearch`
+//! POSTs for every finished job (what `hpc-ledger serve` takes), or one such
+//! document per line (`import --format jobcomp`, e.g. an Elasticsearch export).
+//!
+//! Read the way the Slurm parser reads `sacct`, so both paths give one
+//! answer: what the job held comes from `tres_alloc` (SPEC D3), falling back
+//! to `total_cpus`/`total_nodes`; `@submit`/`@start`/`@end` are slurmctld's
+//! local time without a zone (the cluster's configured zone), or carry an
+//! offset; an array task is `array_job_id` with index `array_task_id` (as
+//! `sacct` shows `6_2`), a heterogeneous job's component is `het_job_id+offset`.
+//! A job that never ran (cancelled while pending: no nodes, no CPUs) is
+//! skipped. The job's batch script, which Slurm includes whole, is dropped
+//! from the stored record (see [`stored_document`]).
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde_json::{Map, Value};
+
+use super::{Item, Parser, ReadOptions, Skip};
+use crate::domain::posting::{JobInput, Stamp};
+use crate::domain::request::parse_alloc_tres;
+
+/// Slurm's NO_VAL: "not set" in 32-bit fields (`array_task_id` of a job
+/// that is not an array task).
+const NO_VAL: u64 = 0xffff_fffe;
+
+/// Fields of a document that are not kept in the ledger: the batch script
+/// (up to megabytes, and the research group's code, not accounting data) and
+/// the job's environment, should a Slurm version send it.
+const DROPPED: &[&str] = &["script", "environment", "env"];
+
+/// The document as it is stored with the job's record: everything Slurm
+/// sent except the [`DROPPED`] fields, as one line of JSON. Reading it again
+/// gives the same job.
+pub fn stored_document(doc: &Map<String, Value>) -> String {
+    let mut kept = doc.clone();
+    for k in DROPPED {
+        kept.remove(*k);
+    }
+    Value::Object(kept).to_string()
+}
+
+fn text<'a>(doc: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    doc.get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// A whole number that Slurm writes as a JSON number (or, defensively, text).
+fn whole(doc: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
+    match doc.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("`{key}` {n} is not a whole number ≥ 0")),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+        Some(Value::String(s)) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("`{key}` {s:?} is not a whole number ≥ 0")),
+        Some(v) => Err(format!("`{key}` {v} is not a whole number")),
+    }
+}
+
+fn count(doc: &Map<String, Value>, key: &str) -> Result<Option<u32>, String> {
+    whole(doc, key)?
+        .map(|n| u32::try_from(n).map_err(|_| format!("`{key}` {n} is too large")))
+        .transpose()
+}
+
+fn stamp(doc: &Map<String, Value>, key: &str) -> Result<Option<Stamp>, String> {
+    let Some(v) = doc.get(key) else { return Ok(None) };
+    let s = match v {
+        Value::Null => return Ok(None),
+        Value::String(s) => s.trim(),
+        Value::Number(n) => {
+            return n
+                .as_i64()
+                .and_then(|secs| DateTime::from_timestamp(secs, 0))
+                .map(|t| Some(Stamp::At(t)))
+                .ok_or_else(|| format!("`{key}` {n} is out of range"));
+        }
+        other => return Err(format!("`{key}` {other} is not a time")),
+    };
+    if s.is_empty() || s == "Unknown" {
+        return Ok(None);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(Some(Stamp::At(t.with_timezone(&Utc))));
+    }
+    NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S")
+        .map(|t| Some(Stamp::Local(t)))
+        .map_err(|_| format!("`{key}` {s:?} is not a time (expected YYYY-MM-DDTHH:MM:SS)"))
+}
+
+/// Read one document (already parsed as JSON).
+pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<Item, String> {
+    let Some(jobid) = whole(doc, "jobid")? else {
+        return Err("missing `jobid`".into());
+    };
+    let array_task = whole(doc, "array_task_id")?.filter(|&t| t < NO_VAL);
+    let array_job = whole(doc, "array_job_id")?.filter(|&j| j != 0);
+    let het_job = whole(doc, "het_job_id")?.filter(|&j| j != 0 && j < NO_VAL);
+    let (job_id, array_index) = match (array_job, array_task) {
+        (Some(base), Some(task)) => (
+            base.to_string(),
+            Some(u32::try_from(task).map_err(|_| format!("`array_task_id` {task} is too large"))?),
+        ),
+        _ => match het_job {
+            Some(het) => (format!("{het}+{}", whole(doc, "het_job_offset")?.unwrap_or(0)), None),
+            None => (jobid.to_string(), None),
+        },
+    };
+    let state = text(doc, "state").unwrap_or("").to_owned();
+    let (start, end, submit) = (stamp(doc, "@start")?, stamp(doc, "@end")?, stamp(doc, "@submit")?);
+    let tres = text(doc, "tres_alloc");
+    let cpus = count(doc, "total_cpus")?;
+    let nodes_field = text(doc, "nodes");
+    if tres.is_none() && cpus.unwrap_or(0) == 0 && nodes_field.is_none_or(|n| n == "(null)") {
+        // Cancelled before it ran: Slurm reports start = end and no
+        // allocation (sacct shows Start "None").
+        return Ok(Item::Skip(Skip::NeverStarted));
+    }
+    let Some(start) = start else {
+        return Ok(Item::Skip(Skip::NeverStarted));
+    };
+    let Some(end) = end else {
+        return Ok(Item::Skip(Skip::NotEnded));
+    };
+    let total_nodes = count(doc, "total_nodes")?;
+    let (nodes, cores, memory, gpus) = match tres {
+        Some(t) => {
+            let a = parse_alloc_tres(t).map_err(|e| format!("tres_alloc: {e}"))?;
+            (a.nodes.or(total_nodes).unwrap_or(1), a.cores, a.memory, a.gpus)
+        }
+        None => match cpus {
+            Some(c) => (total_nodes.unwrap_or(1), c, None, 0),
+            None => return Err("the document has neither `tres_alloc` nor `total_cpus`".into()),
+        },
+    };
+    let owned = |key: &str| text(doc, key).map(str::to_owned);
+    Ok(Item::Job(Box::new(JobInput {
+        cluster: owned("cluster").or_else(|| options.cluster.clone()),
+        job_id,
+        array_index,
+        project: owned("account").or_else(|| options.default_project.clone()),
+        user: owned("username").unwrap_or_default(),
+        job_name: owned("job_name").unwrap_or_default(),
+        queue: owned("partition"),
+        node_type: None,
+        nodes,
+        cores,
+        memory,
+        gpus,
+        exclusive: false,
+        submit,
+        start,
+        end,
+        state,
+        exit_code: owned("exit_code"),
+    })))
+}
+
+/// Parse one document's text.
+pub fn parse_document(body: &str, options: &ReadOptions) -> Result<(Map<String, Value>, Item), String> {
+    let value: Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(doc) = value else {
+        return Err("not a JSON object".into());
+    };
+    let item = read_document(&doc, options)?;
+    Ok((doc, item))
+}
+
+/// One document per line.
+pub struct JobcompParser {
+    options: ReadOptions,
+}
+
+impl JobcompParser {
+    pub fn new(options: &ReadOptions) -> JobcompParser {
+        JobcompParser {
+            options: options.clone(),
+        }
+    }
+}
+
+impl Parser for JobcompParser {
+    fn parse(&mut self, line: &str) -> Option<Item> {
+        if line.trim().is_empty() {
+            return None;
+        }
+        Some(parse_document(line, &self.options).map_or_else(Item::Bad, |(_, item)| item))
+    }
+
+    fn options(&self) -> ReadOptions {
+        self.options.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::units::{Bytes, GIB, MIB};
+
+    fn job(body: &str) -> JobInput {
+        match parse_document(body, &ReadOptions::default()).unwrap().1 {
+            Item::Job(j) => *j,
+            other => panic!("not a job: {other:?}"),
+        }
+    }
+
+    fn local(s: &str) -> Stamp {
+        Stamp::Local(NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").unwrap())
+    }
+
+    #[test]
+    fn a_gpu_job_as_slurm_sent_it() {
+        let j = job(
+            r##"{"jobid":5,"@start":"2026-11-30T08:48:11","@end":"2026-11-30T08:48:13","@submit":"2026-11-30T08:48:00",
+            "partition":"gpu","nodes":"c02","total_cpus":2,"total_nodes":1,"state":"COMPLETED","exit_code":"0:0",
+            "cluster":"testclu","account":"pas1234","username":"bob","job_name":"gpu2",
+            "tres_alloc":"cpu=2,mem=2G,node=1,billing=22,gres/gpu=2,gres/gpu:v100=2","script":"#!/bin/sh\nsleep 2\n"}"##,
+        );
+        assert_eq!(j.job_id, "5");
+        assert_eq!(j.array_index, None);
+        assert_eq!((j.nodes, j.cores, j.gpus), (1, 2, 2));
+        assert_eq!(j.memory, Some(Bytes(2 * GIB)));
+        assert_eq!(j.cluster.as_deref(), Some("testclu"));
+        assert_eq!(j.project.as_deref(), Some("pas1234"));
+        assert_eq!(j.queue.as_deref(), Some("gpu"));
+        assert_eq!(j.start, local("2026-11-30T08:48:11"));
+        assert_eq!(j.end, local("2026-11-30T08:48:13"));
+        assert_eq!(j.submit, Some(local("2026-11-30T08:48:00")));
+        assert_eq!((j.user.as_str(), j.state.as_str()), ("bob", "COMPLETED"));
+    }
+
+    #[test]
+    fn an_array_task_is_named_as_sacct_names_it() {
+        let j = job(
+            r#"{"jobid":14,"array_job_id":6,"array_task_id":0,"@start":"2026-11-30T08:48:11","@end":"2026-11-30T08:48:13",
+            "total_cpus":1,"total_nodes":1,"nodes":"c01","tres_alloc":"cpu=1,mem=256M,node=1,billing=1","state":"COMPLETED"}"#,
+        );
+        assert_eq!((j.job_id.as_str(), j.array_index), ("6", Some(0)));
+        assert_eq!(j.memory, Some(Bytes(256 * MIB)));
+        // Not an array task: Slurm's NO_VAL in array_task_id.
+        let j = job(
+            r#"{"jobid":14,"array_job_id":0,"array_task_id":4294967294,"@start":"2026-11-30T08:48:11","@end":"2026-11-30T08:48:13",
+            "total_cpus":1,"total_nodes":1,"nodes":"c01","tres_alloc":"cpu=1,node=1","state":"COMPLETED"}"#,
+        );
+        assert_eq!((j.job_id.as_str(), j.array_index), ("14", None));
+        let j = job(
+            r#"{"jobid":31,"het_job_id":30,"het_job_offset":1,"@start":"2026-11-30T08:48:11","@end":"2026-11-30T08:48:13",
+            "total_cpus":1,"nodes":"c01","tres_alloc":"cpu=1,node=1","state":"COMPLETED"}"#,
+        );
+        assert_eq!(j.job_id, "30+1");
+    }
+
+    #[test]
+    fn a_job_cancelled_while_pending_is_skipped() {
+        let body = r#"{"jobid":9,"@start":"2026-11-30T08:48:00","@end":"2026-11-30T08:48:00","elapsed":0,
+            "nodes":"","total_cpus":0,"total_nodes":0,"state":"CANCELLED","tres_req":"cpu=1,mem=100M,node=1,billing=1"}"#;
+        let (_, item) = parse_document(body, &ReadOptions::default()).unwrap();
+        assert_eq!(item, Item::Skip(Skip::NeverStarted));
+    }
+
+    #[test]
+    fn times_with_an_offset_and_without_tres() {
+        let j = job(
+            r#"{"jobid":"77","@start":"2026-11-30T08:48:11-05:00","@end":"2026-11-30T10:48:11-05:00",
+            "total_cpus":4,"total_nodes":2,"nodes":"c[01-02]","state":"COMPLETED"}"#,
+        );
+        assert_eq!(j.start, Stamp::At("2026-11-30T13:48:11Z".parse().unwrap()));
+        assert_eq!((j.nodes, j.cores, j.memory), (2, 4, None));
+    }
+
+    #[test]
+    fn malformed_documents_say_what_is_wrong() {
+        let bad = |body: &str| parse_document(body, &ReadOptions::default()).unwrap_err();
+        assert!(bad("{").starts_with("not JSON"), "{}", bad("{"));
+        assert_eq!(bad("[1]"), "not a JSON object");
+        assert_eq!(bad(r#"{"state":"COMPLETED"}"#), "missing `jobid`");
+        assert_eq!(bad(r#"{"jobid":-3}"#), "`jobid` -3 is not a whole number ≥ 0");
+        let e = bad(r#"{"jobid":1,"@start":"yesterday","@end":"2026-11-30T08:48:13","total_cpus":1,"nodes":"c01"}"#);
+        assert_eq!(
+            e,
+            r#"`@start` "yesterday" is not a time (expected YYYY-MM-DDTHH:MM:SS)"#
+        );
+        let e = bad(
+            r#"{"jobid":1,"@start":"2026-11-30T08:48:11","@end":"2026-11-30T08:48:13","nodes":"c01","tres_alloc":"mem=1G"}"#,
+        );
+        assert!(e.starts_with("tres_alloc: "), "{e}");
+        let e = bad(r#"{"jobid":1,"array_job_id":1,"array_task_id":-1,"@start":"2026-11-30T08:48:11"}"#);
+        assert_eq!(e, "`array_task_id` -1 is not a whole number ≥ 0");
+    }
+
+    #[test]
+    fn the_stored_document_drops_the_script_and_reads_back_the_same() {
+        let body = r##"{"jobid":2,"@start":"2026-11-30T08:48:00","@end":"2026-11-30T08:48:03","total_cpus":2,"total_nodes":1,
+            "nodes":"c02","tres_alloc":"cpu=2,mem=500M,node=1","state":"COMPLETED","script":"#!/bin/sh\nsecret-code\n"}"##;
+        let (doc, item) = parse_document(body, &ReadOptions::default()).unwrap();
+        let stored = stored_document(&doc);
+        assert!(!stored.contains("secret-code"), "{stored}");
+        assert!(!stored.contains('\n'));
+        assert_eq!(parse_document(&stored, &ReadOptions::default()).unwrap().1, item);
+        let Item::Job(j) = item else { panic!() };
+        assert_eq!((j.cores, j.memory), (2, Some(Bytes(500 * MIB))));
+    }
+}

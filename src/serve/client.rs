@@ -1,0 +1,102 @@
+//! A minimal HTTP/1.1 client for `serve`'s own tests, the bench and the
+//! end-to-end checks: one request per connection, `Connection: close`, the
+//! reply read whole. Not a general client (no TLS, no chunked bodies, no
+//! redirects): `serve` never sends those.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A reply: status code and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+}
+
+/// Send one request and read the reply.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: &[u8],
+) -> io::Result<Reply> {
+    let stage = |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what} {addr}: {e}"));
+    let mut stream = TcpStream::connect(addr).await.map_err(stage("connecting to"))?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(a) = authorization {
+        head.push_str(&format!("Authorization: {a}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    stream.write_all(&request).await.map_err(stage("sending to"))?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .await
+        .map_err(stage("reading the reply from"))?;
+    parse_reply(&raw)
+}
+
+/// `POST path` with a JSON body.
+pub async fn post(addr: SocketAddr, path: &str, authorization: Option<&str>, body: &[u8]) -> io::Result<Reply> {
+    request(addr, "POST", path, authorization, body).await
+}
+
+/// `GET path`.
+pub async fn get(addr: SocketAddr, path: &str) -> io::Result<Reply> {
+    request(addr, "GET", path, None, b"").await
+}
+
+fn parse_reply(raw: &[u8]) -> io::Result<Reply> {
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers in the reply"))?;
+    let head = std::str::from_utf8(&raw[..split]).map_err(|_| bad("reply headers are not UTF-8"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status in the reply"))?;
+    Ok(Reply {
+        status,
+        body: String::from_utf8_lossy(&raw[split + 4..]).into_owned(),
+    })
+}
+
+/// The `Authorization` header value for HTTP Basic.
+pub fn basic(user_password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(user_password)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_read_whole() {
+        let r = parse_reply(b"HTTP/1.1 201 Created\r\ncontent-length: 3\r\n\r\n{}\n").unwrap();
+        assert_eq!(
+            r,
+            Reply {
+                status: 201,
+                body: "{}\n".into()
+            }
+        );
+        assert!(parse_reply(b"HTTP/1.1 200 OK\r\n").is_err());
+        assert_eq!(basic("slurm:s3cret"), "Basic c2x1cm06czNjcmV0");
+    }
+}

@@ -1,0 +1,562 @@
+//! `hpc-ledger serve`: finished jobs pushed over HTTP, recorded the moment
+//! they end. Slurm's `jobcomp/elasticsearch` plugin POSTs one JSON document
+//! per finished job to `JobCompLoc` and retries until it gets 200 or 201, so
+//! every reply is decided by what happened to the job, never by the sender
+//! being impatient:
+//!
+//! | what the document is | reply |
+//! |---|---|
+//! | a new job, recorded (or superseding, with `--supersede`) | 201 |
+//! | an identical replay, or a revision that does not change the charge | 200 |
+//! | a job that never ran (cancelled while pending) | 200, skipped |
+//! | well-formed but not chargeable now (unknown project, no rate card, conflicting re-send) | 200, kept in `rejected_record` for `import --retry-rejected` |
+//! | malformed (not JSON, no job id, a bad time) | 400, also kept |
+//! | wrong or missing credentials | 401 |
+//! | the database is unreachable | 503: nothing recorded, Slurm retries |
+//!
+//! Requests are handed to one batcher task that owns the [`Recorder`]: while
+//! one transaction commits, the requests arriving meanwhile queue up and go
+//! into the next one together (group commit), so load makes transactions
+//! bigger, not more numerous. A request is answered only after its
+//! transaction committed. On shutdown the listener stops accepting, requests
+//! in flight are finished and answered, then the batcher drains and exits.
+
+pub mod client;
+mod metrics;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::domain::posting::Defaults;
+use crate::ingest::{Item, Parser, ReadOptions, jobcomp, jsonl::JsonlParser};
+use crate::service::record::{Outcome, Recorder, Source, Submission};
+pub use metrics::Metrics;
+
+/// The largest request body: Slurm includes the whole batch script, which
+/// Slurm itself caps at 4 MB by default (`max_script_size`).
+pub const MAX_BODY: usize = 16 << 20;
+
+/// Requests waiting for the batcher, at most.
+const QUEUE: usize = 4096;
+
+/// Who may post: HTTP Basic (Slurm sends it when `JobCompLoc` is
+/// `http://user:password@host/…`) and/or a bearer token. Holds only the
+/// expected header values, never printed.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    accepted: Vec<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({} accepted, not shown)", self.accepted.len())
+    }
+}
+
+/// Environment variables that hold the credentials (each also as `…_FILE`).
+pub const BASIC_ENV: &str = "HPC_LEDGER_SERVE_BASIC";
+pub const TOKEN_ENV: &str = "HPC_LEDGER_SERVE_TOKEN";
+
+impl Credentials {
+    /// No credentials: anyone who can connect may post.
+    pub fn none() -> Credentials {
+        Credentials::default()
+    }
+
+    /// Accept HTTP Basic with `user:password`.
+    pub fn with_basic(mut self, user_password: &str) -> Result<Credentials, String> {
+        if !user_password.contains(':') {
+            return Err(format!("{BASIC_ENV} must be user:password"));
+        }
+        let encoded = base64::engine::general_purpose::STANDARD.encode(user_password);
+        self.accepted.push(format!("Basic {encoded}"));
+        Ok(self)
+    }
+
+    /// Accept `Authorization: Bearer <token>`.
+    pub fn with_token(mut self, token: &str) -> Result<Credentials, String> {
+        if token.is_empty() || token.chars().any(char::is_whitespace) {
+            return Err(format!("{TOKEN_ENV} must be one word"));
+        }
+        self.accepted.push(format!("Bearer {token}"));
+        Ok(self)
+    }
+
+    /// Read `HPC_LEDGER_SERVE_BASIC` / `HPC_LEDGER_SERVE_TOKEN`, or the
+    /// files named by `…_FILE`.
+    pub fn from_env() -> Result<Credentials, String> {
+        fn read(name: &str) -> Result<Option<String>, String> {
+            let file_var = format!("{name}_FILE");
+            match (std::env::var(name).ok(), std::env::var_os(&file_var)) {
+                (Some(_), Some(_)) => Err(format!("set {name} or {file_var}, not both")),
+                (Some(v), None) => Ok(Some(v.trim().to_owned())),
+                (None, Some(path)) => std::fs::read_to_string(&path)
+                    .map(|v| Some(v.trim().to_owned()))
+                    .map_err(|e| format!("reading {file_var} ({}): {e}", std::path::Path::new(&path).display())),
+                (None, None) => Ok(None),
+            }
+        }
+        let mut c = Credentials::none();
+        if let Some(b) = read(BASIC_ENV)? {
+            c = c.with_basic(&b)?;
+        }
+        if let Some(t) = read(TOKEN_ENV)? {
+            c = c.with_token(&t)?;
+        }
+        Ok(c)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.accepted.is_empty()
+    }
+
+    fn allows(&self, headers: &HeaderMap) -> bool {
+        if self.accepted.is_empty() {
+            return true;
+        }
+        let Some(given) = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes) else {
+            return false;
+        };
+        // Compare every accepted value in full, whatever matches first.
+        self.accepted
+            .iter()
+            .fold(false, |ok, want| ok | constant_time_eq(want.as_bytes(), given))
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// How the server records.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub credentials: Credentials,
+    /// Jobs per transaction, at most.
+    pub max_batch: usize,
+    /// Re-sent records that change the charge replace it (SPEC D9).
+    pub supersede: bool,
+    /// Who records.
+    pub author: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("serving HTTP: {0}")]
+    Http(#[from] std::io::Error),
+    #[error("the recording task failed: {0}")]
+    Batcher(String),
+}
+
+/// One unit of work for the batcher.
+enum Work {
+    Job(Box<Submission>),
+    Malformed(Source, String),
+}
+
+struct Pending {
+    work: Work,
+    reply: oneshot::Sender<Result<Option<Outcome>, String>>,
+}
+
+struct App {
+    credentials: Credentials,
+    queue: mpsc::Sender<Pending>,
+    metrics: Arc<Metrics>,
+    pool: PgPool,
+}
+
+/// Serve on `listener` until `shutdown` completes; then finish every request
+/// in flight and return. `metrics` is shared so a caller can read it.
+pub async fn serve(
+    pool: PgPool,
+    listener: TcpListener,
+    options: Options,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let (queue, rx) = mpsc::channel(QUEUE);
+    let mut recorder = Recorder::new(
+        pool.clone(),
+        Defaults::default(),
+        options.supersede,
+        options.author.clone(),
+    );
+    recorder.batch_size = options.max_batch.max(1);
+    let batcher = tokio::spawn(batcher(recorder, rx, options.max_batch.max(1), metrics.clone()));
+    let app = Arc::new(App {
+        credentials: options.credentials,
+        queue,
+        metrics,
+        pool,
+    });
+    let router = Router::new()
+        // Slurm 22.05 and later post to JobCompLoc as given; the conventional
+        // location (and Slurm's own default path) is /slurm/_doc.
+        .route("/slurm/_doc", post(jobcomp_doc))
+        .route("/slurm/jobcomp", post(jobcomp_doc))
+        .route("/jobs", post(json_jobs))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics_text))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app);
+    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown).await;
+    // Every handler has returned, so every sender is gone: the batcher
+    // finishes what it holds and stops.
+    let drained = batcher.await;
+    served?;
+    drained.map_err(|e| ServeError::Batcher(e.to_string()))
+}
+
+async fn batcher(mut recorder: Recorder, mut rx: mpsc::Receiver<Pending>, max: usize, metrics: Arc<Metrics>) {
+    while let Some(first) = rx.recv().await {
+        let mut pending = vec![first];
+        while pending.len() < max {
+            match rx.try_recv() {
+                Ok(p) => pending.push(p),
+                Err(_) => break,
+            }
+        }
+        metrics.batch(pending.len());
+        let mut jobs = Vec::new();
+        let mut malformed = Vec::new();
+        // Replies in order, each marked with whether a job outcome is its.
+        let mut replies = Vec::with_capacity(pending.len());
+        for p in pending {
+            match p.work {
+                Work::Job(s) => {
+                    jobs.push(*s);
+                    replies.push((true, p.reply));
+                }
+                Work::Malformed(source, reason) => {
+                    malformed.push((source, reason));
+                    replies.push((false, p.reply));
+                }
+            }
+        }
+        match recorder.record(&jobs, &malformed).await {
+            Ok(outcomes) => {
+                let mut outcomes = outcomes.into_iter();
+                for (is_job, reply) in replies {
+                    let outcome = if is_job { outcomes.next() } else { None };
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Err(e) => {
+                tracing::error!("recording a batch of {} failed: {e}", replies.len());
+                let msg = e.to_string();
+                for (_, reply) in replies {
+                    let _ = reply.send(Err(msg.clone()));
+                }
+            }
+        }
+    }
+}
+
+impl App {
+    async fn submit(&self, work: Work) -> Result<Option<Outcome>, String> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Pending { work, reply })
+            .await
+            .map_err(|_| "the server is shutting down".to_owned())?;
+        answer.await.map_err(|_| "the server is shutting down".to_owned())?
+    }
+}
+
+fn reply(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+        .into_response()
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Basic realm=\"hpc-ledger\"")],
+        "credentials required\n",
+    )
+        .into_response()
+}
+
+fn unavailable(reason: &str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "10"), (header::CONTENT_TYPE, "application/json")],
+        format!("{}\n", json!({"error": reason})),
+    )
+        .into_response()
+}
+
+/// The status and body for what happened to a job.
+fn outcome_reply(outcome: &Outcome) -> (StatusCode, Value) {
+    let status = match outcome {
+        Outcome::Recorded { .. } | Outcome::Superseded { .. } => StatusCode::CREATED,
+        _ => StatusCode::OK,
+    };
+    (status, serde_json::to_value(outcome).unwrap_or(Value::Null))
+}
+
+async fn jobcomp_doc(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+    let response = jobcomp_inner(&app, &headers, &body).await;
+    app.metrics.request(response.status().as_u16(), started.elapsed());
+    response
+}
+
+async fn jobcomp_inner(app: &App, headers: &HeaderMap, body: &[u8]) -> Response {
+    if !app.credentials.allows(headers) {
+        return unauthorized();
+    }
+    let options = ReadOptions::default();
+    let text = String::from_utf8_lossy(body);
+    let source = |raw: String| Source {
+        format: "jobcomp",
+        reference: "serve /slurm/_doc".into(),
+        raw,
+        options: options.clone(),
+    };
+    let (doc, item) = match jobcomp::parse_document(&text, &options) {
+        Ok(parsed) => parsed,
+        Err(reason) => return malformed(app, source(text.into_owned()), reason).await,
+    };
+    match item {
+        Item::Job(job) => {
+            let submission = Submission {
+                input: *job,
+                source: source(jobcomp::stored_document(&doc)),
+            };
+            job_reply(app, submission).await
+        }
+        Item::Skip(s) => {
+            app.metrics.outcome("skipped");
+            reply(StatusCode::OK, json!({"outcome": "skipped", "reason": s.to_string()}))
+        }
+        Item::Bad(reason) => malformed(app, source(jobcomp::stored_document(&doc)), reason).await,
+    }
+}
+
+/// Keep a malformed document (so it is seen in `rejected`), then refuse it.
+async fn malformed(app: &App, source: Source, reason: String) -> Response {
+    tracing::warn!("malformed document from a sender: {reason}");
+    app.metrics.outcome("malformed");
+    if let Err(e) = app.submit(Work::Malformed(source, reason.clone())).await {
+        return unavailable(&e);
+    }
+    reply(StatusCode::BAD_REQUEST, json!({"error": reason}))
+}
+
+async fn job_reply(app: &App, submission: Submission) -> Response {
+    match app.submit(Work::Job(Box::new(submission))).await {
+        Ok(Some(outcome)) => {
+            app.metrics.outcome(outcome_name(&outcome));
+            if let Outcome::Rejected { job, reason, .. } = &outcome {
+                tracing::warn!("kept, not charged: {}: {reason}", job.as_deref().unwrap_or("?"));
+            }
+            let (status, body) = outcome_reply(&outcome);
+            reply(status, body)
+        }
+        Ok(None) => unavailable("no outcome"),
+        Err(e) => unavailable(&e),
+    }
+}
+
+fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Recorded { .. } => "recorded",
+        Outcome::Replayed { .. } => "replayed",
+        Outcome::Revised { .. } => "revised",
+        Outcome::Superseded { .. } => "superseded",
+        Outcome::Rejected { .. } => "rejected",
+    }
+}
+
+/// The project's own JSON job format (docs/recording.md): one object, or an
+/// array of them. Every element is checked first; if any is malformed the
+/// request is refused whole (400, naming each) and nothing is recorded.
+async fn json_jobs(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+    let response = json_jobs_inner(&app, &headers, &body).await;
+    app.metrics.request(response.status().as_u16(), started.elapsed());
+    response
+}
+
+async fn json_jobs_inner(app: &App, headers: &HeaderMap, body: &[u8]) -> Response {
+    if !app.credentials.allows(headers) {
+        return unauthorized();
+    }
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
+    };
+    let (elements, single) = match value {
+        Value::Array(a) => (a, false),
+        v @ Value::Object(_) => (vec![v], true),
+        _ => {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "expected a job object or an array of job objects"}),
+            );
+        }
+    };
+    let mut parser = JsonlParser::new(&ReadOptions::default());
+    let mut items = Vec::with_capacity(elements.len());
+    let mut errors = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        let raw = element.to_string();
+        match parser.parse(&raw) {
+            Some(Item::Bad(reason)) => errors.push(json!({"index": index, "error": reason})),
+            None => errors.push(json!({"index": index, "error": "empty"})),
+            Some(item) => items.push((raw, item)),
+        }
+    }
+    if !errors.is_empty() {
+        app.metrics.outcome("malformed");
+        return reply(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "malformed jobs; nothing was recorded", "jobs": errors}),
+        );
+    }
+    let mut waiting = Vec::new();
+    let mut results = vec![Value::Null; items.len()];
+    for (index, (raw, item)) in items.into_iter().enumerate() {
+        match item {
+            Item::Job(job) => {
+                let (reply_tx, answer) = oneshot::channel();
+                let pending = Pending {
+                    work: Work::Job(Box::new(Submission {
+                        input: *job,
+                        source: Source {
+                            format: "json",
+                            reference: format!("serve /jobs #{index}"),
+                            raw,
+                            options: ReadOptions::default(),
+                        },
+                    })),
+                    reply: reply_tx,
+                };
+                if app.queue.send(pending).await.is_err() {
+                    return unavailable("the server is shutting down");
+                }
+                waiting.push((index, answer));
+            }
+            Item::Skip(s) => {
+                app.metrics.outcome("skipped");
+                results[index] = json!({"outcome": "skipped", "reason": s.to_string()});
+            }
+            Item::Bad(_) => unreachable!("checked above"),
+        }
+    }
+    let mut status = StatusCode::OK;
+    for (index, answer) in waiting {
+        match answer.await {
+            Ok(Ok(Some(outcome))) => {
+                app.metrics.outcome(outcome_name(&outcome));
+                let (s, body) = outcome_reply(&outcome);
+                if s == StatusCode::CREATED {
+                    status = s;
+                }
+                results[index] = body;
+            }
+            Ok(Err(e)) => return unavailable(&e),
+            _ => return unavailable("the server is shutting down"),
+        }
+    }
+    if single {
+        let only = results.pop().unwrap_or(Value::Null);
+        return reply(status, only);
+    }
+    reply(status, json!({ "results": results }))
+}
+
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    match sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&app.pool).await {
+        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
+        Err(e) => {
+            let e = crate::db::redact(&e.to_string());
+            (StatusCode::SERVICE_UNAVAILABLE, format!("database unreachable: {e}\n")).into_response()
+        }
+    }
+}
+
+async fn metrics_text(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+/// A listener on `addr` with a deep accept queue: a burst of posts (Slurm
+/// catching up after an outage, many controllers at once) waits in the
+/// kernel instead of being reset. The standard library's 128 is too shallow.
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
+/// Whether serving on `addr` without credentials is allowed: only on
+/// loopback, where only this machine's users can connect.
+pub fn open_allowed(addr: &SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_accept_exactly_what_was_configured() {
+        let c = Credentials::none()
+            .with_basic("slurm:s3cret")
+            .unwrap()
+            .with_token("tok123")
+            .unwrap();
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            h
+        };
+        // base64("slurm:s3cret")
+        assert!(c.allows(&with("Basic c2x1cm06czNjcmV0")));
+        assert!(c.allows(&with("Bearer tok123")));
+        assert!(!c.allows(&with("Basic c2x1cm06czNjcmV1")));
+        assert!(!c.allows(&with("Bearer tok1234")));
+        assert!(!c.allows(&HeaderMap::new()));
+        assert!(Credentials::none().allows(&HeaderMap::new()));
+        assert!(Credentials::none().with_basic("nocolon").is_err());
+        assert!(Credentials::none().with_token("two words").is_err());
+        assert!(!format!("{c:?}").contains("tok123"));
+    }
+
+    #[test]
+    fn only_loopback_may_serve_without_credentials() {
+        assert!(open_allowed(&"127.0.0.1:8080".parse().unwrap()));
+        assert!(open_allowed(&"[::1]:8080".parse().unwrap()));
+        assert!(!open_allowed(&"0.0.0.0:8080".parse().unwrap()));
+        assert!(!open_allowed(&"10.1.2.3:8080".parse().unwrap()));
+    }
+}

@@ -1,0 +1,507 @@
+//! `serve`: Slurm's real jobcomp bodies posted over HTTP charge exactly what
+//! importing sacct's output charges; replays, revisions, conflicts, bad
+//! input and credentials get the replies Slurm needs; concurrent posts are
+//! committed together; a stop loses no accepted job.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hpc_ledger::domain::posting::{Defaults, RejectKind};
+use hpc_ledger::ingest::Format;
+use hpc_ledger::serve::client::{self, Reply};
+use hpc_ledger::serve::{Credentials, Metrics, Options, ServeError, serve};
+use hpc_ledger::service::import::{Summary, retry_rejected};
+use hpc_ledger::service::record::Recorder;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::fixtures::{fixture_db, stripped};
+use crate::harness::import_file;
+
+const USER_PASSWORD: &str = "slurm:jobc0mp-s3cret";
+
+struct Running {
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    stop: oneshot::Sender<()>,
+    done: JoinHandle<Result<(), ServeError>>,
+}
+
+async fn start(pool: &PgPool, credentials: Credentials) -> Running {
+    let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let options = Options {
+        credentials,
+        max_batch: 500,
+        supersede: false,
+        author: "serve-test".into(),
+    };
+    let done = tokio::spawn(serve(pool.clone(), listener, options, metrics.clone(), async {
+        let _ = stopped.await;
+    }));
+    Running {
+        addr,
+        metrics,
+        stop,
+        done,
+    }
+}
+
+impl Running {
+    async fn post(&self, path: &str, body: &str) -> Reply {
+        client::post(self.addr, path, Some(&client::basic(USER_PASSWORD)), body.as_bytes())
+            .await
+            .unwrap()
+    }
+
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.done.await.unwrap().unwrap();
+    }
+}
+
+fn basic_only() -> Credentials {
+    Credentials::none().with_basic(USER_PASSWORD).unwrap()
+}
+
+/// The real bodies, one per line, `#` header stripped.
+fn jobcomp_bodies() -> Vec<String> {
+    let text = std::fs::read_to_string(stripped("slurm_2205_lab_jobcomp.jsonl")).unwrap();
+    text.lines().map(str::to_owned).collect()
+}
+
+fn body(reply: &Reply) -> Value {
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {}", reply.body))
+}
+
+/// Every job's charges: `cluster/job[_index]` -> [(metric, quantity, amount)].
+async fn ledger(pool: &PgPool) -> BTreeMap<String, Vec<(String, String, String)>> {
+    let rows: Vec<(String, String, Option<i32>, String, String, String)> = sqlx::query_as(
+        "SELECT c.name, j.scheduler_job_id, j.array_index, e.metric::text, e.quantity::text, e.amount::text
+           FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+           JOIN job j ON j.id = r.job_id JOIN cluster c ON c.id = j.cluster_id
+          ORDER BY 1, 2, 3, 4",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let mut out: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    for (cluster, job, index, metric, quantity, amount) in rows {
+        let key = match index {
+            Some(i) => format!("{cluster}/{job}_{i}"),
+            None => format!("{cluster}/{job}"),
+        };
+        out.entry(key).or_default().push((metric, quantity, amount));
+    }
+    out
+}
+
+async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+#[tokio::test]
+async fn slurms_real_pushes_charge_what_importing_sacct_charges() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, basic_only()).await;
+    let bodies = jobcomp_bodies();
+    assert_eq!(bodies.len(), 17);
+
+    // All at once, as a busy controller would.
+    let mut posts = Vec::new();
+    for b in bodies.clone() {
+        let addr = server.addr;
+        posts.push(tokio::spawn(async move {
+            client::post(addr, "/slurm/_doc", Some(&client::basic(USER_PASSWORD)), b.as_bytes())
+                .await
+                .unwrap()
+        }));
+    }
+    let mut statuses: BTreeMap<u16, u32> = BTreeMap::new();
+    let mut skipped = 0;
+    for p in posts {
+        let r = p.await.unwrap();
+        *statuses.entry(r.status).or_default() += 1;
+        if body(&r)["outcome"] == "skipped" {
+            skipped += 1;
+        }
+    }
+    // 15 jobs ran; 9 and 12 were cancelled before they ran.
+    assert_eq!(statuses, BTreeMap::from([(200, 2), (201, 15)]));
+    assert_eq!(skipped, 2);
+
+    // Slurm re-sends: replays, answered 200, charge nothing more.
+    let entries = count(&db.pool, "SELECT count(*) FROM ledger_entry").await;
+    for b in &bodies {
+        let r = server.post("/slurm/_doc", b).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(
+            ["replayed", "skipped"].contains(&body(&r)["outcome"].as_str().unwrap()),
+            "{}",
+            r.body
+        );
+    }
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM ledger_entry").await, entries);
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 15);
+
+    // The other path: sacct's output of the same run, into a second ledger.
+    let other = fixture_db().await;
+    let s = import_file(
+        &other.pool,
+        &stripped("slurm_2205_lab_sacct_header.txt"),
+        "sacct",
+        Format::Slurm,
+        None,
+    )
+    .await;
+    assert_eq!(s.recorded, 16, "{s:#?}");
+    let pushed = ledger(&db.pool).await;
+    let imported = ledger(&other.pool).await;
+    // Jobs 1-13 and the array 6_0..6_2 are in both; 16-18 only in sacct's
+    // window, 19-20 only in the pushes.
+    let common: Vec<&String> = pushed.keys().filter(|k| imported.contains_key(*k)).collect();
+    assert_eq!(common.len(), 13, "{:?}", pushed.keys());
+    for k in &common {
+        assert_eq!(pushed[*k], imported[*k], "{k}: pushed vs imported");
+    }
+    // Worked by hand: multinode job 11 held 2 nodes of 4 cores for 3 s:
+    // 8 × 3 / 3600 core-hours; hugemem job 3: 8 GB over 2 CPUs is under
+    // 16 GB a core, so 2 cores for 4 s.
+    assert_eq!(
+        pushed["testclu/11"],
+        vec![("core_hours".into(), "0.006666666667".into(), "0.00".into())]
+    );
+    assert_eq!(
+        pushed["testclu/3"],
+        vec![("core_hours".into(), "0.002222222222".into(), "0.00".into())]
+    );
+    assert!(pushed.contains_key("testclu/6_2") && pushed.contains_key("testclu/20"));
+
+    // And importing sacct into the pushed ledger records nothing new.
+    let again = import_file(
+        &db.pool,
+        &stripped("slurm_2205_lab_sacct_header.txt"),
+        "sacct",
+        Format::Slurm,
+        None,
+    )
+    .await;
+    assert_eq!(again.recorded, 3, "only 16-18, which Slurm did not push: {again:#?}");
+    assert_eq!(again.replayed + again.revised, 13, "{again:#?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn re_sent_changes_bad_documents_and_credentials_get_the_right_reply() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, basic_only()).await;
+    let job20 = jobcomp_bodies().pop().unwrap();
+    let mut doc: serde_json::Map<String, Value> = serde_json::from_str(&job20).unwrap();
+    assert_eq!(doc["jobid"], 20);
+
+    let r = server.post("/slurm/_doc", &job20).await;
+    assert_eq!(
+        (r.status, body(&r)["outcome"].as_str()),
+        (201, Some("recorded")),
+        "{}",
+        r.body
+    );
+    // The batch script is not kept with the record.
+    let raw: String = sqlx::query_scalar("SELECT raw FROM job_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!raw.contains("script") && raw.contains("restartprobe"), "{raw}");
+
+    // After a controller restart Slurm re-sends job 20 with another exit
+    // code: a revision, no new charge.
+    doc.insert("exit_code".into(), json!("0:15"));
+    let r = server
+        .post("/slurm/_doc", &Value::Object(doc.clone()).to_string())
+        .await;
+    assert_eq!(
+        (r.status, body(&r)["outcome"].as_str()),
+        (200, Some("revised")),
+        "{}",
+        r.body
+    );
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM ledger_entry").await, 1);
+
+    // A re-send that changes the charge is kept as a conflict, answered 200
+    // (else Slurm retries it forever), and charges nothing.
+    doc.insert("tres_alloc".into(), json!("cpu=2,mem=50M,node=1,billing=2"));
+    let r = server
+        .post("/slurm/_doc", &Value::Object(doc.clone()).to_string())
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(body(&r)["outcome"], "rejected");
+    assert_eq!(body(&r)["kind"], "conflict", "{}", r.body);
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM ledger_entry").await, 1);
+
+    // Well-formed but not chargeable now: kept, 200.
+    doc.insert("jobid".into(), json!(21));
+    doc.insert("account".into(), json!("nosuchproject"));
+    let r = server
+        .post("/slurm/_doc", &Value::Object(doc.clone()).to_string())
+        .await;
+    assert_eq!(
+        (r.status, body(&r)["kind"].as_str()),
+        (200, Some("unknown_project")),
+        "{}",
+        r.body
+    );
+
+    // Malformed: 400 with the reason, and kept too.
+    let r = server.post("/slurm/_doc", r#"{"jobid":22,"@start":"noon"}"#).await;
+    assert_eq!(r.status, 400);
+    assert!(
+        body(&r)["error"]
+            .as_str()
+            .unwrap()
+            .contains("`@start` \"noon\" is not a time"),
+        "{}",
+        r.body
+    );
+    let r = server.post("/slurm/_doc", "this is not json").await;
+    assert_eq!(r.status, 400);
+
+    let kinds: Vec<(String, String)> =
+        sqlx::query_as("SELECT kind::text, source_format FROM rejected_record ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let kinds: Vec<(&str, &str)> = kinds.iter().map(|(k, f)| (k.as_str(), f.as_str())).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("conflict", "jobcomp"),
+            ("unknown_project", "jobcomp"),
+            ("malformed", "jobcomp"),
+            ("malformed", "jobcomp")
+        ]
+    );
+    // Kept records are read again as jobcomp documents: still the same reasons.
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut s = Summary::default();
+    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    assert_eq!(
+        (
+            s.rejected[&RejectKind::Conflict],
+            s.rejected[&RejectKind::UnknownProject],
+            s.rejected[&RejectKind::Malformed]
+        ),
+        (1, 1, 2),
+        "{s:#?}"
+    );
+
+    // Credentials: none, or wrong, is 401 and records nothing.
+    let anon = client::post(server.addr, "/slurm/_doc", None, job20.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(anon.status, 401);
+    let wrong = client::post(
+        server.addr,
+        "/slurm/_doc",
+        Some(&client::basic("slurm:guess")),
+        job20.as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(wrong.status, 401);
+
+    // Health and metrics need no credentials.
+    let h = client::get(server.addr, "/healthz").await.unwrap();
+    assert_eq!((h.status, h.body.as_str()), (200, "ok\n"));
+    let m = client::get(server.addr, "/metrics").await.unwrap();
+    for line in [
+        "hpc_ledger_serve_jobs_total{outcome=\"recorded\"} 1\n",
+        "hpc_ledger_serve_jobs_total{outcome=\"revised\"} 1\n",
+        "hpc_ledger_serve_jobs_total{outcome=\"rejected\"} 2\n",
+        "hpc_ledger_serve_jobs_total{outcome=\"malformed\"} 2\n",
+        "hpc_ledger_serve_requests_total{status=\"401\"} 2\n",
+    ] {
+        assert!(m.body.contains(line), "{line} in\n{}", m.body);
+    }
+    server.stop().await;
+}
+
+fn json_job(id: u32, project: &str) -> Value {
+    json!({"cluster": "testclu", "job_id": id.to_string(), "project": project, "user": "alice",
+           "queue": "regular", "nodes": 1, "cores": 2,
+           "start": "2026-11-02T10:00:00Z", "end": "2026-11-02T12:00:00Z", "state": "COMPLETED"})
+}
+
+#[tokio::test]
+async fn the_projects_own_json_one_job_or_many_all_or_nothing_when_malformed() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, Credentials::none().with_token("t0ken").unwrap()).await;
+    let bearer = Some("Bearer t0ken");
+    let post = |b: Value| {
+        let addr = server.addr;
+        async move {
+            client::post(addr, "/jobs", bearer, b.to_string().as_bytes())
+                .await
+                .unwrap()
+        }
+    };
+    let r = post(json_job(1, "pas1234")).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    // 2 cores × 2 h × 0.01.
+    assert_eq!(body(&r)["amount"], "0.04");
+
+    // One malformed element refuses the whole request.
+    let mut bad = json_job(3, "pas1234");
+    bad.as_object_mut().unwrap().remove("cores");
+    let r = post(json!([json_job(2, "pas1234"), bad])).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        body(&r)["jobs"],
+        json!([{"index": 1, "error": "missing field `cores`"}])
+    );
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 1);
+
+    let r = post(json!([
+        json_job(2, "pas1234"),
+        json_job(1, "pas1234"),
+        json_job(3, "nosuch")
+    ]))
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let results = body(&r);
+    let outcomes: Vec<&str> = results["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["recorded", "replayed", "rejected"]);
+    assert_eq!(
+        client::post(server.addr, "/jobs", None, b"{}").await.unwrap().status,
+        401
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_posts_share_transactions_and_a_stop_loses_no_accepted_job() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, Credentials::none()).await;
+    let n = 300u32;
+    let mut posts = Vec::new();
+    for id in 0..n {
+        let addr = server.addr;
+        posts.push(tokio::spawn(async move {
+            client::post(
+                addr,
+                "/jobs",
+                None,
+                json_job(1000 + id, "pas1234").to_string().as_bytes(),
+            )
+            .await
+        }));
+    }
+    let mut created = 0;
+    for p in posts {
+        let r = p.await.unwrap().unwrap();
+        assert_eq!(r.status, 201, "{}", r.body);
+        created += 1;
+    }
+    assert_eq!(created, n);
+    let (transactions, carried) = server.metrics.batches();
+    assert_eq!(carried, u64::from(n));
+    assert!(
+        transactions < u64::from(n),
+        "{n} concurrent posts took {transactions} transactions"
+    );
+
+    // Stop while another burst is in flight: every job answered 201 is in
+    // the ledger; the others were never accepted (Slurm sends them again).
+    let mut posts = Vec::new();
+    for id in 0..n {
+        let addr = server.addr;
+        posts.push(tokio::spawn(async move {
+            client::post(
+                addr,
+                "/jobs",
+                None,
+                json_job(5000 + id, "pas1234").to_string().as_bytes(),
+            )
+            .await
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let Running { stop, done, .. } = server;
+    stop.send(()).unwrap();
+    let mut accepted = 0i64;
+    for p in posts {
+        match p.await.unwrap() {
+            Ok(r) if r.status == 201 => accepted += 1,
+            Ok(r) => panic!("unexpected reply {} {}", r.status, r.body),
+            Err(_) => {} // refused: the listener had closed
+        }
+    }
+    done.await.unwrap().unwrap();
+    let recorded = count(&db.pool, "SELECT count(*) FROM job WHERE scheduler_job_id::int >= 5000").await;
+    assert_eq!(recorded, accepted, "every accepted job, and only those, is recorded");
+    assert!(
+        accepted > 0,
+        "the stop came before any post was accepted; nothing was tested"
+    );
+}
+
+#[tokio::test]
+async fn the_command_serves_until_sigterm_and_refuses_open_non_loopback() {
+    use std::io::{BufRead, BufReader};
+    let db = fixture_db().await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hpc-ledger"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", &db.url)
+        .env("HPC_LEDGER_LOG", "info")
+        .env("HPC_LEDGER_SERVE_BASIC", USER_PASSWORD)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr: SocketAddr = loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "serve exited before listening"
+        );
+        if let Some(rest) = line.split("serving on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    assert!(!line.contains("jobc0mp-s3cret"));
+    let job = jobcomp_bodies().remove(1);
+    let r = client::post(addr, "/slurm/_doc", Some(&client::basic(USER_PASSWORD)), job.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.body);
+    // SAFETY: signalling our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{rest}");
+    assert!(rest.contains("stopped: 1 recorded, 0 replayed"), "{rest}");
+    assert!(!rest.contains("jobc0mp-s3cret"), "{rest}");
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 1);
+
+    let o = crate::harness::cli_with_env(
+        &["serve", "--listen", "0.0.0.0:0"],
+        &[("DATABASE_URL", db.url.as_str())],
+        None,
+    );
+    assert!(!o.status.success());
+    let e = crate::harness::stderr(&o);
+    assert!(e.contains("refusing to listen on 0.0.0.0:0 without credentials"), "{e}");
+}

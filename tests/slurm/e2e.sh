@@ -1,0 +1,510 @@
+#!/usr/bin/env bash
+# tests/slurm/e2e.sh - hpc-ledger against a real Slurm, end to end.
+#
+# Brings up a one-machine Slurm 22.05 from Debian's packages (munge, slurmdbd on
+# MariaDB, slurmctld, two slurmd nodes c01/c02 with fake GPUs), points
+# jobcomp/elasticsearch at `hpc-ledger serve`, runs real jobs, and checks that
+# every job is charged once, as SPEC's rules say (computed independently by
+# check.py from sacct and tests/slurm/center.toml), that `sacct` imported into
+# a second ledger charges the same, that re-importing it into the first records
+# nothing new, and that restarting serve while Slurm posts loses nothing.
+# Tears everything down on exit. See tests/slurm/README.md.
+#
+#   sudo tests/slurm/e2e.sh        (from anywhere; root: it installs packages and starts daemons)
+#
+# Environment: HPC_LEDGER_BIN (default target/release/hpc-ledger, built if
+# missing), SLURM_E2E_DIR (default target/slurm-e2e), SLURM_E2E_BURST (jobs in
+# the restart burst, default 16), SLURM_E2E_KEEP=1 (keep the accounting
+# database and ledgers after the run; daemons are stopped anyway).
+# Exit: 0 passed or SKIPPED (packages cannot be installed), 1 failed.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+cd "$ROOT" || exit 1
+T0=$(date +%s)
+export TZ=UTC LC_ALL=C   # Slurm's local times are UTC for daemons and sacct alike (center.toml says UTC)
+unset DATABASE_URL HPC_LEDGER_DATABASE_URL_FILE
+
+CLUSTER=ledgere2e
+CONFIG=$HERE/center.toml
+BURST=${SLURM_E2E_BURST:-16}
+ACCT_DB=hl_e2e_slurm_acct
+ACCT_USER=hl_e2e
+PY=/usr/bin/python3
+SACCT_FORMAT=jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,reqtres,alloctres,timelimit,nodelist,jobname
+
+ts() { printf '[%4ds] %s\n' "$(($(date +%s) - T0))" "$*"; }
+FAILS=()
+fail() { FAILS+=("$*"); ts "MISMATCH: $*"; }
+die() { FAILS+=("$*"); ts "ERROR: $*"; exit 1; }
+skip() { echo "SKIPPED: $*"; exit 0; }
+alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+pidfile() { [ -s "$1" ] && cat "$1"; }
+waitfor() { # waitfor SECONDS DESCRIPTION CMD... (polls every 0.5 s)
+    local n=$1 what=$2 i
+    shift 2
+    for ((i = 0; i < n * 2; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+    die "timeout after ${n}s waiting for $what"
+}
+stop_pid() { # stop_pid PID NAME: TERM, then KILL after 30 s
+    local p=$1 i
+    alive "$p" || return 0
+    kill "$p" 2>/dev/null
+    for ((i = 0; i < 60; i++)); do alive "$p" || return 0; sleep 0.5; done
+    echo "$2 (pid $p) still alive after 30 s: KILL" >&2
+    kill -9 "$p" 2>/dev/null
+}
+
+# ------------------------------------------------------------------ needs
+[ "$(id -u)" = 0 ] || skip "needs root (installs Debian's Slurm packages and starts munge/Slurm daemons)"
+if ! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then
+    skip "not a Debian/Ubuntu machine (no apt-get)"
+fi
+
+PKGS="munge slurmctld slurmd slurm-client slurmdbd slurm-wlm-elasticsearch-plugin"
+[ -x "$PY" ] || PKGS="$PKGS python3"
+command -v curl >/dev/null || PKGS="$PKGS curl"
+command -v psql >/dev/null || PKGS="$PKGS postgresql-client"
+if ! mysqladmin ping >/dev/null 2>&1; then    # no MariaDB running: ours, started below
+    [ -x /usr/sbin/mariadbd ] || PKGS="$PKGS mariadb-server"
+    command -v mysql >/dev/null || PKGS="$PKGS mariadb-client"
+fi
+missing=()
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    ts "installing: ${missing[*]}"
+    apt_opts=(-o Acquire::Retries=0 -o Acquire::http::Timeout=20 -qq)
+    [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -1)" ] \
+        || apt-get "${apt_opts[@]}" update >/dev/null 2>&1
+    # No systemd here: a policy-rc.d that exits 101 (as in Debian containers) keeps
+    # postinst from starting services; without one, we stop what it started below.
+    if ! DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y --no-install-recommends "${missing[@]}" \
+        > /tmp/slurm-e2e-apt.log 2>&1; then
+        tail -n 5 /tmp/slurm-e2e-apt.log
+        skip "could not install ${missing[*]} (no network or no Debian package archive?)"
+    fi
+    ts "installed (slurm $(dpkg-query -W -f='${Version}' slurmctld))"
+fi
+"$PY" -c 'import tomllib' 2>/dev/null || die "$PY has no tomllib (needs Python >= 3.11)"
+
+# ------------------------------------------------------------------ hpc-ledger
+BIN=${HPC_LEDGER_BIN:-$ROOT/target/release/hpc-ledger}
+if [ ! -x "$BIN" ]; then
+    [ -z "${HPC_LEDGER_BIN:-}" ] || die "HPC_LEDGER_BIN=$BIN is not an executable"
+    ts "building $BIN (cargo build --release)"
+    cargo build --release --bin hpc-ledger >/dev/null || die "cargo build --release failed"
+fi
+"$BIN" serve --help >/dev/null 2>&1 || die "$BIN has no \`serve\` command"
+ledger() { HPC_LEDGER_HOME="$1" "$BIN" "${@:2}"; }
+
+# ------------------------------------------------------------------ where
+E2E=${SLURM_E2E_DIR:-$ROOT/target/slurm-e2e}
+mkdir -p "$E2E" && E2E=$(cd "$E2E" && pwd)
+# slurmctld and slurmdbd run as the user slurm: it must be able to reach the directory
+# (a checkout in a mode-700 home directory is not).
+if ! runuser -u slurm -- test -x "$E2E"; then
+    [ -n "${SLURM_E2E_DIR:-}" ] && die "the user slurm cannot reach SLURM_E2E_DIR=$E2E"
+    E2E=/srv/hpc-ledger-slurm-e2e
+    ts "the user slurm cannot reach $ROOT/target: using $E2E"
+    mkdir -p "$E2E"
+fi
+ETC=$E2E/etc VAR=$E2E/var OUT=$E2E/out JOBS=$E2E/jobs
+L1=$E2E/ledger-serve   # ledger fed by serve (HPC_LEDGER_HOME)
+L2=$E2E/ledger-import  # a second, fresh ledger fed by `import` of sacct's output
+export SLURM_CONF=$ETC/slurm.conf
+
+# ------------------------------------------------------------------ teardown
+SERVE_PID=""
+MUNGE_OURS="" MARIADB_OURS=""
+drop_acct_db() {
+    mysql -uroot -e "DROP DATABASE IF EXISTS $ACCT_DB; DROP USER IF EXISTS '$ACCT_USER'@'localhost';" 2>/dev/null || true
+}
+forget_ledger() { # stop a ledger's embedded PostgreSQL and delete it (also its files kept elsewhere)
+    [ -d "$1" ] || return 0
+    ledger "$1" db stop >/dev/null 2>&1 || true
+    if [ -f "$1/cluster-location" ]; then
+        local elsewhere
+        elsewhere=$(tail -n 1 "$1/cluster-location")
+        case $elsewhere in /var/lib/hpc-ledger/clusters/*) rm -rf "$elsewhere" ;; esac
+    fi
+    rm -rf "$1"
+}
+stop_slurm() {
+    local f
+    for f in "$VAR"/run/slurmd-*.pid; do [ -e "$f" ] && stop_pid "$(pidfile "$f")" "slurmd ${f##*/}"; done
+    stop_pid "$(pidfile "$VAR/run/slurmctld.pid")" slurmctld
+    stop_pid "$(pidfile "$VAR/run/slurmdbd.pid")" slurmdbd
+}
+teardown() {
+    local rc=$?
+    trap - EXIT INT TERM
+    set +e
+    stop_pid "$SERVE_PID" "hpc-ledger serve"
+    stop_slurm
+    [ -n "$MUNGE_OURS" ] && stop_pid "$MUNGE_OURS" munged
+    ledger "$L1" db stop >/dev/null 2>&1
+    ledger "$L2" db stop >/dev/null 2>&1
+    if [ "${SLURM_E2E_KEEP:-0}" != 1 ]; then
+        drop_acct_db
+        forget_ledger "$L1"
+        forget_ledger "$L2"
+    fi
+    [ -n "$MARIADB_OURS" ] && stop_pid "$MARIADB_OURS" mariadbd
+    local secs=$(($(date +%s) - T0))
+    echo
+    echo "== real Slurm end to end: summary"
+    printf '%s\n' "${SUMMARY[@]}"
+    echo "seconds taken:      $secs"
+    echo "state and logs:     $E2E (out/, var/log/)"
+    if [ ${#FAILS[@]} -gt 0 ] || [ "$rc" != 0 ]; then
+        echo "FAILED:"
+        printf '  - %s\n' "${FAILS[@]:-exit status $rc}"
+        exit 1
+    fi
+    echo "PASSED"
+    exit 0
+}
+SUMMARY=()
+trap teardown EXIT
+trap 'die "interrupted"' INT TERM
+
+# a previous run's leftovers (killed before its teardown)
+if [ -d "$VAR/run" ]; then
+    stop_pid "$(pidfile "$VAR/run/serve.pid")" "hpc-ledger serve (previous run)"
+    stop_slurm
+fi
+forget_ledger "$L1"
+forget_ledger "$L2"
+drop_acct_db
+rm -rf "$ETC" "$VAR" "$OUT" "$JOBS" "${E2E:?}/dev"
+mkdir -p "$ETC" "$OUT" "$JOBS" "$E2E/dev" "$VAR"/{spool/slurmctld,spool/slurmd-c01,spool/slurmd-c02,log,run}
+chown slurm:slurm "$VAR/spool/slurmctld" "$VAR/log" "$VAR/run"
+chmod 1777 "$JOBS"
+
+# ------------------------------------------------------------------ munge, MariaDB
+if ! (munge -n | unmunge) >/dev/null 2>&1; then
+    if [ ! -s /etc/munge/munge.key ]; then
+        mungekey --create --keyfile=/etc/munge/munge.key && chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+    fi
+    mkdir -p /run/munge /var/log/munge && chown munge:munge /run/munge /var/log/munge
+    start-stop-daemon --start --oknodo --chuid munge --exec /usr/sbin/munged >/dev/null
+    waitfor 20 munged sh -c 'munge -n | unmunge'
+    MUNGE_OURS=$(pidfile /run/munge/munged.pid)
+    ts "munged started"
+fi
+if ! mysqladmin ping >/dev/null 2>&1; then
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+    [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+    start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid \
+        --exec /usr/sbin/mariadbd -- --user=mysql --pid-file=/run/mysqld/mysqld.pid \
+        --log-error="$VAR/log/mariadb.err" --innodb-lock-wait-timeout=900
+    waitfor 60 mariadb mysqladmin ping
+    MARIADB_OURS=$(pidfile /run/mysqld/mysqld.pid)
+    ts "mariadb started"
+fi
+ACCT_PASS=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+mysql -uroot -e "CREATE USER '$ACCT_USER'@'localhost' IDENTIFIED BY '$ACCT_PASS';
+                 GRANT ALL ON $ACCT_DB.* TO '$ACCT_USER'@'localhost';" || die "cannot create the MariaDB user $ACCT_USER"
+
+# ------------------------------------------------------------------ configs
+read -r P_CTLD P_DBD P_C01 P_C02 P_SERVE < <("$PY" -c '
+import socket
+ss = [socket.socket() for _ in range(5)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))')
+SERVE_PASS=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+BASIC="slurm:$SERVE_PASS"
+(umask 077 && printf '%s\n' "$BASIC" > "$ETC/serve-basic")
+SERVE_URL=http://127.0.0.1:$P_SERVE
+HOST=$(hostname -s)
+for n in c01 c02; do
+    for g in 0 1; do  # fake GPUs: char devices with /dev/null's numbers (gres.conf needs File=)
+        mknod -m 666 "$E2E/dev/$n-gpu$g" c 1 3 2>/dev/null || touch "$E2E/dev/$n-gpu$g"
+    done
+done
+# Nodes are declared, not detected: 2 cores and 16 GiB each whatever the machine
+# (config_overrides), so charges do not depend on the host; jobs only sleep.
+NODE="CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=16384 Gres=gpu:v100:2"
+cat > "$ETC/slurm.conf" <<EOF
+# generated by tests/slurm/e2e.sh
+ClusterName=$CLUSTER
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmUser=slurm
+SlurmctldPort=$P_CTLD
+SlurmdPort=$P_C01
+AuthType=auth/munge
+CryptoType=crypto/munge
+StateSaveLocation=$VAR/spool/slurmctld
+SlurmdSpoolDir=$VAR/spool/slurmd-%n
+SlurmctldPidFile=$VAR/run/slurmctld.pid
+SlurmdPidFile=$VAR/run/slurmd-%n.pid
+SlurmctldLogFile=$VAR/log/slurmctld.log
+SlurmdLogFile=$VAR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+SlurmdParameters=config_overrides
+MpiDefault=none
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=512
+KillWait=5
+MinJobAge=300
+InactiveLimit=0
+Waittime=0
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$P_DBD
+AccountingStorageEnforce=associations,limits,qos
+AccountingStorageTRES=gres/gpu,gres/gpu:v100
+JobCompType=jobcomp/elasticsearch
+JobCompLoc=http://$BASIC@127.0.0.1:$P_SERVE/slurm/_doc
+GresTypes=gpu
+NodeName=c01 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$P_C01 $NODE State=UNKNOWN
+NodeName=c02 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$P_C02 $NODE State=UNKNOWN
+PartitionName=regular Nodes=c01,c02 Default=YES MaxTime=1:00:00 State=UP
+PartitionName=hugemem Nodes=c01,c02 Default=NO MaxTime=1:00:00 State=UP
+PartitionName=gpu Nodes=c01,c02 Default=NO MaxTime=1:00:00 State=UP
+EOF
+chmod 600 "$ETC/slurm.conf"   # it holds serve's password (JobCompLoc); only root runs clients here
+chown slurm:slurm "$ETC/slurm.conf"
+cat > "$ETC/gres.conf" <<EOF
+AutoDetect=off
+NodeName=c01 Name=gpu Type=v100 File=$E2E/dev/c01-gpu[0-1]
+NodeName=c02 Name=gpu Type=v100 File=$E2E/dev/c02-gpu[0-1]
+EOF
+(umask 077 && cat > "$ETC/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=$P_DBD
+SlurmUser=slurm
+DebugLevel=info
+LogFile=$VAR/log/slurmdbd.log
+PidFile=$VAR/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=$ACCT_USER
+StoragePass=$ACCT_PASS
+StorageLoc=$ACCT_DB
+EOF
+)
+chown slurm:slurm "$ETC/slurmdbd.conf"
+
+# ------------------------------------------------------------------ the ledger and serve
+ledger "$L1" config apply "$CONFIG" > "$OUT/config-apply.log" 2>&1 || die "config apply failed: $(tail -n 3 "$OUT/config-apply.log")"
+ledger "$L2" config apply "$CONFIG" >> "$OUT/config-apply.log" 2>&1 || die "config apply (second ledger) failed"
+URL1=$(ledger "$L1" db url) || die "hpc-ledger db url failed"
+URL2=$(ledger "$L2" db url) || die "hpc-ledger db url failed"
+sql() { psql "$1" -X -q -A -t -F $'\t' -v ON_ERROR_STOP=1 -c "$2"; }
+healthy() { [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$SERVE_URL/healthz")" = 200 ]; }
+SERVE_STARTS=0
+start_serve() {
+    SERVE_STARTS=$((SERVE_STARTS + 1))
+    echo "---- start $SERVE_STARTS $(date -u +%FT%TZ)" >> "$OUT/serve.log"
+    HPC_LEDGER_HOME=$L1 HPC_LEDGER_SERVE_BASIC_FILE=$ETC/serve-basic \
+        "$BIN" serve --listen "127.0.0.1:$P_SERVE" >> "$OUT/serve.log" 2>&1 &
+    SERVE_PID=$!
+    echo "$SERVE_PID" > "$VAR/run/serve.pid"
+    waitfor 30 "hpc-ledger serve on :$P_SERVE" healthy
+}
+stop_serve() { # SIGTERM; sets SERVE_RC and SERVE_STOP_SECS
+    local t=$SECONDS i
+    kill -TERM "$SERVE_PID"
+    for ((i = 0; i < 60; i++)); do alive "$SERVE_PID" || break; sleep 0.5; done
+    if alive "$SERVE_PID"; then
+        fail "serve did not exit within 30 s of SIGTERM; killed"
+        kill -9 "$SERVE_PID"
+    fi
+    SERVE_RC=0
+    wait "$SERVE_PID" || SERVE_RC=$?
+    SERVE_STOP_SECS=$((SECONDS - t))
+    SERVE_PID=""
+}
+start_serve
+ts "hpc-ledger serve up on :$P_SERVE (ledger $L1)"
+# credentials are required: Slurm's are accepted (below), none or wrong ones are not
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' -d '{}' "$SERVE_URL/slurm/_doc")
+[ "$code" = 401 ] || fail "POST /slurm/_doc without credentials answered $code, expected 401"
+code=$(curl -s -o /dev/null -w '%{http_code}' -u "slurm:wrong" -X POST -H 'Content-Type: application/json' -d '{}' "$SERVE_URL/slurm/_doc")
+[ "$code" = 401 ] || fail "POST /slurm/_doc with a wrong password answered $code, expected 401"
+
+# ------------------------------------------------------------------ Slurm up
+slurmdbd || die "slurmdbd did not start: $(tail -n 3 "$VAR/log/slurmdbd.log")"
+waitfor 60 slurmdbd sacctmgr -n list cluster
+sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster failed"
+slurmctld || die "slurmctld did not start: $(tail -n 3 "$VAR/log/slurmctld.log")"
+CTLD_STARTED=$(date +%s)
+waitfor 60 slurmctld scontrol ping
+for n in c01 c02; do
+    slurmd -N "$n" || die "slurmd $n did not start: $(tail -n 3 "$VAR/log/slurmd-$n.log")"
+done
+waitfor 30 "slurmd pid files" test -s "$VAR/run/slurmd-c01.pid" -a -s "$VAR/run/slurmd-c02.pid"
+nodes_idle() { [ "$(sinfo -h -N -o '%N %T' | awk '$2 == "idle"' | sort -u | wc -l)" = 2 ]; }
+waitfor 60 "nodes c01, c02 idle" nodes_idle
+sacctmgr -i add account e2e0001,e2e0002 Description=hpc-ledger-e2e Organization=e2e >/dev/null || die "sacctmgr: cannot add accounts"
+sacctmgr -i add user root Account=e2e0001,e2e0002 >/dev/null || die "sacctmgr: cannot add root to the accounts"
+ts "slurm up: cluster $CLUSTER, $(sinfo -h -N -o '%N=%T' | sort -u | tr '\n' ' ')"
+
+# ------------------------------------------------------------------ jobs
+sb() { sbatch --parsable -D "$JOBS" -o "$JOBS/%x-%j.out" "$@"; }
+IDS=()
+submit() { # submit NAME SBATCH-ARGS...
+    local id
+    id=$(sb -J "$1" "${@:2}") || die "sbatch $1 failed"
+    id=${id%%;*}
+    IDS+=("$id")
+    eval "ID_${1//-/_}=$id"
+}
+submit single        -A E2E0001 -p regular -N 1 -n 1 --mem=256M  -t 2 --wrap 'sleep 3'
+submit multicore     -A E2E0001 -p regular -N 1 -n 2 --mem=1G    -t 2 --wrap 'srun sleep 3'
+submit membound      -A E2E0002 -p regular -N 1 -n 1 --mem=2560M -t 2 --wrap 'sleep 3'
+submit hugemem       -A E2E0002 -p hugemem -N 1 -c 2 --mem=6G    -t 2 --wrap 'sleep 3'
+submit gpu           -A E2E0001 -p gpu     -N 1 -n 1 --gres=gpu:2 --mem=1G -t 2 --wrap 'sleep 3'
+submit multinode     -A E2E0001 -p regular -N 2 --ntasks-per-node=1 --mem=300M -t 2 --wrap 'srun sleep 3'
+submit array         -A E2E0002 -p regular -N 1 -n 1 --mem-per-cpu=256M --array=0-2 -t 2 --wrap 'sleep 2'
+submit fails         -A E2E0001 -p regular -N 1 -n 1 --mem=128M  -t 2 --wrap 'sleep 2; exit 3'
+submit cancel-running -A E2E0002 -p regular -N 1 -n 1 --mem=128M -t 5 --wrap 'sleep 120'
+submit cancel-pending -A E2E0002 -p regular -N 1 -n 1 --mem=128M -t 5 --begin=now+3600 --wrap 'sleep 2'
+# shellcheck disable=SC2154 # set by submit
+{
+    scancel "$ID_cancel_pending"
+    ts "submitted ${#IDS[@]} jobs (ids ${IDS[*]}; the array is 3 tasks); cancelled $ID_cancel_pending while pending"
+    running() { [ "$(squeue -h -j "$ID_cancel_running" -o %T)" = RUNNING ]; }
+    waitfor 120 "job $ID_cancel_running running" running
+    sleep 2
+    scancel "$ID_cancel_running"
+    ts "cancelled $ID_cancel_running while running"
+}
+queue_empty() { [ -z "$(squeue -h -o %i)" ]; }
+waitfor 180 "the queue to empty" queue_empty
+ts "all jobs ended"
+
+ledger_jobs() { sql "$URL1" "SELECT count(*) FROM job j JOIN cluster c ON c.id = j.cluster_id WHERE lower(c.name) = '$CLUSTER'"; }
+dump_sacct() { # the accounting of every job submitted, allocations only, with the header import reads
+    sacct --parsable2 --allocations --duplicates -j "$(IFS=,; echo "${IDS[*]}")" --format "$SACCT_FORMAT" > "$OUT/sacct.txt" \
+        || die "sacct failed"
+    read -r STARTED EXPECTED_TOTAL < <("$PY" "$HERE/check.py" total "$CONFIG" "$OUT/sacct.txt")
+}
+wait_delivered() { # wait_delivered SECONDS: until the ledger holds as many jobs as sacct says started
+    local n=$1 i have=0
+    dump_sacct
+    for ((i = 0; i < n; i += 2)); do
+        have=$(ledger_jobs) || have=0
+        [ "$have" -ge "$STARTED" ] && return 0
+        sleep 2
+    done
+    fail "after ${n}s the ledger holds $have jobs of the $STARTED that started"
+    return 1
+}
+wait_delivered 150 && ts "serve recorded all $STARTED jobs that started (first POST $(( $(date +%s) - CTLD_STARTED ))s or less after slurmctld started)"
+
+# ------------------------------------------------------------------ restart serve while Slurm posts
+BURST_IDS=()
+for ((b = 0; b < BURST; b++)); do
+    id=$(sb -J "burst-$b" -A "E2E000$((b % 2 + 1))" -p regular -N 1 -n 1 --mem=64M -t 2 --wrap 'sleep 1') || die "sbatch burst failed"
+    BURST_IDS+=("$id"); IDS+=("$id")
+done
+before=$(ledger_jobs)
+ts "submitted a burst of $BURST jobs (ids ${BURST_IDS[0]}-${BURST_IDS[-1]}); restarting serve once some are posted"
+some_posted() { [ "$(ledger_jobs)" -ge $((before + 3)) ]; }
+waitfor 60 "the first burst jobs in the ledger" some_posted
+burst_queued() { squeue -h -j "$(IFS=,; echo "${BURST_IDS[*]}")" -o %i | wc -l; }
+stop_serve
+queued_at_stop=$(burst_queued)
+[ "$SERVE_RC" = 0 ] || fail "serve exited $SERVE_RC on SIGTERM, expected 0"
+ts "serve stopped by SIGTERM (exit $SERVE_RC after ${SERVE_STOP_SECS}s); $(($(ledger_jobs) - before)) of $BURST burst jobs recorded, $queued_at_stop not ended yet"
+sleep 6
+ended_while_down=$((queued_at_stop - $(burst_queued)))
+start_serve
+ts "serve started again; $ended_while_down burst jobs ended while it was down"
+waitfor 120 "the queue to empty" queue_empty
+T_RESTART=$(date +%s)
+wait_delivered 240 && ts "after the restart serve recorded every job: $STARTED in all ($(( $(date +%s) - T_RESTART ))s after the burst ended)"
+sleep 3   # anything Slurm still re-sends would show up now
+refused=$(grep -ci 'elasticsearch' "$VAR/log/slurmctld.log" | head -1)
+
+# ------------------------------------------------------------------ checks
+LEDGER_SQL="SELECT j.scheduler_job_id, coalesce(j.array_index::text, ''), j.started_at, j.id, r.id, r.kind,
+       r.source_format, p.code, coalesce(le.id::text, ''), coalesce(le.kind, ''), coalesce(le.metric, ''),
+       coalesce(le.quantity::text, ''), coalesce(le.unit_rate::text, ''), coalesce(le.amount::text, '')
+  FROM job j JOIN cluster c ON c.id = j.cluster_id
+  JOIN job_record r ON r.job_id = j.id
+  JOIN project p ON p.id = r.project_id
+  LEFT JOIN ledger_entry le ON le.job_record_id = r.id
+ WHERE lower(c.name) = '$CLUSTER'
+ ORDER BY j.id, r.id, le.id"
+check() { "$PY" "$HERE/check.py" "$@" | tee -a "$OUT/mismatches.txt" | sed 's/^MISMATCH //' | while IFS= read -r m; do echo "  $m"; done; return "${PIPESTATUS[0]}"; }
+sql "$URL1" "$LEDGER_SQL" > "$OUT/ledger-serve.tsv" || die "cannot read the ledger"
+check verify "$CONFIG" "$OUT/sacct.txt" "$OUT/ledger-serve.tsv" serve --source jobcomp --one-record \
+    || fail "the ledger fed by serve differs from the charges computed from sacct (out/mismatches.txt)"
+
+other=$(sql "$URL1" "SELECT count(*) FROM ledger_entry WHERE kind <> 'job' OR job_record_id IS NULL")
+[ "$other" = 0 ] || fail "the ledger fed by serve holds $other entries that are not job charges"
+disc=$(sql "$URL1" "SELECT count(*) FROM audit.discrepancies")
+[ "$disc" = 0 ] || { sql "$URL1" "SELECT * FROM audit.discrepancies LIMIT 20" > "$OUT/discrepancies.txt"; fail "audit.discrepancies has $disc rows (out/discrepancies.txt)"; }
+ledger "$L1" audit > "$OUT/audit.txt" 2>&1 || fail "hpc-ledger audit exited $? (out/audit.txt)"
+rejected=$(sql "$URL1" "SELECT count(*) FROM rejected_record")
+[ "$rejected" = 0 ] || fail "serve kept $rejected rejected records (hpc-ledger rejected)"
+curl -s -u "$BASIC" "$SERVE_URL/metrics" > "$OUT/metrics.txt"
+metric() { awk -v o="outcome=\"$1\"" '$1 ~ /^hpc_ledger_serve_jobs_total\{/ && index($1, o) {s += $2} END {print s + 0}' "$OUT/metrics.txt"; }
+m_rejected=$(metric rejected)
+[ "$m_rejected" = 0 ] || fail "/metrics counts $m_rejected rejected jobs since the restart"
+
+# two paths, one answer: sacct imported into a second, fresh ledger
+ledger "$L2" import --format slurm --output json "$OUT/sacct.txt" > "$OUT/import-fresh.json" 2>"$OUT/import-fresh.err"
+rc=$?
+[ $rc = 0 ] || fail "import of sacct's output into a fresh ledger exited $rc (out/import-fresh.json)"
+sql "$URL2" "$LEDGER_SQL" > "$OUT/ledger-import.tsv" || die "cannot read the second ledger"
+check verify "$CONFIG" "$OUT/sacct.txt" "$OUT/ledger-import.tsv" import --source slurm --one-record \
+    || fail "the ledger fed by import differs from the charges computed from sacct"
+check same "$OUT/ledger-serve.tsv" "$OUT/ledger-import.tsv" serve import \
+    || fail "serve and import charged some jobs differently"
+disc2=$(sql "$URL2" "SELECT count(*) FROM audit.discrepancies")
+[ "$disc2" = 0 ] || fail "audit.discrepancies of the imported ledger has $disc2 rows"
+
+# the same sacct output into the first ledger records nothing new
+ledger "$L1" import --format slurm --output json "$OUT/sacct.txt" > "$OUT/import-again.json" 2>"$OUT/import-again.err"
+rc=$?
+[ $rc = 0 ] || fail "import of sacct's output into serve's ledger exited $rc (out/import-again.json)"
+read -r again_recorded again_superseded again_replayed again_revised < <("$PY" -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(s.get("recorded"), s.get("superseded"), s.get("replayed"), s.get("revised"))' "$OUT/import-again.json" 2>/dev/null || echo "? ? ? ?")
+[ "$again_recorded/$again_superseded" = 0/0 ] ||
+    fail "importing sacct's output into serve's ledger recorded $again_recorded and superseded $again_superseded jobs, expected none"
+sql "$URL1" "$LEDGER_SQL" > "$OUT/ledger-serve-after-import.tsv"
+[ "$("$PY" "$HERE/check.py" entries "$OUT/ledger-serve.tsv")" = "$("$PY" "$HERE/check.py" entries "$OUT/ledger-serve-after-import.tsv")" ] \
+    || fail "importing sacct's output into serve's ledger changed its ledger entries"
+check verify "$CONFIG" "$OUT/sacct.txt" "$OUT/ledger-serve-after-import.tsv" serve+import --source jobcomp \
+    || fail "serve's ledger after the import differs from the charges computed from sacct"
+[ "$(sql "$URL1" "SELECT count(*) FROM audit.discrepancies")" = 0 ] || fail "audit.discrepancies not empty after the re-import"
+
+# statements: what the billing office would send
+months=$(cut -f3 "$OUT/ledger-serve.tsv" | cut -c1-7 | sort -u)
+charged=0
+for m in $months; do
+    ledger "$L1" statement --all --month "$m" > "$OUT/statement-$m.txt" 2>&1 || fail "hpc-ledger statement --all --month $m failed"
+done
+charged=$(sql "$URL1" "SELECT coalesce(sum(amount), 0) FROM ledger_entry")
+[ "$charged" = "$EXPECTED_TOTAL" ] || fail "the ledger's total is $charged, the rules give $EXPECTED_TOTAL"
+
+runs=$(wc -l < <(tail -n +2 "$OUT/sacct.txt"))
+in_ledger=$(ledger_jobs)
+SUMMARY+=(
+    "jobs run:           $runs allocations in sacct ($((${#IDS[@]} - BURST)) submissions + a burst of $BURST), $STARTED started"
+    "jobs in ledger:     $in_ledger via serve ($(awk '$0 ~ /^[0-9]/' "$OUT/ledger-serve.tsv" | cut -f4 | sort -u | wc -l) job rows), $(sql "$URL2" "SELECT count(*) FROM job") via import"
+    "total charged:      $charged USD (rules, computed from sacct: $EXPECTED_TOTAL)"
+    "serve restart:      SIGTERM exit $SERVE_RC in ${SERVE_STOP_SECS}s; $ended_while_down burst jobs ended while it was down; slurmctld.log lines naming elasticsearch: $refused"
+    "re-import into serve's ledger: recorded $again_recorded, replayed $again_replayed, revised $again_revised, superseded $again_superseded"
+    "metrics since restart: $(grep '^hpc_ledger_serve_jobs_total' "$OUT/metrics.txt" | sed 's/hpc_ledger_serve_jobs_total//' | tr '\n' ' ')"
+)
