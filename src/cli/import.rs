@@ -12,6 +12,7 @@ use super::{Format, print_json};
 use crate::db::Target;
 use crate::domain::posting::Defaults;
 use crate::ingest::{self, ReadOptions};
+use crate::service::follow::{Follow, follow};
 use crate::service::import::{Summary, import, retry_rejected};
 use crate::service::{author, record::Recorder};
 
@@ -60,6 +61,14 @@ pub struct Args {
     /// (each read with the options it was first read with).
     #[arg(long, conflicts_with_all = ["files", "format", "cluster", "default_project", "fields", "delimiter", "project_from"])]
     retry_rejected: bool,
+    /// Follow a PBS accounting directory (`server_priv/accounting`): record
+    /// each job as its end record is written, move on to the next day's file,
+    /// and resume where the last follower stopped. Runs until SIGTERM/Ctrl-C.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["files", "retry_rejected"])]
+    follow: Option<PathBuf>,
+    /// With --follow: seconds to wait when nothing is new.
+    #[arg(long, default_value_t = 2.0, requires = "follow", value_name = "SECONDS")]
+    poll: f64,
     /// Who records (default: the OS user).
     #[arg(long)]
     author: Option<String>,
@@ -104,6 +113,33 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             delimiter: args.delimiter.clone(),
             project_from: args.project_from.clone(),
         };
+        if let Some(dir) = &args.follow {
+            if format != ingest::Format::Pbs {
+                anyhow::bail!("--follow reads a PBS accounting directory (one file per day): give --format pbs");
+            }
+            if options.cluster.is_none() {
+                anyhow::bail!("PBS records do not name their cluster: give --cluster with --follow");
+            }
+            if !(0.01..=3600.0).contains(&args.poll) {
+                anyhow::bail!("--poll must be between 0.01 and 3600 seconds");
+            }
+            let f = Follow {
+                dir: dir.clone(),
+                format,
+                options,
+                poll: std::time::Duration::from_secs_f64(args.poll),
+            };
+            let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+            tokio::spawn(async move {
+                super::stop_signal().await;
+                let _ = stop_tx.send(true);
+            });
+            follow(&pool, &mut recorder, &f, &mut summary, stop_rx, &|s| {
+                tracing::debug!("{} recorded, {} replayed so far", s.recorded, s.replayed);
+            })
+            .await?;
+            return finish(&args, &summary);
+        }
         let mut files = args.files.clone();
         if files.is_empty() {
             files.push(PathBuf::from("-"));
@@ -134,9 +170,13 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    finish(&args, &summary)
+}
+
+fn finish(args: &Args, summary: &Summary) -> anyhow::Result<ExitCode> {
     match args.output {
-        Format::Json => print_json(&summary)?,
-        Format::Text => print!("{}", render(&summary)),
+        Format::Json => print_json(summary)?,
+        Format::Text => print!("{}", render(summary)),
     }
     Ok(if summary.rejected_total() > 0 {
         ExitCode::from(EXIT_REJECTED)

@@ -61,7 +61,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         author: author(args.author.as_deref()),
     };
     let metrics = Arc::new(Metrics::new());
-    serve::serve(pool, listener, options, metrics.clone(), shutdown_signal()).await?;
+    serve::serve(pool, listener, options, metrics.clone(), super::stop_signal()).await?;
     let (batches, jobs) = metrics.batches();
     tracing::info!(
         "stopped: {} recorded, {} replayed, {} revised, {} rejected (kept), {} malformed, in {batches} transactions carrying {jobs} documents",
@@ -72,22 +72,4 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         metrics.jobs("malformed"),
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// SIGTERM (a service manager stopping us) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("cannot watch SIGTERM ({e}); stop with Ctrl-C");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::info!("stopping: finishing the requests in flight");
 }

@@ -45,14 +45,14 @@ impl Summary {
         self.rejected.values().sum()
     }
 
-    fn reject(&mut self, kind: RejectKind, at: &str, reason: &str) {
+    pub(super) fn reject(&mut self, kind: RejectKind, at: &str, reason: &str) {
         *self.rejected.entry(kind).or_default() += 1;
         if self.examples.len() < EXAMPLES {
             self.examples.push(format!("{at}: {reason}"));
         }
     }
 
-    fn count(&mut self, outcome: &Outcome, at: &str) {
+    pub(super) fn count(&mut self, outcome: &Outcome, at: &str) {
         match outcome {
             Outcome::Recorded { amount, .. } => {
                 self.recorded += 1;

@@ -4,6 +4,7 @@
 pub mod close;
 pub mod config;
 pub mod correct;
+pub mod follow;
 pub mod import;
 pub mod quote;
 pub mod record;

@@ -11,6 +11,7 @@ mod config_apply;
 mod embedded;
 mod examples;
 mod fixtures;
+mod follow;
 mod import;
 mod month_end;
 mod record_cli;

@@ -1,0 +1,265 @@
+//! `import --follow DIR`: tail a PBS server's accounting directory
+//! (`server_priv/accounting/YYYYMMDD`, one file per day) and record every
+//! job as its end record is written.
+//!
+//! The position (file, byte offset, line) is kept in `follow_cursor`, per
+//! directory and cluster, and advanced only after the lines before it were
+//! recorded, so a restarted follower resumes where the last one stopped; a
+//! crash between recording and advancing re-reads those lines, which are
+//! then replays. Only whole lines are read: a line PBS is still writing is
+//! left for the next look. When a newer day's file exists, the current one
+//! is read to its end once more (a last line without a newline included)
+//! and the follower moves on. A first start reads the directory from its
+//! oldest file: back-filling history is the same operation, and what was
+//! imported before is replayed, not charged again.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+use super::import::{ImportError, Summary};
+use super::record::{RecordError, Recorder, Source, Submission};
+use crate::db::follow::{self, Cursor};
+use crate::domain::posting::RejectKind;
+use crate::ingest::{Format, Item, MAX_LINE, ReadOptions, parser};
+
+/// Bytes read from a file at a time.
+const CHUNK: usize = 8 << 20;
+
+/// What to follow.
+#[derive(Debug, Clone)]
+pub struct Follow {
+    pub dir: PathBuf,
+    pub format: Format,
+    pub options: ReadOptions,
+    /// How long to wait when there is nothing new.
+    pub poll: Duration,
+}
+
+/// The day files of a directory: names of eight digits, oldest first.
+pub fn day_files(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.len() == 8 && n.bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The key of a followed directory in `follow_cursor`: format, cluster and
+/// the directory's canonical path.
+pub fn source_key(f: &Follow) -> std::io::Result<String> {
+    let dir = std::fs::canonicalize(&f.dir)?;
+    Ok(format!(
+        "{}:{}:{}",
+        f.format.as_str(),
+        f.options.cluster.as_deref().unwrap_or(""),
+        dir.display()
+    ))
+}
+
+fn read_error(f: &Follow, file: &str, source: std::io::Error) -> ImportError {
+    ImportError::Read {
+        name: f.dir.join(file).display().to_string(),
+        source,
+    }
+}
+
+/// Follow `f` until `stop` turns true; `on_progress` is called after every
+/// recorded batch.
+pub async fn follow(
+    pool: &PgPool,
+    recorder: &mut Recorder,
+    f: &Follow,
+    summary: &mut Summary,
+    mut stop: watch::Receiver<bool>,
+    on_progress: &(dyn Fn(&Summary) + Sync),
+) -> Result<(), ImportError> {
+    let key = source_key(f).map_err(|e| ImportError::Read {
+        name: f.dir.display().to_string(),
+        source: e,
+    })?;
+    let mut conn = pool.acquire().await.map_err(RecordError::Connection)?;
+    let mut cursor = follow::get(&mut conn, &key).await.map_err(RecordError::Db)?;
+    drop(conn);
+    match &cursor {
+        Some(c) => tracing::info!(
+            "resuming {} at {}:{} (byte {})",
+            f.dir.display(),
+            c.file,
+            c.lines,
+            c.byte_offset
+        ),
+        None => tracing::info!("following {} from its oldest file", f.dir.display()),
+    }
+    loop {
+        if *stop.borrow() {
+            return Ok(());
+        }
+        let files = day_files(&f.dir).map_err(|e| ImportError::Read {
+            name: f.dir.display().to_string(),
+            source: e,
+        })?;
+        // The file to read: the cursor's, else the first one after it.
+        let current = match &cursor {
+            Some(c) if files.contains(&c.file) => Some(c.clone()),
+            Some(c) => files.iter().find(|n| **n > c.file).map(|n| Cursor {
+                file: n.clone(),
+                byte_offset: 0,
+                lines: 0,
+            }),
+            None => files.first().map(|n| Cursor {
+                file: n.clone(),
+                byte_offset: 0,
+                lines: 0,
+            }),
+        };
+        if let Some(at) = current {
+            let newer = files.iter().any(|n| *n > at.file);
+            let after = read_file(pool, recorder, f, &key, at.clone(), newer, summary, on_progress).await?;
+            let progressed = after != at;
+            cursor = Some(after.clone());
+            if progressed {
+                continue;
+            }
+            if newer {
+                // Done with this day: on to the next file.
+                if let Some(next) = files.iter().find(|n| **n > after.file) {
+                    tracing::info!("{} done ({} lines); now {next}", after.file, after.lines);
+                    let next = Cursor {
+                        file: next.clone(),
+                        byte_offset: 0,
+                        lines: 0,
+                    };
+                    save(pool, &key, &next).await?;
+                    cursor = Some(next);
+                    continue;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(f.poll) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+async fn save(pool: &PgPool, key: &str, cursor: &Cursor) -> Result<(), ImportError> {
+    let mut conn = pool.acquire().await.map_err(RecordError::Connection)?;
+    follow::set(&mut conn, key, cursor).await.map_err(RecordError::Db)?;
+    Ok(())
+}
+
+/// Read what is new in `at.file` from `at.byte_offset` and record it, batch
+/// by batch, advancing the cursor after each. `finished`: a newer file
+/// exists, so a last line without a newline is complete.
+#[allow(clippy::too_many_arguments)]
+async fn read_file(
+    pool: &PgPool,
+    recorder: &mut Recorder,
+    f: &Follow,
+    key: &str,
+    mut at: Cursor,
+    finished: bool,
+    summary: &mut Summary,
+    on_progress: &(dyn Fn(&Summary) + Sync),
+) -> Result<Cursor, ImportError> {
+    let path = f.dir.join(&at.file);
+    let mut file = std::fs::File::open(&path).map_err(|e| read_error(f, &at.file, e))?;
+    let len = file.metadata().map_err(|e| read_error(f, &at.file, e))?.len();
+    let offset = u64::try_from(at.byte_offset).unwrap_or(0);
+    if len < offset {
+        tracing::warn!(
+            "{} is shorter than where reading stopped ({len} < {offset} bytes): it was rewritten; reading it again from the start (what was recorded is replayed)",
+            path.display()
+        );
+        at.byte_offset = 0;
+        at.lines = 0;
+    }
+    let base = at.byte_offset;
+    file.seek(SeekFrom::Start(u64::try_from(base).unwrap_or(0)))
+        .map_err(|e| read_error(f, &at.file, e))?;
+    let mut buf = Vec::new();
+    (&mut file)
+        .take(CHUNK as u64)
+        .read_to_end(&mut buf)
+        .map_err(|e| read_error(f, &at.file, e))?;
+    // Whole lines only, unless the file is finished (then its last line is
+    // whole without a newline) or a line fills a whole chunk (reported as
+    // too long, piece by piece).
+    let whole = if (finished && buf.len() < CHUNK) || !buf.contains(&b'\n') && buf.len() == CHUNK {
+        buf.len()
+    } else {
+        buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+    };
+    if whole == 0 {
+        return Ok(at);
+    }
+    let mut p = parser(f.format, &f.options).map_err(ImportError::Options)?;
+    let mut jobs = Vec::new();
+    let mut malformed = Vec::new();
+    let mut start = 0;
+    let batch = recorder.batch_size.max(1);
+    while start < whole {
+        let end = buf[start..whole]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(whole, |i| start + i + 1);
+        let bytes = &buf[start..end];
+        let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        at.lines += 1;
+        summary.lines += 1;
+        let reference = format!("{}:{}", path.display(), at.lines);
+        let source = |raw: String, options: ReadOptions| Source {
+            format: f.format.as_str(),
+            reference: reference.clone(),
+            raw,
+            options,
+        };
+        if bytes.len() > MAX_LINE {
+            let prefix = String::from_utf8_lossy(&bytes[..MAX_LINE.min(4096)]).into_owned();
+            let reason = format!("the line is longer than {MAX_LINE} bytes");
+            summary.reject(RejectKind::Malformed, &reference, &reason);
+            malformed.push((source(prefix, p.options()), reason));
+        } else {
+            match std::str::from_utf8(bytes) {
+                Err(e) => {
+                    let reason = format!("the line is not UTF-8 ({e})");
+                    summary.reject(RejectKind::Malformed, &reference, &reason);
+                    malformed.push((source(String::from_utf8_lossy(bytes).into_owned(), p.options()), reason));
+                }
+                Ok(text) => match p.parse(text) {
+                    None => {}
+                    Some(Item::Skip(s)) => *summary.skipped.entry(s).or_default() += 1,
+                    Some(Item::Bad(reason)) => {
+                        summary.reject(RejectKind::Malformed, &reference, &reason);
+                        malformed.push((source(text.to_owned(), p.options()), reason));
+                    }
+                    Some(Item::Job(job)) => jobs.push(Submission {
+                        input: *job,
+                        source: source(text.to_owned(), p.options()),
+                    }),
+                },
+            }
+        }
+        start = end;
+        at.byte_offset = base + end as i64;
+        if jobs.len() + malformed.len() >= batch || start >= whole {
+            let outcomes = recorder.record(&jobs, &malformed).await?;
+            for (job, outcome) in jobs.iter().zip(&outcomes) {
+                summary.count(outcome, &job.source.reference);
+            }
+            jobs.clear();
+            malformed.clear();
+            save(pool, key, &at).await?;
+            on_progress(summary);
+        }
+    }
+    Ok(at)
+}

@@ -1,0 +1,200 @@
+//! `import --follow`: a PBS accounting directory tailed as PBS writes it —
+//! half-written lines, a new day's file, a restart — records every job
+//! once, exactly as importing the whole log does.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hpc_ledger::domain::posting::Defaults;
+use hpc_ledger::ingest::{Format, ReadOptions, Skip};
+use hpc_ledger::service::follow::{Follow, follow};
+use hpc_ledger::service::import::Summary;
+use hpc_ledger::service::record::Recorder;
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+use crate::fixtures::{fixture_db, import_fixture, stripped};
+
+const FIXTURE: &str = "hnormalise_torque_accounting.log";
+
+fn options() -> ReadOptions {
+    ReadOptions {
+        cluster: Some("vsc".into()),
+        project_from: Some(vec!["account".into(), "group".into()]),
+        ..Default::default()
+    }
+}
+
+fn fixture_lines() -> Vec<String> {
+    std::fs::read_to_string(stripped(FIXTURE))
+        .unwrap()
+        .lines()
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn append(path: &Path, text: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+struct Follower {
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<Summary>,
+}
+
+fn start(pool: &PgPool, dir: &Path) -> Follower {
+    let (stop, stopped) = watch::channel(false);
+    let pool = pool.clone();
+    let f = Follow {
+        dir: dir.to_owned(),
+        format: Format::Pbs,
+        options: options(),
+        poll: Duration::from_millis(20),
+    };
+    let done = tokio::spawn(async move {
+        let mut recorder = Recorder::new(pool.clone(), Defaults::default(), false, "follower".into());
+        let mut summary = Summary::default();
+        follow(&pool, &mut recorder, &f, &mut summary, stopped, &|_| {})
+            .await
+            .unwrap();
+        summary
+    });
+    Follower { stop, done }
+}
+
+impl Follower {
+    async fn stop(self) -> Summary {
+        self.stop.send(true).unwrap();
+        self.done.await.unwrap()
+    }
+}
+
+/// Wait until the follower's cursor is at `file`, `bytes`.
+async fn until_at(pool: &PgPool, file: &str, bytes: usize) {
+    let want = (file.to_owned(), bytes as i64);
+    for _ in 0..500 {
+        let at: Option<(String, i64)> = sqlx::query_as("SELECT file, byte_offset FROM follow_cursor")
+            .fetch_optional(pool)
+            .await
+            .unwrap();
+        if at.as_ref() == Some(&want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the follower never reached {want:?}");
+}
+
+async fn jobs(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM job")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+fn scratch_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("follow-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn a_followed_directory_is_recorded_once_across_days_partial_lines_and_restarts() {
+    let db = fixture_db().await;
+    let dir = scratch_dir();
+    // Lines 1-4 of the log are E records (charged), 5-12 other records.
+    let l = fixture_lines();
+    let day1 = dir.join("20261101");
+    let (head, tail) = l[1].split_at(40);
+    // PBS is in the middle of writing line 2: only line 1 is whole.
+    append(&day1, &format!("{}{}{}{head}", l[4], l[5], l[0]));
+    std::fs::write(dir.join("notes.txt"), "not a day file\n").unwrap();
+    let first = start(&db.pool, &dir);
+    let whole = l[4].len() + l[5].len() + l[0].len();
+    until_at(&db.pool, "20261101", whole).await;
+    assert_eq!(jobs(&db.pool).await, 1);
+
+    // The rest of the line arrives, then two more records.
+    append(&day1, &format!("{tail}{}{}", l[6], l[7]));
+    let day1_len = std::fs::metadata(&day1).unwrap().len() as usize;
+    until_at(&db.pool, "20261101", day1_len).await;
+    assert_eq!(jobs(&db.pool).await, 2);
+    let s1 = first.stop().await;
+    assert_eq!((s1.recorded, s1.replayed, s1.lines), (2, 0, 6), "{s1:#?}");
+    assert_eq!(s1.skipped[&Skip::OtherRecord], 4);
+
+    // Stopped over midnight: the next day's file appears, its last line
+    // without a newline yet, then the day after begins.
+    let day2 = dir.join("20261102");
+    append(&day2, &format!("{}{}{}{}", l[2], l[8], l[9], l[3].trim_end()));
+    let day3 = dir.join("20261103");
+    append(&day3, &format!("{}{}", l[10], l[11]));
+    let second = start(&db.pool, &dir);
+    until_at(&db.pool, "20261103", l[10].len() + l[11].len()).await;
+    let s2 = second.stop().await;
+    // Resumed where it stopped: nothing read twice.
+    assert_eq!((s2.recorded, s2.replayed, s2.lines), (2, 0, 6), "{s2:#?}");
+
+    // The same charges as importing the whole log at once.
+    let other = fixture_db().await;
+    let whole_import = import_fixture(&other, FIXTURE, false).await;
+    assert_eq!(whole_import.recorded, 4);
+    let charges = |pool: PgPool| async move {
+        sqlx::query_as::<_, (String, String, String)>(
+            "SELECT j.scheduler_job_id, e.quantity::text, e.amount::text FROM ledger_entry e
+               JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id ORDER BY 1, 2",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let followed = charges(db.pool.clone()).await;
+    assert_eq!(followed.len(), 4);
+    assert_eq!(followed, charges(other.pool.clone()).await);
+    // Records name the file and line they came from.
+    let refs: Vec<String> = sqlx::query_scalar("SELECT source_ref FROM job_record ORDER BY source_ref")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let name = |f: &str, n: u32| format!("{}:{n}", std::fs::canonicalize(&dir).unwrap().join(f).display());
+    let short = |r: &String| r.rsplit('/').next().unwrap().to_owned();
+    assert_eq!(
+        refs.iter().map(short).collect::<Vec<_>>(),
+        ["20261101:3", "20261101:4", "20261102:1", "20261102:4"],
+        "{refs:?} (e.g. {})",
+        name("20261101", 3)
+    );
+}
+
+#[tokio::test]
+async fn the_follow_command_needs_pbs_and_a_cluster() {
+    let db = fixture_db().await;
+    let dir = scratch_dir();
+    let d = dir.to_str().unwrap();
+    let o = db.cli(&["import", "--format", "slurm", "--follow", d]);
+    assert!(!o.status.success());
+    assert!(crate::harness::stderr(&o).contains("--follow reads a PBS accounting directory"));
+    let o = db.cli(&["import", "--format", "pbs", "--follow", d]);
+    assert!(crate::harness::stderr(&o).contains("give --cluster with --follow"));
+    let o = db.cli(&[
+        "import",
+        "--format",
+        "pbs",
+        "--cluster",
+        "vsc",
+        "--follow",
+        "/nonexistent/accounting",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        crate::harness::stderr(&o).contains("/nonexistent/accounting"),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+}
