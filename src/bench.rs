@@ -11,6 +11,7 @@
 //! |---|---|
 //! | import of N jobs (a child process, as a user runs it) | `COPY` of the same lines into a bare table with one unique index |
 //! | re-import of the same file | the first import |
+//! | `serve`: jobcomp posts from 16 concurrent senders | the import's jobs/s |
 //! | `job record` as its own process | `psql -c` inserting one row |
 //! | storage billing of every project | `INSERT … SELECT` of the same rows into bare tables |
 //! | one project's statement, before and after the ledger grows | – |
@@ -192,6 +193,26 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
         target: "≥ 2 × faster".into(),
         pass: speedup >= 2.0,
     });
+    say("serve");
+    let posts = (sizes.jobs / 20).max(1);
+    let (took, transactions) = serve_posts(&pool, posts, sizes.job_projects.min(sizes.projects), month).await?;
+    let serve_rate = per_second(posts, took);
+    figures.push(Figure {
+        figure: format!(
+            "`serve`: {} jobcomp posts from {SENDERS} concurrent senders",
+            grouped(posts)
+        ),
+        measured: format!(
+            "{} = {} jobs/s in {} transactions",
+            secs(took),
+            grouped(serve_rate),
+            grouped(transactions)
+        ),
+        baseline: format!("import: {} jobs/s", grouped(import_rate)),
+        ratio: Some(serve_rate as f64 / import_rate.max(1) as f64),
+        target: "– (reported)".into(),
+        pass: true,
+    });
     let rss = first.max_rss_kb.max(again.max_rss_kb);
     figures.push(Figure {
         figure: format!("peak RSS of the import of {} jobs", grouped(sizes.jobs)),
@@ -305,6 +326,65 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
         notes,
         settings,
     })
+}
+
+/// Concurrent senders of the `serve` figure (as the issue asks).
+const SENDERS: u64 = 16;
+
+/// Post `n` new jobcomp documents to an in-process `serve` from
+/// [`SENDERS`] tasks, each waiting for its reply before its next post (as
+/// slurmctld does), one connection per post. The time, and how many
+/// transactions the server used.
+async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Month) -> anyhow::Result<(Duration, u64)> {
+    use crate::serve::{Credentials, Metrics, Options, client};
+    let docs: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
+        (0..n)
+            .map(|i| crate::synthetic::bench_jobcomp(i, projects, month))
+            .collect(),
+    );
+    let listener = crate::serve::bind("127.0.0.1:0".parse()?)?;
+    let addr = listener.local_addr()?;
+    let metrics = std::sync::Arc::new(Metrics::new());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = Options {
+        credentials: Credentials::none(),
+        max_batch: 500,
+        supersede: false,
+        author: "bench".into(),
+    };
+    let server = tokio::spawn(crate::serve::serve(
+        pool.clone(),
+        listener,
+        options,
+        metrics.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let t = Instant::now();
+    let mut senders = Vec::new();
+    for s in 0..SENDERS {
+        let docs = docs.clone();
+        senders.push(tokio::spawn(async move {
+            let mut i = s;
+            while i < n {
+                let doc = &docs[usize::try_from(i).unwrap_or(usize::MAX)];
+                let r = client::post(addr, "/slurm/_doc", None, doc.as_bytes()).await?;
+                if r.status != 201 {
+                    bail!("serve answered {} to a new job: {}", r.status, r.body.trim());
+                }
+                i += SENDERS;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for s in senders {
+        s.await??;
+    }
+    let took = t.elapsed();
+    let _ = stop.send(());
+    server.await??;
+    Ok((took, metrics.batches().0))
 }
 
 /// The table, the notes and the settings, as text.

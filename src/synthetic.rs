@@ -224,3 +224,50 @@ pub fn write_bench_sacct(mut w: impl Write, n: u64, projects: u64, month: Month)
     }
     w.flush()
 }
+
+/// Job `i` of a stream of finished jobs on the bench center's cluster, as
+/// the body Slurm's jobcomp/elasticsearch posts (local times, lower-case
+/// account, a small batch script), with job ids from 50,000,000 so they
+/// never meet [`write_bench_sacct`]'s. The mix is [`write_bench_sacct`]'s.
+pub fn bench_jobcomp(i: u64, projects: u64, month: Month) -> String {
+    // splitmix64: any job of the stream on its own.
+    let mut x = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    let (partition, nodes, cpus, mem_g, gpus) = match i % 20 {
+        0..=7 => ("serial", 1, 1, 1 + x % 4, 0),
+        8..=10 => ("batch", 1, 2 + x % 27, 4 * (1 + x % 7), 0),
+        11..=13 => ("batch", 1, 1 + x % 4, 32 + x % 96, 0),
+        14 | 15 => ("parallel", 2 + x % 15, 28 * (2 + x % 15), 120, 0),
+        16 | 17 => ("gpu", 1, 4 + x % 24, 32 + x % 64, 1 + x % 4),
+        18 => ("hugemem", 1, 8 + x % 41, 256 + x % 1200, 0),
+        _ => ("serial", 1, 1, 2, 0),
+    };
+    let days = u64::from(month.days()).max(3);
+    let day = i % (days - 2);
+    let dur = 30 + x % (i % 5 * 20_000 + 3_600);
+    let start = month.first_day().and_time(NaiveTime::MIN)
+        + Duration::days(i64::try_from(day).unwrap_or(0))
+        + Duration::seconds(i64::try_from(x % 43_200).unwrap_or(0));
+    let end = start + Duration::seconds(i64::try_from(dur).unwrap_or(0));
+    let gres = if gpus > 0 {
+        format!(",gres/gpu={gpus},gres/gpu:v100={gpus}")
+    } else {
+        String::new()
+    };
+    let f = |t: chrono::NaiveDateTime| t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    serde_json::json!({
+        "jobid": 50_000_000 + i, "username": format!("u{}", x % 997), "user_id": 1000,
+        "groupname": "g", "group_id": 1000, "@submit": f(start), "@start": f(start), "@end": f(end),
+        "elapsed": dur, "partition": partition, "alloc_node": "login1", "nodes": "b0001",
+        "total_cpus": cpus, "total_nodes": nodes, "derived_ec": "0:0", "exit_code": "0:0",
+        "state": "COMPLETED", "cluster": "bench", "qos": "normal", "ntasks": cpus,
+        "cpus_per_task": 1, "time_limit": 2880, "job_name": format!("job{i}"),
+        "tres_req": format!("cpu={cpus},mem={mem_g}G,node={nodes},billing={cpus}{gres}"),
+        "tres_alloc": format!("cpu={cpus},mem={mem_g}G,node={nodes},billing={cpus}{gres}"),
+        "account": format!("p{:07}", x % projects.max(1)),
+        "work_dir": "/home/u/run", "script": "#!/bin/bash\n#SBATCH -t 2-00:00:00\nsrun ./simulate input.dat\n",
+    })
+    .to_string()
+}

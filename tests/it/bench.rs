@@ -33,19 +33,26 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 8, "{names:#?}");
+    assert_eq!(names.len(), 9, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
-    assert!(names[4].starts_with("storage billing of 60 projects"), "{names:#?}");
-    // 600 jobs post 600 core-hour charges plus one GPU-hour charge per GPU
+    // A twentieth of the jobs again, posted to `serve`, all recorded.
+    assert_eq!(names[2], "`serve`: 30 jobcomp posts from 16 concurrent senders");
+    let serve = figures[2]["measured"].as_str().unwrap();
+    assert!(
+        serve.contains(" jobs/s in ") && serve.ends_with(" transactions"),
+        "{serve}"
+    );
+    assert!(names[5].starts_with("storage billing of 60 projects"), "{names:#?}");
+    // 630 jobs post 630 core-hour charges plus one GPU-hour charge per GPU
     // job (a tenth); the bench's one-off jobs and storage charges come on top.
-    let small: u64 = names[5]
+    let small: u64 = names[6]
         .trim_start_matches("one project's statement at ")
         .trim_end_matches(" entries")
         .replace(',', "")
         .parse()
         .unwrap();
-    assert!((660..=800).contains(&small), "{names:#?}");
-    let large: u64 = names[6]
+    assert!((690..=840).contains(&small), "{names:#?}");
+    let large: u64 = names[7]
         .trim_start_matches("one project's statement at ")
         .trim_end_matches(" entries")
         .replace(',', "")
@@ -54,14 +61,14 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     // Grown ×3: two copies of every job charge (not of storage or the rest).
     let copies = large - small;
     assert!(
-        copies.is_multiple_of(2) && copies >= 2 * 602 && copies < 2 * small,
+        copies.is_multiple_of(2) && copies >= 2 * 632 && copies < 2 * small,
         "{small} -> {large}"
     );
     assert_eq!(
-        names[7],
+        names[8],
         format!(
             "audit of {} entries (clean)",
-            names[6].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
+            names[7].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
         )
     );
     for f in figures {
