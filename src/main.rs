@@ -22,6 +22,8 @@ fn main() -> ExitCode {
         )
         .without_time()
         .with_target(false)
+        // Colour only for a person at a terminal, not in a service's log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -192,5 +192,4 @@ pub(crate) async fn stop_signal() {
         _ = tokio::signal::ctrl_c() => {}
     }
     tracing::info!("stopping: finishing what is in flight");
-    tracing::info!("stopping: finishing the requests in flight");
 }

@@ -206,6 +206,13 @@ impl SlurmParser {
         if missing(end) {
             return Ok(Item::Skip(Skip::NotEnded));
         }
+        // Cancelled before it ran (e.g. before its --begin time): Slurm 22.05
+        // reports Start = End and no allocation, on "None assigned" nodes.
+        if get("alloctres").is_some_and(|a| a.trim().is_empty())
+            && (get("nodelist").is_some_and(|n| n.trim() == "None assigned") || start.trim() == end.trim())
+        {
+            return Ok(Item::Skip(Skip::NeverStarted));
+        }
         if !state.is_empty() && !ENDED.contains(&state.as_str()) {
             return Err(format!("unknown job state {state_text:?}"));
         }
@@ -340,6 +347,20 @@ mod tests {
     }
 
     const HEADER: &str = "JobID|JobIDRaw|Cluster|Partition|QOS|Account|Group|GID|User|UID|Submit|Eligible|Start|End|Elapsed|ExitCode|State|NNodes|NCPUS|ReqCPUS|ReqMem|ReqTRES|AllocTRES|Timelimit|NodeList|JobName";
+
+    #[test]
+    fn a_job_cancelled_before_its_begin_time_never_started() {
+        // Real sacct output (tests/slurm/e2e.sh): Start = End = Submit, no AllocTRES.
+        let line = "10|10|ledgere2e|regular|normal|e2e0002|root|0|root|0|2026-11-30T12:58:13|2026-11-30T13:58:13|2026-11-30T12:58:13|2026-11-30T12:58:13|00:00:00|0:0|CANCELLED by 0|1|1|1|128M|billing=1,cpu=1,mem=128M,node=1||00:05:00|None assigned|cancel-pending";
+        let items = parse_all(line, &ReadOptions::default());
+        assert_eq!(items, vec![Item::Skip(Skip::NeverStarted)]);
+        // The same job with an allocation ran, however briefly.
+        let ran = line.replace(
+            "||00:05:00|None assigned",
+            "|billing=1,cpu=1,mem=128M,node=1|00:05:00|c01",
+        );
+        assert!(matches!(&parse_all(&ran, &ReadOptions::default())[0], Item::Job(_)));
+    }
 
     #[test]
     fn a_line_with_a_header_is_read_by_field_name() {

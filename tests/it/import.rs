@@ -46,7 +46,7 @@ fn check(name: &str, s: &Summary, want: Counts) {
 async fn every_real_fixture_imports_with_the_expected_counts() {
     use RejectKind::*;
     use Skip::*;
-    let cases: [(&str, Counts); 10] = [
+    let cases: [(&str, Counts); 11] = [
         // 4 jobs; the last has no partition, 0 nodes, 0 CPUs and an AllocTRES of only `gres/gpu=2`.
         (
             "xdmod_slurm_sacct_parsable2_unit.log",
@@ -135,6 +135,17 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 headers: 0,
                 recorded: 4,
                 skipped: &[(OtherRecord, 8)],
+                rejected: &[],
+            },
+        ),
+        // A real Slurm run of tests/slurm/e2e.sh: 27 jobs ran; job 10 was
+        // cancelled before its --begin time (Start = End, no AllocTRES).
+        (
+            "slurm_2205_e2e_sacct_jobs.txt",
+            Counts {
+                headers: 1,
+                recorded: 27,
+                skipped: &[(NeverStarted, 1)],
                 rejected: &[],
             },
         ),
