@@ -23,7 +23,7 @@ Subcommands (each prints what is wrong and exits 1 if anything is):
   check.py same LEDGER_A LEDGER_B NAME_A NAME_B
       the same jobs with the same charge lines (metric, quantity, rate, amount).
   check.py entries LEDGER          the ledger entry ids, one line (to compare runs)
-  check.py total CONFIG SACCT      "<jobs started> <expected total>"
+  check.py total CONFIG SACCT      "<jobs started> <jobs never started> <expected total>"
   check.py rows SACCT JOBID...     the sacct rows of these job ids (with array tasks)
 """
 import sys
@@ -129,7 +129,9 @@ def expected(config_path, sacct_path):
             sys.exit(f"check.py: {sacct_path}: job {row['JobID']} twice (requeued?); the test does not expect that")
         job = {"jobid": row["JobID"], "state": row["State"], "lines": None, "total": Fraction(0)}
         out[key] = job
-        if row["Start"] in ("", "None", "Unknown") or row["End"] in ("", "None", "Unknown"):
+        # Never started: no start, or (a job cancelled while pending: sacct then shows
+        # Start = End and NCPUS = what it asked for) no allocation at all.
+        if row["Start"] in ("", "None", "Unknown") or row["End"] in ("", "None", "Unknown") or not row["AllocTRES"]:
             continue
         cluster = clusters[row["Cluster"].lower()]
         node_type = cluster["queues"][row["Partition"]]
@@ -198,9 +200,9 @@ def verify(config_path, sacct_path, ledger_path, name, source=None, one_record=F
             bad.append(f"{name}: job {jid} has {len(g['records'])} records ({', '.join(kinds)}), expected 1")
         if "original" not in kinds or any(k not in ("original", "revision") for k in kinds):
             bad.append(f"{name}: job {jid} has records of kinds {kinds}")
-        sources = sorted({r[1] for r in g["records"].values()})
-        if source and sources[:1] != [source] and source not in sources:
-            bad.append(f"{name}: job {jid} was recorded from {sources}, expected {source}")
+        first = sorted({r[1] for r in g["records"].values() if r[0] == "original"})
+        if source and first != [source]:
+            bad.append(f"{name}: job {jid} was first recorded from {first}, expected {source}")
         projects = sorted({r[2] for r in g["records"].values()})
         if projects != [e["project"]]:
             bad.append(f"{name}: job {jid} charged to {projects}, expected {e['project']}")
@@ -274,7 +276,7 @@ def main(argv):
     elif cmd == "total":
         exp = expected(argv[2], argv[3])
         started = [e for e in exp.values() if e["lines"] is not None]
-        print(len(started), dec(sum((e["total"] for e in started), Fraction(0)), 2))
+        print(len(started), len(exp) - len(started), dec(sum((e["total"] for e in started), Fraction(0)), 2))
         return 0
     elif cmd == "rows":
         want = set(argv[3:])

@@ -21,6 +21,9 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }   # paths given relative to the caller's directory
+[ -z "${HPC_LEDGER_BIN:-}" ] || HPC_LEDGER_BIN=$(abs "$HPC_LEDGER_BIN")
+[ -z "${SLURM_E2E_DIR:-}" ] || SLURM_E2E_DIR=$(abs "$SLURM_E2E_DIR")
 cd "$ROOT" || exit 1
 T0=$(date +%s)
 export TZ=UTC LC_ALL=C   # Slurm's local times are UTC for daemons and sacct alike (center.toml says UTC)
@@ -315,7 +318,7 @@ start_serve() {
         "$BIN" serve --listen "127.0.0.1:$P_SERVE" >> "$OUT/serve.log" 2>&1 &
     SERVE_PID=$!
     echo "$SERVE_PID" > "$VAR/run/serve.pid"
-    waitfor 30 "hpc-ledger serve on :$P_SERVE" healthy
+    waitfor 30 "hpc-ledger serve on :$P_SERVE to answer /healthz (out/serve.log)" healthy
 }
 stop_serve() { # SIGTERM; sets SERVE_RC and SERVE_STOP_SECS
     local t=$SECONDS i
@@ -390,10 +393,18 @@ waitfor 180 "the queue to empty" queue_empty
 ts "all jobs ended"
 
 ledger_jobs() { sql "$URL1" "SELECT count(*) FROM job j JOIN cluster c ON c.id = j.cluster_id WHERE lower(c.name) = '$CLUSTER'"; }
+sacct_settled() { # slurmdbd has every job's end (it lags squeue by a moment)
+    sacct --parsable2 --noheader --allocations --duplicates -j "$(IFS=,; echo "${IDS[*]}")" --format "$SACCT_FORMAT" \
+        > "$OUT/sacct.tmp" || return 1
+    [ "$(wc -l < "$OUT/sacct.tmp")" -ge "${#IDS[@]}" ] && ! awk -F'|' '$14 == "Unknown" || $17 ~ /^(PENDING|RUNNING|COMPLETING|REQUEUED|SUSPENDED)/ {bad = 1} END {exit !bad}' "$OUT/sacct.tmp"
+}
 dump_sacct() { # the accounting of every job submitted, allocations only, with the header import reads
+    waitfor 60 "slurmdbd to record the end of every job" sacct_settled
     sacct --parsable2 --allocations --duplicates -j "$(IFS=,; echo "${IDS[*]}")" --format "$SACCT_FORMAT" > "$OUT/sacct.txt" \
         || die "sacct failed"
-    read -r STARTED EXPECTED_TOTAL < <("$PY" "$HERE/check.py" total "$CONFIG" "$OUT/sacct.txt")
+    rm -f "$OUT/sacct.tmp"
+    read -r STARTED NEVER_STARTED EXPECTED_TOTAL < <("$PY" "$HERE/check.py" total "$CONFIG" "$OUT/sacct.txt")
+    [ -n "$EXPECTED_TOTAL" ] || die "check.py could not read sacct's output (out/sacct.txt)"
 }
 wait_delivered() { # wait_delivered SECONDS: until the ledger holds as many jobs as sacct says started
     local n=$1 i have=0
@@ -406,7 +417,10 @@ wait_delivered() { # wait_delivered SECONDS: until the ledger holds as many jobs
     fail "after ${n}s the ledger holds $have jobs of the $STARTED that started"
     return 1
 }
-wait_delivered 150 && ts "serve recorded all $STARTED jobs that started (first POST $(( $(date +%s) - CTLD_STARTED ))s or less after slurmctld started)"
+if wait_delivered 150; then
+    first=$(sql "$URL1" "SELECT extract(epoch FROM min(recorded_at))::bigint FROM job_record")
+    ts "serve recorded all $STARTED jobs that started (the first $((first - CTLD_STARTED))s after slurmctld started)"
+fi
 
 # ------------------------------------------------------------------ restart serve while Slurm posts
 BURST_IDS=()
@@ -419,6 +433,8 @@ ts "submitted a burst of $BURST jobs (ids ${BURST_IDS[0]}-${BURST_IDS[-1]}); res
 some_posted() { [ "$(ledger_jobs)" -ge $((before + 3)) ]; }
 waitfor 60 "the first burst jobs in the ledger" some_posted
 burst_queued() { squeue -h -j "$(IFS=,; echo "${BURST_IDS[*]}")" -o %i | wc -l; }
+curl -s -u "$BASIC" "$SERVE_URL/metrics" > "$OUT/metrics-1.txt"
+T_DOWN=$(date +%s)
 stop_serve
 queued_at_stop=$(burst_queued)
 [ "$SERVE_RC" = 0 ] || fail "serve exited $SERVE_RC on SIGTERM, expected 0"
@@ -426,12 +442,17 @@ ts "serve stopped by SIGTERM (exit $SERVE_RC after ${SERVE_STOP_SECS}s); $(($(le
 sleep 6
 ended_while_down=$((queued_at_stop - $(burst_queued)))
 start_serve
+T_UP=$(date +%s)
 ts "serve started again; $ended_while_down burst jobs ended while it was down"
 waitfor 120 "the queue to empty" queue_empty
 T_RESTART=$(date +%s)
 wait_delivered 240 && ts "after the restart serve recorded every job: $STARTED in all ($(( $(date +%s) - T_RESTART ))s after the burst ended)"
 sleep 3   # anything Slurm still re-sends would show up now
-refused=$(grep -ci 'elasticsearch' "$VAR/log/slurmctld.log" | head -1)
+# the jobs that ended while serve was down came in by Slurm's retries
+read -r retried longest < <(sql "$URL1" "SELECT count(*) FILTER (WHERE r.ended_at < to_timestamp($T_UP) AND r.recorded_at > to_timestamp($T_UP)),
+       ceil(extract(epoch FROM max(r.recorded_at - r.ended_at)))::bigint
+  FROM job_record r WHERE r.kind = 'original' AND r.recorded_at > to_timestamp($T_DOWN)")
+[ "$retried" -gt 0 ] || fail "no job ended while serve was down: the restart tested nothing (SLURM_E2E_BURST=$BURST)"
 
 # ------------------------------------------------------------------ checks
 LEDGER_SQL="SELECT j.scheduler_job_id, coalesce(j.array_index::text, ''), j.started_at, j.id, r.id, r.kind,
@@ -455,10 +476,25 @@ disc=$(sql "$URL1" "SELECT count(*) FROM audit.discrepancies")
 ledger "$L1" audit > "$OUT/audit.txt" 2>&1 || fail "hpc-ledger audit exited $? (out/audit.txt)"
 rejected=$(sql "$URL1" "SELECT count(*) FROM rejected_record")
 [ "$rejected" = 0 ] || fail "serve kept $rejected rejected records (hpc-ledger rejected)"
-curl -s -u "$BASIC" "$SERVE_URL/metrics" > "$OUT/metrics.txt"
-metric() { awk -v o="outcome=\"$1\"" '$1 ~ /^hpc_ledger_serve_jobs_total\{/ && index($1, o) {s += $2} END {print s + 0}' "$OUT/metrics.txt"; }
-m_rejected=$(metric rejected)
-[ "$m_rejected" = 0 ] || fail "/metrics counts $m_rejected rejected jobs since the restart"
+# serve's counters, both runs of it: nothing rejected or malformed, and no reply
+# but 200/201 to Slurm (it retries anything else forever), 401 only for the probes
+curl -s -u "$BASIC" "$SERVE_URL/metrics" > "$OUT/metrics-2.txt"
+metric() { # metric NAME LABEL: the sum over both serve runs
+    awk -v n="$1{$2}" '$1 == n {s += $2} END {print s + 0}' "$OUT/metrics-1.txt" "$OUT/metrics-2.txt"
+}
+for o in rejected malformed; do
+    n=$(metric hpc_ledger_serve_jobs_total "outcome=\"$o\"")
+    [ "$n" = 0 ] || fail "serve's /metrics counts $n $o documents"
+done
+statuses=$(awk -F'[{}" ]+' '/^hpc_ledger_serve_requests_total\{/ {s[$3] += $4} END {for (k in s) if (s[k] > 0) printf "%s:%s ", k, s[k]}' \
+    "$OUT/metrics-1.txt" "$OUT/metrics-2.txt")
+n401=$(metric hpc_ledger_serve_requests_total 'status="401"')
+[ "$n401" = 2 ] || fail "serve answered 401 $n401 times, expected 2 (the test's own probes): did Slurm's credentials fail?"
+other=$(awk -F'[{}" ]+' '/^hpc_ledger_serve_requests_total\{/ && $3 !~ /^(200|201|401)$/ && $4 > 0 {printf "%s:%s ", $3, $4}' \
+    "$OUT/metrics-1.txt" "$OUT/metrics-2.txt")
+[ -z "$other" ] || fail "serve answered Slurm with statuses other than 200/201 (Slurm retries them): $other"
+outcomes=$(awk -F'[{}" ]+' '/^hpc_ledger_serve_jobs_total\{/ && $4 > 0 {s[$3] += $4} END {for (k in s) printf "%s %s, ", s[k], k}' \
+    "$OUT/metrics-1.txt" "$OUT/metrics-2.txt")
 
 # two paths, one answer: sacct imported into a second, fresh ledger
 ledger "$L2" import --format slurm --output json "$OUT/sacct.txt" > "$OUT/import-fresh.json" 2>"$OUT/import-fresh.err"
@@ -490,21 +526,23 @@ check verify "$CONFIG" "$OUT/sacct.txt" "$OUT/ledger-serve-after-import.tsv" ser
 [ "$(sql "$URL1" "SELECT count(*) FROM audit.discrepancies")" = 0 ] || fail "audit.discrepancies not empty after the re-import"
 
 # statements: what the billing office would send
-months=$(cut -f3 "$OUT/ledger-serve.tsv" | cut -c1-7 | sort -u)
-charged=0
-for m in $months; do
-    ledger "$L1" statement --all --month "$m" > "$OUT/statement-$m.txt" 2>&1 || fail "hpc-ledger statement --all --month $m failed"
+for m in $(sql "$URL1" "SELECT DISTINCT to_char(period, 'YYYY-MM') FROM ledger_entry"); do
+    ledger "$L1" statement --all --month "$m" --out "$OUT/statements-$m" > "$OUT/statements-$m.log" 2>&1 ||
+        fail "hpc-ledger statement --all --month $m failed: $(tail -n 1 "$OUT/statements-$m.log")"
 done
+stated=$(cat "$OUT"/statements-*/*.txt 2>/dev/null | awk '$1 == "TOTAL" {s += $3} END {printf "%.2f", s}')
+[ "$stated" = "$EXPECTED_TOTAL" ] || fail "the statements total $stated, the rules give $EXPECTED_TOTAL"
 charged=$(sql "$URL1" "SELECT coalesce(sum(amount), 0) FROM ledger_entry")
 [ "$charged" = "$EXPECTED_TOTAL" ] || fail "the ledger's total is $charged, the rules give $EXPECTED_TOTAL"
 
-runs=$(wc -l < <(tail -n +2 "$OUT/sacct.txt"))
-in_ledger=$(ledger_jobs)
+jobs_serve=$(cut -f4 "$OUT/ledger-serve.tsv" | sort -u | wc -l)
+entries_serve=$(cut -f9 "$OUT/ledger-serve.tsv" | grep -c .)
+jobs_import=$(cut -f4 "$OUT/ledger-import.tsv" | sort -u | wc -l)
 SUMMARY+=(
-    "jobs run:           $runs allocations in sacct ($((${#IDS[@]} - BURST)) submissions + a burst of $BURST), $STARTED started"
-    "jobs in ledger:     $in_ledger via serve ($(awk '$0 ~ /^[0-9]/' "$OUT/ledger-serve.tsv" | cut -f4 | sort -u | wc -l) job rows), $(sql "$URL2" "SELECT count(*) FROM job") via import"
-    "total charged:      $charged USD (rules, computed from sacct: $EXPECTED_TOTAL)"
-    "serve restart:      SIGTERM exit $SERVE_RC in ${SERVE_STOP_SECS}s; $ended_while_down burst jobs ended while it was down; slurmctld.log lines naming elasticsearch: $refused"
+    "jobs run:           $((STARTED + NEVER_STARTED)) in sacct -X ($((${#IDS[@]} - BURST)) submissions, one an array of 3, then a burst of $BURST): $STARTED started, $NEVER_STARTED never did"
+    "jobs in ledger:     $jobs_serve via serve ($entries_serve entries), $jobs_import via sacct import into a fresh ledger"
+    "total charged:      $charged USD (statements: $stated; the rules, computed from sacct: $EXPECTED_TOTAL)"
+    "serve restart:      SIGTERM: exit $SERVE_RC in ${SERVE_STOP_SECS}s; down ~6s; $retried jobs that ended meanwhile came in by Slurm's retries; longest end-to-ledger delay after the restart ${longest}s"
     "re-import into serve's ledger: recorded $again_recorded, replayed $again_replayed, revised $again_revised, superseded $again_superseded"
-    "metrics since restart: $(grep '^hpc_ledger_serve_jobs_total' "$OUT/metrics.txt" | sed 's/hpc_ledger_serve_jobs_total//' | tr '\n' ' ')"
+    "serve /metrics:     documents: ${outcomes%, }; HTTP statuses: ${statuses% }"
 )
