@@ -169,6 +169,48 @@ tb_month = 4.50
     w.flush()
 }
 
+/// One job of the bench mix: what it held and when it ran.
+struct BenchJob {
+    partition: &'static str,
+    nodes: u64,
+    cpus: u64,
+    mem_g: u64,
+    gpus: u64,
+    dur: u64,
+    start: chrono::NaiveDateTime,
+    end: chrono::NaiveDateTime,
+}
+
+/// Job `i` of the mix, from its random word `x`: started within `month`
+/// (of `days` days), at most a day long, so it never ends in the next month.
+fn bench_job(i: u64, x: u64, days: u64, month: Month) -> BenchJob {
+    let (partition, nodes, cpus, mem_g, gpus) = match i % 20 {
+        0..=7 => ("serial", 1, 1, 1 + x % 4, 0),
+        8..=10 => ("batch", 1, 2 + x % 27, 4 * (1 + x % 7), 0),
+        11..=13 => ("batch", 1, 1 + x % 4, 32 + x % 96, 0),
+        14 | 15 => ("parallel", 2 + x % 15, 28 * (2 + x % 15), 120, 0),
+        16 | 17 => ("gpu", 1, 4 + x % 24, 32 + x % 64, 1 + x % 4),
+        18 => ("hugemem", 1, 8 + x % 41, 256 + x % 1200, 0),
+        _ => ("serial", 1, 1, 2, 0),
+    };
+    let day = i % (days.max(3) - 2);
+    let dur = 30 + x % (i % 5 * 20_000 + 3_600);
+    let start = month.first_day().and_time(NaiveTime::MIN)
+        + Duration::days(i64::try_from(day).unwrap_or(0))
+        + Duration::seconds(i64::try_from(x % 43_200).unwrap_or(0));
+    let end = start + Duration::seconds(i64::try_from(dur).unwrap_or(0));
+    BenchJob {
+        partition,
+        nodes,
+        cpus,
+        mem_g,
+        gpus,
+        dur,
+        start,
+        end,
+    }
+}
+
 /// `n` finished jobs on the bench center's cluster during `month`, charged
 /// to its first `projects` projects, as `sacct --parsable2` with a header.
 /// The mix of a general-purpose cluster: 40% single-core, 15% multi-core,
@@ -183,27 +225,21 @@ pub fn write_bench_sacct(mut w: impl Write, n: u64, projects: u64, month: Month)
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let (partition, nodes, cpus, mem_g, gpus) = match i % 20 {
-            0..=7 => ("serial", 1, 1, 1 + x % 4, 0),
-            8..=10 => ("batch", 1, 2 + x % 27, 4 * (1 + x % 7), 0),
-            11..=13 => ("batch", 1, 1 + x % 4, 32 + x % 96, 0),
-            14 | 15 => ("parallel", 2 + x % 15, 28 * (2 + x % 15), 120, 0),
-            16 | 17 => ("gpu", 1, 4 + x % 24, 32 + x % 64, 1 + x % 4),
-            18 => ("hugemem", 1, 8 + x % 41, 256 + x % 1200, 0),
-            _ => ("serial", 1, 1, 2, 0),
-        };
+        let BenchJob {
+            partition,
+            nodes,
+            cpus,
+            mem_g,
+            gpus,
+            dur,
+            start,
+            end,
+        } = bench_job(i, x, days, month);
         let id = if i % 20 == 19 {
             format!("{}_{}", 100_000 + i / 20 * 20, x % 1000)
         } else {
             (100_000 + i).to_string()
         };
-        // Start within the month, at most a day long: never ends in the next month.
-        let day = i % (days - 2);
-        let dur = 30 + x % (i % 5 * 20_000 + 3_600);
-        let start = month.first_day().and_time(NaiveTime::MIN)
-            + Duration::days(i64::try_from(day).unwrap_or(0))
-            + Duration::seconds(i64::try_from(x % 43_200).unwrap_or(0));
-        let end = start + Duration::seconds(i64::try_from(dur).unwrap_or(0));
         let gres = if gpus > 0 {
             format!(",gres/gpu={gpus}")
         } else {
@@ -235,22 +271,16 @@ pub fn bench_jobcomp(i: u64, projects: u64, month: Month) -> String {
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^= x >> 31;
-    let (partition, nodes, cpus, mem_g, gpus) = match i % 20 {
-        0..=7 => ("serial", 1, 1, 1 + x % 4, 0),
-        8..=10 => ("batch", 1, 2 + x % 27, 4 * (1 + x % 7), 0),
-        11..=13 => ("batch", 1, 1 + x % 4, 32 + x % 96, 0),
-        14 | 15 => ("parallel", 2 + x % 15, 28 * (2 + x % 15), 120, 0),
-        16 | 17 => ("gpu", 1, 4 + x % 24, 32 + x % 64, 1 + x % 4),
-        18 => ("hugemem", 1, 8 + x % 41, 256 + x % 1200, 0),
-        _ => ("serial", 1, 1, 2, 0),
-    };
-    let days = u64::from(month.days()).max(3);
-    let day = i % (days - 2);
-    let dur = 30 + x % (i % 5 * 20_000 + 3_600);
-    let start = month.first_day().and_time(NaiveTime::MIN)
-        + Duration::days(i64::try_from(day).unwrap_or(0))
-        + Duration::seconds(i64::try_from(x % 43_200).unwrap_or(0));
-    let end = start + Duration::seconds(i64::try_from(dur).unwrap_or(0));
+    let BenchJob {
+        partition,
+        nodes,
+        cpus,
+        mem_g,
+        gpus,
+        dur,
+        start,
+        end,
+    } = bench_job(i, x, u64::from(month.days()), month);
     let gres = if gpus > 0 {
         format!(",gres/gpu={gpus},gres/gpu:v100={gpus}")
     } else {

@@ -31,6 +31,10 @@ struct Running {
 }
 
 async fn start(pool: &PgPool, credentials: Credentials) -> Running {
+    start_with(pool, credentials, false).await
+}
+
+async fn start_with(pool: &PgPool, credentials: Credentials, supersede: bool) -> Running {
     let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let metrics = Arc::new(Metrics::new());
@@ -38,7 +42,7 @@ async fn start(pool: &PgPool, credentials: Credentials) -> Running {
     let options = Options {
         credentials,
         max_batch: 500,
-        supersede: false,
+        supersede,
         author: "serve-test".into(),
     };
     let done = tokio::spawn(serve(pool.clone(), listener, options, metrics.clone(), async {
@@ -327,6 +331,40 @@ async fn re_sent_changes_bad_documents_and_credentials_get_the_right_reply() {
     ] {
         assert!(m.body.contains(line), "{line} in\n{}", m.body);
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn with_supersede_a_changed_charge_replaces_the_old_one() {
+    let db = fixture_db().await;
+    let server = start_with(&db.pool, basic_only(), true).await;
+    let job20 = jobcomp_bodies().pop().unwrap();
+    assert_eq!(server.post("/slurm/_doc", &job20).await.status, 201);
+    let mut doc: serde_json::Map<String, Value> = serde_json::from_str(&job20).unwrap();
+    // Re-sent holding 2 CPUs instead of 1, for the same 3 s.
+    doc.insert("tres_alloc".into(), json!("cpu=2,mem=50M,node=1,billing=2"));
+    let r = server.post("/slurm/_doc", &Value::Object(doc).to_string()).await;
+    assert_eq!(
+        (r.status, body(&r)["outcome"].as_str()),
+        (201, Some("superseded")),
+        "{}",
+        r.body
+    );
+    assert_eq!(body(&r)["reversed"], 1);
+    // The old 1-core charge reversed exactly, the new 2-core one posted.
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT kind, quantity::text FROM ledger_entry ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let rows: Vec<(&str, &str)> = rows.iter().map(|(k, q)| (k.as_str(), q.as_str())).collect();
+    assert_eq!(
+        rows,
+        [
+            ("job", "0.000833333333"),
+            ("job", "0.001666666667"),
+            ("reversal", "-0.000833333333")
+        ]
+    );
     server.stop().await;
 }
 
