@@ -15,6 +15,7 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Map, Value};
 
+use super::slurm::{ENDED, NOT_ENDED};
 use super::{Item, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::request::parse_alloc_tres;
@@ -37,6 +38,15 @@ pub fn stored_document(doc: &Map<String, Value>) -> String {
         kept.remove(*k);
     }
     Value::Object(kept).to_string()
+}
+
+/// What to keep of a body that could not be read as a job: the document
+/// without its [`DROPPED`] fields when it is a JSON object, else the body.
+pub fn stored_body(body: &str) -> String {
+    match serde_json::from_str::<Value>(body) {
+        Ok(Value::Object(doc)) => stored_document(&doc),
+        _ => body.to_owned(),
+    }
 }
 
 fn text<'a>(doc: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
@@ -123,11 +133,19 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
         // allocation (sacct shows Start "None").
         return Ok(Item::Skip(Skip::NeverStarted));
     }
-    let Some(start) = start else {
-        return Ok(Item::Skip(Skip::NeverStarted));
-    };
-    let Some(end) = end else {
+    // The states sacct's reader knows: a record of a job not ended (Slurm
+    // logs RESIZING when a job shrinks) charges nothing yet.
+    let state_word = state.split_whitespace().next().unwrap_or("").to_uppercase();
+    if NOT_ENDED.contains(&state_word.as_str()) {
         return Ok(Item::Skip(Skip::NotEnded));
+    }
+    if !state_word.is_empty() && !ENDED.contains(&state_word.as_str()) {
+        return Err(format!("unknown job state {state:?}"));
+    }
+    // Slurm sends a finished job once: one it ran without a start or an
+    // end is damaged, and kept as such, not skipped.
+    let (Some(start), Some(end)) = (start, end) else {
+        return Err("a job that ran, without `@start` or `@end`".into());
     };
     let total_nodes = count(doc, "total_nodes")?;
     let (nodes, cores, memory, gpus) = match tres {
@@ -135,8 +153,19 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
             let a = parse_alloc_tres(t).map_err(|e| format!("tres_alloc: {e}"))?;
             (a.nodes.or(total_nodes).unwrap_or(1), a.cores, a.memory, a.gpus)
         }
+        // Without an allocation record, what was requested (as sacct's
+        // reader falls back to ReqMem and ReqTRES).
         None => match cpus {
-            Some(c) => (total_nodes.unwrap_or(1), c, None, 0),
+            Some(c) => {
+                let (memory, gpus) = match text(doc, "tres_req") {
+                    Some(r) => {
+                        let a = parse_alloc_tres(r).map_err(|e| format!("tres_req: {e}"))?;
+                        (a.memory, a.gpus)
+                    }
+                    None => (None, 0),
+                };
+                (total_nodes.unwrap_or(1), c, memory, gpus)
+            }
             None => return Err("the document has neither `tres_alloc` nor `total_cpus`".into()),
         },
     };
@@ -273,6 +302,40 @@ mod tests {
         );
         assert_eq!(j.start, Stamp::At("2026-11-30T13:48:11Z".parse().unwrap()));
         assert_eq!((j.nodes, j.cores, j.memory), (2, 4, None));
+        // No allocation record: memory and GPUs as requested.
+        let j = job(
+            r#"{"jobid":"78","@start":"2026-11-30T08:48:11","@end":"2026-11-30T10:48:11","total_cpus":4,
+            "total_nodes":1,"nodes":"c01","state":"COMPLETED","tres_req":"cpu=4,mem=10G,node=1,gres/gpu=2"}"#,
+        );
+        assert_eq!((j.cores, j.memory, j.gpus), (4, Some(Bytes(10 * GIB)), 2));
+    }
+
+    #[test]
+    fn states_are_read_as_sacct_reads_them() {
+        let with_state = |state: &str| {
+            parse_document(
+                &format!(
+                    r#"{{"jobid":5,"@start":"2026-11-30T08:48:11","@end":"2026-11-30T08:49:11","total_cpus":1,
+                    "nodes":"c01","tres_alloc":"cpu=1,node=1","state":"{state}"}}"#
+                ),
+                &ReadOptions::default(),
+            )
+            .map(|(_, item)| item)
+        };
+        assert_eq!(with_state("RESIZING"), Ok(Item::Skip(Skip::NotEnded)));
+        assert!(matches!(with_state("NODE_FAIL"), Ok(Item::Job(_))));
+        assert_eq!(with_state("EXPLODED"), Err("unknown job state \"EXPLODED\"".into()));
+        // A job that ran but has no end is damaged, not skipped.
+        let e = parse_document(
+            r#"{"jobid":5,"@start":"2026-11-30T08:48:11","total_cpus":1,"nodes":"c01","tres_alloc":"cpu=1,node=1"}"#,
+            &ReadOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e, "a job that ran, without `@start` or `@end`");
+        // What is kept of a malformed body has no script either.
+        let kept = stored_body(r##"{"jobid":"x","script":"#!/bin/sh\nsecret\n"}"##);
+        assert!(!kept.contains("secret"), "{kept}");
+        assert_eq!(stored_body("not json"), "not json");
     }
 
     #[test]

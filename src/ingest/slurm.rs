@@ -53,7 +53,7 @@ pub const XDMOD_FIELDS: [&str; 26] = [
 
 /// States of a run that has ended and held resources (with `--duplicates`,
 /// earlier runs of a requeued job are REQUEUED).
-const ENDED: &[&str] = &[
+pub(crate) const ENDED: &[&str] = &[
     "COMPLETED",
     "FAILED",
     "TIMEOUT",
@@ -68,7 +68,7 @@ const ENDED: &[&str] = &[
 ];
 
 /// States of a job that has not ended yet.
-const NOT_ENDED: &[&str] = &[
+pub(crate) const NOT_ENDED: &[&str] = &[
     "PENDING",
     "RUNNING",
     "SUSPENDED",

@@ -10,9 +10,9 @@
 //! | an identical replay, or a revision that does not change the charge | 200 |
 //! | a job that never ran (cancelled while pending) | 200, skipped |
 //! | well-formed but not chargeable now (unknown project, no rate card, conflicting re-send) | 200, kept in `rejected_record` for `import --retry-rejected` |
-//! | malformed (not JSON, no job id, a bad time) | 400, also kept |
-//! | wrong or missing credentials | 401 |
-//! | the database is unreachable | 503: nothing recorded, Slurm retries |
+//! | malformed (not JSON, no job id, a bad time, an unknown state) | 400, also kept (without the batch script) |
+//! | wrong or missing credentials | 401, before the body is read |
+//! | the database is unreachable | 503: Slurm retries (a job that did commit is then a replay) |
 //!
 //! Requests are handed to one batcher task that owns the [`Recorder`]: while
 //! one transaction commits, the requests arriving meanwhile queue up and go
@@ -20,6 +20,8 @@
 //! bigger, not more numerous. A request is answered only after its
 //! transaction committed. On shutdown the listener stops accepting, requests
 //! in flight are finished and answered, then the batcher drains and exits.
+//! If the batcher fails, the server stops too (and `/healthz` says so)
+//! rather than answer 503 forever.
 
 pub mod client;
 mod metrics;
@@ -198,6 +200,15 @@ pub async fn serve(
     );
     recorder.batch_size = options.max_batch.max(1);
     let batcher = tokio::spawn(batcher(recorder, rx, options.max_batch.max(1), metrics.clone()));
+    // The batcher ends on its own only if it failed (a panic): then stop
+    // serving rather than answer 503 forever, so the service manager sees
+    // the process exit and restarts it.
+    let (died, batcher_died) = oneshot::channel::<()>();
+    let batcher = tokio::spawn(async move {
+        let result = batcher.await;
+        let _ = died.send(());
+        result
+    });
     let app = Arc::new(App {
         credentials: options.credentials,
         queue,
@@ -210,16 +221,27 @@ pub async fn serve(
         .route("/slurm/_doc", post(jobcomp_doc))
         .route("/slurm/jobcomp", post(jobcomp_doc))
         .route("/jobs", post(json_jobs))
+        // Credentials are checked before a body is read: a sender without
+        // them cannot make the server buffer anything.
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), require_credentials))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(app);
-    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown).await;
+    let stop = async move {
+        tokio::select! {
+            () = shutdown => {}
+            _ = batcher_died => tracing::error!("the recording task stopped; stopping the server"),
+        }
+    };
+    let served = axum::serve(listener, router).with_graceful_shutdown(stop).await;
     // Every handler has returned, so every sender is gone: the batcher
     // finishes what it holds and stops.
     let drained = batcher.await;
     served?;
-    drained.map_err(|e| ServeError::Batcher(e.to_string()))
+    drained
+        .map_err(|e| ServeError::Batcher(e.to_string()))?
+        .map_err(|e| ServeError::Batcher(e.to_string()))
 }
 
 async fn batcher(mut recorder: Recorder, mut rx: mpsc::Receiver<Pending>, max: usize, metrics: Arc<Metrics>) {
@@ -287,6 +309,19 @@ fn reply(status: StatusCode, body: Value) -> Response {
         .into_response()
 }
 
+async fn require_credentials(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if app.credentials.allows(request.headers()) {
+        return next.run(request).await;
+    }
+    app.metrics
+        .request(StatusCode::UNAUTHORIZED.as_u16(), std::time::Duration::ZERO);
+    unauthorized()
+}
+
 fn unauthorized() -> Response {
     (
         StatusCode::UNAUTHORIZED,
@@ -300,7 +335,7 @@ fn unavailable(reason: &str) -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         [(header::RETRY_AFTER, "10"), (header::CONTENT_TYPE, "application/json")],
-        format!("{}\n", json!({"error": reason})),
+        format!("{}\n", json!({"error": crate::db::redact(reason)})),
     )
         .into_response()
 }
@@ -314,17 +349,14 @@ fn outcome_reply(outcome: &Outcome) -> (StatusCode, Value) {
     (status, serde_json::to_value(outcome).unwrap_or(Value::Null))
 }
 
-async fn jobcomp_doc(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn jobcomp_doc(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let response = jobcomp_inner(&app, &headers, &body).await;
+    let response = jobcomp_inner(&app, &body).await;
     app.metrics.request(response.status().as_u16(), started.elapsed());
     response
 }
 
-async fn jobcomp_inner(app: &App, headers: &HeaderMap, body: &[u8]) -> Response {
-    if !app.credentials.allows(headers) {
-        return unauthorized();
-    }
+async fn jobcomp_inner(app: &App, body: &[u8]) -> Response {
     let options = ReadOptions::default();
     let text = String::from_utf8_lossy(body);
     let source = |raw: String| Source {
@@ -335,7 +367,7 @@ async fn jobcomp_inner(app: &App, headers: &HeaderMap, body: &[u8]) -> Response 
     };
     let (doc, item) = match jobcomp::parse_document(&text, &options) {
         Ok(parsed) => parsed,
-        Err(reason) => return malformed(app, source(text.into_owned()), reason).await,
+        Err(reason) => return malformed(app, source(jobcomp::stored_body(&text)), reason).await,
     };
     match item {
         Item::Job(job) => {
@@ -391,17 +423,14 @@ fn outcome_name(o: &Outcome) -> &'static str {
 /// The project's own JSON job format (docs/recording.md): one object, or an
 /// array of them. Every element is checked first; if any is malformed the
 /// request is refused whole (400, naming each) and nothing is recorded.
-async fn json_jobs(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let response = json_jobs_inner(&app, &headers, &body).await;
+    let response = json_jobs_inner(&app, &body).await;
     app.metrics.request(response.status().as_u16(), started.elapsed());
     response
 }
 
-async fn json_jobs_inner(app: &App, headers: &HeaderMap, body: &[u8]) -> Response {
-    if !app.credentials.allows(headers) {
-        return unauthorized();
-    }
+async fn json_jobs_inner(app: &App, body: &[u8]) -> Response {
     let value: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
@@ -487,6 +516,9 @@ async fn json_jobs_inner(app: &App, headers: &HeaderMap, body: &[u8]) -> Respons
 }
 
 async fn healthz(State(app): State<Arc<App>>) -> Response {
+    if app.queue.is_closed() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the recording task stopped\n").into_response();
+    }
     match sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&app.pool).await {
         Ok(_) => (StatusCode::OK, "ok\n").into_response(),
         Err(e) => {

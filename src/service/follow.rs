@@ -9,7 +9,9 @@
 //! then replays. Only whole lines are read: a line PBS is still writing is
 //! left for the next look. When a newer day's file exists, the current one
 //! is read to its end once more (a last line without a newline included)
-//! and the follower moves on. A first start reads the directory from its
+//! and the follower moves on. A file the follower has not finished that
+//! disappears (compressed, moved) stops it with an error rather than
+//! skipping its jobs. A first start reads the directory from its
 //! oldest file: back-filling history is the same operation, and what was
 //! imported before is replayed, not charged again.
 
@@ -108,11 +110,16 @@ pub async fn follow(
         // The file to read: the cursor's, else the first one after it.
         let current = match &cursor {
             Some(c) if files.contains(&c.file) => Some(c.clone()),
-            Some(c) => files.iter().find(|n| **n > c.file).map(|n| Cursor {
-                file: n.clone(),
-                byte_offset: 0,
-                lines: 0,
-            }),
+            // Never skip what was not read: a file compressed or moved away
+            // before the follower finished it would lose its jobs silently.
+            Some(c) => {
+                return Err(ImportError::Follow(format!(
+                    "{}, where following stopped (after line {}), is gone: restore it (e.g. gunzip it) \
+                     and start again to read the rest of it; nothing after that line has been recorded",
+                    f.dir.join(&c.file).display(),
+                    c.lines
+                )));
+            }
             None => files.first().map(|n| Cursor {
                 file: n.clone(),
                 byte_offset: 0,

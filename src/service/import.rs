@@ -85,6 +85,8 @@ pub enum ImportError {
     },
     #[error("{0}")]
     Options(String),
+    #[error("{0}")]
+    Follow(String),
     #[error(transparent)]
     Record(#[from] RecordError),
 }

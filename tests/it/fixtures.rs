@@ -26,7 +26,15 @@ pub fn stripped(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("{}-{name}", std::process::id()));
-    std::fs::write(&out, body).unwrap();
+    // Tests run concurrently and may strip the same fixture: write aside and
+    // rename (atomic), so a reader never sees a half-written file.
+    let partial = dir.join(format!(
+        "{}-{name}.{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::write(&partial, body).unwrap();
+    std::fs::rename(&partial, &out).unwrap();
     out
 }
 

@@ -173,6 +173,41 @@ async fn a_followed_directory_is_recorded_once_across_days_partial_lines_and_res
 }
 
 #[tokio::test]
+async fn a_file_gone_before_it_was_finished_stops_the_follower() {
+    let db = fixture_db().await;
+    let dir = scratch_dir();
+    let l = fixture_lines();
+    append(&dir.join("20261101"), &format!("{}{}", l[0], l[1]));
+    let first = start(&db.pool, &dir);
+    until_at(&db.pool, "20261101", l[0].len() + l[1].len()).await;
+    first.stop().await;
+    // Compressed by a log rotation before the follower saw the next day.
+    std::fs::rename(dir.join("20261101"), dir.join("20261101.gz")).unwrap();
+    append(&dir.join("20261102"), &l[2]);
+    let (_stop, stopped) = watch::channel(false);
+    let f = Follow {
+        dir: dir.clone(),
+        format: Format::Pbs,
+        options: options(),
+        poll: Duration::from_millis(20),
+    };
+    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "follower".into());
+    let e = follow(&db.pool, &mut recorder, &f, &mut Summary::default(), stopped, &|_| {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("20261101, where following stopped (after line 2), is gone"),
+        "{e}"
+    );
+    assert_eq!(
+        jobs(&db.pool).await,
+        2,
+        "the next day's job is not recorded past the gap"
+    );
+}
+
+#[tokio::test]
 async fn the_follow_command_needs_pbs_and_a_cluster() {
     let db = fixture_db().await;
     let dir = scratch_dir();
