@@ -134,10 +134,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                 super::stop_signal().await;
                 let _ = stop_tx.send(true);
             });
-            follow(&pool, &mut recorder, &f, &mut summary, stop_rx, &|s| {
-                tracing::debug!("{} recorded, {} replayed so far", s.recorded, s.replayed);
-            })
-            .await?;
+            follow(&pool, &mut recorder, &f, &mut summary, stop_rx).await?;
             return finish(&args, &summary);
         }
         let mut files = args.files.clone();

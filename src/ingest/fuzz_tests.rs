@@ -334,7 +334,7 @@ fn fuzz_jobcomp_on_mutated_documents() {
         parse_and_price(Format::Jobcomp, &ReadOptions::default(), &line, &catalog, &projects);
         if let Ok((doc, Item::Job(job))) = super::jobcomp::parse_document(&line, &ReadOptions::default()) {
             // What is stored reads back as the same job.
-            let stored = super::jobcomp::stored_document(&doc);
+            let stored = super::jobcomp::stored_document(doc);
             let again = super::jobcomp::parse_document(&stored, &ReadOptions::default()).map(|(_, i)| i);
             assert_eq!(again, Ok(Item::Job(job)), "{line}");
         }

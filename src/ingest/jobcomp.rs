@@ -32,19 +32,18 @@ const DROPPED: &[&str] = &["script", "environment", "env"];
 /// The document as it is stored with the job's record: everything Slurm
 /// sent except the [`DROPPED`] fields, as one line of JSON. Reading it again
 /// gives the same job.
-pub fn stored_document(doc: &Map<String, Value>) -> String {
-    let mut kept = doc.clone();
+pub fn stored_document(mut doc: Map<String, Value>) -> String {
     for k in DROPPED {
-        kept.remove(*k);
+        doc.remove(*k);
     }
-    Value::Object(kept).to_string()
+    Value::Object(doc).to_string()
 }
 
 /// What to keep of a body that could not be read as a job: the document
 /// without its [`DROPPED`] fields when it is a JSON object, else the body.
 pub fn stored_body(body: &str) -> String {
     match serde_json::from_str::<Value>(body) {
-        Ok(Value::Object(doc)) => stored_document(&doc),
+        Ok(Value::Object(doc)) => stored_document(doc),
         _ => body.to_owned(),
     }
 }
@@ -363,7 +362,7 @@ mod tests {
         let body = r##"{"jobid":2,"@start":"2026-11-30T08:48:00","@end":"2026-11-30T08:48:03","total_cpus":2,"total_nodes":1,
             "nodes":"c02","tres_alloc":"cpu=2,mem=500M,node=1","state":"COMPLETED","script":"#!/bin/sh\nsecret-code\n"}"##;
         let (doc, item) = parse_document(body, &ReadOptions::default()).unwrap();
-        let stored = stored_document(&doc);
+        let stored = stored_document(doc);
         assert!(!stored.contains("secret-code"), "{stored}");
         assert!(!stored.contains('\n'));
         assert_eq!(parse_document(&stored, &ReadOptions::default()).unwrap().1, item);

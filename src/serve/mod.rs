@@ -170,9 +170,15 @@ enum Work {
     Malformed(Source, String),
 }
 
+/// What the batcher answers: a job's outcome (none for a malformed
+/// document), or why nothing was recorded.
+type Answer = Result<Option<Outcome>, String>;
+
+const SHUTTING_DOWN: &str = "the server is shutting down";
+
 struct Pending {
     work: Work,
-    reply: oneshot::Sender<Result<Option<Outcome>, String>>,
+    reply: oneshot::Sender<Answer>,
 }
 
 struct App {
@@ -223,7 +229,7 @@ pub async fn serve(
         .route("/jobs", post(json_jobs))
         // Credentials are checked before a body is read: a sender without
         // them cannot make the server buffer anything.
-        .route_layer(axum::middleware::from_fn_with_state(app.clone(), require_credentials))
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -290,13 +296,29 @@ async fn batcher(mut recorder: Recorder, mut rx: mpsc::Receiver<Pending>, max: u
 }
 
 impl App {
-    async fn submit(&self, work: Work) -> Result<Option<Outcome>, String> {
+    /// Hand `work` to the batcher; the receiver gets its result after the
+    /// transaction holding it ended.
+    async fn enqueue(&self, work: Work) -> Result<oneshot::Receiver<Answer>, String> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Pending { work, reply })
             .await
-            .map_err(|_| "the server is shutting down".to_owned())?;
-        answer.await.map_err(|_| "the server is shutting down".to_owned())?
+            .map_err(|_| SHUTTING_DOWN.to_owned())?;
+        Ok(answer)
+    }
+
+    async fn submit(&self, work: Work) -> Answer {
+        let answer = self.enqueue(work).await?;
+        answer.await.map_err(|_| SHUTTING_DOWN.to_owned())?
+    }
+
+    /// Count what became of a job, log a rejection, and say how to reply.
+    fn settle(&self, outcome: &Outcome) -> (StatusCode, Value) {
+        self.metrics.outcome(outcome_name(outcome));
+        if let Outcome::Rejected { job, reason, .. } = outcome {
+            tracing::warn!("kept, not charged: {}: {reason}", job.as_deref().unwrap_or("?"));
+        }
+        outcome_reply(outcome)
     }
 }
 
@@ -309,17 +331,17 @@ fn reply(status: StatusCode, body: Value) -> Response {
         .into_response()
 }
 
-async fn require_credentials(
-    State(app): State<Arc<App>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    if app.credentials.allows(request.headers()) {
-        return next.run(request).await;
-    }
-    app.metrics
-        .request(StatusCode::UNAUTHORIZED.as_u16(), std::time::Duration::ZERO);
-    unauthorized()
+/// Around every job endpoint: credentials first (before a body is read),
+/// then the request's status and latency for `/metrics`.
+async fn guard(State(app): State<Arc<App>>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let started = Instant::now();
+    let response = if app.credentials.allows(request.headers()) {
+        next.run(request).await
+    } else {
+        unauthorized()
+    };
+    app.metrics.request(response.status().as_u16(), started.elapsed());
+    response
 }
 
 fn unauthorized() -> Response {
@@ -350,15 +372,9 @@ fn outcome_reply(outcome: &Outcome) -> (StatusCode, Value) {
 }
 
 async fn jobcomp_doc(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    let response = jobcomp_inner(&app, &body).await;
-    app.metrics.request(response.status().as_u16(), started.elapsed());
-    response
-}
-
-async fn jobcomp_inner(app: &App, body: &[u8]) -> Response {
+    let app = &*app;
     let options = ReadOptions::default();
-    let text = String::from_utf8_lossy(body);
+    let text = String::from_utf8_lossy(&body);
     let source = |raw: String| Source {
         format: "jobcomp",
         reference: "serve /slurm/_doc".into(),
@@ -373,7 +389,7 @@ async fn jobcomp_inner(app: &App, body: &[u8]) -> Response {
         Item::Job(job) => {
             let submission = Submission {
                 input: *job,
-                source: source(jobcomp::stored_document(&doc)),
+                source: source(jobcomp::stored_document(doc)),
             };
             job_reply(app, submission).await
         }
@@ -381,7 +397,7 @@ async fn jobcomp_inner(app: &App, body: &[u8]) -> Response {
             app.metrics.outcome("skipped");
             reply(StatusCode::OK, json!({"outcome": "skipped", "reason": s.to_string()}))
         }
-        Item::Bad(reason) => malformed(app, source(jobcomp::stored_document(&doc)), reason).await,
+        Item::Bad(reason) => malformed(app, source(jobcomp::stored_document(doc)), reason).await,
     }
 }
 
@@ -398,11 +414,7 @@ async fn malformed(app: &App, source: Source, reason: String) -> Response {
 async fn job_reply(app: &App, submission: Submission) -> Response {
     match app.submit(Work::Job(Box::new(submission))).await {
         Ok(Some(outcome)) => {
-            app.metrics.outcome(outcome_name(&outcome));
-            if let Outcome::Rejected { job, reason, .. } = &outcome {
-                tracing::warn!("kept, not charged: {}: {reason}", job.as_deref().unwrap_or("?"));
-            }
-            let (status, body) = outcome_reply(&outcome);
+            let (status, body) = app.settle(&outcome);
             reply(status, body)
         }
         Ok(None) => unavailable("no outcome"),
@@ -424,14 +436,8 @@ fn outcome_name(o: &Outcome) -> &'static str {
 /// array of them. Every element is checked first; if any is malformed the
 /// request is refused whole (400, naming each) and nothing is recorded.
 async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    let response = json_jobs_inner(&app, &body).await;
-    app.metrics.request(response.status().as_u16(), started.elapsed());
-    response
-}
-
-async fn json_jobs_inner(app: &App, body: &[u8]) -> Response {
-    let value: Value = match serde_json::from_slice(body) {
+    let app = &*app;
+    let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
     };
@@ -468,23 +474,20 @@ async fn json_jobs_inner(app: &App, body: &[u8]) -> Response {
     for (index, (raw, item)) in items.into_iter().enumerate() {
         match item {
             Item::Job(job) => {
-                let (reply_tx, answer) = oneshot::channel();
-                let pending = Pending {
-                    work: Work::Job(Box::new(Submission {
-                        input: *job,
-                        source: Source {
-                            format: "json",
-                            reference: format!("serve /jobs #{index}"),
-                            raw,
-                            options: ReadOptions::default(),
-                        },
-                    })),
-                    reply: reply_tx,
-                };
-                if app.queue.send(pending).await.is_err() {
-                    return unavailable("the server is shutting down");
+                let work = Work::Job(Box::new(Submission {
+                    input: *job,
+                    source: Source {
+                        format: "json",
+                        reference: format!("serve /jobs #{index}"),
+                        raw,
+                        options: ReadOptions::default(),
+                    },
+                }));
+                // All queued before any is awaited: they share a transaction.
+                match app.enqueue(work).await {
+                    Ok(answer) => waiting.push((index, answer)),
+                    Err(e) => return unavailable(&e),
                 }
-                waiting.push((index, answer));
             }
             Item::Skip(s) => {
                 app.metrics.outcome("skipped");
@@ -497,15 +500,15 @@ async fn json_jobs_inner(app: &App, body: &[u8]) -> Response {
     for (index, answer) in waiting {
         match answer.await {
             Ok(Ok(Some(outcome))) => {
-                app.metrics.outcome(outcome_name(&outcome));
-                let (s, body) = outcome_reply(&outcome);
+                let (s, body) = app.settle(&outcome);
                 if s == StatusCode::CREATED {
                     status = s;
                 }
                 results[index] = body;
             }
+            Ok(Ok(None)) => return unavailable("no outcome"),
             Ok(Err(e)) => return unavailable(&e),
-            _ => return unavailable("the server is shutting down"),
+            Err(_) => return unavailable(SHUTTING_DOWN),
         }
     }
     if single {

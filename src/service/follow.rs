@@ -72,15 +72,13 @@ fn read_error(f: &Follow, file: &str, source: std::io::Error) -> ImportError {
     }
 }
 
-/// Follow `f` until `stop` turns true; `on_progress` is called after every
-/// recorded batch.
+/// Follow `f` until `stop` turns true, adding what it did to `summary`.
 pub async fn follow(
     pool: &PgPool,
     recorder: &mut Recorder,
     f: &Follow,
     summary: &mut Summary,
     mut stop: watch::Receiver<bool>,
-    on_progress: &(dyn Fn(&Summary) + Sync),
 ) -> Result<(), ImportError> {
     let key = source_key(f).map_err(|e| ImportError::Read {
         name: f.dir.display().to_string(),
@@ -128,7 +126,7 @@ pub async fn follow(
         };
         if let Some(at) = current {
             let newer = files.iter().any(|n| *n > at.file);
-            let after = read_file(pool, recorder, f, &key, at.clone(), newer, summary, on_progress).await?;
+            let after = read_file(pool, recorder, f, &key, at.clone(), newer, summary).await?;
             let progressed = after != at;
             cursor = Some(after.clone());
             if progressed {
@@ -165,7 +163,6 @@ async fn save(pool: &PgPool, key: &str, cursor: &Cursor) -> Result<(), ImportErr
 /// Read what is new in `at.file` from `at.byte_offset` and record it, batch
 /// by batch, advancing the cursor after each. `finished`: a newer file
 /// exists, so a last line without a newline is complete.
-#[allow(clippy::too_many_arguments)]
 async fn read_file(
     pool: &PgPool,
     recorder: &mut Recorder,
@@ -174,7 +171,6 @@ async fn read_file(
     mut at: Cursor,
     finished: bool,
     summary: &mut Summary,
-    on_progress: &(dyn Fn(&Summary) + Sync),
 ) -> Result<Cursor, ImportError> {
     let path = f.dir.join(&at.file);
     let mut file = std::fs::File::open(&path).map_err(|e| read_error(f, &at.file, e))?;
@@ -265,7 +261,13 @@ async fn read_file(
             jobs.clear();
             malformed.clear();
             save(pool, key, &at).await?;
-            on_progress(summary);
+            tracing::debug!(
+                "{}:{}: {} recorded, {} replayed so far",
+                at.file,
+                at.lines,
+                summary.recorded,
+                summary.replayed
+            );
         }
     }
     Ok(at)

@@ -60,9 +60,7 @@ fn start(pool: &PgPool, dir: &Path) -> Follower {
     let done = tokio::spawn(async move {
         let mut recorder = Recorder::new(pool.clone(), Defaults::default(), false, "follower".into());
         let mut summary = Summary::default();
-        follow(&pool, &mut recorder, &f, &mut summary, stopped, &|_| {})
-            .await
-            .unwrap();
+        follow(&pool, &mut recorder, &f, &mut summary, stopped).await.unwrap();
         summary
     });
     Follower { stop, done }
@@ -192,7 +190,7 @@ async fn a_file_gone_before_it_was_finished_stops_the_follower() {
         poll: Duration::from_millis(20),
     };
     let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "follower".into());
-    let e = follow(&db.pool, &mut recorder, &f, &mut Summary::default(), stopped, &|_| {})
+    let e = follow(&db.pool, &mut recorder, &f, &mut Summary::default(), stopped)
         .await
         .unwrap_err()
         .to_string();

@@ -425,24 +425,23 @@ async fn the_projects_own_json_one_job_or_many_all_or_nothing_when_malformed() {
     server.stop().await;
 }
 
+/// `n` JSON jobs with ids from `first`, posted at once, one task each.
+fn burst(addr: SocketAddr, first: u32, n: u32) -> Vec<JoinHandle<std::io::Result<Reply>>> {
+    (first..first + n)
+        .map(|id| {
+            tokio::spawn(async move {
+                client::post(addr, "/jobs", None, json_job(id, "pas1234").to_string().as_bytes()).await
+            })
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn concurrent_posts_share_transactions_and_a_stop_loses_no_accepted_job() {
     let db = fixture_db().await;
     let server = start(&db.pool, Credentials::none()).await;
     let n = 300u32;
-    let mut posts = Vec::new();
-    for id in 0..n {
-        let addr = server.addr;
-        posts.push(tokio::spawn(async move {
-            client::post(
-                addr,
-                "/jobs",
-                None,
-                json_job(1000 + id, "pas1234").to_string().as_bytes(),
-            )
-            .await
-        }));
-    }
+    let posts = burst(server.addr, 1000, n);
     let mut created = 0;
     for p in posts {
         let r = p.await.unwrap().unwrap();
@@ -459,19 +458,7 @@ async fn concurrent_posts_share_transactions_and_a_stop_loses_no_accepted_job() 
 
     // Stop while another burst is in flight: every job answered 201 is in
     // the ledger; the others were never accepted (Slurm sends them again).
-    let mut posts = Vec::new();
-    for id in 0..n {
-        let addr = server.addr;
-        posts.push(tokio::spawn(async move {
-            client::post(
-                addr,
-                "/jobs",
-                None,
-                json_job(5000 + id, "pas1234").to_string().as_bytes(),
-            )
-            .await
-        }));
-    }
+    let posts = burst(server.addr, 5000, n);
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     let Running { stop, done, .. } = server;
     stop.send(()).unwrap();
