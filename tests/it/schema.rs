@@ -177,3 +177,161 @@ async fn constraints_refuse_what_cannot_be_true() {
     .await;
     assert!(got.contains("ledger_entry_one_reversal"), "{got}");
 }
+
+/// Migration 0010 checks references once per statement instead of with
+/// foreign keys: the same refusals, naming the row, for a single row and for
+/// one bad row among many (nothing of such a statement stays).
+#[tokio::test]
+async fn references_are_checked_per_statement() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(ONE_CHARGE).execute(&db.pool).await.unwrap();
+    let cases = [
+        (
+            "INSERT INTO job (cluster_id, scheduler_job_id, started_at) VALUES (1, '2', '2026-03-02Z'), (7, '3', '2026-03-02Z')",
+            "refers to cluster 7, which does not exist",
+        ),
+        (
+            "INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, ended_at, nodes, cores,
+                                     charge_fingerprint, content_fingerprint, source_format, raw, recorded_by)
+                  VALUES (1, 1, '2026-03-01Z', 2, 'revision', 9, 1, '2026-03-01 02:00Z', 1, 4, sha256('a'), sha256('c'), 'cli', '{}', 't')",
+            "refers to project 9, which does not exist",
+        ),
+        (
+            "INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, ended_at, nodes, cores,
+                                     charge_fingerprint, content_fingerprint, source_format, raw, recorded_by)
+                  VALUES (1, 1, '2026-03-02Z', 2, 'revision', 1, 1, '2026-03-02 02:00Z', 1, 4, sha256('a'), sha256('c'), 'cli', '{}', 't')",
+            "refers to job 1 (cluster 1, started 2026-03-02",
+        ),
+        (
+            "INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, ended_at, nodes, cores,
+                                     charge_fingerprint, content_fingerprint, source_format, raw, recorded_by)
+                  VALUES (1, 1, '2026-03-01Z', 2, 'revision', 1, 5, '2026-03-01 02:00Z', 1, 4, sha256('a'), sha256('c'), 'cli', '{}', 't')",
+            "refers to node type 5 of cluster 1, which does not exist",
+        ),
+        (
+            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, author)
+                  SELECT '2026-03-01', 1, 'job', 'core_hours', 1, CASE WHEN i = 500 THEN 3 ELSE 1 END, 8, 0.01, 0.08, 0.08, 't'
+                    FROM generate_series(1, 1000) i",
+            "refers to rate card 3, which does not exist",
+        ),
+        (
+            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, author)
+                  VALUES ('2026-03-01', 1, 'job', 'core_hours', 42, 1, 8, 0.01, 0.08, 0.08, 't')",
+            "refers to job record 42, which does not exist",
+        ),
+        (
+            "INSERT INTO ledger_entry (period, project_id, kind, corrects_id, quantity, unit_rate, amount_exact, amount, author)
+                  VALUES ('2026-04-01', 1, 'reversal', 77, -8, 0.01, -0.08, -0.08, 't')",
+            "refers to ledger entry 77, which does not exist",
+        ),
+        (
+            "INSERT INTO storage_charge_segment (ledger_entry_id, first_day, last_day, days, quota_tb, tb_month_price)
+                  VALUES (1, '2026-03-01', '2026-03-31', 31, 10, 5), (88, '2026-03-01', '2026-03-31', 31, 10, 5)",
+            "refers to ledger entry 88, which does not exist",
+        ),
+    ];
+    for (sql, expect) in cases {
+        let got = refused(&db.pool, sql).await;
+        assert!(got.starts_with("23503 "), "{sql}\n  got {got}");
+        assert!(got.contains(expect), "{sql}\n  expected {expect}, got {got}");
+    }
+    let counts: (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM job_record), (SELECT count(*) FROM ledger_entry),
+                (SELECT count(*) FROM storage_charge_segment)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(counts, (1, 1, 1, 0), "a refused statement leaves nothing");
+
+    // What is referenced stays, and keeps its key.
+    for (sql, expect) in [
+        ("DELETE FROM project", "HL004 project P1 has charges"),
+        ("UPDATE project SET id = DEFAULT", "HL004 project P1 has charges"),
+        ("DELETE FROM cluster", "HL004 cluster c1 has recorded jobs"),
+        ("DELETE FROM node_type", "HL004 node type regular has recorded jobs"),
+        ("TRUNCATE rate_card", "HL004 rate_card is referenced"),
+        ("TRUNCATE node_type CASCADE", "HL004"),
+    ] {
+        let got = refused(&db.pool, sql).await;
+        assert!(got.starts_with(expect), "{sql}\n  expected {expect}, got {got}");
+    }
+    // What is not referenced may still go.
+    sqlx::raw_sql("INSERT INTO project (code) VALUES ('SPARE'); DELETE FROM project WHERE code = 'SPARE'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+/// A project being removed while another transaction charges it: the
+/// removal waits for the charge (the check locks the project as a foreign
+/// key would), then sees it and is refused.
+#[tokio::test]
+async fn a_referenced_row_cannot_go_under_a_concurrent_insert() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(ONE_CHARGE).execute(&db.pool).await.unwrap();
+    sqlx::raw_sql("INSERT INTO project (code) VALUES ('P2')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut charging = db.pool.begin().await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO ledger_entry (period, project_id, kind, quantity, unit_rate, amount_exact, amount, author, reason)
+              SELECT '2026-04-01', id, 'adjustment', 1, 5, 5, 5, 't', 'setup fee' FROM project WHERE code = 'P2'",
+    )
+    .execute(&mut *charging)
+    .await
+    .unwrap();
+    let pool = db.pool.clone();
+    let removal = tokio::spawn(async move { refused(&pool, "DELETE FROM project WHERE code = 'P2'").await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !removal.is_finished(),
+        "the removal must wait for the charging transaction"
+    );
+    charging.commit().await.unwrap();
+    let got = removal.await.unwrap();
+    assert!(got.starts_with("HL004 project P2 has charges"), "{got}");
+}
+
+/// Migration 0011 finds the days a quota or rate held from its instants
+/// instead of walking every day: the first day ending after an instant and
+/// the last day ending at or before it must be the ones a day-by-day walk
+/// finds, at every quarter hour around DST changes (including zones whose
+/// clocks skip or repeat midnight) and exactly at midnights.
+#[tokio::test]
+async fn day_ranges_match_the_day_by_day_walk() {
+    let db = TestDb::new().await;
+    let wrong: Vec<(String, String, String)> = sqlx::query_as(
+        "WITH instants AS (
+             SELECT z.tz, t
+               FROM (VALUES ('America/New_York', '2026-03-06'::date), ('America/New_York', '2026-10-30'),
+                            ('Europe/Berlin', '2026-03-27'), ('Europe/Berlin', '2026-10-23'),
+                            ('America/Havana', '2026-03-06'), ('America/Havana', '2026-10-30'),
+                            ('America/Santiago', '2026-04-02'), ('America/Santiago', '2026-09-04'),
+                            ('Australia/Lord_Howe', '2026-04-03'), ('UTC', '2026-02-26')) z(tz, first)
+              CROSS JOIN LATERAL generate_series(z.first::timestamp AT TIME ZONE z.tz,
+                                                 (z.first + 4)::timestamp AT TIME ZONE z.tz, interval '15 minutes') t),
+         walked AS (
+             SELECT i.tz, i.t,
+                    (SELECT min(d::date) FROM generate_series(i.t::date - 3, i.t::date + 3, interval '1 day') d
+                      WHERE hl_day_end(d::date, i.tz) > i.t) AS first_after,
+                    (SELECT max(d::date) FROM generate_series(i.t::date - 3, i.t::date + 3, interval '1 day') d
+                      WHERE hl_day_end(d::date, i.tz) <= i.t) AS last_until
+               FROM instants i)
+         SELECT tz, t::text, format('first %s/%s last %s/%s', hl_first_day_after(t, tz), first_after,
+                                    hl_last_day_until(t, tz), last_until)
+           FROM walked
+          WHERE hl_first_day_after(t, tz) IS DISTINCT FROM first_after
+             OR hl_last_day_until(t, tz) IS DISTINCT FROM last_until",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(wrong.is_empty(), "{wrong:?}");
+    let open: String = sqlx::query_scalar("SELECT hl_last_day_until(NULL, 'UTC')::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(open, "infinity");
+}
