@@ -7,11 +7,7 @@
 -- PostgreSQL spends inserting an import's rows, and 60 % of a storage
 -- billing run's entry insert. Here each table gets one AFTER INSERT trigger
 -- per statement that checks the statement's new rows as a set over its
--- transition table: the distinct referenced keys, probed once each.
--- Probed through the referenced table's index, whatever the statement's
--- size: the check's plan is cached on its first use, and a hash join planned
--- for a large first statement would scan the whole referenced table on
--- every later one (hence enable_hashjoin/mergejoin off in the functions).
+-- transition table.
 --
 -- The guarantees stay those of the foreign keys:
 -- * A row that refers to nothing is refused (SQLSTATE 23503,
@@ -49,18 +45,28 @@ BEGIN
 END
 $$;
 
+-- Every check is planned the same way whatever the statement's size (a
+-- plan is cached on first use, so it must suit one row from `serve` and
+-- 200,000 from storage billing alike): the distinct keys of a referenced
+-- table are gathered into an array and looked up through its primary key
+-- (`id = ANY`), once each, locking them; fewer rows than keys means a key is
+-- missing, and only then is the offending row searched for. Keys that are
+-- (nearly) unique per row are probed row by row through the primary key by
+-- a scalar subquery, which PostgreSQL never turns into a hash join.
+
 CREATE FUNCTION hl_job_references() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
-    SET enable_hashjoin = off SET enable_mergejoin = off AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
+    ids bigint[];
+    n_found bigint;
     bad record;
 BEGIN
-    PERFORM 1 FROM cluster c WHERE c.id IN (SELECT n.cluster_id FROM new_rows n) FOR KEY SHARE OF c;
-    SELECT n.id, n.cluster_id INTO bad FROM new_rows n
-     WHERE n.cluster_id IN (SELECT w.id FROM (SELECT DISTINCT cluster_id AS id FROM new_rows) w
-                             WHERE NOT EXISTS (SELECT 1 FROM cluster c WHERE c.id = w.id))
-     LIMIT 1;
-    IF FOUND THEN
+    ids := ARRAY(SELECT DISTINCT n.cluster_id FROM new_rows n);
+    PERFORM 1 FROM cluster c WHERE c.id = ANY (ids) FOR KEY SHARE OF c;
+    GET DIAGNOSTICS n_found = ROW_COUNT;
+    IF n_found < cardinality(ids) THEN
+        SELECT n.id, n.cluster_id INTO bad FROM new_rows n
+         WHERE NOT EXISTS (SELECT 1 FROM cluster c WHERE c.id = n.cluster_id) ORDER BY n.id LIMIT 1;
         PERFORM hl_missing_reference('job', bad.id, 'cluster', bad.cluster_id::text);
     END IF;
     RETURN NULL;
@@ -71,38 +77,40 @@ CREATE TRIGGER job_references AFTER INSERT ON job REFERENCING NEW TABLE AS new_r
 ALTER TABLE job ENABLE ALWAYS TRIGGER job_references;
 
 CREATE FUNCTION hl_job_record_references() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
-    SET enable_hashjoin = off SET enable_mergejoin = off AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
+    ids bigint[];
+    n_found bigint;
     bad record;
 BEGIN
-    PERFORM 1 FROM project p WHERE p.id IN (SELECT n.project_id FROM new_rows n) FOR KEY SHARE OF p;
-    PERFORM 1 FROM node_type t WHERE t.id IN (SELECT n.node_type_id FROM new_rows n) FOR KEY SHARE OF t;
-    SELECT n.id, n.project_id INTO bad FROM new_rows n
-     WHERE n.project_id IN (SELECT w.id FROM (SELECT DISTINCT project_id AS id FROM new_rows) w
-                             WHERE NOT EXISTS (SELECT 1 FROM project p WHERE p.id = w.id))
-     LIMIT 1;
-    IF FOUND THEN
+    ids := ARRAY(SELECT DISTINCT n.project_id FROM new_rows n);
+    PERFORM 1 FROM project p WHERE p.id = ANY (ids) FOR KEY SHARE OF p;
+    GET DIAGNOSTICS n_found = ROW_COUNT;
+    IF n_found < cardinality(ids) THEN
+        SELECT n.id, n.project_id INTO bad FROM new_rows n
+         WHERE NOT EXISTS (SELECT 1 FROM project p WHERE p.id = n.project_id) ORDER BY n.id LIMIT 1;
         PERFORM hl_missing_reference('job_record', bad.id, 'project', bad.project_id::text);
     END IF;
-    -- One record per run and few runs per statement: probed row by row.
-    SELECT n.id, n.job_id, n.cluster_id, n.started_at INTO bad FROM new_rows n
-     WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.id = n.job_id AND j.cluster_id = n.cluster_id
-                                             AND j.started_at = n.started_at)
-     LIMIT 1;
-    IF FOUND THEN
-        PERFORM hl_missing_reference('job_record', bad.id, 'job',
-                                     format('%s (cluster %s, started %s)', bad.job_id, bad.cluster_id, bad.started_at));
-    END IF;
-    SELECT n.id, n.cluster_id, n.node_type_id INTO bad FROM new_rows n
-     WHERE (n.cluster_id, n.node_type_id) IN (
-               SELECT w.cluster_id, w.node_type_id
-                 FROM (SELECT DISTINCT cluster_id, node_type_id FROM new_rows) w
-                WHERE NOT EXISTS (SELECT 1 FROM node_type t WHERE t.id = w.node_type_id AND t.cluster_id = w.cluster_id))
-     LIMIT 1;
+    ids := ARRAY(SELECT DISTINCT n.node_type_id FROM new_rows n);
+    PERFORM 1 FROM node_type t WHERE t.id = ANY (ids) FOR KEY SHARE OF t;
+    -- A node type of the record's own cluster (few pairs per statement).
+    SELECT n.id, n.cluster_id, n.node_type_id INTO bad
+      FROM (SELECT DISTINCT cluster_id, node_type_id FROM new_rows) w
+      JOIN LATERAL (SELECT * FROM new_rows n WHERE n.cluster_id = w.cluster_id AND n.node_type_id = w.node_type_id
+                     ORDER BY n.id LIMIT 1) n ON true
+     WHERE NOT EXISTS (SELECT 1 FROM node_type t WHERE t.id = w.node_type_id AND t.cluster_id = w.cluster_id)
+     ORDER BY n.id LIMIT 1;
     IF FOUND THEN
         PERFORM hl_missing_reference('job_record', bad.id, 'node type',
                                      format('%s of cluster %s', bad.node_type_id, bad.cluster_id));
+    END IF;
+    SELECT n.id, n.job_id, n.cluster_id, n.started_at INTO bad FROM new_rows n
+     WHERE (SELECT j.id FROM job j WHERE j.id = n.job_id AND j.cluster_id = n.cluster_id
+                                     AND j.started_at = n.started_at) IS NULL
+     ORDER BY n.id LIMIT 1;
+    IF FOUND THEN
+        PERFORM hl_missing_reference('job_record', bad.id, 'job',
+                                     format('%s (cluster %s, started %s)', bad.job_id, bad.cluster_id, bad.started_at));
     END IF;
     RETURN NULL;
 END
@@ -112,49 +120,59 @@ CREATE TRIGGER job_record_references AFTER INSERT ON job_record REFERENCING NEW 
 ALTER TABLE job_record ENABLE ALWAYS TRIGGER job_record_references;
 
 CREATE FUNCTION hl_ledger_entry_references() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
-    SET enable_hashjoin = off SET enable_mergejoin = off AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
+    ids bigint[];
+    n_found bigint;
     bad record;
-    row_id bigint;
 BEGIN
-    PERFORM 1 FROM project p WHERE p.id IN (SELECT n.project_id FROM new_rows n) FOR KEY SHARE OF p;
-    PERFORM 1 FROM rate_card c WHERE c.id IN (SELECT n.rate_card_id FROM new_rows n) FOR KEY SHARE OF c;
-    PERFORM 1 FROM storage_rate s WHERE s.id IN (SELECT n.storage_rate_id FROM new_rows n) FOR KEY SHARE OF s;
-    SELECT m.what, m.ref INTO bad
-      FROM (SELECT 'project' AS what, w.ref FROM (SELECT DISTINCT project_id AS ref FROM new_rows) w
-             WHERE NOT EXISTS (SELECT 1 FROM project p WHERE p.id = w.ref)
-            UNION ALL
-            SELECT 'job record', w.ref
-              FROM (SELECT job_record_id AS ref FROM new_rows WHERE job_record_id IS NOT NULL) w
-             WHERE NOT EXISTS (SELECT 1 FROM job_record r WHERE r.id = w.ref)
-            UNION ALL
-            SELECT 'rate card', w.ref
-              FROM (SELECT DISTINCT rate_card_id AS ref FROM new_rows WHERE rate_card_id IS NOT NULL) w
-             WHERE NOT EXISTS (SELECT 1 FROM rate_card c WHERE c.id = w.ref)
-            UNION ALL
-            SELECT 'storage rate', w.ref
-              FROM (SELECT DISTINCT storage_rate_id AS ref FROM new_rows WHERE storage_rate_id IS NOT NULL) w
-             WHERE NOT EXISTS (SELECT 1 FROM storage_rate s WHERE s.id = w.ref)
-            UNION ALL
-            SELECT 'billing run', w.ref
-              FROM (SELECT DISTINCT billing_run_id AS ref FROM new_rows WHERE billing_run_id IS NOT NULL) w
-             WHERE NOT EXISTS (SELECT 1 FROM billing_run b WHERE b.id = w.ref)
-            UNION ALL
-            SELECT 'ledger entry', w.ref
-              FROM (SELECT DISTINCT corrects_id AS ref FROM new_rows WHERE corrects_id IS NOT NULL) w
-             WHERE NOT EXISTS (SELECT 1 FROM ledger_entry e WHERE e.id = w.ref)) m
-     LIMIT 1;
+    ids := ARRAY(SELECT DISTINCT n.project_id FROM new_rows n);
+    PERFORM 1 FROM project p WHERE p.id = ANY (ids) FOR KEY SHARE OF p;
+    GET DIAGNOSTICS n_found = ROW_COUNT;
+    IF n_found < cardinality(ids) THEN
+        SELECT n.id, n.project_id INTO bad FROM new_rows n
+         WHERE NOT EXISTS (SELECT 1 FROM project p WHERE p.id = n.project_id) ORDER BY n.id LIMIT 1;
+        PERFORM hl_missing_reference('ledger_entry', bad.id, 'project', bad.project_id::text);
+    END IF;
+    ids := ARRAY(SELECT DISTINCT n.rate_card_id FROM new_rows n WHERE n.rate_card_id IS NOT NULL);
+    PERFORM 1 FROM rate_card c WHERE c.id = ANY (ids) FOR KEY SHARE OF c;
+    GET DIAGNOSTICS n_found = ROW_COUNT;
+    IF n_found < cardinality(ids) THEN
+        SELECT n.id, n.rate_card_id INTO bad FROM new_rows n
+         WHERE n.rate_card_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rate_card c WHERE c.id = n.rate_card_id)
+         ORDER BY n.id LIMIT 1;
+        PERFORM hl_missing_reference('ledger_entry', bad.id, 'rate card', bad.rate_card_id::text);
+    END IF;
+    ids := ARRAY(SELECT DISTINCT n.storage_rate_id FROM new_rows n WHERE n.storage_rate_id IS NOT NULL);
+    PERFORM 1 FROM storage_rate s WHERE s.id = ANY (ids) FOR KEY SHARE OF s;
+    GET DIAGNOSTICS n_found = ROW_COUNT;
+    IF n_found < cardinality(ids) THEN
+        SELECT n.id, n.storage_rate_id INTO bad FROM new_rows n
+         WHERE n.storage_rate_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM storage_rate s WHERE s.id = n.storage_rate_id)
+         ORDER BY n.id LIMIT 1;
+        PERFORM hl_missing_reference('ledger_entry', bad.id, 'storage rate', bad.storage_rate_id::text);
+    END IF;
+    -- Billing runs, job records and corrected entries are append-only:
+    -- found once, they stay; no lock needed.
+    ids := ARRAY(SELECT DISTINCT n.billing_run_id FROM new_rows n WHERE n.billing_run_id IS NOT NULL);
+    SELECT count(*) INTO n_found FROM billing_run b WHERE b.id = ANY (ids);
+    IF n_found < cardinality(ids) THEN
+        SELECT n.id, n.billing_run_id INTO bad FROM new_rows n
+         WHERE n.billing_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM billing_run b WHERE b.id = n.billing_run_id)
+         ORDER BY n.id LIMIT 1;
+        PERFORM hl_missing_reference('ledger_entry', bad.id, 'billing run', bad.billing_run_id::text);
+    END IF;
+    SELECT n.id, n.job_record_id INTO bad FROM new_rows n
+     WHERE n.job_record_id IS NOT NULL AND (SELECT r.id FROM job_record r WHERE r.id = n.job_record_id) IS NULL
+     ORDER BY n.id LIMIT 1;
     IF FOUND THEN
-        -- The first new row with that key, for the message.
-        SELECT min(n.id) INTO row_id FROM new_rows n
-         WHERE bad.ref = CASE bad.what WHEN 'project' THEN n.project_id
-                                       WHEN 'job record' THEN n.job_record_id
-                                       WHEN 'rate card' THEN n.rate_card_id
-                                       WHEN 'storage rate' THEN n.storage_rate_id
-                                       WHEN 'billing run' THEN n.billing_run_id
-                                       ELSE n.corrects_id END;
-        PERFORM hl_missing_reference('ledger_entry', row_id, bad.what, bad.ref::text);
+        PERFORM hl_missing_reference('ledger_entry', bad.id, 'job record', bad.job_record_id::text);
+    END IF;
+    SELECT n.id, n.corrects_id INTO bad FROM new_rows n
+     WHERE n.corrects_id IS NOT NULL AND (SELECT e.id FROM ledger_entry e WHERE e.id = n.corrects_id) IS NULL
+     ORDER BY n.id LIMIT 1;
+    IF FOUND THEN
+        PERFORM hl_missing_reference('ledger_entry', bad.id, 'ledger entry', bad.corrects_id::text);
     END IF;
     RETURN NULL;
 END
@@ -164,18 +182,18 @@ CREATE TRIGGER ledger_entry_references AFTER INSERT ON ledger_entry REFERENCING 
 ALTER TABLE ledger_entry ENABLE ALWAYS TRIGGER ledger_entry_references;
 
 CREATE FUNCTION hl_storage_charge_segment_references() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
-    SET enable_hashjoin = off SET enable_mergejoin = off AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-    bad record;
+    ids bigint[];
+    n_found bigint;
+    bad bigint;
 BEGIN
-    SELECT n.ledger_entry_id, n.first_day INTO bad FROM new_rows n
-     WHERE n.ledger_entry_id IN (SELECT w.id FROM (SELECT DISTINCT ledger_entry_id AS id FROM new_rows) w
-                                  WHERE NOT EXISTS (SELECT 1 FROM ledger_entry e WHERE e.id = w.id))
-     LIMIT 1;
-    IF FOUND THEN
-        PERFORM hl_missing_reference('storage_charge_segment', bad.ledger_entry_id, 'ledger entry',
-                                     bad.ledger_entry_id::text);
+    ids := ARRAY(SELECT DISTINCT n.ledger_entry_id FROM new_rows n);
+    SELECT count(*) INTO n_found FROM ledger_entry e WHERE e.id = ANY (ids);
+    IF n_found < cardinality(ids) THEN
+        SELECT min(n.ledger_entry_id) INTO bad FROM new_rows n
+         WHERE NOT EXISTS (SELECT 1 FROM ledger_entry e WHERE e.id = n.ledger_entry_id);
+        PERFORM hl_missing_reference('storage_charge_segment', bad, 'ledger entry', bad::text);
     END IF;
     RETURN NULL;
 END

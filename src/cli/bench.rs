@@ -37,7 +37,8 @@ pub struct Args {
     /// The scratch database, dropped and created afresh on the same server.
     #[arg(long, default_value = "hpc_ledger_bench")]
     database: String,
-    /// Keep the scratch database afterwards (it is dropped by default).
+    /// Keep the scratch database and the generated files (the jobs file,
+    /// to re-run an import by hand) afterwards; both are removed by default.
     #[arg(long)]
     keep: bool,
     #[arg(long, value_enum, default_value_t)]
@@ -67,8 +68,14 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         progress: Box::new(|step| eprintln!("bench: {step}…")),
     };
     let result = bench::run(&setup, &sizes).await;
-    let _ = std::fs::remove_dir_all(&dir);
-    if !args.keep {
+    if args.keep {
+        eprintln!(
+            "bench: kept the database {} and the generated files in {}",
+            args.database,
+            dir.display()
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
         db::drop_database(&admin, &args.database).await?;
     }
     let report = result?;
