@@ -18,6 +18,13 @@
 //! | `audit` of the grown ledger | a sequential scan of the ledger |
 //! | peak RSS of the import | – |
 //!
+//! Beside the figures, the run measures what PostgreSQL alone needs for the
+//! same work (the "bounds"): the import's and the storage run's rows written
+//! by `INSERT … SELECT` into copies of their tables with the same indexes
+//! and checks, and the audit's inputs read and joined without arithmetic.
+//! No implementation on this schema and machine can beat those; where a
+//! target sits below its bound, the bound says so.
+//!
 //! The ledger grows by copies of the month's job charges into earlier
 //! months ([`grow_ledger`]): the same inputs shifted by whole days, so
 //! every copy is still a correct charge and the audit must come out clean.
@@ -89,6 +96,9 @@ pub struct Report {
     pub figures: Vec<Figure>,
     /// Other timings worth knowing (set-up steps).
     pub notes: Vec<String>,
+    /// What PostgreSQL itself needs for the work behind a figure, measured
+    /// in the same run: the floor under that figure on this machine.
+    pub bounds: Vec<String>,
     /// PostgreSQL's version and the settings that matter for these figures.
     pub settings: Vec<(String, String)>,
 }
@@ -121,6 +131,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
     let month = Month::of_instant(Utc::now(), chrono_tz::America::New_York).prev();
     let mut figures = Vec::new();
     let mut notes = Vec::new();
+    let mut bounds = Vec::new();
     let settings = settings(&pool).await?;
 
     say("the center");
@@ -159,6 +170,24 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
             first.summary
         );
     }
+    say("the import's rows, stored by PostgreSQL alone");
+    let floor = insert_select_indexed(
+        &pool,
+        &[
+            ("job", "SELECT * FROM job".into()),
+            ("job_record", "SELECT * FROM job_record".into()),
+            ("ledger_entry", "SELECT * FROM ledger_entry".into()),
+        ],
+    )
+    .await?;
+    bounds.push(format!(
+        "import: its {} rows (runs, records, charges), written again by INSERT … SELECT into empty copies of \
+         their tables with the same indexes and checks: {} = {} jobs/s; the import takes {:.1} × that",
+        grouped(ledger_rows(&pool).await?),
+        secs(floor),
+        grouped(per_second(sizes.jobs, floor)),
+        first.wall.as_secs_f64() / floor.as_secs_f64()
+    ));
     let jobs_f = count(sizes.jobs);
     let import_rate = per_second(sizes.jobs, first.wall);
     let copy_rate = per_second(sizes.jobs, copy);
@@ -247,6 +276,31 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
     let bill = service::storage::bill(&pool, month, "bench", false, Utc::now()).await?;
     let billing = t.elapsed();
     let bare = insert_select_baseline(&pool, month).await?;
+    let run = "(SELECT id FROM billing_run WHERE kind = 'storage' AND period = DATE '{month}')"
+        .replace("{month}", &month.first_day().to_string());
+    let indexed = insert_select_indexed(
+        &pool,
+        &[
+            (
+                "ledger_entry",
+                format!("SELECT * FROM ledger_entry WHERE billing_run_id = {run}"),
+            ),
+            (
+                "storage_charge_segment",
+                format!(
+                    "SELECT s.* FROM storage_charge_segment s JOIN ledger_entry e ON e.id = s.ledger_entry_id
+                      WHERE e.billing_run_id = {run}"
+                ),
+            ),
+        ],
+    )
+    .await?;
+    bounds.push(format!(
+        "storage billing: the same rows by INSERT … SELECT into copies with the ledger's indexes and checks: {}; \
+         the run takes {:.1} × that",
+        secs(indexed),
+        billing.as_secs_f64() / indexed.as_secs_f64()
+    ));
     let ratio = billing.as_secs_f64() / bare.as_secs_f64();
     figures.push(Figure {
         figure: format!(
@@ -298,9 +352,17 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
     // 5. The audit against a sequential scan.
     say("audit");
     let scan = seq_scan(&pool).await?;
+    let inputs = join_of_inputs(&pool).await?;
     let t = Instant::now();
     let audit = service::close::audit(&pool).await?;
     let audit_time = t.elapsed();
+    bounds.push(format!(
+        "audit: reading every job charge joined with its record and run (the inputs it recomputes from, \
+         no arithmetic): {} = {:.1} × the sequential scan; the audit takes {:.1} × that",
+        secs(inputs),
+        inputs.as_secs_f64() / scan.as_secs_f64(),
+        audit_time.as_secs_f64() / inputs.as_secs_f64()
+    ));
     if !audit.clean() {
         bail!(
             "the audit of the bench ledger found {} discrepancies (first: {:?})",
@@ -324,6 +386,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
         database: db::redact(&setup.url),
         figures,
         notes,
+        bounds,
         settings,
     })
 }
@@ -425,6 +488,12 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(out, "\nset-up:");
     for n in &r.notes {
         let _ = writeln!(out, "  {n}");
+    }
+    if !r.bounds.is_empty() {
+        let _ = writeln!(out, "\nbounds (PostgreSQL alone, same run):");
+        for b in &r.bounds {
+            let _ = writeln!(out, "  {b}");
+        }
     }
     let _ = writeln!(out, "\nPostgreSQL:");
     for (k, v) in &r.settings {
@@ -681,6 +750,70 @@ async fn insert_select_baseline(pool: &PgPool, month: Month) -> anyhow::Result<D
         .execute(pool)
         .await?;
     Ok(took)
+}
+
+/// `INSERT … SELECT` of each `(table, query)` into an empty copy of `table`
+/// with its indexes and checks but no triggers (so no reference checks), in
+/// one transaction, after a checkpoint: the time PostgreSQL itself takes to
+/// store those rows, with everything that keeps them findable and valid.
+async fn insert_select_indexed(pool: &PgPool, parts: &[(&str, String)]) -> anyhow::Result<Duration> {
+    let copy = |t: &str| format!("bench_floor_{t}");
+    for (table, _) in parts {
+        sqlx::raw_sql(&format!(
+            "DROP TABLE IF EXISTS {c}; CREATE TABLE {c} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)",
+            c = copy(table)
+        ))
+        .execute(pool)
+        .await?;
+    }
+    checkpoint(pool).await?;
+    let mut tx = pool.begin().await?;
+    let t = Instant::now();
+    for (table, query) in parts {
+        sqlx::raw_sql(&format!("INSERT INTO {} {query}", copy(table)))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    let took = t.elapsed();
+    for (table, _) in parts {
+        sqlx::raw_sql(&format!("DROP TABLE {}", copy(table)))
+            .execute(pool)
+            .await?;
+    }
+    Ok(took)
+}
+
+/// Rows in the tables an import writes.
+async fn ledger_rows(pool: &PgPool) -> anyhow::Result<u64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM job) + (SELECT count(*) FROM job_record) + (SELECT count(*) FROM ledger_entry)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(u64::try_from(n)?)
+}
+
+/// The time to read every job charge with its record and run, the rows the
+/// audit recomputes each charge from, without the arithmetic (as the audit
+/// runs: no JIT; the better of two runs).
+async fn join_of_inputs(pool: &PgPool) -> anyhow::Result<Duration> {
+    let mut best = Duration::MAX;
+    for _ in 0..2 {
+        let mut tx = pool.begin().await?;
+        sqlx::raw_sql("SET LOCAL jit = off").execute(&mut *tx).await?;
+        let t = Instant::now();
+        sqlx::raw_sql(
+            "SELECT count(*), max(e.quantity), max(r.ended_at - j.started_at), max(r.cores), max(j.submitted_at)
+               FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+              WHERE e.kind = 'job'",
+        )
+        .execute(&mut *tx)
+        .await?;
+        best = best.min(t.elapsed());
+        tx.rollback().await?;
+    }
+    Ok(best)
 }
 
 async fn busiest_project(pool: &PgPool, month: Month) -> anyhow::Result<String> {
