@@ -335,3 +335,33 @@ async fn day_ranges_match_the_day_by_day_walk() {
         .unwrap();
     assert_eq!(open, "infinity");
 }
+
+/// Migration 0012's division (inlined, for the quantities the schema allows)
+/// rounds as hl_div_round does: half away from zero at the 12th decimal,
+/// ties included, over wall times, memory sizes and odd divisors.
+#[tokio::test]
+async fn the_audit_division_rounds_like_the_general_one() {
+    let db = TestDb::new().await;
+    let (checked, differing): (i64, i64) = sqlx::query_as(
+        "WITH cases AS (
+             SELECT n::numeric AS n, d::numeric AS d
+               FROM generate_series(0, 200000, 37) n,
+                    unnest(ARRAY[1, 3, 7, 3600, 86400, 2000000000000, 4294967296]) d
+             UNION ALL
+             SELECT (n * 12345.678901234567)::numeric, 3600 FROM generate_series(0, 5000) n
+             UNION ALL  -- exact ties at the 13th decimal
+             SELECT (2 * k + 1)::numeric, 2000000000000 FROM generate_series(0, 1000) k)
+         SELECT count(*), count(*) FILTER (WHERE hl_div_round_nonneg(n, d, 12)::text <> hl_div_round(n, d, 12)::text)
+           FROM cases",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(checked > 40_000, "{checked}");
+    assert_eq!(differing, 0);
+    let tie: String = sqlx::query_scalar("SELECT hl_div_round_nonneg(1, 2000000000000, 12)::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(tie, "0.000000000001");
+}
