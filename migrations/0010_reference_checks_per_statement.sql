@@ -14,12 +14,17 @@
 --   foreign_key_violation), naming the row and the missing key.
 -- * A referenced row cannot go or change its key while it is referenced:
 --   job, job_record, ledger_entry and billing_run are append-only already
---   (migration 0002); project, cluster and node_type get triggers that
---   refuse such a DELETE or key change; rate_card and storage_rate had them;
---   all five refuse TRUNCATE once anything is recorded.
+--   (migration 0002); project, cluster, node_type, rate_card and
+--   storage_rate get triggers that refuse such a DELETE or key change
+--   (`SET id = DEFAULT`), and refuse TRUNCATE once anything is recorded.
 -- * Concurrency: the check locks the referenced rows of those five tables
 --   FOR KEY SHARE, as a foreign key does, once per referenced row. A DELETE
---   racing an insert waits for it, then sees the new reference and refuses.
+--   or key change racing an insert waits for it, then, reading with a fresh
+--   snapshot, sees the new reference and refuses. Only READ COMMITTED reads
+--   with a fresh snapshot; under REPEATABLE READ or SERIALIZABLE such a
+--   DELETE or key change is refused as a serialization failure (40001; run
+--   it again under READ COMMITTED), as a foreign key's check would be when it
+--   meets a concurrent reference.
 
 ALTER TABLE job DROP CONSTRAINT job_cluster_id_fkey;
 ALTER TABLE job_record DROP CONSTRAINT job_record_project_id_fkey;
@@ -203,14 +208,28 @@ CREATE TRIGGER storage_charge_segment_references AFTER INSERT ON storage_charge_
     FOR EACH STATEMENT EXECUTE FUNCTION hl_storage_charge_segment_references();
 ALTER TABLE storage_charge_segment ENABLE ALWAYS TRIGGER storage_charge_segment_references;
 
--- A referenced project, cluster or node type keeps its key: no DELETE, no
--- key change (`SET id = DEFAULT`) while anything recorded refers to it.
+-- Removing or renumbering a row others may refer to must see the references
+-- committed by concurrent transactions (see above).
+CREATE FUNCTION hl_require_read_committed(what text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '% needs READ COMMITTED isolation, to see charges committed concurrently', what
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+END
+$$;
+
+-- A referenced project, cluster, node type, rate card or storage rate keeps
+-- its key: no DELETE, no key change (`SET id = DEFAULT`) while anything
+-- recorded refers to it.
 CREATE FUNCTION hl_project_keep_referenced() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     IF TG_OP = 'UPDATE' AND NEW.id = OLD.id THEN
         RETURN NEW;
     END IF;
+    PERFORM hl_require_read_committed(format('removing or renumbering project %s', OLD.code));
     IF EXISTS (SELECT 1 FROM job_record WHERE project_id = OLD.id)
        OR EXISTS (SELECT 1 FROM ledger_entry WHERE project_id = OLD.id) THEN
         RAISE EXCEPTION 'project % has charges and cannot be removed or renumbered', OLD.code
@@ -229,6 +248,7 @@ BEGIN
     IF TG_OP = 'UPDATE' AND NEW.id = OLD.id THEN
         RETURN NEW;
     END IF;
+    PERFORM hl_require_read_committed(format('removing or renumbering cluster %s', OLD.name));
     IF EXISTS (SELECT 1 FROM job WHERE cluster_id = OLD.id) THEN
         RAISE EXCEPTION 'cluster % has recorded jobs and cannot be removed or renumbered', OLD.name
             USING ERRCODE = 'HL004';
@@ -246,6 +266,7 @@ BEGIN
     IF TG_OP = 'UPDATE' AND (NEW.id, NEW.cluster_id) = (OLD.id, OLD.cluster_id) THEN
         RETURN NEW;
     END IF;
+    PERFORM hl_require_read_committed(format('removing or moving node type %s', OLD.name));
     -- No index on job_record.node_type_id: a rare change of configuration
     -- pays a scan rather than every recorded job an index entry.
     IF EXISTS (SELECT 1 FROM job_record WHERE node_type_id = OLD.id) THEN
@@ -258,6 +279,30 @@ $$;
 CREATE TRIGGER node_type_keep_referenced BEFORE UPDATE OR DELETE ON node_type
     FOR EACH ROW EXECUTE FUNCTION hl_node_type_keep_referenced();
 ALTER TABLE node_type ENABLE ALWAYS TRIGGER node_type_keep_referenced;
+
+-- Rate cards and storage rates: their guards (migration 0002) refuse a
+-- DELETE of one that priced a charge, but let its id change.
+CREATE FUNCTION hl_rate_keep_referenced() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.id = OLD.id THEN
+        RETURN NEW;
+    END IF;
+    PERFORM hl_require_read_committed(format('removing or renumbering %s %s', TG_TABLE_NAME, OLD.id));
+    IF (TG_TABLE_NAME = 'rate_card' AND EXISTS (SELECT 1 FROM ledger_entry WHERE rate_card_id = OLD.id))
+       OR (TG_TABLE_NAME = 'storage_rate' AND EXISTS (SELECT 1 FROM ledger_entry WHERE storage_rate_id = OLD.id)) THEN
+        RAISE EXCEPTION '% % has priced charges and cannot be removed or renumbered', TG_TABLE_NAME, OLD.id
+            USING ERRCODE = 'HL004', HINT = 'Add a new dated row instead.';
+    END IF;
+    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+END
+$$;
+CREATE TRIGGER rate_card_keep_referenced BEFORE UPDATE OR DELETE ON rate_card
+    FOR EACH ROW EXECUTE FUNCTION hl_rate_keep_referenced();
+ALTER TABLE rate_card ENABLE ALWAYS TRIGGER rate_card_keep_referenced;
+CREATE TRIGGER storage_rate_keep_referenced BEFORE UPDATE OR DELETE ON storage_rate
+    FOR EACH ROW EXECUTE FUNCTION hl_rate_keep_referenced();
+ALTER TABLE storage_rate ENABLE ALWAYS TRIGGER storage_rate_keep_referenced;
 
 -- TRUNCATE skips row triggers: refused for the referenced reference data
 -- once anything is recorded.

@@ -59,9 +59,13 @@ SELECT e.id AS entry_id, s.tb_days,
   LEFT JOIN summed s ON s.project_id = e.project_id AND s.period = e.period AND s.storage_rate_id = e.storage_rate_id
  WHERE e.kind = 'storage';
 
--- The discrepancies as in 0008, with the recorded TB-days of every storage
--- charge summed in one grouped pass over the segments instead of a lookup
--- per charge, and the expected TB-months computed once per charge (OFFSET 0
+-- The discrepancies as in 0008, and a finding `reference` for an entry
+-- whose record, run, rate card, storage rate, billing run, corrected entry or
+-- project is missing (since migration 0010, references are checked by
+-- triggers, which the tables' owner can disable; the charge parts join
+-- outwards, so such an entry is reported instead of dropped). The recorded
+-- TB-days of every storage charge are summed in one grouped pass over the
+-- segments instead of a lookup per charge, and the expected TB-months computed once per charge (OFFSET 0
 -- keeps the planner from copying the division into every comparison).
 CREATE OR REPLACE VIEW audit.discrepancies AS
 -- A job charge: quantity, rate, amounts, rate card, month and project, in one
@@ -79,18 +83,24 @@ SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p 
                    OR NOT (y.card_from <= y.priced_at AND (y.card_until IS NULL OR y.priced_at < y.card_until))
                    AS bad_card,
                (NOT y.late AND y.period <> y.end_month) OR (y.late AND y.period <= y.end_month) AS bad_period,
-               y.project_id <> y.record_project_id AS bad_project
+               y.project_id <> y.record_project_id AS bad_project,
+               y.record_found IS NULL OR y.job_found IS NULL OR y.card_found IS NULL OR y.project_found IS NULL
+                   AS bad_reference
           FROM (SELECT e.id AS entry_id, e.period, e.late, e.quantity, e.unit_rate, e.amount_exact, e.amount,
                        e.project_id, r.project_id AS record_project_id, r.node_type_id, rc.node_type_id AS card_node_type_id,
-                       rc.id AS rate_card_id, rc.valid_from AS card_from, rc.valid_until AS card_until,
+                       e.job_record_id, e.rate_card_id, rc.valid_from AS card_from, rc.valid_until AS card_until,
+                       r.id AS record_found, j.id AS job_found, rc.id AS card_found, pe.id AS project_found,
                        coalesce(j.submitted_at, j.started_at) AS priced_at,
                        CASE e.metric WHEN 'core_hours' THEN q.core_hours ELSE q.gpu_hours END AS want_quantity,
                        CASE e.metric WHEN 'core_hours' THEN rc.core_hour_price ELSE rc.gpu_hour_price END AS want_rate,
                        date_trunc('month', r.ended_at AT TIME ZONE (SELECT time_zone FROM center))::date AS end_month
                   FROM ledger_entry e
-                  JOIN job_record r ON r.id = e.job_record_id
-                  JOIN job j ON j.id = r.job_id
-                  JOIN rate_card rc ON rc.id = e.rate_card_id
+                  -- Outer joins, so a charge whose record, run, rate card or
+                  -- project is missing is reported, not skipped.
+                  LEFT JOIN job_record r ON r.id = e.job_record_id
+                  LEFT JOIN job j ON j.id = r.job_id
+                  LEFT JOIN rate_card rc ON rc.id = e.rate_card_id
+                  LEFT JOIN project pe ON pe.id = e.project_id
                  CROSS JOIN LATERAL hl_charge_quantities(r.nodes, r.cores, r.memory_bytes, r.gpus,
                                                          extract(epoch FROM r.ended_at - j.started_at)::bigint,
                                                          rc.memory_per_core_bytes, rc.cores_per_node) q
@@ -105,9 +115,18 @@ SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p 
        ('period', to_char(x.end_month, 'YYYY-MM') || CASE WHEN x.late THEN ' or later' ELSE '' END,
         to_char(x.period, 'YYYY-MM') || CASE WHEN x.late THEN ' (late)' ELSE '' END, x.bad_period),
        ('project', (SELECT rp.code FROM project rp WHERE rp.id = x.record_project_id),
-        (SELECT p.code FROM project p WHERE p.id = x.project_id), x.bad_project)
+        (SELECT p.code FROM project p WHERE p.id = x.project_id), x.bad_project),
+       ('reference', 'job record ' || x.job_record_id || ' and its run, rate card ' || x.rate_card_id
+                     || ', project ' || x.project_id,
+        concat_ws(', ', CASE WHEN x.record_found IS NULL THEN 'no job record ' || x.job_record_id END,
+                        CASE WHEN x.record_found IS NOT NULL AND x.job_found IS NULL
+                             THEN 'no run for job record ' || x.job_record_id END,
+                        CASE WHEN x.card_found IS NULL THEN 'no rate card ' || x.rate_card_id END,
+                        CASE WHEN x.project_found IS NULL THEN 'no project ' || x.project_id END),
+        x.bad_reference)
      ) f(field, expected, recorded, bad)
- WHERE (x.bad_quantity OR x.bad_rate OR x.bad_amount OR x.bad_card OR x.bad_period OR x.bad_project) AND f.bad
+ WHERE (x.bad_quantity OR x.bad_rate OR x.bad_amount OR x.bad_card OR x.bad_period OR x.bad_project
+        OR x.bad_reference) AND f.bad
 UNION ALL
 -- Every charging record has one core-hours entry, and one GPU-hours entry
 -- exactly when it held GPUs.
@@ -115,26 +134,31 @@ SELECT NULL::bigint, 'job', NULL::date, p.code, 'entries',
        CASE WHEN r.gpus > 0 THEN '1 core_hours, 1 gpu_hours' ELSE '1 core_hours, 0 gpu_hours' END,
        coalesce(g.core_hours, 0) || ' core_hours, ' || coalesce(g.gpu_hours, 0) || ' gpu_hours for job record ' || r.id
   FROM job_record r
-  JOIN project p ON p.id = r.project_id
+  LEFT JOIN project p ON p.id = r.project_id
   LEFT JOIN (SELECT job_record_id, count(*) FILTER (WHERE metric = 'core_hours') AS core_hours,
                     count(*) FILTER (WHERE metric = 'gpu_hours') AS gpu_hours
                FROM ledger_entry WHERE kind = 'job' GROUP BY job_record_id) g ON g.job_record_id = r.id
  WHERE r.kind IN ('original', 'supersede')
    AND (coalesce(g.core_hours, 0) <> 1 OR coalesce(g.gpu_hours, 0) <> CASE WHEN r.gpus > 0 THEN 1 ELSE 0 END)
 UNION ALL
--- A storage charge: TB-months, amounts and segments against the day-by-day recomputation.
+-- A storage charge: TB-months, amounts and segments against the recomputation.
 SELECT s.entry_id, 'storage', s.period, s.project, f.field, f.expected, f.recorded
   FROM (SELECT sc.entry_id, sc.period, sc.project, sc.tb_months, sc.amount, sc.tb_days AS recorded_tb_days,
                sr.tb_days, w.want, w.want * sc.tb_month_price AS want_amount,
                sc.tb_months IS DISTINCT FROM w.want AS bad_tb_months,
                sc.amount <> round(w.want * sc.tb_month_price, 2) OR sc.unit_rate <> sc.tb_month_price
                    OR sc.amount_exact <> sc.tb_months * sc.unit_rate AS bad_amount,
-               sc.tb_days IS DISTINCT FROM sr.tb_days AS bad_segments
+               sc.tb_days IS DISTINCT FROM sr.tb_days AS bad_segments,
+               sc.missing <> '' AS bad_reference, sc.missing
           FROM (SELECT e.id AS entry_id, e.period, p.code AS project, e.quantity AS tb_months, e.unit_rate,
-                       e.amount_exact, e.amount, rt.tb_month_price, g.tb_days
+                       e.amount_exact, e.amount, rt.tb_month_price, g.tb_days,
+                       concat_ws(', ', CASE WHEN p.id IS NULL THEN 'no project ' || e.project_id END,
+                                       CASE WHEN rt.id IS NULL THEN 'no storage rate ' || e.storage_rate_id END,
+                                       CASE WHEN b.id IS NULL THEN 'no billing run ' || e.billing_run_id END) AS missing
                   FROM ledger_entry e
-                  JOIN project p ON p.id = e.project_id
-                  JOIN storage_rate rt ON rt.id = e.storage_rate_id
+                  LEFT JOIN project p ON p.id = e.project_id
+                  LEFT JOIN storage_rate rt ON rt.id = e.storage_rate_id
+                  LEFT JOIN billing_run b ON b.id = e.billing_run_id
                   LEFT JOIN (SELECT ledger_entry_id, sum(days * quota_tb) AS tb_days
                                FROM storage_charge_segment GROUP BY ledger_entry_id) g ON g.ledger_entry_id = e.id
                  WHERE e.kind = 'storage') sc
@@ -144,9 +168,10 @@ SELECT s.entry_id, 'storage', s.period, s.project, f.field, f.expected, f.record
  CROSS JOIN LATERAL (VALUES
        ('tb_months', s.want::text, s.tb_months::text, s.bad_tb_months),
        ('amount', round(s.want_amount, 2)::text, s.amount::text, s.bad_amount),
-       ('segments', s.tb_days::text, s.recorded_tb_days::text, s.bad_segments)
+       ('segments', s.tb_days::text, s.recorded_tb_days::text, s.bad_segments),
+       ('reference', 'its project, storage rate and billing run', s.missing, s.bad_reference)
      ) f(field, expected, recorded, bad)
- WHERE (s.bad_tb_months OR s.bad_amount OR s.bad_segments) AND f.bad
+ WHERE (s.bad_tb_months OR s.bad_amount OR s.bad_segments OR s.bad_reference) AND f.bad
 UNION ALL
 -- A project with a quota above zero on some day of a billed month but no
 -- storage charge that month. A quota counts for a day when it is the one in
@@ -171,10 +196,27 @@ SELECT e.id, e.kind, e.period, p.code, 'mirror', (-o.amount_exact)::text, e.amou
   FROM ledger_entry e JOIN ledger_entry o ON o.id = e.corrects_id JOIN project p ON p.id = e.project_id
  WHERE e.kind = 'reversal' AND (e.amount_exact <> -o.amount_exact OR e.quantity <> -o.quantity OR e.project_id <> o.project_id)
 UNION ALL
-SELECT e.id, e.kind, e.period, p.code, 'arithmetic', round(e.quantity * e.unit_rate, 2)::text, e.amount::text
-  FROM ledger_entry e JOIN project p ON p.id = e.project_id
- WHERE e.kind IN ('reversal', 'refund', 'adjustment')
-   AND (e.amount_exact <> e.quantity * e.unit_rate OR e.amount <> round(e.amount_exact, 2))
+-- A correction's arithmetic, and the rows it refers to.
+SELECT e.id, e.kind, e.period, (SELECT p.code FROM project p WHERE p.id = e.project_id), f.field, f.expected,
+       f.recorded
+  FROM ledger_entry e
+ CROSS JOIN LATERAL (VALUES
+       ('arithmetic', round(e.quantity * e.unit_rate, 2)::text, e.amount::text,
+        e.amount_exact <> e.quantity * e.unit_rate OR e.amount <> round(e.amount_exact, 2)),
+       ('reference', 'project ' || e.project_id, 'missing',
+        NOT EXISTS (SELECT 1 FROM project p WHERE p.id = e.project_id)),
+       ('reference', 'ledger entry ' || e.corrects_id, 'missing',
+        e.corrects_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ledger_entry o WHERE o.id = e.corrects_id)),
+       ('reference', 'job record ' || e.job_record_id, 'missing',
+        e.job_record_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM job_record r WHERE r.id = e.job_record_id)),
+       ('reference', 'rate card ' || e.rate_card_id, 'missing',
+        e.rate_card_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rate_card c WHERE c.id = e.rate_card_id)),
+       ('reference', 'storage rate ' || e.storage_rate_id, 'missing',
+        e.storage_rate_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM storage_rate s WHERE s.id = e.storage_rate_id)),
+       ('reference', 'billing run ' || e.billing_run_id, 'missing',
+        e.billing_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM billing_run b WHERE b.id = e.billing_run_id))
+     ) f(field, expected, recorded, bad)
+ WHERE e.kind IN ('reversal', 'refund', 'adjustment') AND f.bad
 UNION ALL
 -- A closed month's statements add up to the ledger.
 SELECT NULL, 'statement', s.period, p.code, 'total',

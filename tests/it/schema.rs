@@ -247,6 +247,10 @@ async fn references_are_checked_per_statement() {
     // What is referenced stays, and keeps its key.
     for (sql, expect) in [
         ("DELETE FROM project", "HL004 project P1 has charges"),
+        (
+            "UPDATE rate_card SET id = DEFAULT",
+            "HL004 rate_card 1 has priced charges",
+        ),
         ("UPDATE project SET id = DEFAULT", "HL004 project P1 has charges"),
         ("DELETE FROM cluster", "HL004 cluster c1 has recorded jobs"),
         ("DELETE FROM node_type", "HL004 node type regular has recorded jobs"),
@@ -292,6 +296,62 @@ async fn a_referenced_row_cannot_go_under_a_concurrent_insert() {
     charging.commit().await.unwrap();
     let got = removal.await.unwrap();
     assert!(got.starts_with("HL004 project P2 has charges"), "{got}");
+
+    // Under REPEATABLE READ the removal could not see such a charge: refused
+    // as a serialization failure, whatever it would find.
+    sqlx::raw_sql("INSERT INTO project (code) VALUES ('P3')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let err = sqlx::raw_sql("DELETE FROM project WHERE code = 'P3'")
+        .execute(&mut *conn)
+        .await
+        .unwrap_err();
+    let code = err.as_database_error().and_then(|e| e.code()).unwrap_or_default();
+    assert_eq!(code, "40001", "{err}");
+    sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.unwrap();
+}
+
+/// The reference checks are triggers, which the tables' owner can disable:
+/// the audit then reports each entry whose referenced row is missing
+/// instead of leaving it out of its joins.
+#[tokio::test]
+async fn the_audit_reports_entries_whose_references_are_missing() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(ONE_CHARGE).execute(&db.pool).await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER ledger_entry_references;
+         INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, author)
+              VALUES ('2026-03-01', 1, 'job', 'core_hours', 99, 1, 8, 0.01, 0.08, 0.08, 't');
+         INSERT INTO ledger_entry (period, project_id, kind, metric, storage_rate_id, billing_run_id, quantity, unit_rate, amount_exact, amount, author)
+              VALUES ('2026-03-01', 1, 'storage', 'tb_months', 42, 43, 1, 5, 5, 5, 't');
+         INSERT INTO ledger_entry (period, project_id, kind, quantity, unit_rate, amount_exact, amount, author, reason)
+              VALUES ('2026-03-01', 77, 'adjustment', 1, -5, -5, -5, 't', 'credit');
+         ALTER TABLE ledger_entry ENABLE TRIGGER ledger_entry_references;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let found: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT kind, expected, recorded FROM audit.discrepancies WHERE field = 'reference' ORDER BY entry_id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let found: Vec<String> = found.into_iter().map(|(k, e, r)| format!("{k}: {e}: {r}")).collect();
+    assert_eq!(
+        found,
+        [
+            "job: job record 99 and its run, rate card 1, project 1: no job record 99",
+            "storage: its project, storage rate and billing run: no storage rate 42, no billing run 43",
+            "adjustment: project 77: missing",
+        ]
+    );
 }
 
 /// Migration 0011 finds the days a quota or rate held from its instants
