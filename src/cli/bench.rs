@@ -15,7 +15,7 @@ pub const EXIT_MISSED: u8 = 6;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The full sizes: 1,000,000 jobs, 100,000 projects, a ledger grown ten
-    /// times (about 15 minutes on 2 cores). The defaults take a few minutes.
+    /// times (about 10 minutes on 2 cores). The defaults take a few minutes.
     #[arg(long)]
     full: bool,
     /// Jobs to import (default 100,000; 1,000,000 with --full).
