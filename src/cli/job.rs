@@ -50,6 +50,7 @@ pub struct RecordArgs {
     /// Node type, instead of a queue.
     #[arg(long)]
     node_type: Option<String>,
+    /// Nodes held (default 1).
     #[arg(long)]
     nodes: Option<u32>,
     /// Cores held in total.
@@ -58,7 +59,8 @@ pub struct RecordArgs {
     /// Memory requested in total, e.g. 12GB (powers of 1024).
     #[arg(long)]
     memory: Option<String>,
-    /// GPUs held in total.
+    /// GPUs held in total (required on a node type that has or prices GPUs;
+    /// elsewhere absent means 0).
     #[arg(long)]
     gpus: Option<u32>,
     /// Times: RFC 3339 (2026-10-05T09:00:00-04:00), the cluster's local time, or epoch seconds.
@@ -124,6 +126,7 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
         reference: "job record".into(),
         raw: raw.clone(),
         options: ReadOptions::default(),
+        job: None,
     };
     let pool = target.open().await?;
     let mut recorder = Recorder::new(pool, Defaults::default(), a.supersede, author(a.author.as_deref()));

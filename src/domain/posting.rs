@@ -50,10 +50,16 @@ pub struct JobInput {
     pub job_name: String,
     pub queue: Option<String>,
     pub node_type: Option<String>,
-    pub nodes: u32,
+    /// Nodes held; `None`: the record gives only a core count (Cray
+    /// `mppwidth` without `mppnppn`), so the cores fill whole nodes of the
+    /// job's node type: ⌈cores ÷ cores per node⌉.
+    pub nodes: Option<u32>,
     pub cores: u32,
     pub memory: Option<Bytes>,
-    pub gpus: u32,
+    /// GPUs held in total; `None`: the record gives no GPU count at all
+    /// (then 0, except on a node type that has or prices GPUs, where a new
+    /// charge is refused rather than posted without them).
+    pub gpus: Option<u32>,
     /// Held whole nodes (PBS `place=excl`): cores = nodes × cores per node.
     pub exclusive: bool,
     pub submit: Option<Stamp>,
@@ -179,6 +185,10 @@ pub struct ResolvedJob {
     pub natural_period: Month,
     pub charge_fingerprint: [u8; 32],
     pub content_fingerprint: [u8; 32],
+    /// Why this job may not be charged anew, although it resolved: a rule
+    /// that applies to new charges only, so a record already charged
+    /// before the rule still replays (rules never flag past charges).
+    pub refuse_new_charge: Option<Rejection>,
 }
 
 /// Jobs that began before this are not real records.
@@ -281,7 +291,11 @@ pub fn resolve(
         return reject(RejectKind::UnknownProject, format!("unknown project {code:?}"));
     };
     let node_type = cluster
-        .resolve_node_type(input.queue.as_deref(), input.node_type.as_deref(), input.gpus)
+        .resolve_node_type(
+            input.queue.as_deref(),
+            input.node_type.as_deref(),
+            input.gpus.unwrap_or(0),
+        )
         .map_err(|e| Rejection {
             kind: match e {
                 NodeTypeError::UnknownQueue { .. } | NodeTypeError::Missing => RejectKind::UnknownQueue,
@@ -301,11 +315,24 @@ pub fn resolve(
             ),
         );
     };
+    let card_value = &card.period.value;
     let mut shape = JobShape {
-        nodes: input.nodes,
+        nodes: input
+            .nodes
+            .unwrap_or_else(|| input.cores.div_ceil(card_value.cores_per_node.max(1)).max(1)),
         cores: input.cores,
         memory: input.memory,
-        gpus: input.gpus,
+        gpus: input.gpus.unwrap_or(0),
+    };
+    let refuse_new_charge = match input.gpus {
+        None if node_type.gpus_per_node > 0 || !card_value.gpu_hour.is_zero() => Some(Rejection {
+            kind: RejectKind::Invalid,
+            reason: format!(
+                "it ran on node type {:?}, which has or prices GPUs, but its record gives no GPU count at all (no gres/gpu, GRES or gpus value): record it with its GPU count, e.g. `job record … --gpus N`",
+                node_type.name
+            ),
+        }),
+        _ => None,
     };
     let wall_seconds = (ended_at - started_at).num_seconds();
     validate(&shape, wall_seconds).map_err(|e| Rejection {
@@ -352,6 +379,7 @@ pub fn resolve(
         natural_period: Month::of_instant(ended_at, center.time_zone),
         charge_fingerprint,
         content_fingerprint,
+        refuse_new_charge,
     })
 }
 
@@ -369,10 +397,12 @@ fn fingerprints(input: &JobInput, project: &str, ended_at: DateTime<Utc>) -> ([u
     let mut charge = Sha256::new();
     field(&mut charge, "charge-v1");
     field(&mut charge, &ended_at.timestamp().to_string());
-    field(&mut charge, &input.nodes.to_string());
+    // A record that gives no node count fingerprints differently from any
+    // that gives one; GPUs not given read as 0, as they always did.
+    field(&mut charge, &input.nodes.map_or("packed".to_owned(), |n| n.to_string()));
     field(&mut charge, &input.cores.to_string());
     field(&mut charge, &input.memory.map_or(String::new(), |m| m.0.to_string()));
-    field(&mut charge, &input.gpus.to_string());
+    field(&mut charge, &input.gpus.unwrap_or(0).to_string());
     field(&mut charge, &input.exclusive.to_string());
     field(&mut charge, input.queue.as_deref().unwrap_or("\u{0}"));
     field(&mut charge, input.node_type.as_deref().unwrap_or("\u{0}"));

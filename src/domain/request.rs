@@ -523,7 +523,9 @@ pub struct AllocTres {
     pub cores: u32,
     pub memory: Option<Bytes>,
     pub nodes: Option<u32>,
-    pub gpus: u32,
+    /// `None`: the string has no `gres/gpu` entry, so it gives no GPU count
+    /// (Slurm writes no zero counts, and a site may not account GPUs as TRES).
+    pub gpus: Option<u32>,
 }
 
 /// Parse `cpu=8,mem=32G,node=1,gres/gpu=2` (also `gres/gpu:v100=2`,
@@ -533,7 +535,7 @@ pub fn parse_alloc_tres(input: &str) -> Result<AllocTres, RequestError> {
     let mut memory = None;
     let mut nodes = None;
     let mut gpus_untyped = None;
-    let mut gpus_typed: u32 = 0;
+    let mut gpus_typed: Option<u32> = None;
     for item in input.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((key, value)) = item.split_once('=') else {
             return err(input, format!("{item:?} is not of the form tres=value"));
@@ -544,7 +546,7 @@ pub fn parse_alloc_tres(input: &str) -> Result<AllocTres, RequestError> {
             "node" => nodes = Some(count(input, "node", value)?),
             "gres/gpu" => gpus_untyped = Some(count(input, "gres/gpu", value)?),
             k if k.starts_with("gres/gpu:") => {
-                gpus_typed = gpus_typed.saturating_add(count(input, k, value)?);
+                gpus_typed = Some(gpus_typed.unwrap_or(0).saturating_add(count(input, k, value)?));
             }
             _ => {}
         }
@@ -556,8 +558,54 @@ pub fn parse_alloc_tres(input: &str) -> Result<AllocTres, RequestError> {
         cores,
         memory,
         nodes,
-        gpus: gpus_untyped.unwrap_or(gpus_typed),
+        gpus: gpus_untyped.or(gpus_typed),
     })
+}
+
+/// The GPU count in a Slurm GRES string, as sacct's `AllocGRES`, `ReqGRES`
+/// and `Gres` write it: `gpu:2`, `gpu:k80:2`, `gpu:2(IDX:0-1)`,
+/// `gpu:P100:2(IDX:1,3)`, `gpu:0(IDX:N/A)`, `hbm:0,gpu:4,bandwidth:4G`, or
+/// `gres/gpu:2`. Items are separated by commas outside parentheses; GPU
+/// items are summed (`gpu:k80:1,gpu:p100:2` is 3); a bare `gpu` is one.
+/// `None` when no item is a GPU (an empty string included).
+pub fn parse_gres_gpus(input: &str) -> Result<Option<u32>, RequestError> {
+    let mut items = Vec::new();
+    let (mut depth, mut begin) = (0i32, 0usize);
+    for (i, c) in input.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&input[begin..i]);
+                begin = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&input[begin..]);
+    let mut total: Option<u32> = None;
+    for item in items.into_iter().map(str::trim).filter(|s| !s.is_empty()) {
+        let spec = item.split_once('(').map_or(item, |(s, _)| s).trim();
+        let mut parts = spec.split(':');
+        let name = parts.next().unwrap_or_default();
+        if name != "gpu" && name != "gres/gpu" {
+            continue;
+        }
+        let rest: Vec<&str> = parts.collect();
+        let is_count = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
+        let n = match rest.as_slice() {
+            [] => 1,
+            [n] if is_count(n) => count(input, "the GPU count", n)?,
+            [_type] => 1,
+            [_type, n] if is_count(n) => count(input, "the GPU count", n)?,
+            _ => return err(input, format!("{item:?} is not gpu[:type][:count]")),
+        };
+        total = Some(total.unwrap_or(0).checked_add(n).ok_or_else(|| RequestError {
+            input: input.into(),
+            reason: "too many GPUs".into(),
+        })?);
+    }
+    Ok(total)
 }
 
 #[cfg(test)]

@@ -147,23 +147,33 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
         return Err("a job that ran, without `@start` or `@end`".into());
     };
     let total_nodes = count(doc, "total_nodes")?;
+    let requested = || {
+        text(doc, "tres_req")
+            .map(|r| parse_alloc_tres(r).map_err(|e| format!("tres_req: {e}")))
+            .transpose()
+    };
     let (nodes, cores, memory, gpus) = match tres {
         Some(t) => {
             let a = parse_alloc_tres(t).map_err(|e| format!("tres_alloc: {e}"))?;
-            (a.nodes.or(total_nodes).unwrap_or(1), a.cores, a.memory, a.gpus)
+            // GPUs as sacct's reader takes them: allocated, else requested.
+            let gpus = match a.gpus {
+                Some(g) => Some(g),
+                // A request that cannot be read adds nothing to an allocation.
+                None => requested().ok().flatten().and_then(|r| r.gpus),
+            };
+            (a.nodes.or(total_nodes).unwrap_or(1), a.cores, a.memory, gpus)
         }
         // Without an allocation record, what was requested (as sacct's
         // reader falls back to ReqMem and ReqTRES).
         None => match cpus {
             Some(c) => {
-                let (memory, gpus) = match text(doc, "tres_req") {
-                    Some(r) => {
-                        let a = parse_alloc_tres(r).map_err(|e| format!("tres_req: {e}"))?;
-                        (a.memory, a.gpus)
-                    }
-                    None => (None, 0),
-                };
-                (total_nodes.unwrap_or(1), c, memory, gpus)
+                let requested = requested()?;
+                (
+                    total_nodes.unwrap_or(1),
+                    c,
+                    requested.and_then(|r| r.memory),
+                    requested.and_then(|r| r.gpus),
+                )
             }
             None => return Err("the document has neither `tres_alloc` nor `total_cpus`".into()),
         },
@@ -178,7 +188,7 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
         job_name: owned("job_name").unwrap_or_default(),
         queue: owned("partition"),
         node_type: None,
-        nodes,
+        nodes: Some(nodes),
         cores,
         memory,
         gpus,
@@ -225,6 +235,11 @@ impl Parser for JobcompParser {
     fn options(&self) -> ReadOptions {
         self.options.clone()
     }
+
+    fn job_key(&self, line: &str) -> Option<String> {
+        // Slurm's own job id (an array task's differs from the array's).
+        super::json_job_key(line, "jobid", None, self.options.cluster.as_deref())
+    }
 }
 
 #[cfg(test)]
@@ -253,7 +268,7 @@ mod tests {
         );
         assert_eq!(j.job_id, "5");
         assert_eq!(j.array_index, None);
-        assert_eq!((j.nodes, j.cores, j.gpus), (1, 2, 2));
+        assert_eq!((j.nodes, j.cores, j.gpus), (Some(1), 2, Some(2)));
         assert_eq!(j.memory, Some(Bytes(2 * GIB)));
         assert_eq!(j.cluster.as_deref(), Some("testclu"));
         assert_eq!(j.project.as_deref(), Some("pas1234"));
@@ -300,13 +315,13 @@ mod tests {
             "total_cpus":4,"total_nodes":2,"nodes":"c[01-02]","state":"COMPLETED"}"#,
         );
         assert_eq!(j.start, Stamp::At("2026-11-30T13:48:11Z".parse().unwrap()));
-        assert_eq!((j.nodes, j.cores, j.memory), (2, 4, None));
+        assert_eq!((j.nodes, j.cores, j.memory), (Some(2), 4, None));
         // No allocation record: memory and GPUs as requested.
         let j = job(
             r#"{"jobid":"78","@start":"2026-11-30T08:48:11","@end":"2026-11-30T10:48:11","total_cpus":4,
             "total_nodes":1,"nodes":"c01","state":"COMPLETED","tres_req":"cpu=4,mem=10G,node=1,gres/gpu=2"}"#,
         );
-        assert_eq!((j.cores, j.memory, j.gpus), (4, Some(Bytes(10 * GIB)), 2));
+        assert_eq!((j.cores, j.memory, j.gpus), (4, Some(Bytes(10 * GIB)), Some(2)));
     }
 
     #[test]

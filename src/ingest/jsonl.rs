@@ -134,10 +134,10 @@ impl JsonJob {
             job_name: self.job_name.unwrap_or_default(),
             queue: self.queue,
             node_type: self.node_type,
-            nodes: self.nodes.unwrap_or(1),
+            nodes: Some(self.nodes.unwrap_or(1)),
             cores,
             memory,
-            gpus: self.gpus.unwrap_or(0),
+            gpus: self.gpus,
             exclusive: self.exclusive.unwrap_or(false),
             submit: self.submit.as_ref().map(|s| stamp("submit", s)).transpose()?,
             start: stamp("start", start)?,
@@ -193,6 +193,10 @@ impl Parser for JsonlParser {
     fn options(&self) -> ReadOptions {
         self.options.clone()
     }
+
+    fn job_key(&self, line: &str) -> Option<String> {
+        super::json_job_key(line, "job_id", Some("array_index"), self.options.cluster.as_deref())
+    }
 }
 
 #[cfg(test)]
@@ -209,7 +213,7 @@ mod tests {
         let Item::Job(j) = item else { panic!("{item:?}") };
         assert_eq!(
             (j.job_id.as_str(), j.array_index, j.nodes, j.cores),
-            ("1234", Some(7), 1, 4)
+            ("1234", Some(7), Some(1), 4)
         );
         assert_eq!(j.memory, Some(Bytes(16 * GIB)));
         assert_eq!(j.submit.unwrap().to_string(), "2026-10-05T13:00:00Z");

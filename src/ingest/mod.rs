@@ -115,6 +115,30 @@ pub trait Parser {
     fn parse(&mut self, line: &str) -> Option<Item>;
     /// Options that read a line of this input again on its own.
     fn options(&self) -> ReadOptions;
+    /// The job a line names (`cluster/job[_index]`, as [`JobInput::key`]
+    /// gives it), read as far as the line allows: so a malformed record's
+    /// rejection still says which job it is.
+    fn job_key(&self, _line: &str) -> Option<String> {
+        None
+    }
+}
+
+/// The job a JSON line names (`cluster/job[_index]`), for a rejection of a
+/// line that is JSON but not a job that can be read.
+fn json_job_key(line: &str, id: &str, index: Option<&str>, default_cluster: Option<&str>) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let text = |key: &str| match v.get(key)? {
+        serde_json::Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let job = text(id)?;
+    let cluster = text("cluster").or(default_cluster.map(str::to_owned));
+    let cluster = cluster.as_deref().unwrap_or("?");
+    Some(match index.and_then(text) {
+        Some(i) => format!("{cluster}/{job}_{i}"),
+        None => format!("{cluster}/{job}"),
+    })
 }
 
 /// A parser for `format` with `options`.

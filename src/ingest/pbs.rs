@@ -1,14 +1,17 @@
 //! PBS, TORQUE and PBS Pro accounting logs (`server_priv/accounting/YYYYMMDD`):
 //! `MM/DD/YYYY HH:MM:SS;TYPE;JOBID;key=value …`.
 //!
-//! Only E (job end) records are charged; Q, S, D, A, R … are skipped. What a
-//! job held is what it reserved (SPEC D3): `Resource_List.nodes`
-//! (`N:ppn=P[:gpus=G]`, `host:ppn=P+…`), or PBS Pro's `Resource_List.select`,
-//! or `Resource_List.ncpus`/`ngpus`; memory from `mem` (total) and `pmem`
-//! (per process); the node count from `Resource_List.nodect`. Times are epoch
-//! seconds. The project comes from the `account` attribute (or those named
-//! by `project_from`, first present wins, e.g. `account,group` for TORQUE
-//! sites that charge by Unix group).
+//! Only E (job end) records, and R records that carry a run, are charged;
+//! Q, S, D, A … are skipped. What a job held is what it reserved (SPEC D3),
+//! read in a documented order ([`size`], docs/pbs.md): Cray `mppwidth`;
+//! else the request (`Resource_List.nodes` — also TORQUE's doubled
+//! `nodes=nodes=…` —, PBS Pro `select`, `ncpus`/`ngpus`, `nodect`); an
+//! unreadable node spec, or a request without a size, falls back to where
+//! the job ran (`exec_vnode`, `exec_host`); a record that says nothing about
+//! the size is rejected. Memory from `mem` (total) and `pmem` (per process).
+//! Times are epoch seconds. The project comes from the `account` attribute
+//! (or those named by `project_from`, first present wins, e.g.
+//! `account,group` for TORQUE sites that charge by Unix group).
 
 use std::collections::HashMap;
 
@@ -16,7 +19,8 @@ use chrono::DateTime;
 
 use super::{Item, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
-use crate::domain::request::parse_pbs;
+use crate::domain::request::{parse_nodes_spec, parse_pbs};
+use crate::domain::units::Bytes;
 
 pub struct PbsParser {
     options: ReadOptions,
@@ -110,6 +114,298 @@ fn array_id(id: &str) -> (String, Option<u32>) {
     (id.to_owned(), None)
 }
 
+/// What a job held, as far as its record says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Size {
+    /// `None`: cores only (Cray `mppwidth` without `mppnppn`).
+    nodes: Option<u32>,
+    cores: u32,
+    memory: Option<Bytes>,
+    /// `None`: the record gives no GPU count.
+    gpus: Option<u32>,
+    exclusive: bool,
+}
+
+fn resource<'a>(attrs: &'a HashMap<String, String>, key: &str) -> Option<&'a str> {
+    attrs
+        .get(&format!("Resource_List.{key}"))
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+}
+
+/// `Resource_List.nodes` as written; some TORQUE versions write the
+/// attribute's name into its value (`nodes=nodes=1:ppn=1`).
+fn node_spec(attrs: &HashMap<String, String>) -> Option<&str> {
+    resource(attrs, "nodes").map(|v| v.strip_prefix("nodes=").unwrap_or(v).trim())
+}
+
+/// What a job held, in this order (docs/pbs.md):
+/// 1. Cray ALPS `mppwidth` (× `mppdepth`) cores on ⌈`mppwidth` ÷ `mppnppn`⌉
+///    nodes: on a Cray the `ncpus`/`select`/`nodect` beside it describe
+///    the login (MOM) node, not the job.
+/// 2. The request: `nodes` (also doubled), else PBS Pro `select`, else
+///    `ncpus`/`ngpus`; the node count from `nodect`.
+/// 3. A `nodes` spec that cannot be read falls back to where the job ran
+///    (`exec_vnode`, `exec_host`), then to `ncpus`.
+/// 4. No size in the request at all: where the job ran.
+/// 5. Nothing: rejected; a job's size is never assumed.
+///
+/// Memory comes from `mem`/`pmem` (and Cray `mppmem` per PE) whichever
+/// way the cores were found.
+fn size(attrs: &HashMap<String, String>) -> Result<Size, String> {
+    if let Some(width) = resource(attrs, "mppwidth") {
+        return cray_size(attrs, width);
+    }
+    let select = resource(attrs, "select");
+    let spec = node_spec(attrs).filter(|_| select.is_none());
+    let ncpus = resource(attrs, "ncpus");
+    if spec.is_none() && select.is_none() && ncpus.is_none() {
+        return match ran_on(attrs)? {
+            Some(ran) => from_placement(attrs, ran),
+            None => Err(
+                "the record says nothing about the job's size (no Resource_List.nodes, select, ncpus or mppwidth, no exec_host or exec_vnode); it is not charged as 1 core"
+                    .into(),
+            ),
+        };
+    }
+    if let Some(spec) = spec
+        && let Err(e) = parse_nodes_spec(spec, spec)
+    {
+        // An unreadable node spec: what the job held, from where it ran.
+        if let Some(ran) = ran_on(attrs)? {
+            return from_placement(attrs, ran);
+        }
+        if ncpus.is_none() {
+            return Err(format!(
+                "Resource_List.nodes: {} (and no ncpus, exec_host or exec_vnode says what the job held)",
+                e.reason
+            ));
+        }
+        return from_request(attrs, None);
+    }
+    from_request(attrs, spec)
+}
+
+/// The request's `key=value` list for [`parse_pbs`], with `nodes` as given.
+fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>) -> Result<Size, String> {
+    let mut resources: Vec<String> = spec.map(|s| format!("nodes={s}")).into_iter().collect();
+    for k in ["select", "ncpus", "ngpus", "mem", "pmem", "place"] {
+        if k == "select" && spec.is_some() {
+            continue;
+        }
+        if let Some(v) = resource(attrs, k) {
+            resources.push(format!("{k}={v}"));
+        }
+    }
+    let mut request = parse_pbs(&resources.join(",")).map_err(|e| format!("Resource_List: {}", e.reason))?;
+    let exclusive = request.exclusive;
+    request.exclusive = false;
+    let shape = request.shape(1).map_err(|e| format!("Resource_List: {}", e.reason))?;
+    let nodes = match attrs.get("Resource_List.nodect") {
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| format!("Resource_List.nodect={v:?} is not a number of nodes"))?,
+        None => shape.nodes,
+    };
+    Ok(Size {
+        nodes: Some(nodes),
+        cores: shape.cores,
+        memory: shape.memory,
+        // A PBS request names its GPUs (`gpus=`, `ngpus`): none named is none.
+        gpus: Some(shape.gpus),
+        exclusive,
+    })
+}
+
+/// Cores and memory for `cores` from the record's `mem`/`pmem` (and `extra`
+/// memory attributes), through the same rules as a request.
+fn with_memory(attrs: &HashMap<String, String>, cores: u32, extra_mem: Option<Bytes>) -> Result<Option<Bytes>, String> {
+    let mut resources = vec![format!("ncpus={cores}")];
+    match (resource(attrs, "mem"), extra_mem) {
+        (Some(m), _) => resources.push(format!("mem={m}")),
+        (None, Some(b)) => resources.push(format!("mem={}", b.0)),
+        (None, None) => {}
+    }
+    if let Some(p) = resource(attrs, "pmem") {
+        resources.push(format!("pmem={p}"));
+    }
+    let request = parse_pbs(&resources.join(",")).map_err(|e| format!("Resource_List: {}", e.reason))?;
+    Ok(request
+        .shape(1)
+        .map_err(|e| format!("Resource_List: {}", e.reason))?
+        .memory)
+}
+
+fn ngpus(attrs: &HashMap<String, String>) -> Result<Option<u32>, String> {
+    resource(attrs, "ngpus")
+        .map(|v| {
+            v.parse::<u32>()
+                .map_err(|_| format!("Resource_List.ngpus={v:?} is not a number of GPUs"))
+        })
+        .transpose()
+}
+
+/// Cray ALPS: `mppwidth` processing elements of `mppdepth` cores each,
+/// `mppnppn` of them per node; `mppmem` is memory per PE.
+fn cray_size(attrs: &HashMap<String, String>, width: &str) -> Result<Size, String> {
+    let number = |key: &str, v: &str| {
+        v.parse::<u32>()
+            .map_err(|_| format!("Resource_List.{key}={v:?} is not a whole number"))
+    };
+    let width = number("mppwidth", width)?;
+    if width == 0 {
+        return Err("Resource_List.mppwidth=0 holds no cores".into());
+    }
+    let depth = match resource(attrs, "mppdepth") {
+        Some(d) => number("mppdepth", d)?.max(1),
+        None => 1,
+    };
+    let per_node = resource(attrs, "mppnppn").map(|v| number("mppnppn", v)).transpose()?;
+    let cores = width
+        .checked_mul(depth)
+        .ok_or("Resource_List.mppwidth × mppdepth is too many cores")?;
+    let nodes = per_node.filter(|&n| n > 0).map(|n| width.div_ceil(n));
+    let pe_memory = match resource(attrs, "mppmem") {
+        Some(m) => {
+            let b = Bytes::parse(m, 1).map_err(|e| format!("Resource_List.mppmem: {e}"))?;
+            Some(Bytes(
+                b.0.checked_mul(u64::from(width))
+                    .ok_or("Resource_List.mppmem × mppwidth is too much memory")?,
+            ))
+        }
+        None => None,
+    };
+    Ok(Size {
+        nodes,
+        cores,
+        memory: with_memory(attrs, cores, pe_memory)?,
+        gpus: ngpus(attrs)?,
+        exclusive: false,
+    })
+}
+
+/// Where a job ran: its slots (cores), hosts and, from `exec_vnode`, GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Placement {
+    cores: u32,
+    hosts: u32,
+    gpus: Option<u32>,
+}
+
+/// The placement from `exec_vnode` (PBS Pro: `(c1:ncpus=13:ngpus=1)+…`),
+/// else `exec_host` (`n1/0+n1/1`, `n1/0-3,5`, `c1/0*13`); `None` when the
+/// record names neither.
+fn ran_on(attrs: &HashMap<String, String>) -> Result<Option<Placement>, String> {
+    if let Some(v) = attrs.get("exec_vnode").map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        return exec_vnode(v).map(Some);
+    }
+    if let Some(h) = attrs.get("exec_host").map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        return exec_host(h).map(Some);
+    }
+    Ok(None)
+}
+
+fn from_placement(attrs: &HashMap<String, String>, ran: Placement) -> Result<Size, String> {
+    Ok(Size {
+        nodes: Some(ran.hosts),
+        cores: ran.cores,
+        memory: with_memory(attrs, ran.cores, None)?,
+        gpus: match ngpus(attrs)? {
+            Some(g) => Some(g),
+            None => ran.gpus,
+        },
+        exclusive: false,
+    })
+}
+
+fn exec_host(value: &str) -> Result<Placement, String> {
+    let bad = |why: &str| format!("exec_host={value:?}: {why}");
+    let mut hosts = std::collections::HashSet::new();
+    let mut cores: u32 = 0;
+    for part in value.split('+') {
+        let (host, slots) = part.split_once('/').ok_or_else(|| bad("expected host/slot parts"))?;
+        if host.trim().is_empty() {
+            return Err(bad("a part names no host"));
+        }
+        hosts.insert(host.trim());
+        for range in slots.split(',') {
+            let n =
+                slot_count(range.trim()).ok_or_else(|| bad(&format!("{range:?} is not a slot, range or N*count")))?;
+            cores = cores.checked_add(n).ok_or_else(|| bad("too many slots"))?;
+        }
+    }
+    let hosts = u32::try_from(hosts.len()).map_err(|_| bad("too many hosts"))?;
+    if cores == 0 {
+        return Err(bad("no slots"));
+    }
+    Ok(Placement {
+        cores,
+        hosts,
+        gpus: None,
+    })
+}
+
+/// `5` (one slot), `0-15` (a range), `0*13` (PBS Pro: 13 slots from 0).
+fn slot_count(s: &str) -> Option<u32> {
+    let num = |t: &str| -> Option<u32> {
+        if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        t.parse().ok()
+    };
+    if let Some((_, n)) = s.split_once('*') {
+        return num(n);
+    }
+    if let Some((a, b)) = s.split_once('-') {
+        let (a, b) = (num(a)?, num(b)?);
+        return if b >= a { Some(b - a + 1) } else { None };
+    }
+    num(s).map(|_| 1)
+}
+
+fn exec_vnode(value: &str) -> Result<Placement, String> {
+    let bad = |why: String| format!("exec_vnode={value:?}: {why}");
+    let mut hosts = std::collections::HashSet::new();
+    let (mut cores, mut gpus): (u32, Option<u32>) = (0, None);
+    for chunk in value.split(")+(") {
+        let chunk = chunk.trim().trim_start_matches('(').trim_end_matches(')');
+        for vnode in chunk.split('+') {
+            let mut fields = vnode.split(':');
+            let name = fields.next().unwrap_or_default().trim();
+            if name.is_empty() {
+                return Err(bad("a chunk names no vnode".into()));
+            }
+            // PBS Pro names a host's vnodes `host[0]`, `host[1]`.
+            hosts.insert(name.split_once('[').map_or(name, |(h, _)| h));
+            for f in fields {
+                let Some((k, v)) = f.split_once('=') else { continue };
+                let n = || {
+                    v.trim()
+                        .parse::<u32>()
+                        .map_err(|_| bad(format!("{k}={v:?} is not a whole number")))
+                };
+                match k.trim() {
+                    "ncpus" => cores = cores.checked_add(n()?).ok_or_else(|| bad("too many cores".into()))?,
+                    "ngpus" => {
+                        gpus = Some(
+                            gpus.unwrap_or(0)
+                                .checked_add(n()?)
+                                .ok_or_else(|| bad("too many GPUs".into()))?,
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    if cores == 0 {
+        return Err(bad("no ncpus".into()));
+    }
+    let hosts = u32::try_from(hosts.len()).map_err(|_| bad("too many hosts".into()))?;
+    Ok(Placement { cores, hosts, gpus })
+}
+
 impl PbsParser {
     fn job(&self, kind: &str, id: &str, attrs: &HashMap<String, String>) -> Result<Item, String> {
         let start = attrs.get("start").map(String::as_str).unwrap_or("0");
@@ -131,25 +427,7 @@ impl PbsParser {
             Some(v) => Some(epoch("ctime", v)?),
             None => None,
         };
-        // PBS Pro keeps an old-style `nodes=` beside the `select` it made of
-        // it: the select is what the job reserved.
-        let has_select = attrs.contains_key("Resource_List.select");
-        let resources: Vec<String> = ["nodes", "select", "ncpus", "ngpus", "mem", "pmem", "place"]
-            .iter()
-            .filter(|k| !(has_select && **k == "nodes"))
-            .filter_map(|k| attrs.get(&format!("Resource_List.{k}")).map(|v| format!("{k}={v}")))
-            .collect();
-        let mut request = parse_pbs(&resources.join(",")).map_err(|e| format!("Resource_List: {}", e.reason))?;
-        let exclusive = request.exclusive;
-        request.exclusive = false;
-        let shape = request.shape(1).map_err(|e| format!("Resource_List: {}", e.reason))?;
-        let nodes = match attrs.get("Resource_List.nodect") {
-            Some(v) => v
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| format!("Resource_List.nodect={v:?} is not a number of nodes"))?,
-            None => shape.nodes,
-        };
+        let size = size(attrs)?;
         let project = self
             .project_from
             .iter()
@@ -169,11 +447,11 @@ impl PbsParser {
             job_name: text("jobname").unwrap_or_default(),
             queue: text("queue"),
             node_type: None,
-            nodes,
-            cores: shape.cores,
-            memory: shape.memory,
-            gpus: shape.gpus,
-            exclusive,
+            nodes: size.nodes,
+            cores: size.cores,
+            memory: size.memory,
+            gpus: size.gpus,
+            exclusive: size.exclusive,
             submit,
             start,
             end,
@@ -213,6 +491,19 @@ impl Parser for PbsParser {
     fn options(&self) -> ReadOptions {
         self.options.clone()
     }
+
+    fn job_key(&self, line: &str) -> Option<String> {
+        let id = line.split(';').nth(2)?.trim();
+        if id.is_empty() {
+            return None;
+        }
+        let (job_id, index) = array_id(id);
+        let cluster = self.options.cluster.as_deref().unwrap_or("?");
+        Some(match index {
+            Some(i) => format!("{cluster}/{job_id}_{i}"),
+            None => format!("{cluster}/{job_id}"),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -238,7 +529,10 @@ mod tests {
             &ReadOptions::default(),
         ));
         assert_eq!(j.project.as_deref(), Some("anonaccount"));
-        assert_eq!((j.nodes, j.cores, j.memory, j.gpus), (1, 4, Some(Bytes(1993 * MIB)), 0));
+        assert_eq!(
+            (j.nodes, j.cores, j.memory, j.gpus),
+            (Some(1), 4, Some(Bytes(1993 * MIB)), Some(0))
+        );
         assert_eq!(j.start, Stamp::At(DateTime::from_timestamp(1415589841, 0).unwrap()));
         assert_eq!(
             j.submit,
@@ -251,7 +545,10 @@ mod tests {
             &ReadOptions::default(),
         ));
         assert_eq!(j.project.as_deref(), Some("SCSG0001"));
-        assert_eq!((j.nodes, j.cores, j.memory, j.gpus), (1, 1, Some(Bytes(10 * GIB)), 1));
+        assert_eq!(
+            (j.nodes, j.cores, j.memory, j.gpus),
+            (Some(1), 1, Some(Bytes(10 * GIB)), Some(1))
+        );
     }
 
     #[test]
@@ -272,13 +569,13 @@ mod tests {
             "01/26/2016 00:00:37;E;2994.pbs;user=anonuser group=anongroup queue=workq ctime=1453756297 start=1453766281 Resource_List.ncpus=65 Resource_List.nodect=5 Resource_List.place=scatter:excl Resource_List.select=5:ncpus=13 end=1453766437 Exit_status=0",
             &ReadOptions::default(),
         ));
-        assert_eq!((j.nodes, j.cores, j.exclusive, j.project), (5, 65, true, None));
+        assert_eq!((j.nodes, j.cores, j.exclusive, j.project), (Some(5), 65, true, None));
         // PBS Pro keeps `nodes=` beside the select it made of it.
         let j = job(parse(
             "x;E;7.pbs;queue=q start=100 end=200 Resource_List.nodes=2:ppn=4 Resource_List.select=2:ncpus=4:mpiprocs=4 Resource_List.nodect=2",
             &ReadOptions::default(),
         ));
-        assert_eq!((j.nodes, j.cores), (2, 8));
+        assert_eq!((j.nodes, j.cores), (Some(2), 8));
         assert_eq!(array_id("3073070.[hostname_1]"), ("3073070.[hostname_1]".into(), None));
     }
 
@@ -291,19 +588,29 @@ mod tests {
             ),
             Item::Skip(Skip::OtherRecord)
         );
+        // A mangled node spec with nothing else to say what the job held.
         assert_eq!(
             parse(
                 "03/27/2015 10:00:00;E;21414868.b0;user=a queue=atlas ctime=1426952581 start=1426952875 Resource_List.nodes=1pn=4 end=1426965019",
                 &ReadOptions::default()
             ),
-            Item::Bad("Resource_List: \"1pn=4\" must start with a node count or a host name".into())
+            Item::Bad("Resource_List.nodes: \"1pn=4\" must start with a node count or a host name (and no ncpus, exec_host or exec_vnode says what the job held)".into())
         );
+        // A garbled nodect beside a readable request is still an error.
         assert_eq!(
             parse(
-                "04/27/2020 06:00:00;E;10711;user=a queue=black ctime=1587912647 start=1588046353 Resource_List.nodect=1:ppn=24:gpu=4 end=1588146353",
+                "04/27/2020 06:00:00;E;10711;user=a queue=black ctime=1587912647 start=1588046353 Resource_List.ncpus=2 Resource_List.nodect=1:ppn=24:gpu=4 end=1588146353",
                 &ReadOptions::default()
             ),
             Item::Bad("Resource_List.nodect=\"1:ppn=24:gpu=4\" is not a number of nodes".into())
+        );
+        // No size at all: never 1 core by default.
+        assert_eq!(
+            parse(
+                "01/04/2008 09:42:09;E;4188.sdb;user=expc01 account=z02 queue=par ctime=1199439548 start=1199439548 end=1199439729 Exit_status=0",
+                &ReadOptions::default()
+            ),
+            Item::Bad("the record says nothing about the job's size (no Resource_List.nodes, select, ncpus or mppwidth, no exec_host or exec_vnode); it is not charged as 1 core".into())
         );
         assert_eq!(
             parse("garbage", &ReadOptions::default()),
@@ -317,6 +624,125 @@ mod tests {
             parse("x;E;1;user=a Exit_status=-3", &ReadOptions::default()),
             Item::Skip(Skip::NeverStarted)
         );
+    }
+
+    #[test]
+    fn torque_writes_the_attribute_name_into_the_node_spec() {
+        // FZK TORQUE, 2009 (SAFE-ACCOUNTING's test data).
+        let j = job(parse(
+            "06/10/2009 00:00:53;E;709813.iwrcgpbs0.fzk.de;user=dgmd0010 group=medigrid jobname=STDIN queue=dgiseq ctime=1244584802 qtime=1244584802 etime=1244584802 start=1244584853 exec_host=iwrcgop092/0 Resource_List.ncpus=1 Resource_List.neednodes=nodes=1:ppn=1 Resource_List.nodect=1 Resource_List.nodes=nodes=1:ppn=1 Resource_List.walltime=12:00:00 session=3323 end=1244584853 Exit_status=0",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores, j.gpus), (Some(1), 1, Some(0)));
+        let j = job(parse(
+            "x;E;5.s;queue=q start=100 end=200 Resource_List.nodes=nodes=2:ppn=4:gpus=1",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores, j.gpus), (Some(2), 8, Some(2)));
+    }
+
+    #[test]
+    fn an_unreadable_node_spec_falls_back_to_where_the_job_ran() {
+        // WestGrid TORQUE 5 (APEL's test data): `1pn=4` on 4 slots of one host.
+        let j = job(parse(
+            "03/21/2015 12:10:19;E;21414868.b0;user=atprd008 group=atprd queue=atlas ctime=1426952581 start=1426952875 exec_host=b372/4+b372/5+b372/6+b372/7 Resource_List.nodect=1 Resource_List.nodes=1pn=4 Resource_List.pmem=2666mb end=1426965019 Exit_status=0",
+            &ReadOptions::default(),
+        ));
+        assert_eq!(
+            (j.nodes, j.cores, j.memory, j.gpus),
+            (Some(1), 4, Some(Bytes(4 * 2666 * MIB)), None)
+        );
+        // No placement: the ncpus beside it.
+        let j = job(parse(
+            "x;E;6.s;queue=q start=100 end=200 Resource_List.ncpus=3 Resource_List.nodes=1pn=4",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores), (Some(1), 3));
+    }
+
+    #[test]
+    fn placement_counts_slots_ranges_multipliers_and_vnodes() {
+        assert_eq!(
+            exec_host("dnode011/0-15+dnode010/0-15+dnode009/0-15+dnode008/0-15"),
+            Ok(Placement {
+                cores: 64,
+                hosts: 4,
+                gpus: None
+            })
+        );
+        assert_eq!(exec_host("c1/0*13+c2/0*13").map(|p| (p.cores, p.hosts)), Ok((26, 2)));
+        assert_eq!(exec_host("n1/0-3,5+n1/6").map(|p| (p.cores, p.hosts)), Ok((6, 1)));
+        assert!(exec_host("n1/x").is_err());
+        assert!(exec_host("n1").is_err());
+        assert_eq!(
+            exec_vnode("(c1:ncpus=13:ngpus=1)+(c2[0]:ncpus=13+c2[1]:ncpus=3:mem=4gb)"),
+            Ok(Placement {
+                cores: 29,
+                hosts: 2,
+                gpus: Some(1)
+            })
+        );
+        // DiRAC Torque 6, no request besides nodes: the request counts.
+        let j = job(parse(
+            "06/07/2018 21:36:09;E;3710.master.cm.cluster;user=dc-bate1 group=dirac account=dp015 jobname=Red5_M01 queue=dirac2 ctime=1528403764 qtime=1528403764 etime=1528403764 start_count=1 start=1528403767 owner=dc-bate1@dirac03.cm.cluster exec_host=dnode011/0-15+dnode010/0-15+dnode009/0-15+dnode008/0-15 Resource_List.nodes=4:ppn=16 Resource_List.walltime=120:00:00 Resource_List.nodect=4 end=1528403769 Exit_status=174",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores), (Some(4), 64));
+        // PBS Pro with only ncpus and nodect: the request.
+        let j = job(parse(
+            "01/26/2016 00:00:37;E;2995.pbs;user=anonuser queue=anonq ctime=1453756297 start=1453766281 exec_host=c1/0-3+c2/0-7 Resource_List.ncpus=12 Resource_List.nodect=2 end=1453766437 Exit_status=0",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores, j.gpus), (Some(2), 12, Some(0)));
+        // No request at all (HECToR, SAFE-ACCOUNTING's test data): the slot it ran on.
+        let j = job(parse(
+            "08/12/2008 00:04:14;E;100083.sdb;user=msseay group=-default- account=e71-DQ jobname=fnp_equil.pbs queue=par:n32c2_12h ctime=1218451557 qtime=1218451557 etime=1218451557 start=1218454455 exec_host=nid00007/17 session=26609 alt_id=2501 end=1218495854 Exit_status=0",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores, j.gpus), (Some(1), 1, None));
+    }
+
+    #[test]
+    fn cray_mpp_attributes_size_the_job() {
+        // HECToR Cray XT4 (SAFE-ACCOUNTING's test data): ncpus, select and
+        // nodect describe the MOM node; 64 PEs, 2 per node.
+        let j = job(parse(
+            "08/12/2008 00:04:14;E;102.user123;user=msseay group=-default- account=e71-DQ jobname=fnp_equil.pbs queue=par:n32c2_12h ctime=1218451557 qtime=1218451557 etime=1218451557 start=1218454455 exec_host=nid00007/17 exec_vnode=(hector02:ncpus=1) Resource_List.mpparch=XT Resource_List.mppnppn=2 Resource_List.mppwidth=64 Resource_List.ncpus=1 Resource_List.nodect=1 Resource_List.place=pack Resource_List.select=1 Resource_List.walltime=12:00:00 session=26609 alt_id=2501 end=1218495854 Exit_status=0",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores, j.memory, j.gpus), (Some(32), 64, None, None));
+        // Odd widths round the nodes up; depth multiplies the cores; mppmem is per PE.
+        let j = job(parse(
+            "x;E;9.s;queue=q start=100 end=200 Resource_List.mppwidth=5 Resource_List.mppnppn=2 Resource_List.mppdepth=4 Resource_List.mppmem=1gb",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores, j.memory), (Some(3), 20, Some(Bytes(5 * GIB))));
+        // Without mppnppn the PEs fill whole nodes of the node type (decided when priced).
+        let j = job(parse(
+            "x;E;9.s;queue=q start=100 end=200 Resource_List.mppwidth=64",
+            &ReadOptions::default(),
+        ));
+        assert_eq!((j.nodes, j.cores), (None, 64));
+        assert_eq!(
+            parse(
+                "x;E;9.s;queue=q start=100 end=200 Resource_List.mppwidth=0",
+                &ReadOptions::default()
+            ),
+            Item::Bad("Resource_List.mppwidth=0 holds no cores".into())
+        );
+    }
+
+    #[test]
+    fn a_malformed_record_still_names_its_job() {
+        let p = PbsParser::new(&ReadOptions {
+            cluster: Some("edge".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            p.job_key("03/27/2015 10:00:00;E;161299[389].master;start=1 Resource_List.nodes=1pn=4"),
+            Some("edge/161299[].master_389".into())
+        );
+        assert_eq!(p.job_key("garbage"), None);
     }
 
     #[test]

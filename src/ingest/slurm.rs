@@ -9,8 +9,11 @@
 //!
 //! What a job held comes from `AllocTRES` (SPEC D3); older records without
 //! it fall back to `NCPUS`, `NNodes` and `ReqMem` (`Mn` per node, `Mc` per
-//! CPU). Steps (`123.batch`, `123.extern`, `123.0`) are skipped: the job's
-//! own line carries its charge. Times are the cluster's local time.
+//! CPU), and GPUs to `AllocGRES`, `ReqTRES`, `ReqGRES` and `Gres`
+//! ([`fallback_gpus`]); a record naming no GPU anywhere gives no GPU count.
+//! `--parsable`'s trailing delimiter is dropped. Steps (`123.batch`,
+//! `123.extern`, `123.0`) are skipped: the job's own line carries its
+//! charge. Times are the cluster's local time.
 
 use std::collections::HashMap;
 
@@ -18,7 +21,7 @@ use chrono::NaiveDateTime;
 
 use super::{Item, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
-use crate::domain::request::parse_alloc_tres;
+use crate::domain::request::{parse_alloc_tres, parse_gres_gpus};
 use crate::domain::units::{Bytes, MIB};
 
 /// Open XDMoD's `sacct --format` for Slurm accounting.
@@ -162,21 +165,58 @@ fn req_mem(value: &str, nodes: u32, cores: u32) -> Result<Option<Bytes>, String>
         .ok_or_else(|| format!("ReqMem {v:?} is too large"))
 }
 
-/// The GPU count in a TRES string (`gres/gpu=2`, or typed entries summed).
-fn tres_gpus(value: &str) -> u32 {
+/// The GPU count in a TRES string (`gres/gpu=2`, or typed entries summed);
+/// `None` without a `gres/gpu` entry.
+fn tres_gpus(value: &str) -> Option<u32> {
     let mut untyped = None;
-    let mut typed = 0u32;
+    let mut typed: Option<u32> = None;
     for item in value.split(',') {
         if let Some((k, v)) = item.split_once('=') {
             let n = v.trim().parse::<u32>().unwrap_or(0);
-            if k == "gres/gpu" {
+            if k.trim() == "gres/gpu" {
                 untyped = Some(n);
-            } else if k.starts_with("gres/gpu:") {
-                typed = typed.saturating_add(n);
+            } else if k.trim().starts_with("gres/gpu:") {
+                typed = Some(typed.unwrap_or(0).saturating_add(n));
             }
         }
     }
-    untyped.unwrap_or(typed)
+    untyped.or(typed)
+}
+
+/// GPUs of a record whose `AllocTRES` names none, from the fields older
+/// Slurm (before TRES accounting) and some exports write, first present
+/// wins: `AllocGRES` (what the job held, in total), `ReqTRES` (`gres/gpu`,
+/// in total), then `ReqGRES` and `Gres` (the `--gres` request, per node:
+/// times the job's nodes). `None`: the record gives no GPU count.
+fn fallback_gpus<'a>(get: &impl Fn(&str) -> Option<&'a str>, nodes: u32) -> Result<Option<u32>, String> {
+    let field = |name: &str| get(name).map(str::trim).filter(|v| !v.is_empty() && !missing(v));
+    if let Some(v) = field("allocgres")
+        && let Some(g) = parse_gres_gpus(v).map_err(|e| format!("AllocGRES: {}", e.reason))?
+    {
+        return Ok(Some(g));
+    }
+    if let Some(g) = field("reqtres").and_then(tres_gpus) {
+        return Ok(Some(g));
+    }
+    for name in ["reqgres", "gres"] {
+        if let Some(v) = field(name)
+            && let Some(g) = parse_gres_gpus(v).map_err(|e| format!("{}: {}", display_name(name), e.reason))?
+        {
+            return g
+                .checked_mul(nodes.max(1))
+                .map(Some)
+                .ok_or_else(|| format!("{} {v:?} times {nodes} nodes is too many GPUs", display_name(name)));
+        }
+    }
+    Ok(None)
+}
+
+fn display_name(field: &str) -> &'static str {
+    match field {
+        "reqgres" => "ReqGRES",
+        "gres" => "Gres",
+        _ => "AllocGRES",
+    }
 }
 
 impl SlurmParser {
@@ -241,7 +281,7 @@ impl SlurmParser {
             .map(|v| number("NNodes", v))
             .transpose()?;
         let alloc = get("alloctres").map(str::trim).filter(|v| !v.is_empty());
-        let (nodes, cores, memory, gpus) = match alloc {
+        let (nodes, cores, memory, alloc_gpus) = match alloc {
             Some(tres) => {
                 let a = parse_alloc_tres(tres).map_err(|e| format!("AllocTRES: {e}"))?;
                 (a.nodes.or(nnodes).unwrap_or(1), a.cores, a.memory, a.gpus)
@@ -256,8 +296,12 @@ impl SlurmParser {
                     Some(v) => req_mem(v, nodes, cores)?,
                     None => None,
                 };
-                (nodes, cores, memory, get("reqtres").map_or(0, tres_gpus))
+                (nodes, cores, memory, None)
             }
+        };
+        let gpus = match alloc_gpus {
+            Some(g) => Some(g),
+            None => fallback_gpus(&get, nodes)?,
         };
         let text = |name: &str| get(name).map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
         Ok(Item::Job(Box::new(JobInput {
@@ -269,7 +313,7 @@ impl SlurmParser {
             job_name: text("jobname").unwrap_or_default(),
             queue: text("partition"),
             node_type: None,
-            nodes,
+            nodes: Some(nodes),
             cores,
             memory,
             gpus,
@@ -297,7 +341,7 @@ impl Parser for SlurmParser {
             self.fields = Some(Fields::new(cols.iter().map(|c| (*c).to_owned()).collect()));
             return None;
         }
-        if self.fields.is_none() && cols.len() == XDMOD_FIELDS.len() {
+        if self.fields.is_none() && is_xdmod_layout(&cols) {
             self.fields = Some(Fields::new(XDMOD_FIELDS.iter().map(|f| (*f).to_owned()).collect()));
         }
         let Some(fields) = &self.fields else {
@@ -327,6 +371,36 @@ impl Parser for SlurmParser {
             ..self.options.clone()
         }
     }
+
+    fn job_key(&self, line: &str) -> Option<String> {
+        let cols: Vec<&str> = line.split(self.delimiter.as_str()).collect();
+        let xdmod;
+        let fields = match &self.fields {
+            Some(f) => f,
+            None if is_xdmod_layout(&cols) => {
+                xdmod = Fields::new(XDMOD_FIELDS.iter().map(|f| (*f).to_owned()).collect());
+                &xdmod
+            }
+            None => return None,
+        };
+        let get = |name: &str| {
+            fields
+                .index
+                .get(name)
+                .and_then(|&i| cols.get(i))
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+        };
+        let job = get("jobid")?;
+        let cluster = get("cluster").or(self.options.cluster.as_deref()).unwrap_or("?");
+        Some(format!("{cluster}/{job}"))
+    }
+}
+
+/// Headerless lines of Open XDMoD's 26 fields, from `--parsable2`, or from
+/// `--parsable` with its trailing delimiter.
+fn is_xdmod_layout(cols: &[&str]) -> bool {
+    cols.len() == XDMOD_FIELDS.len() || (cols.len() == XDMOD_FIELDS.len() + 1 && cols.last() == Some(&""))
 }
 
 #[cfg(test)]
@@ -372,7 +446,10 @@ mod tests {
         assert_eq!(j.cluster.as_deref(), Some("testclu"));
         assert_eq!(j.project.as_deref(), Some("pas1234"));
         assert_eq!(j.queue.as_deref(), Some("gpu"));
-        assert_eq!((j.nodes, j.cores, j.memory, j.gpus), (1, 1, Some(Bytes(GIB)), 1));
+        assert_eq!(
+            (j.nodes, j.cores, j.memory, j.gpus),
+            (Some(1), 1, Some(Bytes(GIB)), Some(1))
+        );
         assert_eq!(j.start.to_string(), "2026-11-30T08:48:04");
         assert_eq!(j.exit_code.as_deref(), Some("0:0"));
     }
@@ -422,7 +499,10 @@ mod tests {
         let line = "4103947|4103947|ub-hpc|general-compute|qos|anon|anon|918273|unknown|192837|2015-06-26T13:57:00|2015-06-26T13:57:00|2015-06-28T02:55:50|2015-07-01T02:55:50|3-00:00:00|1:0|TIMEOUT|32|256|256|3000Mc|||3-00:00:00|d07n07s02|1AbC-2-3";
         let items = parse_all(line, &ReadOptions::default());
         let j = job(&items[0]);
-        assert_eq!((j.nodes, j.cores, j.memory), (32, 256, Some(Bytes(3000 * MIB * 256))));
+        assert_eq!(
+            (j.nodes, j.cores, j.memory),
+            (Some(32), 256, Some(Bytes(3000 * MIB * 256)))
+        );
         assert_eq!(req_mem("48000Mn", 3, 36), Ok(Some(Bytes(48000 * MIB * 3))));
         assert_eq!(req_mem("0n", 1, 1), Ok(None));
     }
@@ -441,6 +521,100 @@ mod tests {
             bad_time[0],
             Item::Bad("Start \"yesterday\" is not a time (expected YYYY-MM-DDTHH:MM:SS or epoch seconds)".into())
         );
+    }
+
+    /// An Oxford cluster's `sacct --parsable` (SAFE-ACCOUNTING's test data):
+    /// AllocGRES and no AllocTRES, a trailing `|` on every line.
+    const OXFORD: &str = "JobID|JobIDRaw|User|Group|Account|JobName|Partition|QOS|Start|End|Submit|AllocCPUS|AllocGRES|NNodes|Elapsed|Timelimit|State|\n\
+        605603|605603|lilizhang|engs-jerugroup|engs-jerugroup|POPC_hole_5-2|compute|priority|2017-01-04T20:03:47|2017-01-08T20:12:26|2017-01-04T20:03:47|128||8|4-00:08:39|5-00:00:00|COMPLETED|\n\
+        605717|605717|whgu0505|opic-3dem|opic-3dem|c6_subunit1job|gpu|normal|2017-01-05T12:02:55|2017-01-09T03:56:57|2017-01-05T12:02:55|1|gpu:2|1|3-15:54:02|4-03:50:00|COMPLETED|\n\
+        611415|611415|coml0625|coml-sngroup|coml-sngroup|iebng1|gpu|normal|2017-01-07T23:21:16|2017-01-08T11:32:59|2017-01-07T23:21:15|1|gpu:1|1|12:11:43|5-00:00:00|CANCELLED by 4594|\n";
+
+    #[test]
+    fn gpus_from_alloc_gres_when_there_is_no_alloc_tres() {
+        let items = parse_all(OXFORD, &ReadOptions::default());
+        let got: Vec<_> = items
+            .iter()
+            .map(|i| {
+                let j = job(i);
+                (j.job_id.as_str(), j.nodes, j.cores, j.gpus)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                // An empty AllocGRES gives no GPU count.
+                ("605603", Some(8), 128, None),
+                ("605717", Some(1), 1, Some(2)),
+                ("611415", Some(1), 1, Some(1)),
+            ]
+        );
+    }
+
+    #[test]
+    fn gpu_fallbacks_in_order() {
+        let opts = |fields: &str| ReadOptions {
+            fields: Some(fields.split(',').map(String::from).collect()),
+            ..Default::default()
+        };
+        let gpus = |fields: &str, line: &str| job(&parse_all(line, &opts(fields))[0]).gpus;
+        let base = "JobID,State,Start,End,NNodes,NCPUS";
+        let times = "1|COMPLETED|2024-01-01T00:00:00|2024-01-01T01:00:00|2|8";
+        // AllocTRES wins; then AllocGRES (the job's total); then ReqTRES;
+        // then ReqGRES and Gres (per node, times the nodes).
+        assert_eq!(
+            gpus(
+                &format!("{base},AllocTRES,AllocGRES"),
+                &format!("{times}|cpu=8,node=2,gres/gpu=4|gpu:1")
+            ),
+            Some(4)
+        );
+        assert_eq!(
+            gpus(
+                &format!("{base},AllocTRES,AllocGRES"),
+                &format!("{times}|cpu=8,node=2|gpu:k80:3(IDX:0-2)")
+            ),
+            Some(3)
+        );
+        assert_eq!(
+            gpus(
+                &format!("{base},ReqTRES,ReqGRES"),
+                &format!("{times}|cpu=8,gres/gpu=2|gpu:5")
+            ),
+            Some(2)
+        );
+        assert_eq!(
+            gpus(&format!("{base},ReqGRES"), &format!("{times}|gpu:P100:2(IDX:1,3)")),
+            Some(4)
+        );
+        assert_eq!(gpus(&format!("{base},Gres"), &format!("{times}|gpu:1")), Some(2));
+        assert_eq!(
+            gpus(&format!("{base},AllocTRES"), &format!("{times}|cpu=8,node=2")),
+            None
+        );
+        let bad = parse_all(&format!("{times}|gpu:a:b:c"), &opts(&format!("{base},AllocGRES")));
+        assert!(
+            matches!(&bad[0], Item::Bad(r) if r.starts_with("AllocGRES: ")),
+            "{bad:?}"
+        );
+    }
+
+    #[test]
+    fn parsable_and_parsable2_read_the_same() {
+        // The XDMoD unit fixture's first line, headerless: 26 fields, and
+        // the same with `--parsable`'s trailing delimiter.
+        let line = "4103947|4103947|ub-hpc|general-compute|qos|anon|anon|918273|unknown|192837|2015-06-26T13:57:00|2015-06-26T13:57:00|2015-06-28T02:55:50|2015-07-01T02:55:50|3-00:00:00|1:0|TIMEOUT|32|256|256|3000Mc|||3-00:00:00|d07n07s02|1AbC-2-3";
+        let two = parse_all(line, &ReadOptions::default());
+        let one = parse_all(&format!("{line}|"), &ReadOptions::default());
+        assert!(matches!(&two[0], Item::Job(_)), "{two:?}");
+        assert_eq!(one, two);
+        // With a header (the header line has the trailing delimiter too).
+        let two = parse_all(OXFORD.replace("|\n", "\n").as_str(), &ReadOptions::default());
+        let one = parse_all(OXFORD, &ReadOptions::default());
+        assert_eq!(one.len(), 3);
+        assert_eq!(one, two);
+        let p = SlurmParser::new(&ReadOptions::default()).unwrap();
+        assert_eq!(p.job_key(&format!("{line}|")), Some("ub-hpc/4103947".into()));
     }
 
     #[test]

@@ -167,7 +167,7 @@ pub enum ServeError {
 /// One unit of work for the batcher.
 enum Work {
     Job(Box<Submission>),
-    Malformed(Source, String),
+    Malformed(Box<(Source, String)>),
 }
 
 /// What the batcher answers: a job's outcome (none for a malformed
@@ -270,8 +270,8 @@ async fn batcher(mut recorder: Recorder, mut rx: mpsc::Receiver<Pending>, max: u
                     jobs.push(*s);
                     replies.push((true, p.reply));
                 }
-                Work::Malformed(source, reason) => {
-                    malformed.push((source, reason));
+                Work::Malformed(m) => {
+                    malformed.push(*m);
                     replies.push((false, p.reply));
                 }
             }
@@ -380,6 +380,7 @@ async fn jobcomp_doc(State(app): State<Arc<App>>, body: Bytes) -> Response {
         reference: "serve /slurm/_doc".into(),
         raw,
         options: options.clone(),
+        job: None,
     };
     let (doc, item) = match jobcomp::parse_document(&text, &options) {
         Ok(parsed) => parsed,
@@ -405,7 +406,7 @@ async fn jobcomp_doc(State(app): State<Arc<App>>, body: Bytes) -> Response {
 async fn malformed(app: &App, source: Source, reason: String) -> Response {
     tracing::warn!("malformed document from a sender: {reason}");
     app.metrics.outcome("malformed");
-    if let Err(e) = app.submit(Work::Malformed(source, reason.clone())).await {
+    if let Err(e) = app.submit(Work::Malformed(Box::new((source, reason.clone())))).await {
         return unavailable(&e);
     }
     reply(StatusCode::BAD_REQUEST, json!({"error": reason}))
@@ -481,6 +482,7 @@ async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Response {
                         reference: format!("serve /jobs #{index}"),
                         raw,
                         options: ReadOptions::default(),
+                        job: None,
                     },
                 }));
                 // All queued before any is awaited: they share a transaction.

@@ -224,6 +224,7 @@ async fn read_file(
             reference: reference.clone(),
             raw,
             options,
+            job: None,
         };
         if bytes.len() > MAX_LINE {
             let prefix = String::from_utf8_lossy(&bytes[..MAX_LINE.min(4096)]).into_owned();
@@ -242,7 +243,14 @@ async fn read_file(
                     Some(Item::Skip(s)) => *summary.skipped.entry(s).or_default() += 1,
                     Some(Item::Bad(reason)) => {
                         summary.reject(RejectKind::Malformed, &reference, &reason);
-                        malformed.push((source(text.to_owned(), p.options()), reason));
+                        let job = p.job_key(text);
+                        malformed.push((
+                            Source {
+                                job,
+                                ..source(text.to_owned(), p.options())
+                            },
+                            reason,
+                        ));
                     }
                     Some(Item::Job(job)) => jobs.push(Submission {
                         input: *job,

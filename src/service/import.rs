@@ -142,6 +142,7 @@ pub async fn import<R: Read + Send + 'static>(
                 reference: reference.clone(),
                 raw,
                 options,
+                job: None,
             };
             match line {
                 RawLine::Unreadable { reason, prefix } => {
@@ -150,7 +151,16 @@ pub async fn import<R: Read + Send + 'static>(
                 RawLine::Text(text) => match p.parse(&text) {
                     None => {}
                     Some(Item::Skip(s)) => batch.skipped.push(s),
-                    Some(Item::Bad(reason)) => batch.malformed.push((source(text, p.options()), reason)),
+                    Some(Item::Bad(reason)) => {
+                        let job = p.job_key(&text);
+                        batch.malformed.push((
+                            Source {
+                                job,
+                                ..source(text, p.options())
+                            },
+                            reason,
+                        ));
+                    }
                     Some(Item::Job(job)) => batch.jobs.push(Submission {
                         input: *job,
                         source: source(text, p.options()),
@@ -245,6 +255,7 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
                 reference: r.source_ref.clone(),
                 raw: r.raw.clone(),
                 options: options.clone(),
+                job: r.job_key.clone(),
             };
             let item = match Format::parse(format) {
                 Some(f) => parser(f, &options)

@@ -35,6 +35,9 @@ pub struct Source {
     /// The record as received.
     pub raw: String,
     pub options: ReadOptions,
+    /// The job the record names (`cluster/job`), when known although the
+    /// record could not be read: kept on its rejection.
+    pub job: Option<String>,
 }
 
 impl Source {
@@ -209,7 +212,7 @@ impl Recorder {
             });
         }
         for (source, _) in malformed {
-            rows.push(rejection_row(source, RejectKind::Database, &reason, None));
+            rows.push(rejection_row(source, RejectKind::Database, &reason, source.job.clone()));
         }
         let mut conn = self.pool.acquire().await.map_err(RecordError::Connection)?;
         let db_error = |e: sqlx::Error| {
@@ -263,7 +266,7 @@ impl Recorder {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; jobs.len()];
         let mut rejections: Vec<NewRejection> = malformed
             .iter()
-            .map(|(source, reason)| rejection_row(source, RejectKind::Malformed, reason, None))
+            .map(|(source, reason)| rejection_row(source, RejectKind::Malformed, reason, source.job.clone()))
             .collect();
         let mut pending: Vec<(usize, ResolvedJob)> = Vec::with_capacity(jobs.len());
         for (i, job) in jobs.iter().enumerate() {
@@ -462,6 +465,17 @@ impl Posting<'_> {
                     continue;
                 }
             };
+            if kind != RecordKind::Revision
+                && let Some(Rejection { kind, reason }) = resolved.refuse_new_charge.clone()
+            {
+                rejections.push(rejection_row(&jobs[*index].source, kind, &reason, Some(key.clone())));
+                outcomes[*index] = Some(Outcome::Rejected {
+                    job: Some(key),
+                    kind,
+                    reason,
+                });
+                continue;
+            }
             plans.push(Plan {
                 index: *index,
                 job: *job,

@@ -94,6 +94,22 @@ pub fn options(name: &str) -> (Format, ReadOptions) {
         "apel_torque_accounting_E.log" => pbs("ral"),
         "hnormalise_torque_accounting.log" => pbs("vsc"),
         "ncar_pbspro_casper_accounting.log" => pbs("casper"),
+        "safe_fzk_torque_doubled_nodes.log" => pbs("fzk"),
+        "safe_hector_cray_mppwidth.log" | "safe_pbs_no_resource_list.log" => pbs("hector"),
+        "safe_oxford_sacct_parsable_allocgres.log" => (
+            Format::Slurm,
+            ReadOptions {
+                cluster: Some("oxford".into()),
+                ..Default::default()
+            },
+        ),
+        "safe_cirrus_sacct_parsable.log" => (
+            Format::Slurm,
+            ReadOptions {
+                cluster: Some("cirrus".into()),
+                ..Default::default()
+            },
+        ),
         _ => (Format::Slurm, ReadOptions::default()),
     }
 }

@@ -46,7 +46,7 @@ fn check(name: &str, s: &Summary, want: Counts) {
 async fn every_real_fixture_imports_with_the_expected_counts() {
     use RejectKind::*;
     use Skip::*;
-    let cases: [(&str, Counts); 11] = [
+    let cases: [(&str, Counts); 16] = [
         // 4 jobs; the last has no partition, 0 nodes, 0 CPUs and an AllocTRES of only `gres/gpu=2`.
         (
             "xdmod_slurm_sacct_parsable2_unit.log",
@@ -88,14 +88,15 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 rejected: &[],
             },
         ),
-        // 22 jobs (2 never started) and 23 steps.
+        // 22 jobs (2 never started) and 23 steps. 7 ran in GPU partitions, yet
+        // neither AllocTRES nor ReqTRES counts a GPU: not charged without them.
         (
             "hbjobinfo_habrok_sacct_snowman.txt",
             Counts {
                 headers: 0,
-                recorded: 20,
+                recorded: 13,
                 skipped: &[(Step, 23), (NeverStarted, 1 + 1)],
-                rejected: &[],
+                rejected: &[(Invalid, 7)],
             },
         ),
         // Slurm 22.05: 17 jobs, one cancelled before it started.
@@ -108,24 +109,26 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 rejected: &[],
             },
         ),
-        // 9 E records; one has a malformed Resource_List.nodect.
+        // 9 E records. 10711 requests nothing readable (its node spec is
+        // garbled into `nodect`): charged for the 28 slots of its exec_host.
         (
             "xdmod_pbs_torque_accounting_E.log",
             Counts {
                 headers: 0,
-                recorded: 8,
+                recorded: 9,
                 skipped: &[],
-                rejected: &[(Malformed, 1)],
+                rejected: &[],
             },
         ),
-        // 7 E records: two with the mangled `nodes=1pn=4`, and job 24940336 re-sent with a later end.
+        // 7 E records: two with the mangled `nodes=1pn=4` (read from exec_host),
+        // and job 24940336 re-sent with a later end.
         (
             "apel_torque_accounting_E.log",
             Counts {
                 headers: 0,
-                recorded: 4,
+                recorded: 6,
                 skipped: &[],
-                rejected: &[(Malformed, 2), (Conflict, 1)],
+                rejected: &[(Conflict, 1)],
             },
         ),
         // 4 E records and 8 others (Q, D, A, R, S).
@@ -147,6 +150,58 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 recorded: 27,
                 skipped: &[(NeverStarted, 1)],
                 rejected: &[],
+            },
+        ),
+        // An Oxford cluster's `sacct --parsable`: 10 jobs (4 with GPUs in
+        // AllocGRES) and a step.
+        (
+            "safe_oxford_sacct_parsable_allocgres.log",
+            Counts {
+                headers: 1,
+                recorded: 10,
+                skipped: &[(Step, 1)],
+                rejected: &[],
+            },
+        ),
+        // Cirrus `sacct --parsable`: 5 jobs (3 still running) and 14 steps.
+        (
+            "safe_cirrus_sacct_parsable.log",
+            Counts {
+                headers: 1,
+                recorded: 2,
+                skipped: &[(Step, 14), (NotEnded, 3)],
+                rejected: &[],
+            },
+        ),
+        // FZK TORQUE: 8 E records (3 with the doubled `nodes=nodes=`), an S and a Q.
+        (
+            "safe_fzk_torque_doubled_nodes.log",
+            Counts {
+                headers: 0,
+                recorded: 8,
+                skipped: &[(OtherRecord, 2)],
+                rejected: &[],
+            },
+        ),
+        // HECToR: 6 Cray jobs sized by mppwidth.
+        (
+            "safe_hector_cray_mppwidth.log",
+            Counts {
+                headers: 0,
+                recorded: 6,
+                skipped: &[],
+                rejected: &[],
+            },
+        ),
+        // 5 records sized only by exec_host, DiRAC's Torque 6 record, and a
+        // record of type `z`.
+        (
+            "safe_pbs_no_resource_list.log",
+            Counts {
+                headers: 0,
+                recorded: 6,
+                skipped: &[],
+                rejected: &[(Malformed, 1)],
             },
         ),
         // 3 E records, an R record (a run ended for a rerun: charged), a D and an A.
@@ -974,4 +1029,118 @@ async fn huge_numbers_and_dates_out_of_range_are_clear_errors() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn other_sites_records_are_charged_by_the_documented_fallbacks() {
+    let db = fixture_db().await;
+    for f in [
+        "safe_oxford_sacct_parsable_allocgres.log",
+        "safe_cirrus_sacct_parsable.log",
+        "safe_fzk_torque_doubled_nodes.log",
+        "safe_hector_cray_mppwidth.log",
+        "safe_pbs_no_resource_list.log",
+    ] {
+        import_fixture(&db, f, false).await;
+    }
+    let p = &db.pool;
+    // Oxford, before TRES: GPUs only in AllocGRES. 605717: 1 core and gpu:2
+    // for 316,442 s at 0.02 and 10.00.
+    assert_eq!(
+        charges(p, "oxford", "605717", None).await,
+        lines(&[
+            ("core_hours", "87.900555555556", "1.76"),
+            ("gpu_hours", "175.801111111111", "1758.01")
+        ])
+    );
+    // The four GPU jobs: 2,948.11 of GPU-hours an AllocTRES-only reader lost.
+    let gpu: Decimal = sqlx::query_scalar(
+        "SELECT sum(e.amount) FROM ledger_entry e JOIN rate_card c ON c.id = e.rate_card_id
+           JOIN cluster k ON k.id = c.cluster_id WHERE k.name = 'oxford' AND e.metric = 'gpu_hours'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(gpu.to_string(), "2948.11");
+    // 605603: 128 CPUs on 8 nodes, 4-00:08:39; no GRES, and none asked for.
+    assert_eq!(
+        charges(p, "oxford", "605603", None).await,
+        lines(&[("core_hours", "12306.453333333333", "123.06")])
+    );
+    // Cirrus (`--parsable`): 18519 FAILED after 1-15:29:41 on 36 cores.
+    assert_eq!(
+        charges(p, "cirrus", "18519", None).await,
+        lines(&[("core_hours", "1421.81", "14.22")])
+    );
+    // FZK: `nodes=nodes=1:ppn=1` is one core (0 s here); 710105 reserved
+    // nodes=8:ppn=1 (ncpus=1 beside it): 8 whole 8-core nodes for 370 s.
+    assert_eq!(
+        charges(p, "fzk", "709813.iwrcgpbs0.fzk.de", None).await,
+        lines(&[("core_hours", "0", "0.00")])
+    );
+    assert_eq!(
+        charges(p, "fzk", "710105.iwrcgpbs0.fzk.de", None).await,
+        lines(&[("core_hours", "6.577777777778", "0.07")])
+    );
+    // HECToR: 64 PEs, 2 per node = 32 dual-core nodes, 41,399 s (not the
+    // 1 core its ncpus says); 10 PEs on 5 nodes for 181 s.
+    assert_eq!(
+        charges(p, "hector", "102.user123", None).await,
+        lines(&[("core_hours", "735.982222222222", "7.36")])
+    );
+    assert_eq!(
+        charges(p, "hector", "105.user234", None).await,
+        lines(&[("core_hours", "0.502777777778", "0.01")])
+    );
+    // No Resource_List: the one exec_host slot; DiRAC: nodes=4:ppn=16 for 2 s.
+    assert_eq!(
+        charges(p, "hector", "100083.sdb", None).await,
+        lines(&[("core_hours", "11.499722222222", "0.11")])
+    );
+    assert_eq!(
+        charges(p, "hector", "3710.master.cm.cluster", None).await,
+        lines(&[("core_hours", "0.035555555556", "0.00")])
+    );
+    // The record of type `z` is kept with its job's name.
+    let (key, reason): (Option<String>, String) =
+        sqlx::query_as("SELECT job_key, reason FROM rejected_record WHERE kind = 'malformed'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(key.as_deref(), Some("hector/100559.sdb"));
+    assert_eq!(reason, "\"z\" is not a PBS record type");
+}
+
+#[tokio::test]
+async fn a_gpu_job_without_a_gpu_count_is_refused_only_as_a_new_charge() {
+    let db = fixture_db().await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gpucount-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let job = |gpus: &str, id: &str| {
+        format!(
+            r#"{{"cluster":"testclu","job_id":"{id}","project":"pas1234","queue":"gpu","cores":2,{gpus}"start":"2026-10-01T00:00:00Z","end":"2026-10-01T01:00:00Z"}}"#
+        )
+    };
+    // Charged before: it said 0 GPUs. The same record without a count
+    // (the same charge) is a replay, not a rejection of a past charge.
+    let said = dir.join("said.jsonl");
+    std::fs::write(&said, job(r#""gpus":0,"#, "71") + "\n").unwrap();
+    let s = import_file(&db.pool, &said, "said.jsonl", Format::Jsonl, None).await;
+    assert_eq!(s.recorded, 1);
+    let unsaid = dir.join("unsaid.jsonl");
+    std::fs::write(&unsaid, job("", "71") + "\n" + &job("", "72") + "\n").unwrap();
+    let s = import_file(&db.pool, &unsaid, "unsaid.jsonl", Format::Jsonl, None).await;
+    assert_eq!((s.replayed, s.recorded), (1, 0), "{s:#?}");
+    // A new job on the gpu node type that gives no count: kept, with why.
+    assert_eq!(s.rejected_total(), 1);
+    let (key, reason): (Option<String>, String) =
+        sqlx::query_as("SELECT job_key, reason FROM rejected_record WHERE kind = 'invalid'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(key.as_deref(), Some("testclu/72"));
+    assert!(
+        reason.contains("\"gpu\", which has or prices GPUs, but its record gives no GPU count"),
+        "{reason}"
+    );
 }

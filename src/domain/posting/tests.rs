@@ -98,10 +98,10 @@ fn job() -> JobInput {
         job_name: "md".into(),
         queue: Some("batch".into()),
         node_type: None,
-        nodes: 1,
+        nodes: Some(1),
         cores: 4,
         memory: Some(Bytes(24 * GIB)),
-        gpus: 0,
+        gpus: Some(0),
         exclusive: false,
         submit: Some(local("2026-06-30T20:00:00")),
         start: local("2026-06-30T22:00:00"),
@@ -273,7 +273,7 @@ fn defaults_fill_what_a_record_does_not_say() {
 fn a_gpu_job_in_an_unmapped_queue_is_a_gpu_job_and_exclusive_jobs_hold_whole_nodes() {
     let r = resolve_job(&JobInput {
         queue: Some("gpuq".into()),
-        gpus: 2,
+        gpus: Some(2),
         memory: None,
         ..job()
     })
@@ -409,9 +409,12 @@ fn fingerprints_read_what_the_scheduler_said_not_todays_rules() {
         "project codes ignore case"
     );
     for changed in [
-        JobInput { nodes: 2, ..job() },
+        JobInput {
+            nodes: Some(2),
+            ..job()
+        },
         JobInput { memory: None, ..job() },
-        JobInput { gpus: 1, ..job() },
+        JobInput { gpus: Some(1), ..job() },
         JobInput {
             queue: Some("gpu".into()),
             ..job()
@@ -437,4 +440,58 @@ fn a_job_ending_in_a_closed_month_goes_to_the_first_open_month_late() {
     assert_eq!(posting_period(m("2026-03"), Some(m("2026-02"))), (m("2026-03"), false));
     assert_eq!(posting_period(m("2026-03"), Some(m("2026-03"))), (m("2026-04"), true));
     assert_eq!(posting_period(m("2025-11"), Some(m("2026-03"))), (m("2026-04"), true));
+}
+
+#[test]
+fn a_record_without_a_gpu_count_is_not_charged_anew_on_a_gpu_node_type() {
+    // No GPU count on a node type without GPUs: 0, and charged.
+    let r = resolve_job(&JobInput { gpus: None, ..job() }).unwrap();
+    assert_eq!((r.charge.gpus, r.refuse_new_charge.is_none()), (0, true));
+    // The same record fingerprints as one that said 0 (records charged before stay replays).
+    let said_zero = resolve_job(&job()).unwrap();
+    assert_eq!(r.charge_fingerprint, said_zero.charge_fingerprint);
+    // On the gpu node type: it resolves, but a new charge is refused with the reason.
+    let gpu = JobInput {
+        queue: None,
+        node_type: Some("gpu".into()),
+        gpus: None,
+        ..job()
+    };
+    let r = resolve_job(&gpu).unwrap();
+    let refusal = r.refuse_new_charge.expect("refused");
+    assert_eq!(refusal.kind, RejectKind::Invalid);
+    assert!(refusal.reason.contains("gives no GPU count"), "{}", refusal.reason);
+    // Saying 0 GPUs is a count.
+    let r = resolve_job(&JobInput { gpus: Some(0), ..gpu }).unwrap();
+    assert!(r.refuse_new_charge.is_none());
+}
+
+#[test]
+fn cores_without_a_node_count_fill_whole_nodes_of_the_node_type() {
+    // 64 cores on 28-core nodes: 3 nodes, so whole-node charging (R3) applies.
+    let r = resolve_job(&JobInput {
+        nodes: None,
+        cores: 64,
+        memory: None,
+        ..job()
+    })
+    .unwrap();
+    assert_eq!((r.charge.nodes, r.price.charged_cores), (3, dec!(84)));
+    let r = resolve_job(&JobInput {
+        nodes: None,
+        cores: 28,
+        memory: None,
+        ..job()
+    })
+    .unwrap();
+    assert_eq!((r.charge.nodes, r.price.charged_cores), (1, dec!(28)));
+    // A record that gives no node count is not the same record as one giving 1.
+    let one = resolve_job(&JobInput {
+        nodes: Some(1),
+        cores: 28,
+        memory: None,
+        ..job()
+    })
+    .unwrap();
+    assert_ne!(r.charge_fingerprint, one.charge_fingerprint);
 }

@@ -106,7 +106,7 @@ fn alloc_tres_is_what_a_slurm_job_held() {
             cores: 64,
             memory: Some(Bytes(67_108_864_000)),
             nodes: Some(8),
-            gpus: 0
+            gpus: None
         }
     );
     assert_eq!(
@@ -115,14 +115,17 @@ fn alloc_tres_is_what_a_slurm_job_held() {
             cores: 12,
             memory: Some(Bytes(31000 * MIB)),
             nodes: Some(1),
-            gpus: 2
+            gpus: Some(2)
         }
     );
     assert_eq!(
         parse_alloc_tres("cpu=2,gres/gpu:v100=1,gres/gpu:a100=2").unwrap().gpus,
-        3
+        Some(3)
     );
-    assert_eq!(parse_alloc_tres("cpu=2,gres/gpu=2,gres/gpu:v100=2").unwrap().gpus, 2);
+    assert_eq!(
+        parse_alloc_tres("cpu=2,gres/gpu=2,gres/gpu:v100=2").unwrap().gpus,
+        Some(2)
+    );
     assert!(
         parse_alloc_tres("mem=1G,node=1")
             .unwrap_err()
@@ -184,4 +187,29 @@ fn bad_requests_say_what_is_wrong() {
     assert!(e("--gres=gpu:a:b:c").contains("gpu[:type]:count"));
     // Found by the fuzzer: a short option made of a multi-byte character.
     assert!(e("-éc").contains("unknown option \"-é\""));
+}
+
+#[test]
+fn gres_strings_give_gpu_counts() {
+    // Forms from sacct's AllocGRES/ReqGRES (Open XDMoD's shredder fixtures,
+    // an Oxford cluster's sacct in SAFE-ACCOUNTING's test data).
+    let cases: [(&str, Option<u32>); 12] = [
+        ("gpu:2", Some(2)),
+        ("gpu:k80:2", Some(2)),
+        ("gpu:2(IDX:0-1)", Some(2)),
+        ("gpu:P100:2(IDX:1,3)", Some(2)),
+        ("gpu:0(IDX:N/A)", Some(0)),
+        ("hbm:0,gpu:4,bandwidth:4G", Some(4)),
+        ("gpu:k80:1,gpu:p100:2", Some(3)),
+        ("gpu", Some(1)),
+        ("gpu:tesla", Some(1)),
+        ("gres/gpu:3", Some(3)),
+        ("mic:2", None),
+        ("", None),
+    ];
+    for (input, want) in cases {
+        assert_eq!(parse_gres_gpus(input), Ok(want), "{input}");
+    }
+    assert!(parse_gres_gpus("gpu:a:b:c").is_err());
+    assert!(parse_gres_gpus("gpu:4294967295,gpu:1").is_err());
 }
