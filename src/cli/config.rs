@@ -98,7 +98,7 @@ pub fn render(s: &InForce) -> String {
                         r.period.value.memory_per_core.to_string(),
                         r.period.value.cores_per_node.to_string(),
                         t.gpus_per_node.to_string(),
-                        r.period.valid_from.with_timezone(&tz).format("%Y-%m-%d").to_string(),
+                        since(r.period.valid_from, tz),
                         queues.join(","),
                     ],
                     None => vec![
@@ -135,7 +135,7 @@ pub fn render(s: &InForce) -> String {
                 "\nstorage: {} {} per TB-month (since {})",
                 r.value.tb_month,
                 center.currency,
-                r.valid_from.with_timezone(&tz).format("%Y-%m-%d")
+                since(r.valid_from, tz)
             );
         }
         None => out.push_str("\nstorage: no storage rate in force\n"),
@@ -157,4 +157,34 @@ pub fn render(s: &InForce) -> String {
         out.push_str(&table::render(&["project", "quota TB", "name", "PI"], &rows));
     }
     out
+}
+
+/// When a dated rule took effect, in the billing time zone: the date alone
+/// when it began at local midnight (as configured with a date), else the
+/// local instant with its offset (`2026-10-05T08:59:40-04:00`), so a rule that
+/// began mid-day is never shown as beginning on a date it did not cover.
+fn since(t: chrono::DateTime<chrono::Utc>, tz: chrono_tz::Tz) -> String {
+    let local = t.with_timezone(&tz);
+    if local.time() == chrono::NaiveTime::MIN {
+        local.format("%Y-%m-%d").to_string()
+    } else {
+        local.format("%Y-%m-%dT%H:%M:%S%:z").to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::since;
+
+    #[test]
+    fn a_start_that_is_not_midnight_is_shown_as_an_instant() {
+        let at = |s: &str| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+        let ny = chrono_tz::America::New_York;
+        assert_eq!(since(at("2026-10-05T04:00:00Z"), ny), "2026-10-05");
+        assert_eq!(since(at("2026-10-05T08:59:40Z"), ny), "2026-10-05T04:59:40-04:00");
+        assert_eq!(
+            since(at("2026-10-05T08:59:40Z"), chrono_tz::UTC),
+            "2026-10-05T08:59:40+00:00"
+        );
+    }
 }

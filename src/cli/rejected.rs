@@ -1,43 +1,120 @@
-//! `hpc-ledger rejected`: the records that could not be charged, and why.
+//! `hpc-ledger rejected`: the records that could not be charged, and why;
+//! `rejected dismiss`: set aside the ones that never will be, with a reason.
 
 use std::process::ExitCode;
 
 use super::{Format, print_json, table};
-use crate::db::{Target, rejected};
+use crate::db::Target;
+use crate::db::rejected::Selection;
+use crate::service::{author, rejected};
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
-    /// Also list the ones resolved since.
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    /// Also list the ones resolved or dismissed since, with who dismissed them and why.
     #[arg(long)]
     all: bool,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
 
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// Dismiss open rejections that will never be charged (a junk file, a
+    /// test job): kept with who and why, never retried, shown by `rejected --all`.
+    ///
+    /// Example: hpc-ledger rejected dismiss --file /tmp/core.dump --reason "binary file imported by mistake"
+    Dismiss(DismissArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DismissArgs {
+    /// Rejection ids (the first column of `hpc-ledger rejected`); all must be open.
+    ids: Vec<i64>,
+    /// The open rejections read from this file (as named when it was imported).
+    #[arg(long)]
+    file: Option<String>,
+    /// ... of this source format (slurm, pbs, jsonl, jobcomp, json, cli).
+    #[arg(long = "source")]
+    source_format: Option<String>,
+    /// ... of this kind (malformed, unknown_project, conflict, ...).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Why they will not be charged (kept with the dismissal).
+    #[arg(long)]
+    reason: String,
+    /// Who (default: the OS user).
+    #[arg(long)]
+    author: Option<String>,
+    /// Show what would be dismissed; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
 pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
-    let mut conn = pool.acquire().await?;
-    let mut rows = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = rejected::list(&mut conn, after, 10_000, args.all).await?;
-        let Some(last) = page.last() else { break };
-        after = last.id;
-        rows.extend(page);
+    if let Some(Cmd::Dismiss(d)) = args.cmd {
+        let selection = Selection {
+            ids: d.ids,
+            file: d.file,
+            source_format: d.source_format,
+            kind: d.kind,
+        };
+        let done = rejected::dismiss(&pool, &selection, &author(d.author.as_deref()), &d.reason, d.dry_run).await?;
+        match d.format {
+            Format::Json => print_json(&done)?,
+            Format::Text => {
+                let lines: Vec<Vec<String>> = done
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            r.id.to_string(),
+                            r.source_ref.clone(),
+                            r.job_key.clone().unwrap_or_default(),
+                            r.kind.clone(),
+                        ]
+                    })
+                    .collect();
+                if !lines.is_empty() {
+                    print!("{}", table::render(&["id", "where", "job", "kind"], &lines));
+                }
+                let verb = if d.dry_run { "would dismiss" } else { "dismissed" };
+                println!(
+                    "{verb} {} rejection{}",
+                    done.len(),
+                    if done.len() == 1 { "" } else { "s" }
+                );
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
     }
+    let rows = rejected::list(&pool, args.all).await?;
     match args.format {
         Format::Json => print_json(&rows)?,
         Format::Text => {
             let lines: Vec<Vec<String>> = rows
                 .iter()
                 .map(|r| {
+                    let status = match (&r.resolution, &r.resolved_by) {
+                        (None, _) => "open".to_owned(),
+                        (Some(res), Some(by)) if res == "dismissed" => format!("dismissed by {by}"),
+                        (Some(res), _) => res.clone(),
+                    };
+                    let reason = match &r.resolution_note {
+                        Some(note) => format!("{} (dismissed: {note})", r.reason),
+                        None => r.reason.clone(),
+                    };
                     vec![
                         r.id.to_string(),
                         r.source_ref.clone(),
                         r.job_key.clone().unwrap_or_default(),
                         r.kind.clone(),
-                        r.resolution.clone().unwrap_or_else(|| "open".into()),
-                        r.reason.clone(),
+                        status,
+                        reason,
                     ]
                 })
                 .collect();

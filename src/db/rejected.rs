@@ -39,7 +39,10 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
          ON CONFLICT (source_format, raw_sha256) DO UPDATE
             SET source_ref = EXCLUDED.source_ref, read_options = EXCLUDED.read_options, kind = EXCLUDED.kind,
                 reason = EXCLUDED.reason, job_key = EXCLUDED.job_key, last_seen_at = now(),
-                times_seen = rejected_record.times_seen + 1, resolved_at = NULL, resolution = NULL",
+                times_seen = rejected_record.times_seen + 1,
+                -- Read again: open again, unless it was dismissed.
+                resolved_at = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolved_at END,
+                resolution = CASE WHEN rejected_record.resolution = 'dismissed' THEN 'dismissed' END",
         &format as &[&str],
         &source as &[&str],
         &options,
@@ -54,7 +57,8 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
     Ok(())
 }
 
-/// Mark the rejected records of these lines resolved (they are now recorded).
+/// Mark the rejected records of these lines resolved (they are now recorded;
+/// also a dismissed one, which keeps who dismissed it and why).
 pub async fn resolve(
     conn: &mut PgConnection,
     source_format: &[&str],
@@ -67,7 +71,8 @@ pub async fn resolve(
     let done = sqlx::query!(
         "UPDATE rejected_record r SET resolved_at = now(), resolution = u.res
            FROM UNNEST($1::text[], $2::bytea[], $3::text[]) AS u(f, h, res)
-          WHERE r.source_format = u.f AND r.raw_sha256 = u.h AND r.resolved_at IS NULL",
+          WHERE r.source_format = u.f AND r.raw_sha256 = u.h
+            AND (r.resolved_at IS NULL OR r.resolution = 'dismissed')",
         source_format as &[&str],
         raw_sha256,
         resolution as &[&str],
@@ -105,6 +110,10 @@ pub struct Rejected {
     pub times_seen: i32,
     pub resolved_at: Option<DateTime<Utc>>,
     pub resolution: Option<String>,
+    /// Who dismissed it.
+    pub resolved_by: Option<String>,
+    /// Why it was dismissed.
+    pub resolution_note: Option<String>,
 }
 
 /// Rejected records after `after_id`, oldest first; unresolved only unless `all`.
@@ -112,13 +121,72 @@ pub async fn list(conn: &mut PgConnection, after_id: i64, limit: i64, all: bool)
     sqlx::query_as!(
         Rejected,
         "SELECT id, source_format, source_ref, read_options, raw, kind, reason, job_key, first_seen_at, last_seen_at,
-                times_seen, resolved_at, resolution
+                times_seen, resolved_at, resolution, resolved_by, resolution_note
            FROM rejected_record
           WHERE id > $1 AND ($3 OR resolved_at IS NULL)
           ORDER BY id LIMIT $2",
         after_id,
         limit,
         all
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Which open rejections to dismiss: every condition given must hold.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub ids: Vec<i64>,
+    /// The file they were read from (`source_ref` is `FILE:LINE`).
+    pub file: Option<String>,
+    pub source_format: Option<String>,
+    pub kind: Option<String>,
+}
+
+/// A rejection as dismissed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Dismissed {
+    pub id: i64,
+    pub source_ref: String,
+    pub kind: String,
+    pub job_key: Option<String>,
+}
+
+/// Dismiss the open rejections `selection` names, with who and why.
+pub async fn dismiss(
+    conn: &mut PgConnection,
+    selection: &Selection,
+    author: &str,
+    reason: &str,
+) -> Result<Vec<Dismissed>, sqlx::Error> {
+    sqlx::query_as!(
+        Dismissed,
+        r#"UPDATE rejected_record
+              SET resolved_at = now(), resolution = 'dismissed', resolved_by = $5, resolution_note = $6
+            WHERE resolved_at IS NULL
+              AND (cardinality($1::bigint[]) = 0 OR id = ANY ($1))
+              AND ($2::text IS NULL OR left(source_ref, length($2) + 1) = $2 || ':')
+              AND ($3::text IS NULL OR source_format = $3)
+              AND ($4::text IS NULL OR kind = $4)
+        RETURNING id, source_ref, kind, job_key"#,
+        &selection.ids,
+        selection.file.as_deref(),
+        selection.source_format.as_deref(),
+        selection.kind.as_deref(),
+        author,
+        reason,
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Of these ids, the ones that are not open rejections (unknown, or resolved).
+pub async fn not_open(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT u.id AS "id!" FROM UNNEST($1::bigint[]) AS u(id)
+            WHERE NOT EXISTS (SELECT 1 FROM rejected_record r WHERE r.id = u.id AND r.resolved_at IS NULL)
+            ORDER BY u.id"#,
+        ids
     )
     .fetch_all(&mut *conn)
     .await

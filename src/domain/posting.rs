@@ -115,19 +115,19 @@ impl RejectKind {
         }
     }
 
+    pub const ALL: [RejectKind; 8] = [
+        RejectKind::Malformed,
+        RejectKind::UnknownCluster,
+        RejectKind::UnknownProject,
+        RejectKind::UnknownQueue,
+        RejectKind::NoRateCard,
+        RejectKind::Invalid,
+        RejectKind::Conflict,
+        RejectKind::Database,
+    ];
+
     pub fn parse(s: &str) -> Option<RejectKind> {
-        [
-            RejectKind::Malformed,
-            RejectKind::UnknownCluster,
-            RejectKind::UnknownProject,
-            RejectKind::UnknownQueue,
-            RejectKind::NoRateCard,
-            RejectKind::Invalid,
-            RejectKind::Conflict,
-            RejectKind::Database,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 

@@ -8,6 +8,7 @@ pub mod follow;
 pub mod import;
 pub mod quote;
 pub mod record;
+pub mod rejected;
 pub mod statement;
 pub mod storage;
 

@@ -15,6 +15,7 @@ mod follow;
 mod import;
 mod month_end;
 mod record_cli;
+mod rejected;
 mod reliability;
 mod rounding;
 mod schema;
