@@ -29,6 +29,8 @@ pub enum InputFormat {
     Jsonl,
     /// Slurm jobcomp/elasticsearch documents, one per line (see docs/slurm.md).
     Jobcomp,
+    /// `sacct --json` output of Slurm 22.05 (or slurmrestd's v0.0.38 jobs), read as a stream.
+    SacctJson,
 }
 
 #[derive(Debug, clap::Args)]
@@ -98,13 +100,14 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         retry_rejected(&pool, &mut recorder, &mut summary).await?;
     } else {
         let Some(format) = args.format else {
-            anyhow::bail!("give --format slurm|pbs|jsonl|jobcomp (or --retry-rejected)");
+            anyhow::bail!("give --format slurm|pbs|jsonl|jobcomp|sacct-json (or --retry-rejected)");
         };
         let format = match format {
             InputFormat::Slurm => ingest::Format::Slurm,
             InputFormat::Pbs => ingest::Format::Pbs,
             InputFormat::Jsonl => ingest::Format::Jsonl,
             InputFormat::Jobcomp => ingest::Format::Jobcomp,
+            InputFormat::SacctJson => ingest::Format::SacctJson,
         };
         let options = ReadOptions {
             cluster: args.cluster.clone(),

@@ -55,6 +55,18 @@ const FIXTURES: &[(&str, &str)] = &[
         "pbs",
         include_str!("../../tests/fixtures/accounting/ncar_pbspro_casper_accounting.log"),
     ),
+    (
+        "pbs",
+        include_str!("../../tests/fixtures/accounting/safe_fzk_torque_doubled_nodes.log"),
+    ),
+    (
+        "pbs",
+        include_str!("../../tests/fixtures/accounting/safe_hector_cray_mppwidth.log"),
+    ),
+    (
+        "pbs",
+        include_str!("../../tests/fixtures/accounting/safe_pbs_no_resource_list.log"),
+    ),
     ("jsonl", include_str!("../../examples/jobs/jobs.jsonl")),
     (
         "jobcomp",
@@ -257,7 +269,13 @@ fn with_header(header: &str, line: String) -> String {
 fn fuzz_parsers_on_arbitrary_bytes() {
     let catalog = catalog();
     let projects = HashMap::from([("p".to_owned(), ProjectId(1))]);
-    for format in [Format::Slurm, Format::Pbs, Format::Jsonl, Format::Jobcomp] {
+    for format in [
+        Format::Slurm,
+        Format::Pbs,
+        Format::Jsonl,
+        Format::Jobcomp,
+        Format::SacctJson,
+    ] {
         fuzz(
             &format!("{} on arbitrary bytes", format.as_str()),
             prop::collection::vec(any::<u8>(), 0..2048),
@@ -375,4 +393,32 @@ fn fuzz_the_center_configuration() {
     fuzz("center configuration", mutated(base), |text| {
         let _ = crate::config::parse(&text);
     });
+}
+
+#[test]
+fn fuzz_sacct_json_streams_of_damaged_documents() {
+    let doc: String = include_str!("../../tests/fixtures/accounting/slurm_2205_lab_sacct.json")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let len = doc.len();
+    fuzz(
+        "sacct-json stream with bytes replaced",
+        prop::collection::vec((0..len, any::<u8>()), 1..8),
+        |edits| {
+            let mut bytes = doc.clone().into_bytes();
+            for (at, b) in edits {
+                bytes[at] = b;
+            }
+            use crate::ingest::Parser as _;
+            let mut p = crate::ingest::sacct_json::SacctJsonParser::new(&ReadOptions::default());
+            // Whatever it reads, each job it gives is one object it can parse (or refuse) on its own.
+            let _ = crate::ingest::sacct_json::stream(std::io::Cursor::new(bytes), |_, job| {
+                assert!(serde_json::from_str::<serde_json::Value>(&job).is_ok(), "{job}");
+                let _ = p.parse(&job);
+                true
+            });
+        },
+    );
 }

@@ -11,6 +11,7 @@
 pub mod jobcomp;
 pub mod jsonl;
 pub mod pbs;
+pub mod sacct_json;
 pub mod slurm;
 
 use std::fmt;
@@ -29,6 +30,9 @@ pub enum Format {
     Jsonl,
     /// Slurm jobcomp/elasticsearch documents, one per line.
     Jobcomp,
+    /// `sacct --json` (Slurm 22.05's layout): one document, read as a stream of jobs.
+    #[serde(rename = "sacct-json")]
+    SacctJson,
 }
 
 impl Format {
@@ -39,6 +43,7 @@ impl Format {
             Format::Pbs => "pbs",
             Format::Jsonl => "jsonl",
             Format::Jobcomp => "jobcomp",
+            Format::SacctJson => "sacct-json",
         }
     }
 
@@ -48,6 +53,7 @@ impl Format {
             "pbs" => Some(Format::Pbs),
             "jsonl" => Some(Format::Jsonl),
             "jobcomp" => Some(Format::Jobcomp),
+            "sacct-json" => Some(Format::SacctJson),
             _ => None,
         }
     }
@@ -123,6 +129,86 @@ pub trait Parser {
     }
 }
 
+impl Format {
+    /// What an input of this format is, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Format::Slurm => "sacct --parsable2 output",
+            Format::Pbs => "a PBS accounting log",
+            Format::Jsonl => "JSON lines of hpc-ledger's job format",
+            Format::Jobcomp => "Slurm jobcomp/elasticsearch documents",
+            Format::SacctJson => "sacct --json output",
+        }
+    }
+}
+
+/// The format a line plainly is, judged from the first line of an input:
+/// `None` when it is none of them plainly (the parser then says what is
+/// wrong, line by line).
+pub fn sniff(line: &str) -> Option<Format> {
+    let t = line.trim();
+    // sacct --json pretty-prints: its first line is the document's `{`.
+    if t == "{" {
+        return Some(Format::SacctJson);
+    }
+    if t.starts_with('{') {
+        return match serde_json::from_str::<serde_json::Value>(t) {
+            Ok(serde_json::Value::Object(o)) if o.contains_key("jobs") && o.contains_key("meta") => {
+                Some(Format::SacctJson)
+            }
+            Ok(serde_json::Value::Object(o)) if o.contains_key("jobid") || o.contains_key("@start") => {
+                Some(Format::Jobcomp)
+            }
+            Ok(serde_json::Value::Object(o)) if o.contains_key("job_id") => Some(Format::Jsonl),
+            _ => None,
+        };
+    }
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    // MM/DD/YYYY HH:MM:SS;T;
+    if b.len() > 22
+        && digits(0..2)
+        && b[2] == b'/'
+        && digits(3..5)
+        && b[5] == b'/'
+        && digits(6..10)
+        && b[10] == b' '
+        && digits(11..13)
+        && b[13] == b':'
+        && b[19] == b';'
+        && b[21] == b';'
+    {
+        return Some(Format::Pbs);
+    }
+    let first = t.split('|').next().unwrap_or_default();
+    if t.contains('|')
+        && (first.eq_ignore_ascii_case("jobid")
+            || (!first.is_empty()
+                && first.starts_with(|c: char| c.is_ascii_digit())
+                && first
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || matches!(c, '_' | '.' | '+' | '[' | ']' | '-' | ','))))
+    {
+        return Some(Format::Slurm);
+    }
+    None
+}
+
+/// Refuse an input that is plainly another format than the one it is read
+/// as, from its first non-empty line: one error naming what it looks like
+/// and the flag to read it with (before anything is recorded or kept).
+pub fn check_format(expected: Format, first_line: &str) -> Result<(), String> {
+    match sniff(first_line) {
+        Some(seen) if seen != expected => Err(format!(
+            "this looks like {}, not {}: read it with --format {} (nothing was recorded)",
+            seen.describe(),
+            expected.describe(),
+            seen.as_str()
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The job a JSON line names (`cluster/job[_index]`), for a rejection of a
 /// line that is JSON but not a job that can be read.
 fn json_job_key(line: &str, id: &str, index: Option<&str>, default_cluster: Option<&str>) -> Option<String> {
@@ -148,6 +234,7 @@ pub fn parser(format: Format, options: &ReadOptions) -> Result<Box<dyn Parser + 
         Format::Pbs => Box::new(pbs::PbsParser::new(options)),
         Format::Jsonl => Box::new(jsonl::JsonlParser::new(options)),
         Format::Jobcomp => Box::new(jobcomp::JobcompParser::new(options)),
+        Format::SacctJson => Box::new(sacct_json::SacctJsonParser::new(options)),
     })
 }
 
@@ -284,5 +371,34 @@ mod tests {
         }
         assert_eq!(r.next_line().unwrap(), Some((6, RawLine::Text("last".into()))));
         assert_eq!(r.next_line().unwrap(), None);
+    }
+}
+
+#[cfg(test)]
+mod sniff_tests {
+    use super::*;
+
+    #[test]
+    fn an_input_that_is_plainly_another_format_is_named() {
+        let cases: [(&str, Option<Format>); 9] = [
+            ("{", Some(Format::SacctJson)),
+            (r#"{"meta": {}, "jobs": []}"#, Some(Format::SacctJson)),
+            (r#"{"jobid":4,"@start":"2026-11-30T08:48:04"}"#, Some(Format::Jobcomp)),
+            (r#"{"cluster": "owens", "job_id": "2001"}"#, Some(Format::Jsonl)),
+            ("10/15/2026 09:00:00;E;5003.pitzer-batch;user=alan", Some(Format::Pbs)),
+            ("JobID|JobIDRaw|Cluster", Some(Format::Slurm)),
+            ("4103947_[9-11,20]|4103947|ub-hpc|general", Some(Format::Slurm)),
+            ("5908801_3☃gpulong☃1", None),
+            ("garbage", None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(sniff(line), want, "{line}");
+        }
+        assert_eq!(
+            check_format(Format::Slurm, "{"),
+            Err("this looks like sacct --json output, not sacct --parsable2 output: read it with --format sacct-json (nothing was recorded)".into())
+        );
+        assert!(check_format(Format::Slurm, "JobID|State").is_ok());
+        assert!(check_format(Format::Pbs, "garbage").is_ok());
     }
 }

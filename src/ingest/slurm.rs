@@ -167,7 +167,7 @@ fn req_mem(value: &str, nodes: u32, cores: u32) -> Result<Option<Bytes>, String>
 
 /// The GPU count in a TRES string (`gres/gpu=2`, or typed entries summed);
 /// `None` without a `gres/gpu` entry.
-fn tres_gpus(value: &str) -> Option<u32> {
+pub(crate) fn tres_gpus(value: &str) -> Option<u32> {
     let mut untyped = None;
     let mut typed: Option<u32> = None;
     for item in value.split(',') {

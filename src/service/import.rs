@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use super::record::{Outcome, RecordError, Recorder, Source, Submission};
 use crate::db::rejected;
 use crate::domain::posting::RejectKind;
-use crate::ingest::{Format, Item, LineReader, RawLine, ReadOptions, Skip, parser};
+use crate::ingest::{Format, Item, LineReader, RawLine, ReadOptions, Skip, parser, sacct_json};
 
 /// How many jobs are posted per transaction, unless `import --batch-size`
 /// says otherwise.
@@ -85,6 +85,8 @@ pub enum ImportError {
     },
     #[error("{0}")]
     Options(String),
+    #[error("{name}: {message}")]
+    WrongFormat { name: String, message: String },
     #[error("{0}")]
     Follow(String),
     #[error(transparent)]
@@ -106,7 +108,8 @@ fn format_name(f: Format) -> &'static str {
 }
 
 /// Import one input (`name` is shown in messages: a path, or `stdin`).
-/// `progress` is told the bytes read so far.
+/// `progress` is told the bytes read so far. An input that is plainly
+/// another format than `format` is refused before anything is recorded.
 pub async fn import<R: Read + Send + 'static>(
     recorder: &mut Recorder,
     input: R,
@@ -116,78 +119,60 @@ pub async fn import<R: Read + Send + 'static>(
     summary: &mut Summary,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(), ImportError> {
-    let mut p = parser(format, options).map_err(ImportError::Options)?;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, std::io::Error>>(2);
+    let p = parser(format, options).map_err(ImportError::Options)?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, ReadError>>(2);
     let file = name.to_owned();
     let batch_size = recorder.batch_size.max(1);
     let reader = std::thread::spawn(move || {
-        let mut lines = LineReader::new(BufReader::with_capacity(1 << 16, input));
-        let mut batch = Batch::default();
-        loop {
-            let (number, line) = match lines.next_line() {
-                Ok(Some(l)) => l,
-                Ok(None) => break,
-                Err(e) => {
-                    // Post what was read before the error, then report it.
-                    batch.bytes = lines.bytes_read();
-                    let _ = tx.blocking_send(Ok(std::mem::take(&mut batch)));
-                    let _ = tx.blocking_send(Err(e));
-                    return;
-                }
-            };
-            batch.lines += 1;
-            let reference = format!("{file}:{number}");
-            let source = |raw: String, options: ReadOptions| Source {
-                format: format_name(format),
-                reference: reference.clone(),
-                raw,
-                options,
-                job: None,
-            };
-            match line {
-                RawLine::Unreadable { reason, prefix } => {
-                    batch.malformed.push((source(prefix, p.options()), reason));
-                }
-                RawLine::Text(text) => match p.parse(&text) {
-                    None => {}
-                    Some(Item::Skip(s)) => batch.skipped.push(s),
-                    Some(Item::Bad(reason)) => {
-                        let job = p.job_key(&text);
-                        batch.malformed.push((
-                            Source {
-                                job,
-                                ..source(text, p.options())
-                            },
-                            reason,
-                        ));
-                    }
-                    Some(Item::Job(job)) => batch.jobs.push(Submission {
-                        input: *job,
-                        source: source(text, p.options()),
-                    }),
-                },
+        let mut r = Reader {
+            p,
+            format,
+            file,
+            batch_size,
+            tx,
+            batch: Batch::default(),
+            checked: false,
+            sent: false,
+        };
+        let input = BufReader::with_capacity(1 << 16, input);
+        let result = match format {
+            Format::SacctJson => r.read_sacct_json(input),
+            _ => r.read_lines(input),
+        };
+        match result {
+            Ok(bytes) => {
+                r.batch.bytes = bytes;
+                let batch = std::mem::take(&mut r.batch);
+                let _ = r.tx.blocking_send(Ok(batch));
             }
-            if batch.jobs.len() + batch.malformed.len() >= batch_size {
-                batch.bytes = lines.bytes_read();
-                if tx.blocking_send(Ok(std::mem::take(&mut batch))).is_err() {
-                    return;
-                }
+            Err(ReadError::Stopped) => {}
+            Err(e) => {
+                // Post what was read before the error, then report it.
+                let batch = std::mem::take(&mut r.batch);
+                let _ = r.tx.blocking_send(Ok(batch));
+                let _ = r.tx.blocking_send(Err(e));
             }
         }
-        batch.bytes = lines.bytes_read();
-        let _ = tx.blocking_send(Ok(batch));
     });
     let mut result = Ok(());
     while let Some(batch) = rx.recv().await {
         let batch = match batch {
             Ok(b) => b,
-            Err(source) => {
+            Err(ReadError::Io(source)) => {
                 result = Err(ImportError::Read {
                     name: name.to_owned(),
                     source,
                 });
                 break;
             }
+            Err(ReadError::WrongFormat(message)) => {
+                result = Err(ImportError::WrongFormat {
+                    name: name.to_owned(),
+                    message,
+                });
+                break;
+            }
+            Err(ReadError::Stopped) => break,
         };
         summary.lines += batch.lines;
         for s in batch.skipped {
@@ -224,6 +209,150 @@ pub async fn import<R: Read + Send + 'static>(
     result
 }
 
+/// Why the reading thread stopped early.
+enum ReadError {
+    Io(std::io::Error),
+    /// The input is plainly another format: nothing of it was sent.
+    WrongFormat(String),
+    /// The importer stopped taking batches.
+    Stopped,
+}
+
+/// The reading thread: records -> parser -> bounded batches.
+struct Reader {
+    p: Box<dyn crate::ingest::Parser + Send>,
+    format: Format,
+    file: String,
+    batch_size: usize,
+    tx: tokio::sync::mpsc::Sender<Result<Batch, ReadError>>,
+    batch: Batch,
+    /// Whether the first record was checked for being another format.
+    checked: bool,
+    /// Whether a batch was sent (then something may be recorded).
+    sent: bool,
+}
+
+impl Reader {
+    /// One record (a line, or one job of a document): parsed into the batch,
+    /// which is sent when full.
+    fn record(&mut self, reference: String, line: RawLine, bytes: u64) -> Result<(), ReadError> {
+        if let RawLine::Text(text) = &line
+            && !self.checked
+            && !text.trim().is_empty()
+        {
+            self.checked = true;
+            crate::ingest::check_format(self.format, text).map_err(ReadError::WrongFormat)?;
+        }
+        self.batch.lines += 1;
+        let source = |raw: String, options: ReadOptions, job: Option<String>| Source {
+            format: format_name(self.format),
+            reference: reference.clone(),
+            raw,
+            options,
+            job,
+        };
+        match line {
+            RawLine::Unreadable { reason, prefix } => {
+                self.checked = true;
+                let s = source(prefix, self.p.options(), None);
+                self.batch.malformed.push((s, reason));
+            }
+            RawLine::Text(text) => match self.p.parse(&text) {
+                None => {}
+                Some(Item::Skip(s)) => self.batch.skipped.push(s),
+                Some(Item::Bad(reason)) => {
+                    let job = self.p.job_key(&text);
+                    let s = source(text, self.p.options(), job);
+                    self.batch.malformed.push((s, reason));
+                }
+                Some(Item::Job(job)) => {
+                    let s = source(text, self.p.options(), None);
+                    self.batch.jobs.push(Submission { input: *job, source: s });
+                }
+            },
+        }
+        if self.batch.jobs.len() + self.batch.malformed.len() >= self.batch_size {
+            self.batch.bytes = bytes;
+            let batch = std::mem::take(&mut self.batch);
+            self.sent = true;
+            self.tx.blocking_send(Ok(batch)).map_err(|_| ReadError::Stopped)?;
+        }
+        Ok(())
+    }
+
+    /// Line formats: numbered, bounded lines. Returns the bytes read.
+    fn read_lines<R: Read>(&mut self, input: BufReader<R>) -> Result<u64, ReadError> {
+        let mut lines = LineReader::new(input);
+        loop {
+            let (number, line) = match lines.next_line() {
+                Ok(Some(l)) => l,
+                Ok(None) => return Ok(lines.bytes_read()),
+                Err(e) => {
+                    self.batch.bytes = lines.bytes_read();
+                    return Err(ReadError::Io(e));
+                }
+            };
+            let reference = format!("{}:{number}", self.file);
+            self.record(reference, line, lines.bytes_read())?;
+        }
+    }
+
+    /// `sacct --json`: one document, its jobs streamed one at a time.
+    fn read_sacct_json<R: Read>(&mut self, mut input: BufReader<R>) -> Result<u64, ReadError> {
+        use std::io::BufRead;
+        // A document that is plainly something else is named from its first line.
+        let head = input.fill_buf().map_err(ReadError::Io)?;
+        let first_line = String::from_utf8_lossy(head.split(|&b| b == b'\n').next().unwrap_or_default()).into_owned();
+        if !first_line.trim_start().starts_with('{') && !first_line.trim().is_empty() {
+            crate::ingest::check_format(Format::SacctJson, &first_line).map_err(ReadError::WrongFormat)?;
+        }
+        self.checked = true;
+        let counted = Counted {
+            inner: input,
+            bytes: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        };
+        let bytes = counted.bytes.clone();
+        let mut failed = None;
+        let streamed = sacct_json::stream(counted, |index, job| {
+            let at = bytes.load(std::sync::atomic::Ordering::Relaxed);
+            match self.record(format!("{}:jobs[{index}]", self.file), RawLine::Text(job), at) {
+                Ok(()) => true,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        });
+        let total = bytes.load(std::sync::atomic::Ordering::Relaxed);
+        match streamed {
+            Ok(_) => Ok(total),
+            Err(sacct_json::StreamError::Stopped) => Err(failed.unwrap_or(ReadError::Stopped)),
+            Err(sacct_json::StreamError::Io(e)) => Err(ReadError::Io(e)),
+            // Nothing sent yet: the document is not one this reader reads.
+            Err(sacct_json::StreamError::Document(m)) if self.batch.lines == 0 && !self.sent => {
+                Err(ReadError::WrongFormat(m))
+            }
+            Err(sacct_json::StreamError::Document(m)) => {
+                Err(ReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, m)))
+            }
+        }
+    }
+}
+
+/// A reader that counts the bytes read through it (for progress).
+struct Counted<R> {
+    inner: R,
+    bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 /// Re-process the rejected records that are still open: read each again
 /// with the options it was read with, and record it with today's rules
 /// (and `--supersede`, if the recorder has it).
@@ -246,6 +375,7 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
                 "pbs" => "pbs",
                 "jsonl" => "jsonl",
                 "jobcomp" => "jobcomp",
+                "sacct-json" => "sacct-json",
                 "json" => "json",
                 _ => "cli",
             };

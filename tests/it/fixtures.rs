@@ -103,6 +103,7 @@ pub fn options(name: &str) -> (Format, ReadOptions) {
                 ..Default::default()
             },
         ),
+        "slurm_2205_lab_sacct.json" => (Format::SacctJson, ReadOptions::default()),
         "safe_cirrus_sacct_parsable.log" => (
             Format::Slurm,
             ReadOptions {

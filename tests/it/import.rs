@@ -46,7 +46,7 @@ fn check(name: &str, s: &Summary, want: Counts) {
 async fn every_real_fixture_imports_with_the_expected_counts() {
     use RejectKind::*;
     use Skip::*;
-    let cases: [(&str, Counts); 16] = [
+    let cases: [(&str, Counts); 17] = [
         // 4 jobs; the last has no partition, 0 nodes, 0 CPUs and an AllocTRES of only `gres/gpu=2`.
         (
             "xdmod_slurm_sacct_parsable2_unit.log",
@@ -148,6 +148,16 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
             Counts {
                 headers: 1,
                 recorded: 27,
+                skipped: &[(NeverStarted, 1)],
+                rejected: &[],
+            },
+        ),
+        // The same Slurm 22.05 run as `sacct --json`: 17 jobs, one cancelled before it started.
+        (
+            "slurm_2205_lab_sacct.json",
+            Counts {
+                headers: 0,
+                recorded: 16,
                 skipped: &[(NeverStarted, 1)],
                 rejected: &[],
             },
@@ -1143,4 +1153,124 @@ async fn a_gpu_job_without_a_gpu_count_is_refused_only_as_a_new_charge() {
         reason.contains("\"gpu\", which has or prices GPUs, but its record gives no GPU count"),
         "{reason}"
     );
+}
+
+#[tokio::test]
+async fn sacct_json_and_sacct_parsable_charge_every_run_alike() {
+    // JSON first, then the parsable output of the same run: nothing new.
+    let db = fixture_db().await;
+    let json = import_fixture(&db, "slurm_2205_lab_sacct.json", false).await;
+    let parsable = import_fixture(&db, "slurm_2205_lab_sacct_header.txt", false).await;
+    assert_eq!((json.recorded, parsable.recorded, parsable.superseded), (16, 0, 0));
+    assert_eq!(parsable.replayed + parsable.revised, 16, "{parsable:#?}");
+    assert_eq!(parsable.rejected_total(), 0, "{parsable:#?}");
+    // And the other way round, in a fresh ledger: the same charges.
+    let other = fixture_db().await;
+    let first = import_fixture(&other, "slurm_2205_lab_sacct_header.txt", false).await;
+    let then = import_fixture(&other, "slurm_2205_lab_sacct.json", false).await;
+    assert_eq!((first.recorded, then.recorded, then.rejected_total()), (16, 0, 0));
+    assert_eq!(first.charged, json.charged);
+    let entries = |pool: PgPool| async move {
+        sqlx::query_as::<_, (String, Option<i32>, String, Decimal, Decimal)>(
+            "SELECT j.scheduler_job_id, j.array_index, e.metric, e.quantity, e.amount FROM ledger_entry e
+               JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+              ORDER BY 1, 2, 3",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(entries(db.pool.clone()).await, entries(other.pool.clone()).await);
+}
+
+#[tokio::test]
+async fn a_file_of_another_format_is_refused_at_once_and_nothing_is_kept() {
+    let db = fixture_db().await;
+    let json = crate::fixtures::stripped("slurm_2205_lab_sacct.json");
+    let jobcomp = crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl");
+    let pbs = crate::fixtures::stripped("xdmod_pbs_torque_accounting_E.log");
+    for (format, file, says) in [
+        (
+            "slurm",
+            &json,
+            "looks like sacct --json output, not sacct --parsable2 output: read it with --format sacct-json",
+        ),
+        (
+            "jsonl",
+            &json,
+            "looks like sacct --json output, not JSON lines of hpc-ledger's job format: read it with --format sacct-json",
+        ),
+        (
+            "jsonl",
+            &jobcomp,
+            "looks like Slurm jobcomp/elasticsearch documents, not JSON lines of hpc-ledger's job format: read it with --format jobcomp",
+        ),
+        (
+            "sacct-json",
+            &pbs,
+            "looks like a PBS accounting log, not sacct --json output: read it with --format pbs",
+        ),
+        ("slurm", &pbs, "read it with --format pbs"),
+    ] {
+        let o = db.cli(&[
+            "import",
+            "--format",
+            format,
+            "--cluster",
+            "edge",
+            file.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{format}");
+        let err = crate::harness::stderr(&o);
+        assert!(err.contains(says), "{format} {}: {err}", file.display());
+        assert_eq!(err.lines().count(), 1, "one error: {err}");
+    }
+    // A sacct --json of a layout not read: refused, naming it.
+    let later = std::fs::read_to_string(&json)
+        .unwrap()
+        .replace("dbv0.0.38", "dbv0.0.40")
+        .replace("22.05.8", "23.11.4");
+    let later_path = json.with_extension("later.json");
+    std::fs::write(&later_path, later).unwrap();
+    let o = db.cli(&["import", "--format", "sacct-json", later_path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        crate::harness::stderr(&o).contains(
+            "this is the layout openapi/dbv0.0.40 (Slurm 23.11.4); hpc-ledger reads openapi/dbv0.0.38 (Slurm 22.05)"
+        ),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+    let (jobs, kept): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM rejected_record)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((jobs, kept), (0, 0));
+}
+
+#[tokio::test]
+async fn a_rejected_sacct_json_job_is_read_again_by_its_own_reader() {
+    let db = fixture_db().await;
+    let json = crate::fixtures::stripped("slurm_2205_lab_sacct.json");
+    let renamed = std::fs::read_to_string(&json).unwrap().replace("pzs0001", "pzs7777");
+    let path = json.with_extension("renamed.json");
+    std::fs::write(&path, renamed).unwrap();
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "sacct-json", path.to_str().unwrap()]));
+    assert!(out.contains("rejected:    5"), "{out}");
+    assert!(
+        out.contains(".renamed.json:jobs[2] (testclu/3): unknown project \"pzs7777\""),
+        "{out}"
+    );
+    let fixed = format!("{}\n[[project]]\ncode = \"PZS7777\"\n", crate::fixtures::CENTER);
+    let cfg = path.with_extension("toml");
+    std::fs::write(&cfg, fixed).unwrap();
+    crate::harness::ok(&db.cli(&["config", "apply", cfg.to_str().unwrap()]));
+    let out = crate::harness::stdout(&db.cli(&["import", "--retry-rejected"]));
+    assert!(out.contains("recorded:    5"), "{out}");
+    let formats: Vec<String> = sqlx::query_scalar("SELECT DISTINCT source_format FROM job_record")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(formats, vec!["sacct-json".to_owned()]);
 }
