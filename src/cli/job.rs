@@ -92,12 +92,16 @@ fn time(v: &Option<String>) -> Option<Scalar> {
 
 pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
     let Cmd::Record(a) = cmd;
-    let (raw, format) = if a.json {
-        let mut text = String::new();
+    let (raw, raw_bytes, format) = if a.json {
+        let mut bytes = Vec::new();
         std::io::stdin()
-            .read_to_string(&mut text)
+            .read_to_end(&mut bytes)
             .context("reading the job from stdin")?;
-        (text.trim().to_owned(), "json")
+        // The byte policy of every path: not UTF-8 is read as U+FFFD, the bytes kept.
+        let has_nul = bytes.contains(&0);
+        let (text, exact) = crate::ingest::decode(bytes.clone());
+        let exact = if has_nul { Some(bytes) } else { exact };
+        (text.replace('\0', "\u{FFFD}").trim().to_owned(), exact, "json")
     } else {
         let job = JsonJob {
             cluster: a.cluster.clone(),
@@ -119,18 +123,26 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
             state: a.state.clone(),
             exit_code: a.exit_code.clone().map(Scalar::Text),
         };
-        (serde_json::to_string(&job)?, "cli")
+        (serde_json::to_string(&job)?, None, "cli")
     };
     let source = Source {
         format,
         reference: "job record".into(),
         raw: raw.clone(),
+        raw_bytes: raw_bytes.clone(),
         options: ReadOptions::default(),
         job: None,
     };
     let pool = target.open().await?;
     let mut recorder = Recorder::new(pool, Defaults::default(), a.supersede, author(a.author.as_deref()));
-    let item = crate::ingest::jsonl::parse_job(&raw).unwrap_or_else(Item::Bad);
+    let item = match raw_bytes.as_deref() {
+        Some(exact) => {
+            let mut p = crate::ingest::jsonl::JsonlParser::new(&ReadOptions::default());
+            crate::ingest::read_record(&mut p, &raw, Some(exact))
+                .unwrap_or_else(|| Item::Bad("the job is empty".into()))
+        }
+        None => crate::ingest::jsonl::parse_job(&raw).unwrap_or_else(Item::Bad),
+    };
     let outcome = match item {
         Item::Job(job) => {
             let mut outcomes = recorder.record(&[Submission { input: *job, source }], &[]).await?;

@@ -11,6 +11,8 @@ pub struct NewRejection {
     pub source_ref: String,
     pub read_options: serde_json::Value,
     pub raw: String,
+    /// The bytes as received, when they were not valid UTF-8 (migration 0015).
+    pub raw_bytes: Option<Vec<u8>>,
     pub raw_sha256: Vec<u8>,
     pub kind: &'static str,
     pub reason: String,
@@ -28,14 +30,16 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
     let options: Vec<serde_json::Value> = rows.iter().map(|r| r.read_options.clone()).collect();
     let raw: Vec<&str> = rows.iter().map(|r| r.raw.as_str()).collect();
     let hash: Vec<Vec<u8>> = rows.iter().map(|r| r.raw_sha256.clone()).collect();
+    let bytes: Vec<Option<Vec<u8>>> = rows.iter().map(|r| r.raw_bytes.clone()).collect();
     let kind: Vec<&str> = rows.iter().map(|r| r.kind).collect();
     let reason: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
     let key: Vec<Option<String>> = rows.iter().map(|r| r.job_key.clone()).collect();
     sqlx::query!(
-        "INSERT INTO rejected_record (source_format, source_ref, read_options, raw, raw_sha256, kind, reason, job_key)
-         SELECT DISTINCT ON (f, h) f, s, o, r, h, k, re, jk
-           FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::text[])
-                AS u(f, s, o, r, h, k, re, jk)
+        "INSERT INTO rejected_record (source_format, source_ref, read_options, raw, raw_sha256, kind, reason, job_key, raw_bytes)
+         SELECT DISTINCT ON (f, h) f, s, o, r, h, k, re, jk, rb
+           FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::text[],
+                       $9::bytea[])
+                AS u(f, s, o, r, h, k, re, jk, rb)
          ON CONFLICT (source_format, raw_sha256) DO UPDATE
             SET source_ref = EXCLUDED.source_ref, read_options = EXCLUDED.read_options, kind = EXCLUDED.kind,
                 reason = EXCLUDED.reason, job_key = EXCLUDED.job_key, last_seen_at = now(),
@@ -51,6 +55,7 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
         &kind as &[&str],
         &reason as &[&str],
         &key as &[Option<String>],
+        &bytes as &[Option<Vec<u8>>],
     )
     .execute(&mut *conn)
     .await?;
@@ -102,6 +107,8 @@ pub struct Rejected {
     pub source_ref: String,
     pub read_options: serde_json::Value,
     pub raw: String,
+    #[serde(skip)]
+    pub raw_bytes: Option<Vec<u8>>,
     pub kind: String,
     pub reason: String,
     pub job_key: Option<String>,
@@ -120,7 +127,7 @@ pub struct Rejected {
 pub async fn list(conn: &mut PgConnection, after_id: i64, limit: i64, all: bool) -> Result<Vec<Rejected>, sqlx::Error> {
     sqlx::query_as!(
         Rejected,
-        "SELECT id, source_format, source_ref, read_options, raw, kind, reason, job_key, first_seen_at, last_seen_at,
+        "SELECT id, source_format, source_ref, read_options, raw, raw_bytes, kind, reason, job_key, first_seen_at, last_seen_at,
                 times_seen, resolved_at, resolution, resolved_by, resolution_note
            FROM rejected_record
           WHERE id > $1 AND ($3 OR resolved_at IS NULL)

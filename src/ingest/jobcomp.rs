@@ -39,6 +39,13 @@ pub fn stored_document(mut doc: Map<String, Value>) -> String {
     Value::Object(doc).to_string()
 }
 
+/// The bytes to keep of a body that was not valid UTF-8: as received, less
+/// the [`DROPPED`] fields (found at the byte level); the body itself when
+/// it is not a JSON object.
+pub fn stored_bytes(body: &[u8]) -> Vec<u8> {
+    super::json_bytes::without_members(body, DROPPED).unwrap_or_else(|| body.to_vec())
+}
+
 /// What to keep of a body that could not be read as a job: the document
 /// without its [`DROPPED`] fields when it is a JSON object, else the body.
 pub fn stored_body(body: &str) -> String {

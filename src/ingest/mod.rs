@@ -9,6 +9,7 @@
 //! large the input.
 
 pub mod jobcomp;
+pub mod json_bytes;
 pub mod jsonl;
 pub mod pbs;
 pub mod sacct_json;
@@ -245,12 +246,71 @@ pub const MAX_LINE: usize = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RawLine {
     Text(String),
-    /// Not UTF-8, or longer than [`MAX_LINE`]: the reason, and the start of
-    /// the line as far as it could be kept.
+    /// Not valid UTF-8: read with each bad byte as U+FFFD (see [`decode`]),
+    /// and the bytes as they were.
+    Lossy {
+        text: String,
+        bytes: Vec<u8>,
+    },
+    /// Holding a NUL byte, or longer than [`MAX_LINE`]: the reason, the start
+    /// of the line as far as it can be shown, and its bytes when kept.
     Unreadable {
         reason: String,
         prefix: String,
+        bytes: Option<Vec<u8>>,
     },
+}
+
+/// The one byte policy of every path (docs/recording.md): bytes that are
+/// not valid UTF-8 are read with each bad sequence as U+FFFD, and the exact
+/// bytes are kept beside the record. Returns the text, and the bytes when
+/// they were not valid UTF-8.
+pub fn decode(bytes: Vec<u8>) -> (String, Option<Vec<u8>>) {
+    match String::from_utf8(bytes) {
+        Ok(s) => (s, None),
+        Err(e) => {
+            let b = e.into_bytes();
+            (String::from_utf8_lossy(&b).into_owned(), Some(b))
+        }
+    }
+}
+
+/// Read one record with `p` under the byte policy: `text` is the record as
+/// read, `exact` its bytes when they were not valid UTF-8. A record holding
+/// a NUL byte is malformed; one that was not UTF-8 is checked by
+/// [`check_decoded`].
+pub fn read_record(p: &mut dyn Parser, text: &str, exact: Option<&[u8]>) -> Option<Item> {
+    if let Some(at) = exact.and_then(|b| b.iter().position(|c| *c == 0)) {
+        return Some(Item::Bad(format!(
+            "the record holds a NUL byte (byte {}): a damaged record",
+            at + 1
+        )));
+    }
+    let item = p.parse(text)?;
+    Some(match exact {
+        Some(_) => check_decoded(item),
+        None => item,
+    })
+}
+
+/// A job read from a record that was not valid UTF-8 is charged only when
+/// the fields that decide its charge and identity came through whole; bad
+/// bytes in its user, job name, state or exit code are read as U+FFFD.
+pub fn check_decoded(item: Item) -> Item {
+    let Item::Job(job) = item else { return item };
+    let fields = [
+        ("cluster", job.cluster.as_deref()),
+        ("job id", Some(job.job_id.as_str())),
+        ("project", job.project.as_deref()),
+        ("queue", job.queue.as_deref()),
+        ("node type", job.node_type.as_deref()),
+    ];
+    match fields.iter().find(|(_, v)| v.is_some_and(|v| v.contains('\u{FFFD}'))) {
+        Some((name, _)) => Item::Bad(format!(
+            "the {name} is not valid UTF-8: a record's charge is not guessed from damaged bytes (the bytes are kept)"
+        )),
+        None => Item::Job(job),
+    }
 }
 
 /// Numbered, bounded lines from a reader.
@@ -305,27 +365,22 @@ impl<R: BufRead> LineReader<R> {
         while matches!(buf.last(), Some(b'\n' | b'\r')) {
             buf.pop();
         }
-        let line = if buf.contains(&0) {
-            let at = buf.iter().position(|b| *b == 0).unwrap_or(0);
-            RawLine::Unreadable {
-                reason: format!("the line holds a NUL byte (byte {}): a damaged record", at + 1),
-                prefix: String::from_utf8_lossy(&buf[..buf.len().min(200)]).replace('\0', "\\0"),
-            }
-        } else if too_long {
+        let line = if too_long {
             RawLine::Unreadable {
                 reason: format!("the line is longer than {MAX_LINE} bytes"),
                 prefix: String::from_utf8_lossy(&buf[..buf.len().min(200)]).into_owned(),
+                bytes: None,
+            }
+        } else if let Some(at) = buf.iter().position(|b| *b == 0) {
+            RawLine::Unreadable {
+                reason: format!("the line holds a NUL byte (byte {}): a damaged record", at + 1),
+                prefix: String::from_utf8_lossy(&buf).replace('\0', "\u{FFFD}"),
+                bytes: Some(buf),
             }
         } else {
-            match String::from_utf8(buf) {
-                Ok(s) => RawLine::Text(s),
-                Err(e) => {
-                    let at = e.utf8_error().valid_up_to();
-                    RawLine::Unreadable {
-                        reason: format!("the line is not valid UTF-8 (byte {})", at + 1),
-                        prefix: String::from_utf8_lossy(e.as_bytes()).into_owned(),
-                    }
-                }
+            match decode(buf) {
+                (text, None) => RawLine::Text(text),
+                (text, Some(bytes)) => RawLine::Lossy { text, bytes },
             }
         };
         Ok(Some((self.number, line)))
@@ -352,20 +407,28 @@ mod tests {
         assert_eq!(r.next_line().unwrap(), Some((1, RawLine::Text("first".into()))));
         assert_eq!(r.next_line().unwrap(), Some((2, RawLine::Text("second".into()))));
         match r.next_line().unwrap() {
-            Some((3, RawLine::Unreadable { reason, prefix })) => {
+            Some((3, RawLine::Unreadable { reason, prefix, bytes })) => {
                 assert_eq!(reason, format!("the line is longer than {MAX_LINE} bytes"));
-                assert_eq!(prefix.len(), 200);
+                assert_eq!((prefix.len(), bytes), (200, None));
             }
             other => panic!("{other:?}"),
         }
+        // Not UTF-8: read with U+FFFD, the bytes kept.
+        assert_eq!(
+            r.next_line().unwrap(),
+            Some((
+                4,
+                RawLine::Lossy {
+                    text: "\u{FFFD}\u{FFFD} bad".into(),
+                    bytes: b"\xff\xfe bad".to_vec()
+                }
+            ))
+        );
         match r.next_line().unwrap() {
-            Some((4, RawLine::Unreadable { reason, .. })) => assert_eq!(reason, "the line is not valid UTF-8 (byte 1)"),
-            other => panic!("{other:?}"),
-        }
-        match r.next_line().unwrap() {
-            Some((5, RawLine::Unreadable { reason, prefix })) => {
+            Some((5, RawLine::Unreadable { reason, prefix, bytes })) => {
                 assert_eq!(reason, "the line holds a NUL byte (byte 4): a damaged record");
-                assert_eq!(prefix, "nul\\0line");
+                assert_eq!(prefix, "nul\u{FFFD}line");
+                assert_eq!(bytes.as_deref(), Some(&b"nul\0line"[..]));
             }
             other => panic!("{other:?}"),
         }

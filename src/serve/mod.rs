@@ -44,7 +44,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::posting::Defaults;
-use crate::ingest::{Item, Parser, ReadOptions, jobcomp, jsonl::JsonlParser};
+use crate::ingest::{Item, ReadOptions, jobcomp, jsonl::JsonlParser};
 use crate::service::record::{Outcome, Recorder, Source, Submission};
 pub use metrics::Metrics;
 
@@ -374,15 +374,27 @@ fn outcome_reply(outcome: &Outcome) -> (StatusCode, Value) {
 async fn jobcomp_doc(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let app = &*app;
     let options = ReadOptions::default();
-    let text = String::from_utf8_lossy(&body);
+    // The byte policy of every path (docs/recording.md): bytes that are not
+    // UTF-8 are read as U+FFFD and kept exactly (less the batch script); a
+    // NUL byte is a damaged record.
+    let (text, exact) = crate::ingest::decode(body.to_vec());
+    let nul = body.contains(&0);
+    let text = if nul { text.replace('\0', "\u{FFFD}") } else { text };
+    let exact = (nul || exact.is_some()).then(|| jobcomp::stored_bytes(&body));
     let source = |raw: String| Source {
         format: "jobcomp",
         reference: "serve /slurm/_doc".into(),
         raw,
+        raw_bytes: exact.clone(),
         options: options.clone(),
         job: None,
     };
+    if let Some(at) = body.iter().position(|b| *b == 0) {
+        let reason = format!("the record holds a NUL byte (byte {}): a damaged record", at + 1);
+        return malformed(app, source(jobcomp::stored_body(&text)), reason).await;
+    }
     let (doc, item) = match jobcomp::parse_document(&text, &options) {
+        Ok((doc, item)) if exact.is_some() => (doc, crate::ingest::check_decoded(item)),
         Ok(parsed) => parsed,
         Err(reason) => return malformed(app, source(jobcomp::stored_body(&text)), reason).await,
     };
@@ -438,10 +450,19 @@ fn outcome_name(o: &Outcome) -> &'static str {
 /// request is refused whole (400, naming each) and nothing is recorded.
 async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let app = &*app;
-    let value: Value = match serde_json::from_slice(&body) {
+    // The byte policy: not UTF-8 is read as U+FFFD, each job's bytes kept.
+    let (text, exact) = crate::ingest::decode(body.to_vec());
+    let value: Value = match serde_json::from_str(&text) {
         Ok(v) => v,
         Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
     };
+    let element_bytes: Option<Vec<Vec<u8>>> =
+        exact
+            .as_ref()
+            .map(|b| match crate::ingest::json_bytes::array_elements(b) {
+                Some(ranges) if value.is_array() => ranges.into_iter().map(|r| b[r].to_vec()).collect(),
+                _ => vec![b.clone()],
+            });
     let (elements, single) = match value {
         Value::Array(a) => (a, false),
         v @ Value::Object(_) => (vec![v], true),
@@ -457,7 +478,8 @@ async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let mut errors = Vec::new();
     for (index, element) in elements.iter().enumerate() {
         let raw = element.to_string();
-        match parser.parse(&raw) {
+        let exact = element_bytes.as_ref().and_then(|e| e.get(index)).map(Vec::as_slice);
+        match crate::ingest::read_record(&mut parser, &raw, exact) {
             Some(Item::Bad(reason)) => errors.push(json!({"index": index, "error": reason})),
             None => errors.push(json!({"index": index, "error": "empty"})),
             Some(item) => items.push((raw, item)),
@@ -481,6 +503,7 @@ async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Response {
                         format: "json",
                         reference: format!("serve /jobs #{index}"),
                         raw,
+                        raw_bytes: element_bytes.as_ref().and_then(|e| e.get(index)).cloned(),
                         options: ReadOptions::default(),
                         job: None,
                     },

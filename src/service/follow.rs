@@ -219,10 +219,11 @@ async fn read_file(
         at.lines += 1;
         summary.lines += 1;
         let reference = format!("{}:{}", path.display(), at.lines);
-        let source = |raw: String, options: ReadOptions| Source {
+        let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: ReadOptions| Source {
             format: f.format.as_str(),
             reference: reference.clone(),
             raw,
+            raw_bytes,
             options,
             job: None,
         };
@@ -230,33 +231,35 @@ async fn read_file(
             let prefix = String::from_utf8_lossy(&bytes[..MAX_LINE.min(4096)]).into_owned();
             let reason = format!("the line is longer than {MAX_LINE} bytes");
             summary.reject(RejectKind::Malformed, &reference, &reason);
-            malformed.push((source(prefix, p.options()), reason));
+            malformed.push((source(prefix, None, p.options()), reason));
         } else {
-            match std::str::from_utf8(bytes) {
-                Err(e) => {
-                    let reason = format!("the line is not UTF-8 ({e})");
+            // The byte policy of every path: bad bytes read as U+FFFD, the
+            // bytes kept; a NUL byte is a damaged record.
+            let has_nul = bytes.contains(&0);
+            let (text, exact) = crate::ingest::decode(bytes.to_vec());
+            let (text, exact) = if has_nul {
+                (text.replace('\0', "\u{FFFD}"), Some(bytes.to_vec()))
+            } else {
+                (text, exact)
+            };
+            match crate::ingest::read_record(&mut *p, &text, exact.as_deref()) {
+                None => {}
+                Some(Item::Skip(s)) => *summary.skipped.entry(s).or_default() += 1,
+                Some(Item::Bad(reason)) => {
                     summary.reject(RejectKind::Malformed, &reference, &reason);
-                    malformed.push((source(String::from_utf8_lossy(bytes).into_owned(), p.options()), reason));
+                    let job = p.job_key(&text);
+                    malformed.push((
+                        Source {
+                            job,
+                            ..source(text, exact, p.options())
+                        },
+                        reason,
+                    ));
                 }
-                Ok(text) => match p.parse(text) {
-                    None => {}
-                    Some(Item::Skip(s)) => *summary.skipped.entry(s).or_default() += 1,
-                    Some(Item::Bad(reason)) => {
-                        summary.reject(RejectKind::Malformed, &reference, &reason);
-                        let job = p.job_key(text);
-                        malformed.push((
-                            Source {
-                                job,
-                                ..source(text.to_owned(), p.options())
-                            },
-                            reason,
-                        ));
-                    }
-                    Some(Item::Job(job)) => jobs.push(Submission {
-                        input: *job,
-                        source: source(text.to_owned(), p.options()),
-                    }),
-                },
+                Some(Item::Job(job)) => jobs.push(Submission {
+                    input: *job,
+                    source: source(text, exact, p.options()),
+                }),
             }
         }
         start = end;

@@ -235,8 +235,8 @@ struct Reader {
 impl Reader {
     /// One record (a line, or one job of a document): parsed into the batch,
     /// which is sent when full.
-    fn record(&mut self, reference: String, line: RawLine, bytes: u64) -> Result<(), ReadError> {
-        if let RawLine::Text(text) = &line
+    fn record(&mut self, reference: String, line: RawLine, read_so_far: u64) -> Result<(), ReadError> {
+        if let RawLine::Text(text) | RawLine::Lossy { text, .. } = &line
             && !self.checked
             && !text.trim().is_empty()
         {
@@ -244,35 +244,45 @@ impl Reader {
             crate::ingest::check_format(self.format, text).map_err(ReadError::WrongFormat)?;
         }
         self.batch.lines += 1;
-        let source = |raw: String, options: ReadOptions, job: Option<String>| Source {
+        let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: ReadOptions, job: Option<String>| Source {
             format: format_name(self.format),
             reference: reference.clone(),
             raw,
+            raw_bytes,
             options,
             job,
         };
-        match line {
-            RawLine::Unreadable { reason, prefix } => {
+        let (text, exact) = match line {
+            RawLine::Unreadable { reason, prefix, bytes } => {
                 self.checked = true;
-                let s = source(prefix, self.p.options(), None);
+                let job = self.p.job_key(&prefix);
+                let s = source(prefix, bytes, self.p.options(), job);
+                self.batch.malformed.push((s, reason));
+                return self.send_if_full(read_so_far);
+            }
+            RawLine::Text(text) => (text, None),
+            RawLine::Lossy { text, bytes } => (text, Some(bytes)),
+        };
+        match crate::ingest::read_record(&mut *self.p, &text, exact.as_deref()) {
+            None => {}
+            Some(Item::Skip(s)) => self.batch.skipped.push(s),
+            Some(Item::Bad(reason)) => {
+                let job = self.p.job_key(&text);
+                let s = source(text, exact, self.p.options(), job);
                 self.batch.malformed.push((s, reason));
             }
-            RawLine::Text(text) => match self.p.parse(&text) {
-                None => {}
-                Some(Item::Skip(s)) => self.batch.skipped.push(s),
-                Some(Item::Bad(reason)) => {
-                    let job = self.p.job_key(&text);
-                    let s = source(text, self.p.options(), job);
-                    self.batch.malformed.push((s, reason));
-                }
-                Some(Item::Job(job)) => {
-                    let s = source(text, self.p.options(), None);
-                    self.batch.jobs.push(Submission { input: *job, source: s });
-                }
-            },
+            Some(Item::Job(job)) => {
+                let s = source(text, exact, self.p.options(), None);
+                self.batch.jobs.push(Submission { input: *job, source: s });
+            }
         }
+        self.send_if_full(read_so_far)
+    }
+
+    /// Send the batch when it is full.
+    fn send_if_full(&mut self, read_so_far: u64) -> Result<(), ReadError> {
         if self.batch.jobs.len() + self.batch.malformed.len() >= self.batch_size {
-            self.batch.bytes = bytes;
+            self.batch.bytes = read_so_far;
             let batch = std::mem::take(&mut self.batch);
             self.sent = true;
             self.tx.blocking_send(Ok(batch)).map_err(|_| ReadError::Stopped)?;
@@ -384,14 +394,16 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
                 format,
                 reference: r.source_ref.clone(),
                 raw: r.raw.clone(),
+                raw_bytes: r.raw_bytes.clone(),
                 options: options.clone(),
                 job: r.job_key.clone(),
             };
             let item = match Format::parse(format) {
-                Some(f) => parser(f, &options)
-                    .map_err(ImportError::Options)?
-                    .parse(&r.raw)
-                    .unwrap_or_else(|| Item::Bad("the line is empty".into())),
+                Some(f) => {
+                    let mut p = parser(f, &options).map_err(ImportError::Options)?;
+                    crate::ingest::read_record(&mut *p, &r.raw, r.raw_bytes.as_deref())
+                        .unwrap_or_else(|| Item::Bad("the line is empty".into()))
+                }
                 // One JSON object (job record --json, or the flags as JSON).
                 None => crate::ingest::jsonl::parse_job(&r.raw).unwrap_or_else(Item::Bad),
             };

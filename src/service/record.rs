@@ -32,8 +32,10 @@ pub struct Source {
     pub format: &'static str,
     /// `file:line`, `stdin:3`, `job record`.
     pub reference: String,
-    /// The record as received.
+    /// The record as read (text; bytes that were not UTF-8 read as U+FFFD).
     pub raw: String,
+    /// The bytes as received, when they were not valid UTF-8 (or held a NUL).
+    pub raw_bytes: Option<Vec<u8>>,
     pub options: ReadOptions,
     /// The job the record names (`cluster/job`), when known although the
     /// record could not be read: kept on its rejection.
@@ -41,8 +43,12 @@ pub struct Source {
 }
 
 impl Source {
+    /// The hash of the record as received: its exact bytes when kept.
     fn raw_sha256(&self) -> Vec<u8> {
-        Sha256::digest(self.raw.as_bytes()).to_vec()
+        match &self.raw_bytes {
+            Some(b) => Sha256::digest(b).to_vec(),
+            None => Sha256::digest(self.raw.as_bytes()).to_vec(),
+        }
     }
 }
 
@@ -331,6 +337,7 @@ fn rejection_row(source: &Source, kind: RejectKind, reason: &str, job_key: Optio
         source_ref: source.reference.clone(),
         read_options: serde_json::to_value(&source.options).unwrap_or_default(),
         raw: source.raw.clone(),
+        raw_bytes: source.raw_bytes.clone(),
         raw_sha256: source.raw_sha256(),
         kind: kind.as_str(),
         reason: reason.to_owned(),
@@ -500,6 +507,7 @@ impl Posting<'_> {
                     source_format: source.format,
                     source_ref: &source.reference,
                     raw: &source.raw,
+                    raw_bytes: source.raw_bytes.as_deref(),
                 }
             })
             .collect();

@@ -586,7 +586,8 @@ async fn bad_input_of_every_kind_is_rejected_with_where_and_why() {
         ]
         .map(|(k, n)| (k.to_string(), n))
     );
-    // Unreadable lines: invalid UTF-8 and a line longer than 1 MiB.
+    // Damaged lines: not UTF-8 (read as U+FFFD, so not JSON here, the bytes
+    // kept) and a line longer than 1 MiB.
     let mut bytes = job("12", json!({})).into_bytes();
     bytes.extend(b"\n\xff\xfe\n");
     bytes.extend(vec![b' '; (1 << 20) + 5]);
@@ -608,12 +609,21 @@ async fn bad_input_of_every_kind_is_rejected_with_where_and_why() {
     .await
     .unwrap();
     assert_eq!(s.recorded, 1);
+    assert_eq!(s.examples.len(), 2, "{:#?}", s.examples);
+    assert!(
+        s.examples[0].starts_with("binary.jsonl:2: expected value at line 1 column 1"),
+        "{:#?}",
+        s.examples
+    );
+    assert_eq!(s.examples[1], "binary.jsonl:3: the line is longer than 1048576 bytes");
+    let (raw, bytes): (String, Option<Vec<u8>>) =
+        sqlx::query_as("SELECT raw, raw_bytes FROM rejected_record WHERE source_ref = 'binary.jsonl:2'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(
-        s.examples,
-        [
-            "binary.jsonl:2: the line is not valid UTF-8 (byte 1)",
-            "binary.jsonl:3: the line is longer than 1048576 bytes"
-        ]
+        (raw.as_str(), bytes.as_deref()),
+        ("\u{FFFD}\u{FFFD}", Some(&b"\xff\xfe"[..]))
     );
 }
 
@@ -926,11 +936,13 @@ async fn a_damaged_line_with_nul_bytes_is_rejected_and_the_rest_recorded() {
         s.examples,
         ["nulls.jsonl:2: the line holds a NUL byte (byte 1): a damaged record"]
     );
-    let raw: String = sqlx::query_scalar("SELECT raw FROM rejected_record")
+    // Shown with U+FFFD; the bytes kept as they were.
+    let (raw, bytes): (String, Option<Vec<u8>>) = sqlx::query_as("SELECT raw, raw_bytes FROM rejected_record")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(raw, "\\0\\0\\0\\0\\0\\0");
+    assert_eq!(raw, "\u{FFFD}".repeat(6));
+    assert_eq!(bytes, Some(vec![0u8; 6]));
 }
 
 #[tokio::test]
@@ -1273,4 +1285,55 @@ async fn a_rejected_sacct_json_job_is_read_again_by_its_own_reader() {
         .await
         .unwrap();
     assert_eq!(formats, vec!["sacct-json".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_latin1_name_is_read_alike_in_pbs_logs_and_json_lines() {
+    let db = fixture_db().await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("latin1-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let latin1 = |s: &str| -> Vec<u8> { s.bytes().map(|b| if b == b'~' { 0xe9 } else { b }).collect() };
+    // A real TORQUE record (Open XDMoD's fixture), its job name in Latin-1.
+    let pbs = std::fs::read_to_string(crate::fixtures::stripped("xdmod_pbs_torque_accounting_E.log")).unwrap();
+    let line = pbs.lines().find(|l| l.contains("6464684.anonhost")).unwrap();
+    let bytes = latin1(&line.replace("jobname=anonjob", "jobname=caf~"));
+    let path = dir.join("pbs.log");
+    std::fs::write(&path, [bytes.clone(), b"\n".to_vec()].concat()).unwrap();
+    let s = import_file(&db.pool, &path, "pbs.log", Format::Pbs, Some("edge")).await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    // The project's JSON job, its user in Latin-1; and one whose project is damaged.
+    let json = dir.join("jobs.jsonl");
+    let job = r#"{"cluster":"testclu","job_id":"61","project":"PROJECT","user":"jos~","queue":"regular","cores":1,"start":"2026-10-01T00:00:00Z","end":"2026-10-01T01:00:00Z"}"#;
+    let text = [
+        latin1(&job.replace("PROJECT", "pas1234")),
+        b"\n".to_vec(),
+        latin1(&job.replace("PROJECT", "pas~").replace("\"61\"", "\"62\"")),
+        b"\n".to_vec(),
+    ]
+    .concat();
+    std::fs::write(&json, &text).unwrap();
+    let s = import_file(&db.pool, &json, "jobs.jsonl", Format::Jsonl, None).await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 1), "{s:#?}");
+    assert_eq!(
+        s.examples,
+        [
+            "jobs.jsonl:2: the project is not valid UTF-8: a record's charge is not guessed from damaged bytes (the bytes are kept)"
+        ]
+    );
+    let rows: Vec<(String, String, Option<Vec<u8>>)> =
+        sqlx::query_as("SELECT user_name, job_name, raw_bytes FROM job_record ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows[0].1, "caf\u{FFFD}");
+    assert_eq!(rows[0].2.as_deref(), Some(&bytes[..]));
+    assert_eq!(rows[1].0, "jos\u{FFFD}");
+    // Imported again: replays, nothing new, the rejection kept once.
+    let s = import_file(&db.pool, &json, "jobs.jsonl", Format::Jsonl, None).await;
+    assert_eq!((s.replayed, s.recorded), (1, 0));
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1);
 }

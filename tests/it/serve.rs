@@ -63,6 +63,12 @@ impl Running {
             .unwrap()
     }
 
+    async fn post_bytes(&self, path: &str, body: &[u8]) -> Reply {
+        client::post(self.addr, path, Some(&client::basic(USER_PASSWORD)), body)
+            .await
+            .unwrap()
+    }
+
     async fn stop(self) {
         self.stop.send(()).unwrap();
         self.done.await.unwrap().unwrap();
@@ -529,4 +535,106 @@ async fn the_command_serves_until_sigterm_and_refuses_open_non_loopback() {
     assert!(!o.status.success());
     let e = crate::harness::stderr(&o);
     assert!(e.contains("refusing to listen on 0.0.0.0:0 without credentials"), "{e}");
+}
+
+/// One byte policy on every path: a Latin-1 job name is read as U+FFFD and
+/// charged, by `serve` and by `import` alike (so a back-fill after `serve`
+/// replays instead of leaving a rejection), with the bytes kept exactly; a
+/// damaged account is rejected on both; a NUL byte is refused with its reason.
+#[tokio::test]
+async fn bytes_that_are_not_utf8_are_read_alike_by_serve_and_import() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, basic_only()).await;
+    // The lab's real body for job 3, its job name re-encoded as Latin-1.
+    let body = jobcomp_bodies()
+        .into_iter()
+        .find(|b| b.contains(r#""job_name":"hugemem""#))
+        .unwrap();
+    let latin1 = body.replace(r#""job_name":"hugemem""#, "\"job_name\":\"caf\u{e9}\"");
+    let latin1: Vec<u8> = latin1
+        .split('\u{e9}')
+        .collect::<Vec<_>>()
+        .join("\u{1}")
+        .into_bytes()
+        .into_iter()
+        .map(|b| if b == 1 { 0xe9 } else { b })
+        .collect();
+    assert!(std::str::from_utf8(&latin1).is_err());
+    let r = server.post_bytes("/slurm/_doc", &latin1).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let (name, raw_bytes): (String, Option<Vec<u8>>) = sqlx::query_as(
+        "SELECT job_name, raw_bytes FROM job_record WHERE job_id = (SELECT id FROM job WHERE scheduler_job_id = '3')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(name, "caf\u{FFFD}");
+    let kept = raw_bytes.expect("the bytes are kept");
+    assert!(kept.windows(5).any(|w| w == b"caf\xe9\""), "the Latin-1 byte as sent");
+    assert!(!kept.windows(8).any(|w| w == b"\"script\""), "without the batch script");
+    // The same body imported as a jobcomp export: a replay, not a rejection.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bytes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let export = dir.join("export.jsonl");
+    std::fs::write(&export, [latin1.clone(), b"\n".to_vec()].concat()).unwrap();
+    let s = import_file(&db.pool, &export, "export.jsonl", Format::Jobcomp, None).await;
+    assert_eq!((s.replayed, s.recorded, s.rejected_total()), (1, 0, 0), "{s:#?}");
+    // sacct's line for the same run, with the same Latin-1 name: no new charge, no rejection.
+    let sacct = std::fs::read_to_string(stripped("slurm_2205_lab_sacct_header.txt")).unwrap();
+    let mut lines = sacct.lines();
+    let header = lines.next().unwrap();
+    let line = lines.find(|l| l.starts_with("3|")).unwrap();
+    let line = format!("{}|caf\u{1}", line.strip_suffix("|hugemem").unwrap());
+    let mut file = format!("{header}\n{line}\n").into_bytes();
+    for b in &mut file {
+        if *b == 1 {
+            *b = 0xe9;
+        }
+    }
+    let backfill = dir.join("sacct.txt");
+    std::fs::write(&backfill, &file).unwrap();
+    let s = import_file(&db.pool, &backfill, "sacct.txt", Format::Slurm, None).await;
+    assert_eq!((s.recorded, s.rejected_total()), (0, 0), "{s:#?}");
+    assert_eq!(s.replayed + s.revised, 1, "{s:#?}");
+    let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(charges, 1);
+
+    // A damaged account decides the charge: rejected by both, with one reason.
+    let damaged: Vec<u8> = String::from_utf8(latin1.iter().map(|&b| if b == 0xe9 { b'e' } else { b }).collect())
+        .unwrap()
+        .replace(r#""jobid":3,"#, r#""jobid":903,"#)
+        .replace(r#""account":"pzs0001""#, "\"account\":\"pzs\u{1}\"")
+        .into_bytes()
+        .into_iter()
+        .map(|b| if b == 1 { 0xe9 } else { b })
+        .collect();
+    let r = server.post_bytes("/slurm/_doc", &damaged).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("the project is not valid UTF-8"), "{}", r.body);
+    let export2 = dir.join("export2.jsonl");
+    std::fs::write(&export2, [damaged.clone(), b"\n".to_vec()].concat()).unwrap();
+    let s = import_file(&db.pool, &export2, "export2.jsonl", Format::Jobcomp, None).await;
+    assert_eq!(s.rejected.get(&RejectKind::Malformed), Some(&1), "{s:#?}");
+    assert!(
+        s.examples[0].contains("the project is not valid UTF-8"),
+        "{:#?}",
+        s.examples
+    );
+
+    // A NUL byte: refused with the reason, kept with its bytes; not a database error.
+    let nul = [&b"{\"jobid\":904,\"job_name\":\"a\0b\"}"[..]].concat();
+    let r = server.post_bytes("/slurm/_doc", &nul).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("holds a NUL byte (byte 27)"), "{}", r.body);
+    let kept: (String, Option<Vec<u8>>) =
+        sqlx::query_as("SELECT kind, raw_bytes FROM rejected_record WHERE raw_bytes = $1")
+            .bind(&nul)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(kept.0, "malformed");
+    server.stop().await;
 }
