@@ -105,6 +105,17 @@ def job_key(jobid: str):
     return (base, idx)
 
 
+def run_key(jobid: str, start: str):
+    """One run of a job: (job id, array index or '', start). A requeued job
+    has several runs, told apart by their start (sacct --duplicates)."""
+    return job_key(jobid) + (start,)
+
+
+def show_key(key) -> str:
+    base, idx, start = key
+    return f"{base}{'_' + idx if idx else ''}@{start}"
+
+
 def tres(s: str) -> dict:
     out = {}
     for part in filter(None, s.split(",")):
@@ -124,10 +135,10 @@ def expected(config_path, sacct_path):
     for row in read_sacct(sacct_path):
         if "." in row["JobID"]:
             continue  # a step; the file should hold allocations only
-        key = job_key(row["JobID"])
+        key = run_key(row["JobID"], row["Start"])
         if key in out:
-            sys.exit(f"check.py: {sacct_path}: job {row['JobID']} twice (requeued?); the test does not expect that")
-        job = {"jobid": row["JobID"], "state": row["State"], "lines": None, "total": Fraction(0)}
+            sys.exit(f"check.py: {sacct_path}: run {show_key(key)} twice")
+        job = {"jobid": show_key(key), "state": row["State"], "lines": None, "total": Fraction(0)}
         out[key] = job
         # Never started: no start, or (a job cancelled while pending: sacct then shows
         # Start = End and NCPUS = what it asked for) no allocation at all.
@@ -169,9 +180,9 @@ def read_ledger(path):
         for line in f:
             if not line.strip():
                 continue
-            (job_id, idx, _start, jid, rid, rkind, source, project,
+            (job_id, idx, start, jid, rid, rkind, source, project,
              eid, ekind, metric, qty, rate, amount) = line.rstrip("\n").split("\t")
-            j = jobs[(job_id, idx)]
+            j = jobs[(job_id, idx, start)]
             j["jobs"].add(jid)
             j["records"][rid] = (rkind, source, project)
             if eid:
@@ -221,7 +232,7 @@ def verify(config_path, sacct_path, ledger_path, name, source=None, one_record=F
             elif have[0] != want:
                 bad.append(f"{name}: job {jid} ({describe(e)}): {metric} {fmt_line(have[0])}, expected {fmt_line(want)}")
     for key in sorted(set(got) - set(exp)):
-        bad.append(f"{name}: job {'_'.join(filter(None, key))} is in the ledger but not in sacct's output")
+        bad.append(f"{name}: run {show_key(key)} is in the ledger but not in sacct's output")
     return bad
 
 
@@ -247,7 +258,7 @@ def same(path_a, path_b, name_a, name_b):
     a, b = charges(read_ledger(path_a)), charges(read_ledger(path_b))
     bad = []
     for key in sorted(set(a) | set(b)):
-        jid = "_".join(filter(None, key))
+        jid = show_key(key)
         if key not in a:
             bad.append(f"job {jid} is in {name_b} but not in {name_a}")
         elif key not in b:

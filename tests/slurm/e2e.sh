@@ -378,6 +378,7 @@ submit array         -A E2E0002 -p regular -N 1 -n 1 --mem-per-cpu=256M --array=
 submit fails         -A E2E0001 -p regular -N 1 -n 1 --mem=128M  -t 2 --wrap 'sleep 2; exit 3'
 submit cancel-running -A E2E0002 -p regular -N 1 -n 1 --mem=128M -t 5 --wrap 'sleep 120'
 submit cancel-pending -A E2E0002 -p regular -N 1 -n 1 --mem=128M -t 5 --begin=now+3600 --wrap 'sleep 2'
+submit requeue       -A E2E0001 -p gpu     -N 1 -n 1 --gres=gpu:1 --mem=128M -t 3 --requeue --wrap 'sleep 12'
 # shellcheck disable=SC2154 # set by submit
 {
     scancel "$ID_cancel_pending"
@@ -387,16 +388,29 @@ submit cancel-pending -A E2E0002 -p regular -N 1 -n 1 --mem=128M -t 5 --begin=no
     sleep 2
     scancel "$ID_cancel_running"
     ts "cancelled $ID_cancel_running while running"
+    # A requeue while running: Slurm posts the run that ended as "PENDING"
+    # (docs/slurm.md); it must be charged, and the job's next run too.
+    requeue_running() { [ "$(squeue -h -j "$ID_requeue" -o %T)" = RUNNING ]; }
+    waitfor 120 "job $ID_requeue running" requeue_running
+    sleep 3
+    scontrol requeue "$ID_requeue" || die "scontrol requeue $ID_requeue failed"
+    requeue_pending() { [ "$(squeue -h -j "$ID_requeue" -o %T)" = PENDING ]; }
+    waitfor 30 "job $ID_requeue pending again" requeue_pending
+    # Slurm holds a requeued job back for about two minutes (BeginTime) before
+    # its next run. (Moving its StartTime to now made Slurm 22.05 record a
+    # bogus zero-second FAILED "allocation" run with no partition: don't.)
+    ts "requeued $ID_requeue while running (its next run starts in about two minutes)"
 }
 queue_empty() { [ -z "$(squeue -h -o %i)" ]; }
-waitfor 180 "the queue to empty" queue_empty
+waitfor 300 "the queue to empty" queue_empty
 ts "all jobs ended"
 
 ledger_jobs() { sql "$URL1" "SELECT count(*) FROM job j JOIN cluster c ON c.id = j.cluster_id WHERE lower(c.name) = '$CLUSTER'"; }
 sacct_settled() { # slurmdbd has every job's end (it lags squeue by a moment)
     sacct --parsable2 --noheader --allocations --duplicates -j "$(IFS=,; echo "${IDS[*]}")" --format "$SACCT_FORMAT" \
         > "$OUT/sacct.tmp" || return 1
-    [ "$(wc -l < "$OUT/sacct.tmp")" -ge "${#IDS[@]}" ] && ! awk -F'|' '$14 == "Unknown" || $17 ~ /^(PENDING|RUNNING|COMPLETING|REQUEUED|SUSPENDED)/ {bad = 1} END {exit !bad}' "$OUT/sacct.tmp"
+    # (a REQUEUED line is a run that ended; the job's current run is another line)
+    [ "$(wc -l < "$OUT/sacct.tmp")" -ge "${#IDS[@]}" ] && ! awk -F'|' '$14 == "Unknown" || $17 ~ /^(PENDING|RUNNING|COMPLETING|SUSPENDED)/ {bad = 1} END {exit !bad}' "$OUT/sacct.tmp"
 }
 dump_sacct() { # the accounting of every job submitted, allocations only, with the header import reads
     waitfor 60 "slurmdbd to record the end of every job" sacct_settled
@@ -455,7 +469,8 @@ read -r retried longest < <(sql "$URL1" "SELECT count(*) FILTER (WHERE r.ended_a
 [ "$retried" -gt 0 ] || fail "no job ended while serve was down: the restart tested nothing (SLURM_E2E_BURST=$BURST)"
 
 # ------------------------------------------------------------------ checks
-LEDGER_SQL="SELECT j.scheduler_job_id, coalesce(j.array_index::text, ''), j.started_at, j.id, r.id, r.kind,
+LEDGER_SQL="SELECT j.scheduler_job_id, coalesce(j.array_index::text, ''),
+       to_char(j.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS'), j.id, r.id, r.kind,
        r.source_format, p.code, coalesce(le.id::text, ''), coalesce(le.kind, ''), coalesce(le.metric, ''),
        coalesce(le.quantity::text, ''), coalesce(le.unit_rate::text, ''), coalesce(le.amount::text, '')
   FROM job j JOIN cluster c ON c.id = j.cluster_id
@@ -535,6 +550,10 @@ stated=$(cat "$OUT"/statements-*/*.txt 2>/dev/null | awk '$1 == "TOTAL" {s += $3
 charged=$(sql "$URL1" "SELECT coalesce(sum(amount), 0) FROM ledger_entry")
 [ "$charged" = "$EXPECTED_TOTAL" ] || fail "the ledger's total is $charged, the rules give $EXPECTED_TOTAL"
 
+requeued=$(sql "$URL1" "SELECT count(*) FROM job_record WHERE state = 'REQUEUED' AND source_format = 'jobcomp'")
+[ "$requeued" -ge 1 ] || fail "no requeued run was charged through serve (job $ID_requeue)"
+runs_requeue=$(sql "$URL1" "SELECT count(*) FROM job WHERE scheduler_job_id = '$ID_requeue'")
+[ "$runs_requeue" = 2 ] || fail "job $ID_requeue has $runs_requeue runs in serve's ledger, expected 2 (the requeued one and the last)"
 jobs_serve=$(cut -f4 "$OUT/ledger-serve.tsv" | sort -u | wc -l)
 entries_serve=$(cut -f9 "$OUT/ledger-serve.tsv" | grep -c .)
 jobs_import=$(cut -f4 "$OUT/ledger-import.tsv" | sort -u | wc -l)
@@ -542,6 +561,7 @@ SUMMARY+=(
     "jobs run:           $((STARTED + NEVER_STARTED)) in sacct -X ($((${#IDS[@]} - BURST)) submissions, one an array of 3, then a burst of $BURST): $STARTED started, $NEVER_STARTED never did"
     "jobs in ledger:     $jobs_serve via serve ($entries_serve entries), $jobs_import via sacct import into a fresh ledger"
     "total charged:      $charged USD (statements: $stated; the rules, computed from sacct: $EXPECTED_TOTAL)"
+    "requeue:            job $ID_requeue requeued while running: $runs_requeue runs charged via serve ($requeued posted by Slurm as PENDING), the same as sacct --duplicates"
     "serve restart:      SIGTERM: exit $SERVE_RC in ${SERVE_STOP_SECS}s; down ~6s; $retried jobs that ended meanwhile came in by Slurm's retries; longest end-to-ledger delay after the restart ${longest}s"
     "re-import into serve's ledger: recorded $again_recorded, replayed $again_replayed, revised $again_revised, superseded $again_superseded"
     "serve /metrics:     documents: ${outcomes%, }; HTTP statuses: ${statuses% }"
