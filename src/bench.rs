@@ -417,6 +417,7 @@ async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Month) -> anyh
         max_batch: 500,
         supersede: false,
         author: "bench".into(),
+        limits: crate::serve::conn::Limits::default(),
     };
     let server = tokio::spawn(crate::serve::serve(
         pool.clone(),

@@ -29,6 +29,12 @@ pub struct Args {
     /// Who records (default: the OS user).
     #[arg(long)]
     author: Option<String>,
+    /// Connections served at once; past them, up to an eighth more are
+    /// answered 503 (and /healthz), the rest closed. Kept under the
+    /// open-file limit.
+    #[arg(long, default_value_t = serve::conn::Limits::default().max_connections,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    max_connections: usize,
 }
 
 pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
@@ -59,6 +65,12 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         max_batch: args.max_batch,
         supersede: args.supersede,
         author: author(args.author.as_deref()),
+        limits: serve::conn::Limits {
+            max_connections: args.max_connections,
+            overflow: (args.max_connections / 4).clamp(8, 256),
+            ..serve::conn::Limits::default()
+        }
+        .within_open_files(),
     };
     let metrics = Arc::new(Metrics::new());
     serve::serve(pool, listener, options, metrics.clone(), super::stop_signal()).await?;

@@ -24,6 +24,11 @@ use crate::domain::request::parse_alloc_tres;
 /// that is not an array task).
 const NO_VAL: u64 = 0xffff_fffe;
 
+/// The states a job is in right after one of its runs was requeued: a
+/// document in one of them that carries a start, an end and an allocation
+/// is that run's record.
+const REQUEUE_STATES: &[&str] = &["PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "REQUEUED"];
+
 /// Fields of a document that are not kept in the ledger: the batch script
 /// (up to megabytes, and the research group's code, not accounting data) and
 /// the job's environment, should a Slurm version send it.
@@ -49,10 +54,29 @@ pub fn stored_bytes(body: &[u8]) -> Vec<u8> {
 /// What to keep of a body that could not be read as a job: the document
 /// without its [`DROPPED`] fields when it is a JSON object, else the body.
 pub fn stored_body(body: &str) -> String {
-    match serde_json::from_str::<Value>(body) {
-        Ok(Value::Object(doc)) => stored_document(doc),
+    match members(body) {
+        Ok(doc) => stored_document(doc),
         _ => body.to_owned(),
     }
+}
+
+/// A document's members, less the [`DROPPED`] ones, read without copying
+/// them first: the batch script (up to megabytes) is only skipped.
+fn members(body: &str) -> Result<Map<String, Value>, String> {
+    let raw: std::collections::BTreeMap<String, &serde_json::value::RawValue> = match serde_json::from_str(body) {
+        Ok(m) => m,
+        Err(e) if e.is_data() && !body.trim_start().starts_with('{') => return Err("not a JSON object".into()),
+        Err(e) => return Err(format!("not JSON: {e}")),
+    };
+    let mut doc = Map::new();
+    for (k, v) in raw {
+        if DROPPED.contains(&k.as_str()) {
+            continue;
+        }
+        let value: Value = serde_json::from_str(v.get()).map_err(|e| format!("not JSON: {e}"))?;
+        doc.insert(k, value);
+    }
+    Ok(doc)
 }
 
 fn text<'a>(doc: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
@@ -129,7 +153,7 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
             None => (jobid.to_string(), None),
         },
     };
-    let state = text(doc, "state").unwrap_or("").to_owned();
+    let mut state = text(doc, "state").unwrap_or("").to_owned();
     let (start, end, submit) = (stamp(doc, "@start")?, stamp(doc, "@end")?, stamp(doc, "@submit")?);
     let tres = text(doc, "tres_alloc");
     let cpus = count(doc, "total_cpus")?;
@@ -139,9 +163,19 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
         // allocation (sacct shows Start "None").
         return Ok(Item::Skip(Skip::NeverStarted));
     }
+    let mut state_word = state.split_whitespace().next().unwrap_or("").to_uppercase();
+    // A requeued run (`scontrol requeue`, requeuehold, a node failure or a
+    // preemption with requeue): Slurm 22.05 posts the run that just ended
+    // with the job's new state, PENDING (or REQUEUE_HOLD), yet with that
+    // run's @start, @end and allocation. It held its resources: a run that
+    // ended, charged as sacct --duplicates shows it (REQUEUED), never
+    // skipped — the job's next document is its next run, with another start.
+    if REQUEUE_STATES.contains(&state_word.as_str()) && start.is_some() && end.is_some() {
+        state = "REQUEUED".to_owned();
+        state_word = state.clone();
+    }
     // The states sacct's reader knows: a record of a job not ended (Slurm
     // logs RESIZING when a job shrinks) charges nothing yet.
-    let state_word = state.split_whitespace().next().unwrap_or("").to_uppercase();
     if NOT_ENDED.contains(&state_word.as_str()) {
         return Ok(Item::Skip(Skip::NotEnded));
     }
@@ -210,10 +244,7 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
 
 /// Parse one document's text.
 pub fn parse_document(body: &str, options: &ReadOptions) -> Result<(Map<String, Value>, Item), String> {
-    let value: Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
-    let Value::Object(doc) = value else {
-        return Err("not a JSON object".into());
-    };
+    let doc = members(body)?;
     let item = read_document(&doc, options)?;
     Ok((doc, item))
 }
@@ -329,6 +360,55 @@ mod tests {
             "total_nodes":1,"nodes":"c01","state":"COMPLETED","tres_req":"cpu=4,mem=10G,node=1,gres/gpu=2"}"#,
         );
         assert_eq!((j.cores, j.memory, j.gpus), (4, Some(Bytes(10 * GIB)), Some(2)));
+    }
+
+    #[test]
+    fn a_requeued_run_posted_as_pending_is_a_run_that_ended() {
+        // Slurm 22.05's real bodies for a requeue test (tests/fixtures):
+        // each requeued run arrives with "state":"PENDING" and its own start,
+        // end and allocation; the job's next document is its next run.
+        let bodies: Vec<&str> = include_str!("../../tests/fixtures/accounting/slurm_2205_requeue_jobcomp.jsonl")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect();
+        assert_eq!(bodies.len(), 13);
+        let jobs: Vec<JobInput> = bodies.iter().map(|b| job(b)).collect();
+        let requeued: Vec<(String, Option<u32>, String)> = jobs
+            .iter()
+            .filter(|j| j.state == "REQUEUED")
+            .map(|j| (j.job_id.clone(), j.array_index, j.start.to_string()))
+            .collect();
+        assert_eq!(
+            requeued,
+            [
+                ("4", None, "2026-11-30T19:07:57"),
+                ("3", None, "2026-11-30T19:07:57"),
+                ("2", None, "2026-11-30T19:07:57"),
+                ("6", Some(0), "2026-11-30T19:08:05"),
+                ("5", None, "2026-11-30T19:08:05"),
+                ("3", None, "2026-11-30T19:10:20"),
+            ]
+            .map(|(j, i, s)| (j.to_owned(), i, s.to_owned()))
+        );
+        // The GPU job's requeued run held its GPU.
+        assert_eq!((jobs[0].cores, jobs[0].gpus), (1, Some(1)));
+        // Every run of job 3 is a run of its own (told apart by its start).
+        let starts: Vec<String> = jobs
+            .iter()
+            .filter(|j| j.job_id == "3")
+            .map(|j| j.start.to_string())
+            .collect();
+        assert_eq!(
+            starts,
+            ["2026-11-30T19:07:57", "2026-11-30T19:10:20", "2026-11-30T19:13:20"]
+        );
+        // PENDING without a run (no start) is still a job that has not ended.
+        let (_, item) = parse_document(
+            r#"{"jobid":5,"total_cpus":1,"nodes":"c01","tres_alloc":"cpu=1,node=1","state":"PENDING"}"#,
+            &ReadOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(item, Item::Skip(Skip::NotEnded));
     }
 
     #[test]

@@ -85,6 +85,31 @@ pub fn array_elements(b: &[u8]) -> Option<Vec<Range<usize>>> {
     }
 }
 
+/// How many elements a top-level JSON array has, counting at most `limit`
+/// (so a huge array costs no more than `limit` elements' scan); 0 when `b`
+/// is not an array.
+pub fn count_elements(b: &[u8], limit: usize) -> usize {
+    let mut i = ws(b, 0);
+    if b.get(i) != Some(&b'[') {
+        return 0;
+    }
+    i = ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return 0;
+    }
+    let mut n = 0;
+    while n < limit {
+        let Some(end) = value_end(b, i) else { return n + 1 };
+        n += 1;
+        i = ws(b, end);
+        match b.get(i) {
+            Some(b',') => i = ws(b, i + 1),
+            _ => return n,
+        }
+    }
+    n
+}
+
 /// A top-level JSON object without the members named `keys` (their key,
 /// value and one separating comma); `None` when `b` is not one.
 pub fn without_members(b: &[u8], keys: &[&str]) -> Option<Vec<u8>> {

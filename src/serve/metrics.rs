@@ -81,6 +81,7 @@ impl Metrics {
             "rejected",
             "skipped",
             "malformed",
+            "malformed_not_kept",
         ] {
             let n = outcomes.get(name).copied().unwrap_or(0);
             let _ = writeln!(out, "hpc_ledger_serve_jobs_total{{outcome=\"{name}\"}} {n}");

@@ -23,7 +23,9 @@
 //! If the batcher fails, the server stops too (and `/healthz` says so)
 //! rather than answer 503 forever.
 
+mod body;
 pub mod client;
+pub mod conn;
 mod metrics;
 
 use std::future::Future;
@@ -51,6 +53,22 @@ pub use metrics::Metrics;
 /// The largest request body: Slurm includes the whole batch script, which
 /// Slurm itself caps at 4 MB by default (`max_script_size`).
 pub const MAX_BODY: usize = 16 << 20;
+
+/// The largest body of `POST /jobs`, and the most jobs in one request.
+pub const MAX_JOBS_BODY: usize = 4 << 20;
+pub const MAX_JOBS: usize = 1000;
+
+/// Of a refused `POST /jobs`, the malformed elements listed one by one (the
+/// rest are counted).
+const LISTED_ERRORS: usize = 20;
+
+/// Of a malformed document, at most this much is kept (with its size and
+/// the hash of the whole): enough to see what was sent, not a store for junk.
+pub const KEPT_MALFORMED: usize = 64 << 10;
+
+/// Malformed documents one sender (address) may have kept per hour; past
+/// that they are still refused (400), and counted, but not kept.
+pub const KEPT_PER_SENDER_HOUR: u32 = 100;
 
 /// Requests waiting for the batcher, at most.
 const QUEUE: usize = 4096;
@@ -154,6 +172,8 @@ pub struct Options {
     pub supersede: bool,
     /// Who records.
     pub author: String,
+    /// Connections, timeouts and the body budget.
+    pub limits: conn::Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,6 +206,8 @@ struct App {
     queue: mpsc::Sender<Pending>,
     metrics: Arc<Metrics>,
     pool: PgPool,
+    /// Malformed documents kept per sender in the current hour.
+    junk: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, (Instant, u32)>>,
 }
 
 /// Serve on `listener` until `shutdown` completes; then finish every request
@@ -220,19 +242,37 @@ pub async fn serve(
         queue,
         metrics,
         pool,
+        junk: std::sync::Mutex::new(std::collections::HashMap::new()),
     });
+    // Every body is read whole, within its route's limit and time, out of
+    // one budget shared by all requests (body.rs).
+    let budget = body::Budget::new(options.limits.body_budget, options.limits.body_timeout);
+    let buffered = |max: usize| {
+        axum::middleware::from_fn_with_state(
+            body::Route {
+                budget: budget.clone(),
+                max,
+            },
+            body::buffered,
+        )
+    };
     let router = Router::new()
         // Slurm 22.05 and later post to JobCompLoc as given; the conventional
         // location (and Slurm's own default path) is /slurm/_doc.
-        .route("/slurm/_doc", post(jobcomp_doc))
-        .route("/slurm/jobcomp", post(jobcomp_doc))
-        .route("/jobs", post(json_jobs))
+        .route("/slurm/_doc", post(jobcomp_doc).layer(buffered(MAX_BODY)))
+        .route("/slurm/jobcomp", post(jobcomp_doc).layer(buffered(MAX_BODY)))
+        .route("/jobs", post(json_jobs).layer(buffered(MAX_JOBS_BODY)))
         // Credentials are checked before a body is read: a sender without
         // them cannot make the server buffer anything.
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app.clone());
+    // Connections over the cap: /healthz, and 503 for everything else.
+    let busy = Router::new()
+        .route("/healthz", get(healthz))
+        .fallback(busy)
         .with_state(app);
     let stop = async move {
         tokio::select! {
@@ -240,7 +280,7 @@ pub async fn serve(
             _ = batcher_died => tracing::error!("the recording task stopped; stopping the server"),
         }
     };
-    let served = axum::serve(listener, router).with_graceful_shutdown(stop).await;
+    let served = conn::run(listener, router, busy, options.limits, stop).await;
     // Every handler has returned, so every sender is gone: the batcher
     // finishes what it holds and stops.
     let drained = batcher.await;
@@ -312,6 +352,27 @@ impl App {
         answer.await.map_err(|_| SHUTTING_DOWN.to_owned())?
     }
 
+    /// Whether one more malformed document from `sender` may be kept this hour.
+    fn may_keep_junk(&self, sender: std::net::IpAddr) -> bool {
+        let mut junk = self.junk.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if junk.len() > 10_000 {
+            junk.retain(|_, (since, _)| now.duration_since(*since).as_secs() < 3600);
+        }
+        let (since, n) = junk.entry(sender).or_insert((now, 0));
+        if now.duration_since(*since).as_secs() >= 3600 {
+            *since = now;
+            *n = 0;
+        }
+        *n += 1;
+        if *n == KEPT_PER_SENDER_HOUR + 1 {
+            tracing::warn!(
+                "{sender} sent more than {KEPT_PER_SENDER_HOUR} malformed documents this hour: refusing the rest without keeping them"
+            );
+        }
+        *n <= KEPT_PER_SENDER_HOUR
+    }
+
     /// Count what became of a job, log a rejection, and say how to reply.
     fn settle(&self, outcome: &Outcome) -> (StatusCode, Value) {
         self.metrics.outcome(outcome_name(outcome));
@@ -344,6 +405,18 @@ async fn guard(State(app): State<Arc<App>>, request: axum::extract::Request, nex
     response
 }
 
+async fn busy() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "5"), (header::CONTENT_TYPE, "application/json")],
+        format!(
+            "{}\n",
+            json!({"error": "the server holds as many connections as it may; send again shortly"})
+        ),
+    )
+        .into_response()
+}
+
 fn unauthorized() -> Response {
     (
         StatusCode::UNAUTHORIZED,
@@ -371,16 +444,27 @@ fn outcome_reply(outcome: &Outcome) -> (StatusCode, Value) {
     (status, serde_json::to_value(outcome).unwrap_or(Value::Null))
 }
 
-async fn jobcomp_doc(State(app): State<Arc<App>>, body: Bytes) -> Response {
+async fn jobcomp_doc(
+    State(app): State<Arc<App>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
+    body: Bytes,
+) -> Response {
     let app = &*app;
+    let sender = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0.0.ip());
     let options = ReadOptions::default();
     // The byte policy of every path (docs/recording.md): bytes that are not
     // UTF-8 are read as U+FFFD and kept exactly (less the batch script); a
     // NUL byte is a damaged record.
-    let (text, exact) = crate::ingest::decode(body.to_vec());
+    // (Borrowed, not copied, when the body is UTF-8.)
+    let text = String::from_utf8_lossy(&body);
+    let lossy = matches!(text, std::borrow::Cow::Owned(_));
     let nul = body.contains(&0);
-    let text = if nul { text.replace('\0', "\u{FFFD}") } else { text };
-    let exact = (nul || exact.is_some()).then(|| jobcomp::stored_bytes(&body));
+    let text = if nul {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        text
+    };
+    let exact = (nul || lossy).then(|| jobcomp::stored_bytes(&body));
     let source = |raw: String| Source {
         format: "jobcomp",
         reference: "serve /slurm/_doc".into(),
@@ -391,12 +475,12 @@ async fn jobcomp_doc(State(app): State<Arc<App>>, body: Bytes) -> Response {
     };
     if let Some(at) = body.iter().position(|b| *b == 0) {
         let reason = format!("the record holds a NUL byte (byte {}): a damaged record", at + 1);
-        return malformed(app, source(jobcomp::stored_body(&text)), reason).await;
+        return malformed(app, sender, source(jobcomp::stored_body(&text)), reason).await;
     }
     let (doc, item) = match jobcomp::parse_document(&text, &options) {
         Ok((doc, item)) if exact.is_some() => (doc, crate::ingest::check_decoded(item)),
         Ok(parsed) => parsed,
-        Err(reason) => return malformed(app, source(jobcomp::stored_body(&text)), reason).await,
+        Err(reason) => return malformed(app, sender, source(jobcomp::stored_body(&text)), reason).await,
     };
     match item {
         Item::Job(job) => {
@@ -410,18 +494,55 @@ async fn jobcomp_doc(State(app): State<Arc<App>>, body: Bytes) -> Response {
             app.metrics.outcome("skipped");
             reply(StatusCode::OK, json!({"outcome": "skipped", "reason": s.to_string()}))
         }
-        Item::Bad(reason) => malformed(app, source(jobcomp::stored_document(doc)), reason).await,
+        Item::Bad(reason) => malformed(app, sender, source(jobcomp::stored_document(doc)), reason).await,
     }
 }
 
-/// Keep a malformed document (so it is seen in `rejected`), then refuse it.
-async fn malformed(app: &App, source: Source, reason: String) -> Response {
-    tracing::warn!("malformed document from a sender: {reason}");
+/// Keep a malformed document (so it is seen in `rejected`: at most
+/// [`KEPT_MALFORMED`] of it, and at most [`KEPT_PER_SENDER_HOUR`] a sender),
+/// then refuse it.
+async fn malformed(app: &App, sender: std::net::IpAddr, mut source: Source, reason: String) -> Response {
     app.metrics.outcome("malformed");
+    if !app.may_keep_junk(sender) {
+        app.metrics.outcome("malformed_not_kept");
+        return reply(
+            StatusCode::BAD_REQUEST,
+            json!({"error": reason, "kept": false,
+                   "note": format!("more than {KEPT_PER_SENDER_HOUR} malformed documents from {sender} this hour: this one is not kept")}),
+        );
+    }
+    tracing::warn!("malformed document from {sender}: {reason}");
+    cut_to_kept(&mut source);
     if let Err(e) = app.submit(Work::Malformed(Box::new((source, reason.clone())))).await {
         return unavailable(&e);
     }
     reply(StatusCode::BAD_REQUEST, json!({"error": reason}))
+}
+
+/// A malformed record longer than [`KEPT_MALFORMED`] keeps its start, its
+/// size and the hash of the whole.
+fn cut_to_kept(source: &mut Source) {
+    use sha2::Digest;
+    let total = source.raw_bytes.as_ref().map_or(source.raw.len(), Vec::len);
+    if source.raw.len() <= KEPT_MALFORMED && total <= KEPT_MALFORMED {
+        return;
+    }
+    let whole = match &source.raw_bytes {
+        Some(b) => sha2::Sha256::digest(b),
+        None => sha2::Sha256::digest(source.raw.as_bytes()),
+    };
+    let mut cut = KEPT_MALFORMED.min(source.raw.len());
+    while !source.raw.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    source.raw = format!(
+        "{}\n… cut by hpc-ledger serve: {total} bytes in all, sha256 {}",
+        &source.raw[..cut],
+        hex::encode(whole)
+    );
+    if let Some(b) = &mut source.raw_bytes {
+        b.truncate(KEPT_MALFORMED);
+    }
 }
 
 async fn job_reply(app: &App, submission: Submission) -> Response {
@@ -450,46 +571,72 @@ fn outcome_name(o: &Outcome) -> &'static str {
 /// request is refused whole (400, naming each) and nothing is recorded.
 async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let app = &*app;
+    // At most MAX_JOBS jobs, counted on the bytes before anything is built:
+    // the work and the reply of a request stay bounded.
+    let is_array = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    if is_array && crate::ingest::json_bytes::count_elements(&body, MAX_JOBS + 1) > MAX_JOBS {
+        app.metrics.outcome("malformed");
+        return reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"error": format!("at most {MAX_JOBS} jobs per request; send them in several; nothing was recorded")}),
+        );
+    }
     // The byte policy: not UTF-8 is read as U+FFFD, each job's bytes kept.
-    let (text, exact) = crate::ingest::decode(body.to_vec());
-    let value: Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
-    };
-    let element_bytes: Option<Vec<Vec<u8>>> =
-        exact
-            .as_ref()
-            .map(|b| match crate::ingest::json_bytes::array_elements(b) {
-                Some(ranges) if value.is_array() => ranges.into_iter().map(|r| b[r].to_vec()).collect(),
-                _ => vec![b.clone()],
-            });
-    let (elements, single) = match value {
-        Value::Array(a) => (a, false),
-        v @ Value::Object(_) => (vec![v], true),
-        _ => {
-            return reply(
-                StatusCode::BAD_REQUEST,
-                json!({"error": "expected a job object or an array of job objects"}),
-            );
+    let text = String::from_utf8_lossy(&body);
+    let lossy = matches!(text, std::borrow::Cow::Owned(_));
+    // Each element as the text it was sent as (no tree of the whole body).
+    let elements: Vec<&serde_json::value::RawValue> = if is_array {
+        match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
+        }
+    } else {
+        match serde_json::from_str::<&serde_json::value::RawValue>(&text) {
+            Ok(v) if v.get().trim_start().starts_with('{') => vec![v],
+            Ok(_) => {
+                return reply(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "expected a job object or an array of job objects"}),
+                );
+            }
+            Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
         }
     };
+    let single = !is_array;
+    let element_bytes: Option<Vec<Vec<u8>>> = lossy.then(|| match crate::ingest::json_bytes::array_elements(&body) {
+        Some(ranges) if is_array => ranges.into_iter().map(|r| body[r].to_vec()).collect(),
+        _ => vec![body.to_vec()],
+    });
     let mut parser = JsonlParser::new(&ReadOptions::default());
     let mut items = Vec::with_capacity(elements.len());
     let mut errors = Vec::new();
+    let mut malformed = 0usize;
     for (index, element) in elements.iter().enumerate() {
-        let raw = element.to_string();
+        let raw = element.get().to_owned();
         let exact = element_bytes.as_ref().and_then(|e| e.get(index)).map(Vec::as_slice);
-        match crate::ingest::read_record(&mut parser, &raw, exact) {
-            Some(Item::Bad(reason)) => errors.push(json!({"index": index, "error": reason})),
-            None => errors.push(json!({"index": index, "error": "empty"})),
-            Some(item) => items.push((raw, item)),
+        let reason = match crate::ingest::read_record(&mut parser, &raw, exact) {
+            Some(Item::Bad(reason)) => reason,
+            None => "empty".to_owned(),
+            Some(item) => {
+                items.push((raw, item));
+                continue;
+            }
+        };
+        malformed += 1;
+        if errors.len() < LISTED_ERRORS {
+            errors.push(json!({"index": index, "error": reason}));
         }
     }
-    if !errors.is_empty() {
+    if malformed > 0 {
         app.metrics.outcome("malformed");
         return reply(
             StatusCode::BAD_REQUEST,
-            json!({"error": "malformed jobs; nothing was recorded", "jobs": errors}),
+            json!({
+                "error": format!("{malformed} of {} jobs malformed; nothing was recorded", elements.len()),
+                "malformed": malformed,
+                "jobs": errors,
+                "not_listed": malformed - errors.len(),
+            }),
         );
     }
     let mut waiting = Vec::new();

@@ -35,6 +35,15 @@ async fn start(pool: &PgPool, credentials: Credentials) -> Running {
 }
 
 async fn start_with(pool: &PgPool, credentials: Credentials, supersede: bool) -> Running {
+    start_limited(pool, credentials, supersede, hpc_ledger::serve::conn::Limits::default()).await
+}
+
+async fn start_limited(
+    pool: &PgPool,
+    credentials: Credentials,
+    supersede: bool,
+    limits: hpc_ledger::serve::conn::Limits,
+) -> Running {
     let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let metrics = Arc::new(Metrics::new());
@@ -44,6 +53,7 @@ async fn start_with(pool: &PgPool, credentials: Credentials, supersede: bool) ->
         max_batch: 500,
         supersede,
         author: "serve-test".into(),
+        limits,
     };
     let done = tokio::spawn(serve(pool.clone(), listener, options, metrics.clone(), async {
         let _ = stopped.await;
@@ -636,5 +646,244 @@ async fn bytes_that_are_not_utf8_are_read_alike_by_serve_and_import() {
             .await
             .unwrap();
     assert_eq!(kept.0, "malformed");
+    server.stop().await;
+}
+
+/// A real Slurm 22.05 requeue capture: every requeued run posted by Slurm
+/// (as "PENDING") is charged through `serve`, and `sacct --duplicates`
+/// (parsable and JSON) agrees with it run by run.
+#[tokio::test]
+async fn requeued_runs_posted_by_slurm_are_charged_as_sacct_shows_them() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, basic_only()).await;
+    let text = std::fs::read_to_string(stripped("slurm_2205_requeue_jobcomp.jsonl")).unwrap();
+    let mut created = 0;
+    for body in text.lines() {
+        let r = server.post("/slurm/_doc", body).await;
+        assert!(r.status == 201, "{}: {}", r.status, r.body);
+        created += 1;
+    }
+    assert_eq!(created, 13);
+    server.stop().await;
+    let runs = |pool: PgPool| async move {
+        sqlx::query_as::<_, (String, Option<i32>, String, String, String)>(
+            "SELECT j.scheduler_job_id, j.array_index, to_char(j.started_at, 'HH24:MI:SS'), r.state,
+                    string_agg(e.metric || ' ' || e.quantity::text, ', ' ORDER BY e.metric)
+               FROM job j JOIN job_record r ON r.job_id = j.id JOIN ledger_entry e ON e.job_record_id = r.id
+              GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let served = runs(db.pool.clone()).await;
+    assert_eq!(served.len(), 13);
+    assert_eq!(served.iter().filter(|r| r.3 == "REQUEUED").count(), 6);
+    // Job 3: two requeued runs and the completed one.
+    let job3: Vec<&str> = served.iter().filter(|r| r.0 == "3").map(|r| r.2.as_str()).collect();
+    assert_eq!(job3, ["19:07:57", "19:10:20", "19:13:20"]);
+    // The back-fill from sacct --duplicates: the same runs, nothing new.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("requeue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = import_file(
+        &db.pool,
+        &stripped("slurm_2205_requeue_sacct.txt"),
+        "sacct.txt",
+        Format::Slurm,
+        None,
+    )
+    .await;
+    assert_eq!((s.recorded, s.superseded, s.rejected_total()), (0, 0, 0), "{s:#?}");
+    assert_eq!(s.replayed, 13, "{s:#?}");
+    let s = import_file(
+        &db.pool,
+        &stripped("slurm_2205_requeue_sacct.json"),
+        "sacct.json",
+        Format::SacctJson,
+        None,
+    )
+    .await;
+    assert_eq!((s.recorded, s.superseded, s.rejected_total()), (0, 0, 0), "{s:#?}");
+    assert_eq!(runs(db.pool.clone()).await, served);
+    // sacct alone, into a fresh ledger: the same runs and charges.
+    let other = fixture_db().await;
+    let s = import_file(
+        &other.pool,
+        &stripped("slurm_2205_requeue_sacct.txt"),
+        "sacct.txt",
+        Format::Slurm,
+        None,
+    )
+    .await;
+    assert_eq!(s.recorded, 13);
+    assert_eq!(runs(other.pool.clone()).await, served);
+}
+
+/// Round 2 of the adversarial pass (issue 13, items 1, 8, 9): what one
+/// request, one connection and one sender can make `serve` hold.
+#[tokio::test]
+async fn a_request_cannot_make_serve_build_or_answer_without_bound() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, Credentials::none()).await;
+    // 16 MB of `[0,0,0,…]`: refused on its Content-Length, before it is read
+    // (the reply comes while the body is still unsent).
+    let head_only = |path: &str, len: usize| {
+        let request = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n[0,0,0");
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+            s.write_all(request.as_bytes()).await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf))
+                .await
+                .expect("answered before the body")
+                .unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        }
+    };
+    let reply = head_only("/jobs", 16 << 20).await;
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    assert!(reply.len() < 400, "{reply}");
+    // Within the size limit but more than 1,000 jobs: refused before any is built.
+    let many = format!("[{}0]", "0,".repeat(1000));
+    let r = client::post(server.addr, "/jobs", None, many.as_bytes()).await.unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert!(r.body.contains("at most 1000 jobs per request"), "{}", r.body);
+    // 1,000 malformed jobs: 20 named, the rest counted; a short reply.
+    let bad = format!("[{}0]", "0,".repeat(999));
+    let r = client::post(server.addr, "/jobs", None, bad.as_bytes()).await.unwrap();
+    assert_eq!(r.status, 400);
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(
+        (
+            v["malformed"].as_u64(),
+            v["jobs"].as_array().map(Vec::len),
+            v["not_listed"].as_u64()
+        ),
+        (Some(1000), Some(20), Some(980))
+    );
+    assert!(r.body.len() < 4096, "{} bytes", r.body.len());
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 0);
+    // A body larger than the jobcomp limit: 413, not read.
+    let reply = head_only("/slurm/_doc", hpc_ledger::serve::MAX_BODY + 1).await;
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_documents_are_kept_cut_and_at_most_so_many_a_sender() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, Credentials::none()).await;
+    // 20 distinct junk bodies of 1 MB: each kept as 64 KiB, its size and hash.
+    for i in 0..20 {
+        let junk = format!("{i}{}", "j".repeat(1 << 20));
+        let r = client::post(server.addr, "/slurm/_doc", None, junk.as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400);
+    }
+    let (rows, bytes, max): (i64, i64, i32) =
+        sqlx::query_as("SELECT count(*), sum(octet_length(raw))::bigint, max(octet_length(raw)) FROM rejected_record")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows, 20);
+    assert!(max <= (64 << 10) + 200, "{max}");
+    assert!(bytes < 20 * ((64 << 10) + 200), "{bytes}");
+    let raw: String = sqlx::query_scalar("SELECT raw FROM rejected_record ORDER BY id LIMIT 1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        raw.contains("… cut by hpc-ledger serve: 1048577 bytes in all, sha256 "),
+        "{}",
+        &raw[raw.len() - 120..]
+    );
+    // One sender: 100 kept this hour, the rest refused without being kept.
+    let mut not_kept = 0;
+    for i in 20..110 {
+        let r = client::post(server.addr, "/slurm/_doc", None, format!("junk {i}").as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400);
+        if r.body.contains("\"kept\":false") {
+            not_kept += 1;
+        }
+    }
+    assert_eq!(not_kept, 10);
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM rejected_record").await, 100);
+    assert_eq!(server.metrics.jobs("malformed_not_kept"), 10);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn slow_idle_and_surplus_connections_are_not_held() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = fixture_db().await;
+    let limits = hpc_ledger::serve::conn::Limits {
+        max_connections: 4,
+        overflow: 2,
+        header_timeout: Duration::from_secs(2),
+        body_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let server = start_limited(&db.pool, Credentials::none(), false, limits).await;
+    let addr = server.addr;
+    // Closed by the server: reading gives EOF (or a reset) before `within`.
+    async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> (bool, String) {
+        let mut buf = Vec::new();
+        let r = tokio::time::timeout(within, s.read_to_end(&mut buf)).await;
+        (r.is_ok(), String::from_utf8_lossy(&buf).into_owned())
+    }
+    // Half-sent headers.
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"POST /jobs HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let t = Instant::now();
+    assert!(closed_within(&mut half, Duration::from_secs(10)).await.0);
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    // A slow body: 408.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n[{")
+        .await
+        .unwrap();
+    let (closed, reply) = closed_within(&mut slow, Duration::from_secs(10)).await;
+    assert!(closed && reply.starts_with("HTTP/1.1 408"), "{reply}");
+    // An idle keep-alive connection after a request: closed.
+    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (closed, reply) = closed_within(&mut idle, Duration::from_secs(10)).await;
+    assert!(closed && reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // Four connections that send nothing fill the server; /healthz still
+    // answers on the overflow; a post there is 503; past the overflow, closed.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let h = client::get(addr, "/healthz").await.unwrap();
+    assert_eq!(h.status, 200, "{}", h.body);
+    let p = client::post(addr, "/jobs", None, b"{}").await.unwrap();
+    assert_eq!(p.status, 503, "{}", p.body);
+    let mut more = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        more.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut surplus = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (closed, reply) = closed_within(&mut surplus, Duration::from_secs(1)).await;
+    assert!(closed && reply.is_empty(), "{reply}");
+    // Once the held ones time out, the server serves in full again.
+    drop(held);
+    drop(more);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = client::post(addr, "/jobs", None, json_job(9, "pas1234").to_string().as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.body);
     server.stop().await;
 }

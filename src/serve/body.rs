@@ -1,0 +1,116 @@
+//! Request bodies: read whole before a handler sees them, within a size
+//! limit per route, a time limit, and a budget shared by all requests, so
+//! that however many clients post at once (and however slowly), the bodies
+//! the server holds stay under [`super::conn::Limits::body_budget`].
+//!
+//! A request takes its share of the budget (its `Content-Length`, or the
+//! route's limit when it sends none) before its body is read, and gives it
+//! back when it has been answered. One that cannot get its share within
+//! [`WAIT`] is answered 503 with `Retry-After` (Slurm re-sends); one whose
+//! body is larger than the route allows gets 413 before anything is read;
+//! one that does not finish sending its body in time gets 408.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
+
+/// The budget is counted in units of this many bytes.
+const UNIT: usize = 1 << 10;
+
+/// How long a request waits for its share of the budget.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The bytes of request bodies held at once, over all requests.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    units: Arc<Semaphore>,
+    total_units: u32,
+    timeout: Duration,
+}
+
+impl Budget {
+    pub fn new(bytes: usize, timeout: Duration) -> Budget {
+        let total_units = u32::try_from(bytes.div_ceil(UNIT).max(1)).unwrap_or(u32::MAX);
+        Budget {
+            units: Arc::new(Semaphore::new(total_units as usize)),
+            total_units,
+            timeout,
+        }
+    }
+}
+
+/// The budget and the route's own limit.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub budget: Budget,
+    pub max: usize,
+}
+
+fn refuse(status: StatusCode, message: String) -> Response {
+    let mut r = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{}\n", serde_json::json!({ "error": message })),
+    )
+        .into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    }
+    r
+}
+
+/// The middleware: take a share of the budget, read the body, answer.
+pub async fn buffered(State(route): State<Route>, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    if let Some(n) = declared
+        && n > route.max
+    {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is {n} bytes; this endpoint takes at most {}", route.max),
+        );
+    }
+    let size = declared.unwrap_or(route.max);
+    let units = u32::try_from(size.div_ceil(UNIT).max(1))
+        .unwrap_or(u32::MAX)
+        .min(route.budget.total_units);
+    let permit = match tokio::time::timeout(WAIT, route.budget.units.clone().acquire_many_owned(units)).await {
+        Ok(Ok(p)) => p,
+        _ => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is holding as many request bodies as it may; send again shortly".into(),
+            );
+        }
+    };
+    let (parts, body) = request.into_parts();
+    let bytes = match tokio::time::timeout(route.budget.timeout, axum::body::to_bytes(body, route.max)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is larger than the {} bytes this endpoint takes", route.max),
+            );
+        }
+        Err(_) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {} s", route.budget.timeout.as_secs()),
+            );
+        }
+    };
+    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    drop(permit);
+    response
+}

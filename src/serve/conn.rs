@@ -1,0 +1,157 @@
+//! Connections, and what one client may make the server hold.
+//!
+//! `serve` accepts connections itself (instead of `axum::serve`) so that
+//! every one of them is bounded:
+//!
+//! - **How many**: at most [`Limits::max_connections`] are served in full
+//!   (also kept under the process's open-file limit). Past that, up to
+//!   [`Limits::overflow`] more are answered at once — `/healthz` as usual,
+//!   anything else 503 with `Retry-After` — and closed; past both, a
+//!   connection is closed as soon as it is accepted. So `/healthz` answers
+//!   while the server is full, and a flood of sockets cannot exhaust
+//!   descriptors.
+//! - **How long**: request headers must arrive within
+//!   [`Limits::header_timeout`], which also bounds how long an idle
+//!   keep-alive connection is held; a body must arrive within
+//!   [`Limits::body_timeout`] (see [`super::body`]).
+//! - **Shutdown**: the listener stops accepting; requests in flight are
+//!   finished and answered; idle connections are closed.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// What one client may make the server hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served in full at once.
+    pub max_connections: usize,
+    /// Connections beyond those answered 503 (or `/healthz`) and closed.
+    pub overflow: usize,
+    /// Time to send a request's headers; also how long an idle keep-alive
+    /// connection is kept.
+    pub header_timeout: Duration,
+    /// Time to send a request's body.
+    pub body_timeout: Duration,
+    /// Bytes of request bodies held at once, over all requests.
+    pub body_budget: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 512,
+            overflow: 128,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            body_budget: 48 << 20,
+        }
+    }
+}
+
+impl Limits {
+    /// These limits, with the connection counts kept under the process's
+    /// open-file limit (a reserve is left for the database pool, logs and
+    /// the listener).
+    pub fn within_open_files(mut self) -> Limits {
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 && rl.rlim_cur != libc::RLIM_INFINITY {
+            let usable = usize::try_from(rl.rlim_cur).unwrap_or(usize::MAX).saturating_sub(64);
+            let total = self.max_connections + self.overflow;
+            if total > usable {
+                self.overflow = (usable / 8).max(1).min(self.overflow);
+                self.max_connections = usable.saturating_sub(self.overflow).max(1);
+                tracing::warn!(
+                    "the open-file limit ({}) allows {} connections (+{} answered busy); raise it (LimitNOFILE=) for more",
+                    rl.rlim_cur,
+                    self.max_connections,
+                    self.overflow
+                );
+            }
+        }
+        self
+    }
+}
+
+/// Serve `full` (and `busy` for connections over the cap) on `listener`
+/// until `shutdown` completes; then finish what is in flight and return.
+pub async fn run(
+    listener: TcpListener,
+    full: Router,
+    busy: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let served = Arc::new(Semaphore::new(limits.max_connections));
+    let overflow = Arc::new(Semaphore::new(limits.overflow));
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors (EMFILE/ENFILE) or a connection reset
+                    // before it was accepted: wait a moment, keep serving.
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let peer = stream
+            .peer_addr()
+            .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+        let (router, keep_alive, header_timeout, permit) = match served.clone().try_acquire_owned() {
+            Ok(p) => (full.clone(), true, limits.header_timeout, p),
+            Err(_) => match overflow.clone().try_acquire_owned() {
+                Ok(p) => (
+                    busy.clone(),
+                    false,
+                    limits.header_timeout.min(Duration::from_secs(5)),
+                    p,
+                ),
+                Err(_) => {
+                    drop(stream);
+                    continue;
+                }
+            },
+        };
+        // Handlers may ask who is posting (`ConnectInfo`).
+        let service = TowerToHyperService::new(tower::util::MapRequest::new(
+            router,
+            move |mut r: hyper::Request<hyper::body::Incoming>| {
+                r.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                r
+            },
+        ));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .keep_alive(keep_alive)
+            .max_buf_size(64 << 10)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // A client that went away or timed out is not an error of ours.
+            let _ = conn.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
