@@ -17,6 +17,7 @@
 //! | one project's statement, before and after the ledger grows | – |
 //! | `audit` of the grown ledger | a sequential scan of the ledger |
 //! | peak RSS of the import | – |
+//! | peak RSS of `serve` under 20 concurrent hostile 16 MB posts | its RSS when idle |
 //!
 //! Beside the figures, the run measures what PostgreSQL alone needs for the
 //! same work (the "bounds"): the import's and the storage run's rows written
@@ -244,6 +245,18 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
         ratio: Some(serve_rate as f64 / import_rate.max(1) as f64),
         target: "– (reported)".into(),
         pass: true,
+    });
+    say("serve under hostile posts");
+    let hostile = serve_under_attack(setup).await?;
+    figures.push(Figure {
+        figure: format!(
+            "peak RSS of `serve` under {HOSTILE} concurrent 16 MB posts (`[0,0,…]` to /jobs; jobcomp: big scripts, junk, Latin-1)"
+        ),
+        measured: format!("{} MB (replies: {})", hostile.max_rss_kb / 1024, hostile.statuses),
+        baseline: format!("idle: {} MB", hostile.idle_rss_kb / 1024),
+        ratio: None,
+        target: "≤ 200 MB".into(),
+        pass: hostile.max_rss_kb <= 200 * 1024,
     });
     let rss = first.max_rss_kb.max(again.max_rss_kb);
     figures.push(Figure {
@@ -566,6 +579,110 @@ async fn copy_baseline(pool: &PgPool, path: &Path) -> anyhow::Result<Duration> {
     let took = t.elapsed();
     sqlx::raw_sql("DROP TABLE bench_copy").execute(&mut *conn).await?;
     Ok(took)
+}
+
+/// Hostile posts sent at once by [`serve_under_attack`].
+const HOSTILE: usize = 20;
+
+struct Attack {
+    idle_rss_kb: u64,
+    max_rss_kb: u64,
+    /// Replies by status, e.g. `400×10, 413×10`.
+    statuses: String,
+}
+
+/// `hpc-ledger serve` as its own process, sent [`HOSTILE`] posts of 16 MB at
+/// once — a quarter each: `POST /jobs` of `[0,0,0,…]` (issue 13's memory
+/// bomb), jobcomp bodies with a 16 MB script and a malformed job, 16 MB of
+/// bytes that are not UTF-8, and a job with a Latin-1 name and a 16 MB
+/// Latin-1 script — and its peak RSS (VmHWM) read while it answers them.
+async fn serve_under_attack(setup: &Setup) -> anyhow::Result<Attack> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let child = Command::new(&setup.exe)
+        .args(["serve", "--listen", &addr.to_string()])
+        .env("DATABASE_URL", &setup.url)
+        .env_remove("HPC_LEDGER_DATABASE_URL_FILE")
+        .env_remove(crate::serve::BASIC_ENV)
+        .env_remove(crate::serve::TOKEN_ENV)
+        .env("HPC_LEDGER_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting serve")?;
+    let pid = child.id();
+    let status_file = format!("/proc/{pid}/status");
+    let hwm = || {
+        std::fs::read_to_string(&status_file)
+            .ok()
+            .as_deref()
+            .and_then(vm_hwm_kb)
+            .unwrap_or(0)
+    };
+    let t = Instant::now();
+    while crate::serve::client::get(addr, "/healthz").await.map(|r| r.status).ok() != Some(200) {
+        if t.elapsed() > Duration::from_secs(30) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(libc::pid_t::try_from(pid)?, libc::SIGKILL) };
+            let _ = wait_exit(pid);
+            bail!("serve did not answer /healthz within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let idle_rss_kb = hwm();
+    let bomb = std::sync::Arc::new(format!("[{}0]", "0,".repeat(8 << 20)).into_bytes());
+    // Just under the 16 MiB limit: read whole, then refused.
+    let big = (16 << 20) - 512;
+    let script = std::sync::Arc::new(
+        format!(
+            r#"{{"jobid":77,"@start":"2026-01-01T00:00:00","total_cpus":1,"nodes":"c1","state":"COMPLETED","script":"{}"}}"#,
+            "#".repeat(big)
+        )
+        .into_bytes(),
+    );
+    let junk: std::sync::Arc<Vec<u8>> = std::sync::Arc::new((0..big).map(|i| (i % 251) as u8 | 0x80).collect());
+    let mut latin1 = br#"{"jobid":78,"@start":"2026-01-01T00:00:00","@end":"2026-01-01T01:00:00","total_cpus":1,"nodes":"c1","state":"COMPLETED","job_name":"caf"#.to_vec();
+    latin1.extend([0xe9, b'"']);
+    latin1.extend(br#","script":""#);
+    latin1.extend(std::iter::repeat_n(0xe9, big));
+    latin1.extend(br#""}"#);
+    let latin1 = std::sync::Arc::new(latin1);
+    let mut posts = Vec::new();
+    for i in 0..HOSTILE {
+        let (path, body) = match i % 4 {
+            0 => ("/jobs", bomb.clone()),
+            1 => ("/slurm/_doc", script.clone()),
+            2 => ("/slurm/_doc", junk.clone()),
+            _ => ("/slurm/_doc", latin1.clone()),
+        };
+        posts.push(tokio::spawn(async move {
+            // A refused body is cut off while being sent: that is a reply too.
+            match crate::serve::client::post(addr, path, None, &body).await {
+                Ok(r) => r.status.to_string(),
+                Err(_) => "cut".to_owned(),
+            }
+        }));
+    }
+    let mut seen = std::collections::BTreeMap::<String, u32>::new();
+    for p in posts {
+        *seen.entry(p.await?).or_default() += 1;
+    }
+    let max_rss_kb = hwm();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(libc::pid_t::try_from(pid)?, libc::SIGTERM) };
+    if !wait_exit(pid)? {
+        bail!("serve did not exit 0 after SIGTERM");
+    }
+    Ok(Attack {
+        idle_rss_kb,
+        max_rss_kb,
+        statuses: seen
+            .iter()
+            .map(|(s, n)| format!("{s}×{n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
 }
 
 struct Run {

@@ -32,7 +32,7 @@ const REQUEUE_STATES: &[&str] = &["PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "REQ
 /// Fields of a document that are not kept in the ledger: the batch script
 /// (up to megabytes, and the research group's code, not accounting data) and
 /// the job's environment, should a Slurm version send it.
-const DROPPED: &[&str] = &["script", "environment", "env"];
+pub const DROPPED: &[&str] = &["script", "environment", "env"];
 
 /// The document as it is stored with the job's record: everything Slurm
 /// sent except the [`DROPPED`] fields, as one line of JSON. Reading it again

@@ -66,6 +66,32 @@ fn refuse(status: StatusCode, message: String) -> Response {
     r
 }
 
+/// The body in one buffer sized once from its declared length (a growing
+/// buffer, or frames joined at the end, would hold it twice at the peak).
+async fn collect(mut body: Body, declared: usize, max: usize) -> Result<bytes::Bytes, BodyError> {
+    use http_body_util::BodyExt;
+    let mut buf = bytes::BytesMut::with_capacity(declared.min(max));
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Err(BodyError::Broken);
+        };
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                return Err(BodyError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf.freeze())
+}
+
+/// Why a body was not read whole.
+enum BodyError {
+    TooLarge,
+    /// The client broke off (or sent a malformed chunk).
+    Broken,
+}
+
 /// The middleware: take a share of the budget, read the body, answer.
 pub async fn buffered(State(route): State<Route>, request: Request, next: Next) -> Response {
     let declared = request
@@ -95,13 +121,16 @@ pub async fn buffered(State(route): State<Route>, request: Request, next: Next) 
         }
     };
     let (parts, body) = request.into_parts();
-    let bytes = match tokio::time::timeout(route.budget.timeout, axum::body::to_bytes(body, route.max)).await {
+    let bytes = match tokio::time::timeout(route.budget.timeout, collect(body, size, route.max)).await {
         Ok(Ok(b)) => b,
-        Ok(Err(_)) => {
+        Ok(Err(BodyError::TooLarge)) => {
             return refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the body is larger than the {} bytes this endpoint takes", route.max),
             );
+        }
+        Ok(Err(BodyError::Broken)) => {
+            return refuse(StatusCode::BAD_REQUEST, "the body broke off before its end".into());
         }
         Err(_) => {
             return refuse(

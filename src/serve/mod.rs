@@ -452,41 +452,53 @@ async fn jobcomp_doc(
     let app = &*app;
     let sender = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0.0.ip());
     let options = ReadOptions::default();
-    // The byte policy of every path (docs/recording.md): bytes that are not
-    // UTF-8 are read as U+FFFD and kept exactly (less the batch script); a
-    // NUL byte is a damaged record.
-    // (Borrowed, not copied, when the body is UTF-8.)
-    let text = String::from_utf8_lossy(&body);
-    let lossy = matches!(text, std::borrow::Cow::Owned(_));
-    let nul = body.contains(&0);
-    let text = if nul {
-        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
-    } else {
-        text
-    };
-    let exact = (nul || lossy).then(|| jobcomp::stored_bytes(&body));
-    let source = |raw: String| Source {
+    let source = |raw: String, raw_bytes: Option<Vec<u8>>| Source {
         format: "jobcomp",
         reference: "serve /slurm/_doc".into(),
         raw,
-        raw_bytes: exact.clone(),
+        raw_bytes,
         options: options.clone(),
         job: None,
     };
+    // The byte policy of every path (docs/recording.md): a NUL byte is a
+    // damaged record; bytes that are not UTF-8 are read as U+FFFD and kept
+    // exactly (less the batch script). Nothing here copies a whole body: a
+    // UTF-8 one is read in place (its script skipped), another has its
+    // script removed at the byte level before it is decoded.
     if let Some(at) = body.iter().position(|b| *b == 0) {
         let reason = format!("the record holds a NUL byte (byte {}): a damaged record", at + 1);
-        return malformed(app, sender, source(jobcomp::stored_body(&text)), reason).await;
+        let (raw, bytes) = head_of(&body);
+        return malformed(app, sender, source(raw, bytes), reason).await;
     }
+    let (text, exact): (std::borrow::Cow<str>, Option<Vec<u8>>) = match std::str::from_utf8(&body) {
+        Ok(t) => (t.into(), None),
+        Err(_) => match crate::ingest::json_bytes::without_members(&body, jobcomp::DROPPED) {
+            Some(kept) => (String::from_utf8_lossy(&kept).into_owned().into(), Some(kept)),
+            None => {
+                let (raw, bytes) = head_of(&body);
+                let reason = "not JSON (and not UTF-8)".to_owned();
+                return malformed(app, sender, source(raw, bytes), reason).await;
+            }
+        },
+    };
     let (doc, item) = match jobcomp::parse_document(&text, &options) {
         Ok((doc, item)) if exact.is_some() => (doc, crate::ingest::check_decoded(item)),
         Ok(parsed) => parsed,
-        Err(reason) => return malformed(app, sender, source(jobcomp::stored_body(&text)), reason).await,
+        Err(reason) => {
+            // What is kept of it: at most its start, marked.
+            let (raw, bytes) = if text.len() > KEPT_MALFORMED {
+                head_of(text.as_bytes())
+            } else {
+                (jobcomp::stored_body(&text), exact)
+            };
+            return malformed(app, sender, source(raw, bytes), reason).await;
+        }
     };
     match item {
         Item::Job(job) => {
             let submission = Submission {
                 input: *job,
-                source: source(jobcomp::stored_document(doc)),
+                source: source(jobcomp::stored_document(doc), exact),
             };
             job_reply(app, submission).await
         }
@@ -494,7 +506,7 @@ async fn jobcomp_doc(
             app.metrics.outcome("skipped");
             reply(StatusCode::OK, json!({"outcome": "skipped", "reason": s.to_string()}))
         }
-        Item::Bad(reason) => malformed(app, sender, source(jobcomp::stored_document(doc)), reason).await,
+        Item::Bad(reason) => malformed(app, sender, source(jobcomp::stored_document(doc), exact), reason).await,
     }
 }
 
@@ -519,29 +531,42 @@ async fn malformed(app: &App, sender: std::net::IpAddr, mut source: Source, reas
     reply(StatusCode::BAD_REQUEST, json!({"error": reason}))
 }
 
-/// A malformed record longer than [`KEPT_MALFORMED`] keeps its start, its
-/// size and the hash of the whole.
-fn cut_to_kept(source: &mut Source) {
+/// What is kept of a body that is refused: its first [`KEPT_MALFORMED`]
+/// bytes as text (bytes that are not UTF-8 as U+FFFD, NUL too), marked with
+/// its size and the hash of the whole when longer; and those bytes when the
+/// text is not them exactly.
+fn head_of(body: &[u8]) -> (String, Option<Vec<u8>>) {
     use sha2::Digest;
-    let total = source.raw_bytes.as_ref().map_or(source.raw.len(), Vec::len);
-    if source.raw.len() <= KEPT_MALFORMED && total <= KEPT_MALFORMED {
-        return;
-    }
-    let whole = match &source.raw_bytes {
-        Some(b) => sha2::Sha256::digest(b),
-        None => sha2::Sha256::digest(source.raw.as_bytes()),
+    // Room for the mark: what is kept stays within KEPT_MALFORMED.
+    let head = if body.len() > KEPT_MALFORMED {
+        &body[..KEPT_MALFORMED - 256]
+    } else {
+        body
     };
-    let mut cut = KEPT_MALFORMED.min(source.raw.len());
-    while !source.raw.is_char_boundary(cut) {
-        cut -= 1;
+    let mut raw = String::from_utf8_lossy(head).replace('\0', "\u{FFFD}");
+    let exact = head.contains(&0) || std::str::from_utf8(head).is_err();
+    if body.len() > KEPT_MALFORMED {
+        raw.push_str(&format!(
+            "\n… cut by hpc-ledger serve: {} bytes in all, sha256 {}",
+            body.len(),
+            hex::encode(sha2::Sha256::digest(body))
+        ));
     }
-    source.raw = format!(
-        "{}\n… cut by hpc-ledger serve: {total} bytes in all, sha256 {}",
-        &source.raw[..cut],
-        hex::encode(whole)
-    );
-    if let Some(b) = &mut source.raw_bytes {
-        b.truncate(KEPT_MALFORMED);
+    (raw, exact.then(|| head.to_vec()))
+}
+
+/// A malformed record longer than [`KEPT_MALFORMED`] (say, a document
+/// without its script that still holds a huge field) keeps its start, its
+/// size and the hash of the whole ([`head_of`]).
+fn cut_to_kept(source: &mut Source) {
+    let over = source.raw.len() > KEPT_MALFORMED || source.raw_bytes.as_ref().is_some_and(|b| b.len() > KEPT_MALFORMED);
+    if over {
+        let (raw, bytes) = match &source.raw_bytes {
+            Some(b) => head_of(b),
+            None => head_of(source.raw.as_bytes()),
+        };
+        source.raw = raw;
+        source.raw_bytes = bytes;
     }
 }
 

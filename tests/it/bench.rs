@@ -33,7 +33,7 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 9, "{names:#?}");
+    assert_eq!(names.len(), 10, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
     // A twentieth of the jobs again, posted to `serve`, all recorded.
     assert_eq!(names[2], "`serve`: 30 jobcomp posts from 16 concurrent senders");
@@ -42,17 +42,24 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         serve.contains(" jobs/s in ") && serve.ends_with(" transactions"),
         "{serve}"
     );
-    assert!(names[5].starts_with("storage billing of 60 projects"), "{names:#?}");
+    // serve as its own process under 20 hostile 16 MB posts: all refused.
+    assert!(
+        names[3].starts_with("peak RSS of `serve` under 20 concurrent 16 MB posts"),
+        "{names:#?}"
+    );
+    let hostile = figures[3]["measured"].as_str().unwrap();
+    assert!(hostile.contains("400×10"), "{hostile}");
+    assert!(names[6].starts_with("storage billing of 60 projects"), "{names:#?}");
     // 630 jobs post 630 core-hour charges plus one GPU-hour charge per GPU
     // job (a tenth); the bench's one-off jobs and storage charges come on top.
-    let small: u64 = names[6]
+    let small: u64 = names[7]
         .trim_start_matches("one project's statement at ")
         .trim_end_matches(" entries")
         .replace(',', "")
         .parse()
         .unwrap();
     assert!((690..=840).contains(&small), "{names:#?}");
-    let large: u64 = names[7]
+    let large: u64 = names[8]
         .trim_start_matches("one project's statement at ")
         .trim_end_matches(" entries")
         .replace(',', "")
@@ -65,10 +72,10 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         "{small} -> {large}"
     );
     assert_eq!(
-        names[8],
+        names[9],
         format!(
             "audit of {} entries (clean)",
-            names[7].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
+            names[8].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
         )
     );
     for f in figures {

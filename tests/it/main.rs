@@ -22,3 +22,4 @@ mod schema;
 mod security;
 mod serve;
 mod storage;
+mod tamper;
