@@ -162,6 +162,17 @@ pub fn render(r: &AuditReport) -> String {
             &rows,
         ));
     }
+    let x = &r.rejections;
+    if x.open + x.dismissed + x.unverified > 0 {
+        let since = x
+            .oldest_open
+            .map(|t| format!(" (the oldest first seen {})", t.format("%Y-%m-%d")))
+            .unwrap_or_default();
+        o.push_str(&format!(
+            "rejections: {} open, not charged{since}; {} dismissed; {} resolved before resolutions were proven (`hpc-ledger rejected --all`)\n",
+            x.open, x.dismissed, x.unverified
+        ));
+    }
     let broken: Vec<_> = r.seals.iter().filter(|s| !s.holds()).collect();
     if broken.is_empty() {
         o.push_str(&format!("{} closed month(s): every seal holds\n", r.seals.len()));

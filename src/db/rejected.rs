@@ -46,7 +46,11 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
                 times_seen = rejected_record.times_seen + 1,
                 -- Read again: open again, unless it was dismissed.
                 resolved_at = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolved_at END,
-                resolution = CASE WHEN rejected_record.resolution = 'dismissed' THEN 'dismissed' END",
+                resolution = CASE WHEN rejected_record.resolution = 'dismissed' THEN 'dismissed' END,
+                resolved_by = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolved_by END,
+                resolution_note = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolution_note END,
+                resolved_record_id = CASE WHEN rejected_record.resolution = 'dismissed'
+                                          THEN rejected_record.resolved_record_id END",
         &format as &[&str],
         &source as &[&str],
         &options,
@@ -63,24 +67,30 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
 }
 
 /// Mark the rejected records of these lines resolved (they are now recorded;
-/// also a dismissed one, which keeps who dismissed it and why).
+/// also a dismissed one, which keeps who dismissed it and why), naming the
+/// job record each line became or repeated. The database checks the proof
+/// (migration 0017); a resolution it would not accept is left open.
 pub async fn resolve(
     conn: &mut PgConnection,
     source_format: &[&str],
     raw_sha256: &[Vec<u8>],
     resolution: &[&str],
+    record: &[i64],
 ) -> Result<u64, sqlx::Error> {
     if raw_sha256.is_empty() {
         return Ok(0);
     }
     let done = sqlx::query!(
-        "UPDATE rejected_record r SET resolved_at = now(), resolution = u.res
-           FROM UNNEST($1::text[], $2::bytea[], $3::text[]) AS u(f, h, res)
+        "UPDATE rejected_record r SET resolved_at = now(), resolution = u.res, resolved_record_id = u.rec
+           FROM UNNEST($1::text[], $2::bytea[], $3::text[], $4::bigint[]) AS u(f, h, res, rec)
           WHERE r.source_format = u.f AND r.raw_sha256 = u.h
-            AND (r.resolved_at IS NULL OR r.resolution = 'dismissed')",
+            AND (r.resolved_at IS NULL OR r.resolution = 'dismissed')
+            AND hl_resolution_check(r.id, r.source_format, r.raw_sha256, r.job_key, u.res, u.rec,
+                                    r.resolved_by, r.resolution_note)",
         source_format as &[&str],
         raw_sha256,
         resolution as &[&str],
+        record,
     )
     .execute(&mut *conn)
     .await?;
@@ -89,10 +99,12 @@ pub async fn resolve(
 
 /// Mark rejected records resolved as skipped: read again, they hold nothing
 /// to charge.
-pub async fn resolve_skipped(conn: &mut PgConnection, ids: &[i64]) -> Result<u64, sqlx::Error> {
+pub async fn resolve_skipped(conn: &mut PgConnection, ids: &[i64], by: &str) -> Result<u64, sqlx::Error> {
     let done = sqlx::query!(
-        "UPDATE rejected_record SET resolved_at = now(), resolution = 'skipped' WHERE id = ANY($1) AND resolved_at IS NULL",
-        ids
+        "UPDATE rejected_record SET resolved_at = now(), resolution = 'skipped', resolved_by = $2
+          WHERE id = ANY($1) AND resolved_at IS NULL",
+        ids,
+        by
     )
     .execute(&mut *conn)
     .await?;
@@ -196,5 +208,29 @@ pub async fn not_open(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<i64>, 
         ids
     )
     .fetch_all(&mut *conn)
+    .await
+}
+
+/// The rejections an audit lists: how many are open (and since when), how
+/// many were dismissed, and how many were resolved before resolutions were
+/// proven (migration 0017). Read from the audit schema.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RejectionSummary {
+    pub open: i64,
+    pub oldest_open: Option<DateTime<Utc>>,
+    pub dismissed: i64,
+    pub unverified: i64,
+}
+
+pub async fn summary(conn: &mut PgConnection) -> Result<RejectionSummary, sqlx::Error> {
+    sqlx::query_as!(
+        RejectionSummary,
+        r#"SELECT count(*) FILTER (WHERE status = 'open') AS "open!",
+                  min(first_seen_at) FILTER (WHERE status = 'open') AS oldest_open,
+                  count(*) FILTER (WHERE status = 'dismissed') AS "dismissed!",
+                  count(*) FILTER (WHERE status NOT IN ('open', 'dismissed') AND resolution_holds IS NULL) AS "unverified!"
+             FROM audit.rejections"#
+    )
+    .fetch_one(&mut *conn)
     .await
 }

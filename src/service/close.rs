@@ -131,6 +131,9 @@ pub async fn verify(pool: &PgPool, month: Option<Month>) -> Result<Vec<SealCheck
 pub struct AuditReport {
     pub discrepancies: Vec<Discrepancy>,
     pub seals: Vec<SealCheck>,
+    /// Records not charged (open), set aside (dismissed), or resolved
+    /// before resolutions were proven: listed, not findings.
+    pub rejections: crate::db::rejected::RejectionSummary,
 }
 
 impl AuditReport {
@@ -147,6 +150,7 @@ pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
     let report = AuditReport {
         discrepancies: sdb::discrepancies(&mut tx).await?,
         seals: sdb::seal_checks(&mut tx, None).await?,
+        rejections: crate::db::rejected::summary(&mut tx).await?,
     };
     tx.commit().await?;
     Ok(report)

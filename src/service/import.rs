@@ -425,7 +425,7 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
         }
         if !skipped.is_empty() {
             let mut conn = pool.acquire().await.map_err(RecordError::Connection)?;
-            rejected::resolve_skipped(&mut conn, &skipped)
+            rejected::resolve_skipped(&mut conn, &skipped, &recorder.author)
                 .await
                 .map_err(RecordError::Db)?;
         }

@@ -270,6 +270,8 @@ impl Recorder {
         let catalog = &self.catalog.as_ref().expect("loaded above").1;
 
         let mut outcomes: Vec<Option<Outcome>> = vec![None; jobs.len()];
+        // The job record each job became, or repeated (for resolving rejections).
+        let mut records: Vec<Option<JobRecordId>> = vec![None; jobs.len()];
         let mut rejections: Vec<NewRejection> = malformed
             .iter()
             .map(|(source, reason)| rejection_row(source, RejectKind::Malformed, reason, source.job.clone()))
@@ -301,12 +303,12 @@ impl Recorder {
                 last_closed,
             };
             posting
-                .round(&mut *tx, jobs, round, &mut outcomes, &mut rejections)
+                .round(&mut *tx, jobs, round, &mut outcomes, &mut records, &mut rejections)
                 .await?;
             pending = later;
         }
         rejected::upsert(&mut *tx, &rejections).await?;
-        resolve_rejections(&mut *tx, jobs, &outcomes).await?;
+        resolve_rejections(&mut *tx, jobs, &outcomes, &records).await?;
         Ok(outcomes
             .into_iter()
             .map(|o| o.expect("every job has an outcome"))
@@ -350,18 +352,21 @@ async fn resolve_rejections(
     conn: &mut PgConnection,
     jobs: &[Submission],
     outcomes: &[Option<Outcome>],
+    records: &[Option<JobRecordId>],
 ) -> Result<(), sqlx::Error> {
-    let open: bool =
-        sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM rejected_record WHERE resolved_at IS NULL) AS "open!""#)
-            .fetch_one(&mut *conn)
-            .await?;
+    let open: bool = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM rejected_record WHERE resolved_at IS NULL OR resolution = 'dismissed') AS "open!""#
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     if !open {
         return Ok(());
     }
     let mut formats = Vec::new();
     let mut hashes = Vec::new();
     let mut resolutions = Vec::new();
-    for (job, outcome) in jobs.iter().zip(outcomes) {
+    let mut proofs = Vec::new();
+    for ((job, outcome), record) in jobs.iter().zip(outcomes).zip(records) {
         let resolution = match outcome {
             Some(Outcome::Recorded { .. }) => "recorded",
             Some(Outcome::Replayed { .. }) => "replayed",
@@ -369,11 +374,13 @@ async fn resolve_rejections(
             Some(Outcome::Superseded { .. }) => "superseded",
             _ => continue,
         };
+        let Some(record) = record else { continue };
         formats.push(job.source.format);
         hashes.push(job.source.raw_sha256());
         resolutions.push(resolution);
+        proofs.push(record.0);
     }
-    rejected::resolve(conn, &formats, &hashes, &resolutions).await?;
+    rejected::resolve(conn, &formats, &hashes, &resolutions, &proofs).await?;
     Ok(())
 }
 
@@ -392,6 +399,7 @@ impl Posting<'_> {
         jobs: &[Submission],
         round: Vec<(usize, ResolvedJob)>,
         outcomes: &mut [Option<Outcome>],
+        records: &mut [Option<JobRecordId>],
         rejections: &mut Vec<NewRejection>,
     ) -> Result<(), sqlx::Error> {
         let keys: Vec<&crate::domain::posting::JobKey> = round.iter().map(|(_, r)| &r.key).collect();
@@ -446,6 +454,10 @@ impl Posting<'_> {
                 Decision::Revision { revision } => (revision, RecordKind::Revision, None),
                 Decision::Supersede { revision, replaces } => (revision, RecordKind::Supersede, Some(replaces)),
                 Decision::Replay => {
+                    records[*index] = held
+                        .get(job)
+                        .and_then(|h| h.iter().find(|e| e.content_fingerprint == resolved.content_fingerprint))
+                        .map(|e| e.id);
                     outcomes[*index] = Some(Outcome::Replayed { job: key });
                     continue;
                 }
@@ -529,6 +541,7 @@ impl Posting<'_> {
         let mut entries = Vec::new();
         for p in &plans {
             let record_id = record_ids[&(p.job, p.revision)];
+            records[p.index] = Some(record_id);
             let key = jobs[p.index].input.key(self.default_cluster);
             if p.kind == RecordKind::Revision {
                 outcomes[p.index] = Some(Outcome::Revised {

@@ -92,6 +92,7 @@ async fn a_junk_import_is_dismissed_without_sql_and_stays_dismissed() {
             msg.contains("kept for the audit trail")
                 || msg.contains("is not rewritten")
                 || msg.contains("not reopened")
+                || msg.contains("must name who resolved it")
                 || msg.contains("rejected_record_dismissal"),
             "{sql}: {msg}"
         );

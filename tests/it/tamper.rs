@@ -153,3 +153,105 @@ async fn a_reversal_must_be_tied_to_what_it_reverses() {
         format!("reverses storage entry {storage}, citing job record {supersede}")
     );
 }
+
+#[tokio::test]
+async fn a_rejection_is_resolved_only_by_the_record_it_became() {
+    let db = TestDb::with_example().await;
+    let env = [("DATABASE_URL", db.url.as_str())];
+    // Two jobs of a project not configured yet: rejected, kept.
+    let unknown = JOB.replace("PAS1234", "PNEW001");
+    let other = OTHER.replace("PAS1234", "PNEW001");
+    let jsonl = format!("{unknown}\n{other}\n");
+    let o = cli_with_env(&["import", "--format", "jsonl", "-"], &env, Some(&jsonl));
+    assert_eq!(o.status.code(), Some(4));
+    let p = &db.pool;
+    assert_eq!(
+        id(p, "SELECT count(*) FROM rejected_record WHERE resolved_at IS NULL").await,
+        2
+    );
+    // The attack of the report: the ingest role hides them.
+    let e = as_role(
+        p,
+        "hpc_ledger_ingest",
+        "UPDATE rejected_record SET resolved_at = now(), resolution = 'recorded'",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.contains("cannot be resolved as recorded: it must name the job record its line became"),
+        "{e}"
+    );
+    // Naming some other job's record does not prove it either.
+    ok(&cli_with_env(
+        &["job", "record", "--json"],
+        &env,
+        Some(&JOB.replace("\"901\"", "\"903\"")),
+    ));
+    let unrelated = id(p, "SELECT max(id) FROM job_record").await;
+    for resolution in ["recorded", "replayed", "superseded"] {
+        let e = as_role(
+            p,
+            "hpc_ledger_ingest",
+            &format!(
+                "UPDATE rejected_record SET resolved_at = now(), resolution = '{resolution}', resolved_record_id = {unrelated}"
+            ),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains(&format!("cannot be resolved as {resolution}")), "{e}");
+    }
+    let e = as_role(
+        p,
+        "hpc_ledger_ingest",
+        "UPDATE rejected_record SET resolved_at = now(), resolution = 'skipped'",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("it must name who resolved it"), "{e}");
+    // Nor can it slip one in already resolved.
+    let e = as_role(
+        p,
+        "hpc_ledger_ingest",
+        "INSERT INTO rejected_record (source_format, source_ref, raw, raw_sha256, kind, reason, resolved_at, resolution)
+         VALUES ('jsonl', 'x:1', 'x', sha256('x'), 'malformed', 'x', now(), 'recorded')",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("cannot be resolved as recorded"), "{e}");
+    // The audit lists them, open, with their age.
+    let audit = crate::harness::stdout(&db.cli(&["audit"]));
+    assert!(
+        audit.contains("rejections: 2 open, not charged (the oldest first seen "),
+        "{audit}"
+    );
+    // Once the project exists, a retry records them and names the records.
+    let cfg = crate::harness::example_path();
+    let fixed = format!(
+        "{}\n[[project]]\ncode = \"PNEW001\"\n",
+        std::fs::read_to_string(&cfg).unwrap()
+    );
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tamper-{}.toml", std::process::id()));
+    std::fs::write(&path, fixed).unwrap();
+    ok(&db.cli(&["config", "apply", path.to_str().unwrap()]));
+    let out = crate::harness::stdout(&db.cli(&["import", "--retry-rejected"]));
+    assert!(out.contains("recorded:    2"), "{out}");
+    let proven: i64 = id(
+        p,
+        "SELECT count(*) FROM audit.rejections WHERE status = 'recorded' AND resolution_holds AND resolved_record_id IS NOT NULL",
+    )
+    .await;
+    assert_eq!(proven, 2);
+    // The owner can disable the guard; the audit still reports the lie.
+    sqlx::raw_sql(
+        "ALTER TABLE rejected_record DISABLE TRIGGER rejected_record_guard;
+         INSERT INTO rejected_record (source_format, source_ref, raw, raw_sha256, kind, reason, resolved_at, resolution)
+         VALUES ('jsonl', 'x:1', 'x', sha256('x'), 'malformed', 'x', now(), 'recorded');
+         ALTER TABLE rejected_record ENABLE ALWAYS TRIGGER rejected_record_guard",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    let found = findings(p, "resolution").await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].1.ends_with("recorded, naming no job record"), "{found:?}");
+}
