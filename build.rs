@@ -1,5 +1,174 @@
 //! Rebuild when a migration is added: `sqlx::migrate!` embeds the
 //! migrations directory, and cargo would not notice a new file on its own.
+//!
+//! Also reads the migrations for the definitions `hpc-ledger audit` checks
+//! the database against (issue 13, item 6): the final body of every SQL
+//! function the migrations create, and of every view in the `audit` schema.
+//! They are written to `$OUT_DIR/definitions.rs` (see `src/db/definitions.rs`):
+//! an owner who replaces `hl_refuse_change()` or a view the audit reads is
+//! found by a binary built from the migrations, not from the database.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir("migrations")
+        .expect("the migrations directory")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .collect();
+    files.sort();
+    let mut functions: BTreeMap<String, String> = BTreeMap::new();
+    let mut views: BTreeMap<String, String> = BTreeMap::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("a readable migration");
+        for statement in statements(&text) {
+            let head = strip_leading_comments(statement);
+            let lower = head.to_ascii_lowercase();
+            let words: Vec<&str> = lower.split_whitespace().collect();
+            if words.starts_with(&["create", "function"]) || words.starts_with(&["create", "or", "replace", "function"])
+            {
+                let after = &head[lower.find("function").expect("seen") + "function".len()..];
+                let name = after
+                    .trim_start()
+                    .split(['(', ' '])
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                if let Some(body) = first_dollar_quoted(head) {
+                    functions.insert(name, body.to_owned());
+                }
+            } else if words.starts_with(&["create", "view"]) || words.starts_with(&["create", "or", "replace", "view"])
+            {
+                let at = lower.find("view").expect("seen") + "view".len();
+                let rest = head[at..].trim_start();
+                let Some(name) = rest.strip_prefix("audit.") else {
+                    continue;
+                };
+                let name_end = name.find(|c: char| c.is_whitespace()).unwrap_or(name.len());
+                let (view, tail) = name.split_at(name_end);
+                let tail = tail.trim_start();
+                if tail.len() >= 2 && tail[..2].eq_ignore_ascii_case("as") {
+                    views.insert(view.to_owned(), tail[2..].trim().to_owned());
+                }
+            } else if words.starts_with(&["alter", "view"]) && words.len() >= 6 && words[3] == "rename" {
+                // ALTER VIEW audit.a RENAME TO b
+                let from = words[2].trim_start_matches("audit.").to_owned();
+                let to = words[5].trim_end_matches(';').to_owned();
+                if let Some(body) = views.remove(&from) {
+                    views.insert(to, body);
+                }
+            }
+        }
+    }
+    let mut out = String::new();
+    out.push_str("/// Final body of every SQL function the migrations create (name, `prosrc`).\n");
+    out.push_str("pub const FUNCTIONS: &[(&str, &str)] = &[\n");
+    for (name, body) in &functions {
+        let _ = writeln!(out, "    ({name:?}, {body:?}),");
+    }
+    out.push_str("];\n\n/// Final definition of every view in the `audit` schema (name, the query after AS).\n");
+    out.push_str("pub const AUDIT_VIEWS: &[(&str, &str)] = &[\n");
+    for (name, body) in &views {
+        let _ = writeln!(out, "    ({name:?}, {body:?}),");
+    }
+    out.push_str("];\n");
+    let dest = std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("definitions.rs");
+    std::fs::write(dest, out).expect("writing definitions.rs");
+}
+
+/// The statements of a SQL script: split at `;` outside quotes, dollar
+/// quotes and comments.
+fn statements(sql: &str) -> Vec<&str> {
+    let b = sql.as_bytes();
+    let mut out = Vec::new();
+    let (mut i, mut start) = (0, 0);
+    while i < b.len() {
+        match b[i] {
+            b'\'' | b'"' => {
+                let q = b[i];
+                i += 1;
+                while i < b.len() {
+                    if b[i] == q {
+                        if b.get(i + 1) == Some(&q) {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut depth = 0;
+                while i < b.len() {
+                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                        depth += 1;
+                        i += 2;
+                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            b'$' => {
+                // $tag$ … $tag$
+                let tag_end = sql[i + 1..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .map(|n| i + 1 + n);
+                match tag_end {
+                    Some(e) if b[e] == b'$' => {
+                        let tag = &sql[i..=e];
+                        match sql[e + 1..].find(tag) {
+                            Some(n) => i = e + 1 + n + tag.len(),
+                            None => i = b.len(),
+                        }
+                    }
+                    _ => i += 1,
+                }
+            }
+            b';' => {
+                out.push(&sql[start..i]);
+                i += 1;
+                start = i;
+            }
+            _ => i += 1,
+        }
+    }
+    if !sql[start..].trim().is_empty() {
+        out.push(&sql[start..]);
+    }
+    out
+}
+
+fn strip_leading_comments(s: &str) -> &str {
+    let mut s = s.trim_start();
+    loop {
+        if let Some(rest) = s.strip_prefix("--") {
+            s = rest.find('\n').map_or("", |n| &rest[n + 1..]).trim_start();
+        } else if let Some(rest) = s.strip_prefix("/*") {
+            s = rest.find("*/").map_or("", |n| &rest[n + 2..]).trim_start();
+        } else {
+            return s;
+        }
+    }
+}
+
+/// The text inside the first `$$…$$` of a statement.
+fn first_dollar_quoted(s: &str) -> Option<&str> {
+    let open = s.find("$$")?;
+    let close = s[open + 2..].find("$$")?;
+    Some(&s[open + 2..open + 2 + close])
 }

@@ -9,7 +9,7 @@ use super::{Format, print_json, table};
 use crate::db::Target;
 use crate::domain::period::Month;
 use crate::service::author;
-use crate::service::close::{AuditReport, audit, close, verify};
+use crate::service::close::{Anchor, AuditReport, anchors, audit, close, verify, verify_against};
 
 /// Exit code of `verify` and `audit` when they find something.
 pub const EXIT_FINDINGS: u8 = 5;
@@ -21,13 +21,116 @@ pub struct CloseArgs {
     month: Month,
     #[arg(long)]
     author: Option<String>,
+    /// Append the month's seal to this file (one JSON line per month), kept
+    /// where the database's owner cannot rewrite it: `verify --against` checks
+    /// the database against it. Closing a closed month again appends it if missing.
+    #[arg(long, env = "HPC_LEDGER_ANCHOR_FILE", value_name = "FILE")]
+    anchor_file: Option<std::path::PathBuf>,
+    /// POST the month's seal (the same JSON) to this URL (http://, or https://
+    /// through curl).
+    #[arg(long, env = "HPC_LEDGER_ANCHOR_URL", value_name = "URL")]
+    anchor_url: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+}
+
+/// Append `a` to the anchor file unless that month's seal is there already.
+fn append_anchor(path: &std::path::Path, a: &Anchor) -> anyhow::Result<bool> {
+    use std::io::Write;
+    let line = serde_json::to_string(a)?;
+    if let Ok(text) = std::fs::read_to_string(path)
+        && text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Anchor>(l).ok())
+            .any(|k| k.month == a.month && k.seal == a.seal)
+    {
+        return Ok(false);
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("opening the anchor file {}: {e}", path.display()))?;
+    writeln!(f, "{line}")?;
+    f.sync_all()?;
+    Ok(true)
+}
+
+/// POST `a` as JSON to `url`: http:// directly, https:// through curl.
+async fn post_anchor(url: &str, a: &Anchor) -> anyhow::Result<()> {
+    let body = serde_json::to_string(a)?;
+    if let Some(rest) = url.strip_prefix("http://") {
+        let (hostport, path) = rest
+            .split_once('/')
+            .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+        let addr = tokio::net::lookup_host(hostport)
+            .await?
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("{hostport} has no address"))?;
+        let r = crate::serve::client::post(addr, &path, None, body.as_bytes()).await?;
+        anyhow::ensure!(
+            (200..300).contains(&r.status),
+            "the anchor URL answered {}: {}",
+            r.status,
+            r.body.trim()
+        );
+        return Ok(());
+    }
+    anyhow::ensure!(
+        url.starts_with("https://"),
+        "the anchor URL must be http:// or https://"
+    );
+    let out = run_with_input(
+        std::process::Command::new("curl").args([
+            "--fail-with-body",
+            "-sS",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            "@-",
+            url,
+        ]),
+        &body,
+    )
+    .map_err(|e| anyhow::anyhow!("posting the anchor with curl: {e}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the anchor URL refused it: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+fn run_with_input(cmd: &mut std::process::Command, input: &str) -> std::io::Result<std::process::Output> {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child.stdin.take().expect("piped").write_all(input.as_bytes())?;
+    child.wait_with_output()
 }
 
 pub async fn run_close(args: CloseArgs, target: &Target) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
     let o = close(&pool, args.month, &author(args.author.as_deref()), Utc::now()).await?;
+    // The month is closed now, whatever happens to its anchor: say how to
+    // anchor it again if that fails (closing again is harmless).
+    let again = format!(
+        "{} is closed; its seal was not kept outside the database: run `hpc-ledger close --month {}` again with the anchor option",
+        o.month, o.month
+    );
+    if let Some(path) = &args.anchor_file {
+        append_anchor(path, &o.anchor()).map_err(|e| e.context(again.clone()))?;
+    }
+    if let Some(url) = &args.anchor_url {
+        post_anchor(url, &o.anchor())
+            .await
+            .map_err(|e| e.context(again.clone()))?;
+    }
     match args.format {
         Format::Json => print_json(&o)?,
         Format::Text => {
@@ -46,7 +149,7 @@ pub async fn run_close(args: CloseArgs, target: &Target) -> anyhow::Result<ExitC
                     o.total
                 );
             }
-            println!("seal (sha256-chain-v1): {}", o.seal);
+            println!("seal ({}): {}", o.seal_algorithm, o.seal);
             if !o.statements.is_empty() {
                 let rows: Vec<Vec<String>> = o
                     .statements
@@ -65,12 +168,64 @@ pub struct VerifyArgs {
     /// Only this month (default: every closed month).
     #[arg(long)]
     month: Option<Month>,
+    /// Check the database against seals kept outside it (an anchor file
+    /// written by `close --anchor-file`): each anchored month must be closed
+    /// with that seal and recompute to it.
+    #[arg(long, value_name = "FILE", conflicts_with = "month")]
+    against: Option<std::path::PathBuf>,
+    /// Print every closed month's anchor (JSON lines), to start an anchor
+    /// file for months closed before one was kept.
+    #[arg(long, conflicts_with_all = ["month", "against"])]
+    export: bool,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
 
 pub async fn run_verify(args: VerifyArgs, target: &Target) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
+    if args.export {
+        for a in anchors(&pool).await? {
+            println!("{}", serde_json::to_string(&a)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(path) = &args.against {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading the anchor file {}: {e}", path.display()))?;
+        let mut kept = Vec::new();
+        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            kept.push(
+                serde_json::from_str::<Anchor>(line)
+                    .map_err(|e| anyhow::anyhow!("{}:{}: not an anchor: {e}", path.display(), n + 1))?,
+            );
+        }
+        let checks = verify_against(&pool, &kept).await?;
+        let bad = checks.iter().filter(|c| !c.holds()).count();
+        match args.format {
+            Format::Json => print_json(&checks)?,
+            Format::Text => {
+                for c in &checks {
+                    let line = match (&c.anchored_seal, &c.recorded_seal) {
+                        _ if c.holds() => format!("{}: matches its anchor", c.month),
+                        (None, Some(_)) => format!("{}: closed, but not in the anchor file", c.month),
+                        (Some(a), None) => format!("{}: anchored ({a}) but not closed in the database", c.month),
+                        (Some(a), Some(r)) => format!(
+                            "{}: DIFFERS FROM ITS ANCHOR\n  anchored   {a}\n  recorded   {r}\n  recomputed {}",
+                            c.month,
+                            c.recomputed_seal.as_deref().unwrap_or("-")
+                        ),
+                        (None, None) => continue,
+                    };
+                    println!("{line}");
+                }
+            }
+        }
+        return Ok(if bad > 0 {
+            ExitCode::from(EXIT_FINDINGS)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
     let checks = verify(&pool, args.month).await?;
     let broken = checks.iter().filter(|c| !c.holds()).count();
     match args.format {
@@ -126,6 +281,15 @@ pub async fn run_audit(args: AuditArgs, target: &Target) -> anyhow::Result<ExitC
 
 pub fn render(r: &AuditReport) -> String {
     let mut o = String::new();
+    if !r.definitions.is_empty() {
+        o.push_str(&format!(
+            "{} of the database's own definitions are not the migrations' (its guards or the audit itself were altered):\n",
+            r.definitions.len()
+        ));
+        for d in &r.definitions {
+            o.push_str(&format!("  {} {}: {}\n", d.kind, d.name, d.problem));
+        }
+    }
     if r.discrepancies.is_empty() {
         o.push_str("every charge recomputed in SQL matches the ledger\n");
     } else {

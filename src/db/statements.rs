@@ -24,12 +24,15 @@ pub struct ClosedPeriod {
     pub total: Decimal,
     pub seal_algorithm: String,
     pub seal: Vec<u8>,
+    /// The month's currency, sealed with it (seal v2; `None` for v1 months).
+    pub currency: Option<String>,
 }
 
 pub async fn closed_period(conn: &mut PgConnection, period: NaiveDate) -> Result<Option<ClosedPeriod>, sqlx::Error> {
     sqlx::query_as!(
         ClosedPeriod,
-        "SELECT period, closed_at, closed_by, entry_count, total, seal_algorithm, seal FROM closed_period WHERE period = $1",
+        "SELECT period, closed_at, closed_by, entry_count, total, seal_algorithm, seal, currency
+           FROM closed_period WHERE period = $1",
         period
     )
     .fetch_optional(&mut *conn)
@@ -51,29 +54,18 @@ pub async fn earlier_open_month(conn: &mut PgConnection, period: NaiveDate) -> R
 /// its entries) and number a statement for each project with entries.
 /// Returns the closed month as recorded.
 pub async fn close(conn: &mut PgConnection, period: NaiveDate, closed_by: &str) -> Result<ClosedPeriod, sqlx::Error> {
+    // The database's close procedure (migration 0018) checks the month,
+    // issues its statements and computes the count, total, currency, time
+    // and seal: the insert names only the month and who closes it.
     let row = sqlx::query_as!(
         ClosedPeriod,
         r#"INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal)
-           SELECT $1, $2, count(*), coalesce(sum(amount), 0), 'sha256-chain-v1',
-                  hl_month_seal($1::date, (SELECT seal FROM closed_period WHERE period = ($1::date - interval '1 month')::date))
-             FROM ledger_entry WHERE period = $1
-           RETURNING period, closed_at, closed_by, entry_count, total, seal_algorithm, seal"#,
+           VALUES ($1, $2, 0, 0, 'sha256-chain-v2', sha256(''))
+           RETURNING period, closed_at, closed_by, entry_count, total, seal_algorithm, seal, currency"#,
         period,
         closed_by
     )
     .fetch_one(&mut *conn)
-    .await?;
-    sqlx::query!(
-        "INSERT INTO statement (period, project_id, number, entry_count, total)
-         SELECT $1, t.project_id,
-                (SELECT coalesce(max(number), 0) FROM statement) + row_number() OVER (ORDER BY lower(p.code), p.id),
-                t.n, t.total
-           FROM (SELECT project_id, count(*) AS n, sum(amount) AS total FROM ledger_entry WHERE period = $1
-                  GROUP BY project_id) t
-           JOIN project p ON p.id = t.project_id",
-        period
-    )
-    .execute(&mut *conn)
     .await?;
     Ok(row)
 }
@@ -401,4 +393,15 @@ pub async fn find_runs(
     .fetch_all(&mut *conn)
     .await?;
     Ok(rows.into_iter().map(|r| (r.id, r.started_at)).collect())
+}
+
+/// Every closed month as recorded, oldest first.
+pub async fn closed_periods(conn: &mut PgConnection) -> Result<Vec<ClosedPeriod>, sqlx::Error> {
+    sqlx::query_as!(
+        ClosedPeriod,
+        "SELECT period, closed_at, closed_by, entry_count, total, seal_algorithm, seal, currency
+           FROM closed_period ORDER BY period"
+    )
+    .fetch_all(&mut *conn)
+    .await
 }

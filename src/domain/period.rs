@@ -101,6 +101,13 @@ impl Serialize for Month {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Month {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Month, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for Month {
     type Err = String;
 

@@ -46,8 +46,104 @@ pub struct CloseOutcome {
     pub closed_by: String,
     pub entry_count: i64,
     pub total: Decimal,
+    pub seal_algorithm: String,
     pub seal: String,
+    pub currency: Option<String>,
     pub statements: Vec<(String, i64, Decimal)>,
+}
+
+/// A closed month's seal as kept outside the database (`close
+/// --anchor-file`/`--anchor-url`): what `verify --against` checks the
+/// database against. One JSON object per line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Anchor {
+    pub month: Month,
+    pub seal_algorithm: String,
+    pub seal: String,
+    pub entries: i64,
+    pub total: Decimal,
+    #[serde(default)]
+    pub currency: Option<String>,
+    pub closed_at: DateTime<Utc>,
+    pub closed_by: String,
+}
+
+impl Anchor {
+    fn of(c: &ClosedPeriod) -> Anchor {
+        Anchor {
+            month: Month::of_date(c.period),
+            seal_algorithm: c.seal_algorithm.clone(),
+            seal: hex::encode(&c.seal),
+            entries: c.entry_count,
+            total: c.total,
+            currency: c.currency.clone(),
+            closed_at: c.closed_at,
+            closed_by: c.closed_by.clone(),
+        }
+    }
+}
+
+impl CloseOutcome {
+    /// The anchor of the month this closed.
+    pub fn anchor(&self) -> Anchor {
+        Anchor {
+            month: self.month,
+            seal_algorithm: self.seal_algorithm.clone(),
+            seal: self.seal.clone(),
+            entries: self.entry_count,
+            total: self.total,
+            currency: self.currency.clone(),
+            closed_at: self.closed_at,
+            closed_by: self.closed_by.clone(),
+        }
+    }
+}
+
+/// Every closed month's anchor, oldest first (to start an anchor file for
+/// months closed before one was kept).
+pub async fn anchors(pool: &PgPool) -> Result<Vec<Anchor>, DbError> {
+    let mut conn = pool.acquire().await?;
+    Ok(sdb::closed_periods(&mut conn).await?.iter().map(Anchor::of).collect())
+}
+
+/// How the database stands against one kept anchor.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnchorCheck {
+    pub month: Month,
+    pub anchored_seal: Option<String>,
+    pub recorded_seal: Option<String>,
+    pub recomputed_seal: Option<String>,
+}
+
+impl AnchorCheck {
+    /// The database records and recomputes the seal kept outside it.
+    pub fn holds(&self) -> bool {
+        self.anchored_seal.is_some()
+            && self.anchored_seal == self.recorded_seal
+            && self.anchored_seal == self.recomputed_seal
+    }
+}
+
+/// Check the database against seals kept elsewhere: every anchored month
+/// must be closed with that seal, and recompute to it; every closed month
+/// should be anchored.
+pub async fn verify_against(pool: &PgPool, kept: &[Anchor]) -> Result<Vec<AnchorCheck>, DbError> {
+    let mut conn = pool.acquire().await?;
+    let checks = sdb::seal_checks(&mut conn, None).await?;
+    let mut months: std::collections::BTreeSet<Month> = kept.iter().map(|a| a.month).collect();
+    months.extend(checks.iter().map(|c| Month::of_date(c.period)));
+    Ok(months
+        .into_iter()
+        .map(|m| {
+            let check = checks.iter().find(|c| Month::of_date(c.period) == m);
+            AnchorCheck {
+                month: m,
+                anchored_seal: kept.iter().rev().find(|a| a.month == m).map(|a| a.seal.clone()),
+                recorded_seal: check.map(|c| c.recorded_seal.clone()),
+                recomputed_seal: check.map(|c| c.recomputed_seal.clone()),
+            }
+        })
+        .collect())
 }
 
 /// Close `month`: refused while it is not over, while an earlier month with
@@ -74,7 +170,9 @@ async fn close_in(
         closed_by: c.closed_by,
         entry_count: c.entry_count,
         total: c.total,
+        seal_algorithm: c.seal_algorithm,
         seal: hex::encode(c.seal),
+        currency: c.currency,
         statements,
     };
     if let Some(c) = sdb::closed_period(&mut *tx, period).await? {
@@ -134,15 +232,23 @@ pub struct AuditReport {
     /// Records not charged (open), set aside (dismissed), or resolved
     /// before resolutions were proven: listed, not findings.
     pub rejections: crate::db::rejected::RejectionSummary,
+    /// Functions, audit views and triggers that are not the migrations'.
+    pub definitions: Vec<crate::db::definitions::Altered>,
 }
 
 impl AuditReport {
     pub fn clean(&self) -> bool {
-        self.discrepancies.is_empty() && self.seals.iter().all(SealCheck::holds)
+        self.discrepancies.is_empty() && self.seals.iter().all(SealCheck::holds) && self.definitions.is_empty()
     }
 }
 
 pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
+    // First, whether the guards and views the audit relies on are still the
+    // migrations' (on a connection of its own: it rolls its work back).
+    let definitions = {
+        let mut conn = pool.acquire().await?;
+        crate::db::definitions::altered(&mut conn).await?
+    };
     let mut tx = pool.begin().await?;
     // One pass over millions of charges: compiling it (JIT) costs more than
     // it saves (measured with `hpc-ledger bench`).
@@ -151,6 +257,7 @@ pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
         discrepancies: sdb::discrepancies(&mut tx).await?,
         seals: sdb::seal_checks(&mut tx, None).await?,
         rejections: crate::db::rejected::summary(&mut tx).await?,
+        definitions,
     };
     tx.commit().await?;
     Ok(report)

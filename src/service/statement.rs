@@ -131,7 +131,11 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
             };
             Statement {
                 center: center.name.clone(),
-                currency: center.currency.clone(),
+                // A closed month's currency is the one sealed with it (seal v2).
+                currency: closed
+                    .as_ref()
+                    .and_then(|c| c.currency.clone())
+                    .unwrap_or_else(|| center.currency.clone()),
                 month,
                 project: headers[id].clone(),
                 status,

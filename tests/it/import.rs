@@ -781,13 +781,7 @@ async fn concurrent_importers_charge_each_job_exactly_once() {
 #[tokio::test]
 async fn a_job_ending_in_a_closed_month_is_posted_late_to_the_first_open_month() {
     let db = fixture_db().await;
-    sqlx::raw_sql(
-        "INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal)
-         VALUES ('2026-10-01', 't', 0, 0, 'sha256-chain-v1', sha256(''))",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    crate::harness::close_by_hand(&db.pool, "2026-10-01").await;
     let text = format!(
         "{}\n{}\n",
         job("1", json!({})),

@@ -523,7 +523,9 @@ async fn statements_and_month_end_from_the_command_line() {
     // Clean; the sample's one rejected record is listed, not a finding.
     let audit = ok(&db.cli(&["audit"]));
     assert!(
-        audit.starts_with("every charge recomputed in SQL matches the ledger\nrejections: 1 open, not charged (the oldest first seen "),
+        audit.starts_with(
+            "every charge recomputed in SQL matches the ledger\nrejections: 1 open, not charged (the oldest first seen "
+        ),
         "{audit}"
     );
     assert!(audit.ends_with("\n4 closed month(s): every seal holds\n"), "{audit}");

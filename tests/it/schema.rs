@@ -145,12 +145,7 @@ async fn constraints_refuse_what_cannot_be_true() {
         assert!(got.contains(expect), "{sql}\n  expected {expect}, got {got}");
     }
     // Closing March makes it refuse postings; months close in order.
-    sqlx::raw_sql(
-        "INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal) VALUES ('2026-03-01', 't', 1, 0.08, 'sha256-chain-v1', sha256('x'))",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    crate::harness::close_by_hand(&db.pool, "2026-03-01").await;
     let got = refused(
         &db.pool,
         "INSERT INTO ledger_entry (period, project_id, kind, quantity, unit_rate, amount_exact, amount, author, reason) VALUES ('2026-03-01', 1, 'adjustment', 1, -5, -5, -5, 't', 'credit')",

@@ -245,10 +245,7 @@ async fn what_a_billing_run_refuses() {
         "project EARLY: a quota of 1 TB is in force on 2019-06-01 but no storage rate is; add a storage rate for those days to the center configuration"
     );
     // A closed month (and every month before it).
-    sqlx::raw_sql("INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal) VALUES ('2026-02-01', 't', 0, 0, 'sha256-chain-v1', sha256(''))")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    crate::harness::close_by_hand(&db.pool, "2026-02-01").await;
     let e = bill(&db.pool, "2026-02".parse().unwrap(), "t", false, now())
         .await
         .unwrap_err();

@@ -255,3 +255,241 @@ async fn a_rejection_is_resolved_only_by_the_record_it_became() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].1.ends_with("recorded, naming no job record"), "{found:?}");
 }
+
+/// The example center with the sample jobs, storage billed July to October.
+async fn october() -> TestDb {
+    let db = TestDb::with_example().await;
+    for (file, format, cluster) in [
+        ("owens-sacct.txt", "slurm", None),
+        ("pitzer-accounting-202610.log", "pbs", Some("pitzer")),
+        ("jobs.jsonl", "jsonl", None),
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/jobs")
+            .join(file);
+        let mut args = vec!["import", "--format", format];
+        if let Some(c) = cluster {
+            args.extend(["--cluster", c]);
+        }
+        args.push(path.to_str().unwrap());
+        db.cli(&args);
+    }
+    for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
+        ok(&db.cli(&["bill", "storage", "--month", month]));
+    }
+    db
+}
+
+#[tokio::test]
+async fn only_the_close_procedure_closes_a_month() {
+    let db = october().await;
+    let p = &db.pool;
+    // Billing closes the current month by hand: refused (it is not over).
+    let now = id(
+        p,
+        "SELECT extract(year FROM now())::bigint * 100 + extract(month FROM now())::bigint",
+    )
+    .await;
+    let current = format!("{}-{:02}-01", now / 100, now % 100);
+    let e = as_role(
+        p,
+        "hpc_ledger_billing",
+        &format!(
+            "INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal)
+             VALUES ('{current}', 'mallory', 0, 0, 'sha256-chain-v1', sha256('x'))"
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("is not over until"), "{e}");
+    // A past month with earlier months open: refused.
+    let e = as_role(
+        p,
+        "hpc_ledger_billing",
+        "INSERT INTO closed_period (period, closed_by) VALUES ('2026-08-01', 'mallory')",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("2026-07 is still open"), "{e}");
+    // Statements are the procedure's alone.
+    let e = as_role(
+        p,
+        "hpc_ledger_billing",
+        "INSERT INTO statement (period, project_id, number, entry_count, total) VALUES ('2026-07-01', 1, 99, 1, 1)",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("permission denied"), "{e}");
+    // July by hand, with a forged count, total and seal: the database closes it
+    // its own way — the row says what the ledger holds, sealed by the procedure.
+    as_role(
+        p,
+        "hpc_ledger_billing",
+        "INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal, closed_at)
+         VALUES ('2026-07-01', 'mallory', 999, 12345.67, 'sha256-chain-v1', sha256('forged'), '2020-01-01')",
+    )
+    .await
+    .unwrap();
+    let row = sqlx::query(
+        "SELECT c.entry_count, c.total::text, c.seal_algorithm, c.currency, c.closed_at > now() - interval '1 hour',
+                (SELECT count(*) FROM ledger_entry WHERE period = '2026-07-01'),
+                (SELECT count(*) FROM statement WHERE period = '2026-07-01')
+           FROM closed_period c WHERE period = '2026-07-01'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    let (count, total, algorithm, currency, fresh, entries, statements): (i64, String, String, String, bool, i64, i64) = (
+        row.get(0),
+        row.get(1),
+        row.get(2),
+        row.get(3),
+        row.get(4),
+        row.get(5),
+        row.get(6),
+    );
+    assert_eq!(
+        (count, algorithm.as_str(), currency.as_str(), fresh),
+        (entries, "sha256-chain-v2", "USD", true)
+    );
+    assert_ne!(total, "12345.67");
+    assert!(statements > 0);
+    let verify = ok(&db.cli(&["verify", "--month", "2026-07"]));
+    assert!(verify.starts_with("2026-07: seal holds"), "{verify}");
+}
+
+#[tokio::test]
+async fn a_sealed_month_keeps_its_currency_and_a_rewritten_chain_shows_outside_the_database() {
+    let db = october().await;
+    let p = &db.pool;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("anchors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let anchors = dir.join("seals.jsonl");
+    let a = anchors.to_str().unwrap();
+    for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
+        let out = ok(&db.cli(&["close", "--month", month, "--anchor-file", a]));
+        assert!(out.contains("seal (sha256-chain-v2): "), "{out}");
+    }
+    // Closing again appends nothing new.
+    ok(&db.cli(&["close", "--month", "2026-10", "--anchor-file", a]));
+    assert_eq!(std::fs::read_to_string(&anchors).unwrap().lines().count(), 4);
+    assert!(
+        ok(&db.cli(&["verify", "--against", a]))
+            .lines()
+            .all(|l| l.ends_with("matches its anchor"))
+    );
+
+    // The center cannot be removed and re-applied with another currency.
+    for sql in ["DELETE FROM center", "TRUNCATE center CASCADE"] {
+        let e = sqlx::raw_sql(sql).execute(p).await.unwrap_err().to_string();
+        assert!(
+            e.contains("the center cannot be removed once anything is recorded"),
+            "{sql}: {e}"
+        );
+    }
+
+    // The owner goes past the database: edits an August charge, rewrites
+    // August's currency and statement numbers, and re-seals every month from
+    // August on so that the database's own checks pass again.
+    // (amount_exact = quantity × unit_rate is a CHECK: the edit keeps it true.)
+    sqlx::raw_sql(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER USER; ALTER TABLE closed_period DISABLE TRIGGER USER;
+         ALTER TABLE statement DISABLE TRIGGER USER;
+         UPDATE ledger_entry SET quantity = quantity * 2, amount_exact = amount_exact * 2, amount = round(amount_exact * 2, 2)
+          WHERE id = (SELECT min(id) FROM ledger_entry WHERE period = '2026-08-01' AND kind = 'storage');
+         UPDATE closed_period SET currency = 'EUR' WHERE period = '2026-08-01';",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    // Before re-sealing: August and every later month are broken.
+    let v = db.cli(&["verify"]);
+    assert_eq!(v.status.code(), Some(5));
+    let out = crate::harness::stdout(&v);
+    assert!(out.contains("2026-07: seal holds"), "{out}");
+    for m in ["2026-08", "2026-09", "2026-10"] {
+        assert!(out.contains(&format!("{m}: SEAL BROKEN")), "{out}");
+    }
+    // Re-seal August, September and October in order, as the owner can.
+    sqlx::raw_sql(
+        "UPDATE statement SET total = t.total FROM (SELECT project_id, period, sum(amount) AS total FROM ledger_entry GROUP BY 1, 2) t
+          WHERE t.project_id = statement.project_id AND t.period = statement.period AND statement.period >= '2026-08-01';
+         UPDATE closed_period c SET total = (SELECT sum(amount) FROM ledger_entry WHERE period = c.period) WHERE period >= '2026-08-01';
+         UPDATE closed_period SET seal = hl_month_seal_v2('2026-08-01', (SELECT seal FROM closed_period WHERE period = '2026-07-01'), currency, closed_by, closed_at) WHERE period = '2026-08-01';
+         UPDATE closed_period SET seal = hl_month_seal_v2('2026-09-01', (SELECT seal FROM closed_period WHERE period = '2026-08-01'), currency, closed_by, closed_at) WHERE period = '2026-09-01';
+         UPDATE closed_period SET seal = hl_month_seal_v2('2026-10-01', (SELECT seal FROM closed_period WHERE period = '2026-09-01'), currency, closed_by, closed_at) WHERE period = '2026-10-01';
+         ALTER TABLE ledger_entry ENABLE TRIGGER USER; ALTER TABLE closed_period ENABLE TRIGGER USER;
+         ALTER TABLE statement ENABLE TRIGGER USER;",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    // The database now agrees with itself...
+    assert!(ok(&db.cli(&["verify"])).lines().all(|l| l.contains("seal holds")));
+    let statement = ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-08"]));
+    assert!(statement.contains("EUR"), "{statement}");
+    // ...but not with the seals kept outside it.
+    let v = db.cli(&["verify", "--against", a]);
+    assert_eq!(v.status.code(), Some(5));
+    let out = crate::harness::stdout(&v);
+    assert!(out.contains("2026-07: matches its anchor"), "{out}");
+    for m in ["2026-08", "2026-09", "2026-10"] {
+        assert!(out.contains(&format!("{m}: DIFFERS FROM ITS ANCHOR")), "{out}");
+    }
+}
+
+#[tokio::test]
+async fn the_audit_finds_its_own_guards_and_views_altered() {
+    let db = october().await;
+    for month in ["2026-07", "2026-08"] {
+        ok(&db.cli(&["close", "--month", month]));
+    }
+    let p = &db.pool;
+    // As migrated: nothing altered. (This also keeps the list of triggers in
+    // src/db/definitions.rs in step with the migrations.)
+    let mut conn = p.acquire().await.unwrap();
+    assert_eq!(hpc_ledger::db::definitions::altered(&mut conn).await.unwrap(), vec![]);
+    drop(conn);
+    // The owner makes the guards let everything through, and the seal view
+    // agree with whatever is recorded.
+    sqlx::raw_sql(
+        "CREATE OR REPLACE FUNCTION hl_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+         ALTER TABLE ledger_entry DISABLE TRIGGER ledger_entry_guard;
+         ALTER TABLE closed_period ENABLE TRIGGER closed_period_in_order;
+         CREATE OR REPLACE VIEW audit.seals AS
+         SELECT period, closed_at, closed_by, seal_algorithm, encode(seal, 'hex') AS recorded_seal,
+                encode(seal, 'hex') AS recomputed_seal, entry_count AS recorded_entries, entry_count AS entries,
+                total AS recorded_total, total::numeric AS total, currency
+           FROM closed_period;",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(5), "{}", crate::harness::stdout(&o));
+    let out = crate::harness::stdout(&o);
+    for line in [
+        "function hl_refuse_change: its body is not the migrations' (replaced)",
+        "trigger ledger_entry_guard on ledger_entry: disabled",
+        "trigger closed_period_in_order on closed_period: enabled as O, not A",
+        "view audit.seals: its query is not the migrations' (replaced)",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    // The auditor role finds the same (it reads catalogs and makes temporary views only).
+    let auditor = format!("hl_aud_{}", std::process::id());
+    sqlx::raw_sql(&format!("CREATE ROLE {auditor} LOGIN IN ROLE hpc_ledger_auditor"))
+        .execute(p)
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_username(&auditor).unwrap();
+    let o = cli_with_env(&["audit"], &[("DATABASE_URL", url.as_str())], None);
+    let out = crate::harness::stdout(&o);
+    assert!(
+        out.contains("view audit.seals: its query is not the migrations' (replaced)"),
+        "{out}{}",
+        crate::harness::stderr(&o)
+    );
+    sqlx::raw_sql(&format!("DROP ROLE {auditor}")).execute(p).await.unwrap();
+}

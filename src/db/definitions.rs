@@ -1,0 +1,290 @@
+//! Whether the database's own guards are the ones the migrations installed
+//! (issue 13, item 6): the owner of the schema can replace a function
+//! (`hl_refuse_change()`, a seal function), a view the audit reads, or
+//! disable a trigger, then make the database agree with itself. `audit`
+//! checks them against definitions compiled into this binary from the
+//! migrations (`build.rs`): every `hl_*` function's body as written, every
+//! `audit` view's query, and every guard trigger, on its table, calling its
+//! function, enabled as installed (`ENABLE ALWAYS`, which also fires under
+//! `session_replication_role = replica`).
+
+use sqlx::PgConnection;
+
+include!(concat!(env!("OUT_DIR"), "/definitions.rs"));
+
+/// Every trigger the migrations leave: table, trigger, function, and how it
+/// is enabled (`A` always, `O` on origin). A test checks this list against
+/// a freshly migrated database, so a new trigger cannot be forgotten here.
+pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
+    ("billing_run", "billing_run_append_only", "hl_refuse_change", 'A'),
+    ("billing_run", "billing_run_no_truncate", "hl_refuse_change", 'A'),
+    ("center", "center_guard", "hl_center_guard", 'A'),
+    ("center", "center_no_truncate", "hl_center_guard", 'A'),
+    ("center", "center_rules_version", "hl_bump_rules_version", 'O'),
+    ("closed_period", "closed_period_append_only", "hl_refuse_change", 'A'),
+    (
+        "closed_period",
+        "closed_period_in_order",
+        "hl_closed_period_in_order",
+        'A',
+    ),
+    ("closed_period", "closed_period_no_truncate", "hl_refuse_change", 'A'),
+    ("closed_period", "closed_period_seal", "hl_close_month", 'A'),
+    ("cluster", "cluster_guard", "hl_cluster_guard", 'A'),
+    ("cluster", "cluster_keep_referenced", "hl_cluster_keep_referenced", 'A'),
+    ("cluster", "cluster_rules_version", "hl_bump_rules_version", 'O'),
+    (
+        "cluster",
+        "cluster_truncate_when_recorded",
+        "hl_refuse_truncate_when_recorded",
+        'A',
+    ),
+    ("job", "job_append_only", "hl_refuse_change", 'A'),
+    ("job", "job_no_truncate", "hl_refuse_change", 'A'),
+    ("job", "job_references", "hl_job_references", 'A'),
+    ("job_record", "job_record_append_only", "hl_refuse_change", 'A'),
+    ("job_record", "job_record_no_truncate", "hl_refuse_change", 'A'),
+    ("job_record", "job_record_references", "hl_job_record_references", 'A'),
+    ("ledger_entry", "ledger_entry_append_only", "hl_refuse_change", 'A'),
+    ("ledger_entry", "ledger_entry_guard", "hl_ledger_entry_guard", 'A'),
+    ("ledger_entry", "ledger_entry_no_truncate", "hl_refuse_change", 'A'),
+    (
+        "ledger_entry",
+        "ledger_entry_references",
+        "hl_ledger_entry_references",
+        'A',
+    ),
+    (
+        "node_type",
+        "node_type_keep_referenced",
+        "hl_node_type_keep_referenced",
+        'A',
+    ),
+    ("node_type", "node_type_rules_version", "hl_bump_rules_version", 'O'),
+    (
+        "node_type",
+        "node_type_truncate_when_recorded",
+        "hl_refuse_truncate_when_recorded",
+        'A',
+    ),
+    ("project", "project_keep_referenced", "hl_project_keep_referenced", 'A'),
+    (
+        "project",
+        "project_truncate_when_recorded",
+        "hl_refuse_truncate_when_recorded",
+        'A',
+    ),
+    ("queue_map", "queue_map_rules_version", "hl_bump_rules_version", 'O'),
+    ("rate_card", "rate_card_guard", "hl_rate_card_guard", 'A'),
+    ("rate_card", "rate_card_keep_referenced", "hl_rate_keep_referenced", 'A'),
+    ("rate_card", "rate_card_rules_version", "hl_bump_rules_version", 'O'),
+    (
+        "rate_card",
+        "rate_card_truncate_when_recorded",
+        "hl_refuse_truncate_when_recorded",
+        'A',
+    ),
+    (
+        "rejected_record",
+        "rejected_record_guard",
+        "hl_rejected_record_guard",
+        'A',
+    ),
+    (
+        "rejected_record",
+        "rejected_record_no_truncate",
+        "hl_rejected_record_no_truncate",
+        'A',
+    ),
+    ("statement", "statement_append_only", "hl_refuse_change", 'A'),
+    ("statement", "statement_no_truncate", "hl_refuse_change", 'A'),
+    (
+        "storage_charge_segment",
+        "storage_charge_segment_append_only",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "storage_charge_segment",
+        "storage_charge_segment_no_truncate",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "storage_charge_segment",
+        "storage_charge_segment_references",
+        "hl_storage_charge_segment_references",
+        'A',
+    ),
+    (
+        "storage_quota",
+        "storage_quota_after_billed_months",
+        "hl_quota_after_billed_months",
+        'A',
+    ),
+    ("storage_quota", "storage_quota_append_only", "hl_refuse_change", 'A'),
+    ("storage_quota", "storage_quota_no_truncate", "hl_refuse_change", 'A'),
+    ("storage_rate", "storage_rate_guard", "hl_storage_rate_guard", 'A'),
+    (
+        "storage_rate",
+        "storage_rate_keep_referenced",
+        "hl_rate_keep_referenced",
+        'A',
+    ),
+    (
+        "storage_rate",
+        "storage_rate_rules_version",
+        "hl_bump_rules_version",
+        'O',
+    ),
+    (
+        "storage_rate",
+        "storage_rate_truncate_when_recorded",
+        "hl_refuse_truncate_when_recorded",
+        'A',
+    ),
+];
+
+/// A definition that is not the one the migrations installed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Altered {
+    /// `function`, `view` or `trigger`.
+    pub kind: &'static str,
+    pub name: String,
+    pub problem: String,
+}
+
+/// Every function, audit view and trigger that differs from its migration.
+/// Runs in a transaction it rolls back (the views are compared by creating
+/// each again as a temporary view and comparing PostgreSQL's own rendering
+/// of both, which does not depend on the server's version).
+pub async fn altered(conn: &mut PgConnection) -> Result<Vec<Altered>, sqlx::Error> {
+    let mut out = Vec::new();
+    let installed: Vec<(String, String)> = sqlx::query_as(
+        "SELECT proname::text, prosrc FROM pg_proc
+          WHERE pronamespace = 'public'::regnamespace AND prokind = 'f' AND proname LIKE 'hl\\_%'",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (name, body) in FUNCTIONS {
+        match installed.iter().find(|(n, _)| n == name) {
+            None => out.push(Altered {
+                kind: "function",
+                name: (*name).to_owned(),
+                problem: "missing".into(),
+            }),
+            Some((_, b)) if b != body => out.push(Altered {
+                kind: "function",
+                name: (*name).to_owned(),
+                problem: "its body is not the migrations' (replaced)".into(),
+            }),
+            Some(_) => {}
+        }
+    }
+    for (name, _) in &installed {
+        if !FUNCTIONS.iter().any(|(n, _)| n == name) {
+            out.push(Altered {
+                kind: "function",
+                name: name.clone(),
+                problem: "not installed by any migration".into(),
+            });
+        }
+    }
+    let triggers: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, t.tgname::text, p.proname::text, t.tgenabled::text
+           FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid
+          WHERE NOT t.tgisinternal AND c.relnamespace = 'public'::regnamespace",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (table, trigger, function, enabled) in TRIGGERS {
+        let name = format!("{trigger} on {table}");
+        match triggers.iter().find(|(t, g, _, _)| t == table && g == trigger) {
+            None => out.push(Altered {
+                kind: "trigger",
+                name,
+                problem: "missing (dropped)".into(),
+            }),
+            Some((_, _, f, _)) if f != function => out.push(Altered {
+                kind: "trigger",
+                name,
+                problem: format!("calls {f}, not {function}"),
+            }),
+            Some((_, _, _, e)) if !e.starts_with(*enabled) => out.push(Altered {
+                kind: "trigger",
+                name,
+                problem: match e.as_str() {
+                    "D" => "disabled".into(),
+                    _ => format!("enabled as {e}, not {enabled}"),
+                },
+            }),
+            Some(_) => {}
+        }
+    }
+    for (table, trigger, _, _) in &triggers {
+        if !TRIGGERS.iter().any(|(t, g, _, _)| t == table && g == trigger) {
+            out.push(Altered {
+                kind: "trigger",
+                name: format!("{trigger} on {table}"),
+                problem: "not installed by any migration".into(),
+            });
+        }
+    }
+    // Views: each created again, temporarily, from the migrations' query.
+    sqlx::raw_sql("BEGIN").execute(&mut *conn).await?;
+    let views = compare_views(&mut *conn).await;
+    sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await?;
+    out.extend(views?);
+    Ok(out)
+}
+
+async fn compare_views(conn: &mut PgConnection) -> Result<Vec<Altered>, sqlx::Error> {
+    let mut out = Vec::new();
+    for (i, (name, query)) in AUDIT_VIEWS.iter().enumerate() {
+        let installed: Option<String> =
+            sqlx::query_scalar("SELECT pg_get_viewdef(c.oid, true) FROM pg_class c WHERE c.relnamespace = 'audit'::regnamespace AND c.relname = $1 AND c.relkind = 'v'")
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await?;
+        let Some(installed) = installed else {
+            out.push(Altered {
+                kind: "view",
+                name: format!("audit.{name}"),
+                problem: "missing".into(),
+            });
+            continue;
+        };
+        sqlx::raw_sql(&format!("SAVEPOINT v{i}")).execute(&mut *conn).await?;
+        let expected = match sqlx::raw_sql(&format!("CREATE TEMP VIEW hl_expected_{i} AS {query}"))
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(_) => {
+                sqlx::query_scalar::<_, String>(&format!(
+                    "SELECT pg_get_viewdef('pg_temp.hl_expected_{i}'::regclass, true)"
+                ))
+                .fetch_one(&mut *conn)
+                .await?
+            }
+            Err(e) => {
+                sqlx::raw_sql(&format!("ROLLBACK TO SAVEPOINT v{i}"))
+                    .execute(&mut *conn)
+                    .await?;
+                out.push(Altered {
+                    kind: "view",
+                    name: format!("audit.{name}"),
+                    problem: format!("its migration's query no longer runs here: {e}"),
+                });
+                continue;
+            }
+        };
+        if expected != installed {
+            out.push(Altered {
+                kind: "view",
+                name: format!("audit.{name}"),
+                problem: "its query is not the migrations' (replaced)".into(),
+            });
+        }
+    }
+    Ok(out)
+}
