@@ -24,6 +24,11 @@ pub struct Args {
     /// Projects with storage quotas (default 10,000; 100,000 with --full).
     #[arg(long)]
     projects: Option<u64>,
+    /// Projects of the freshly set-up center whose month end (bill storage,
+    /// close, audit) is timed in a second database (default 20,000; 100,000
+    /// with --full).
+    #[arg(long)]
+    fresh_projects: Option<u64>,
     /// Projects the jobs are charged to.
     #[arg(long, default_value_t = Sizes::DEFAULT.job_projects)]
     job_projects: u64,
@@ -34,7 +39,8 @@ pub struct Args {
     /// `job record` and `psql` processes to time (the median is reported).
     #[arg(long, default_value_t = Sizes::DEFAULT.calls, value_parser = clap::value_parser!(u32).range(1..=1000))]
     calls: u32,
-    /// The scratch database, dropped and created afresh on the same server.
+    /// The scratch database, dropped and created afresh on the same server
+    /// (with a second one, NAME_fresh, for the month end of a fresh center).
     #[arg(long, default_value = "hpc_ledger_bench")]
     database: String,
     /// Keep the scratch database and the generated files (the jobs file,
@@ -53,15 +59,23 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         job_projects: args.job_projects.max(1),
         grow: args.grow,
         calls: args.calls,
+        fresh_projects: args.fresh_projects.unwrap_or(base.fresh_projects).max(1),
     };
     let (url, admin) = target
         .recreate_scratch(&args.database)
         .await
         .context("creating the bench database")?;
+    // The month end of a fresh center runs in a second database.
+    let fresh = format!("{}_fresh", args.database);
+    let (fresh_url, _) = target
+        .recreate_scratch(&fresh)
+        .await
+        .context("creating the second bench database")?;
     let dir = std::env::temp_dir().join(format!("hpc-ledger-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let setup = Setup {
         url,
+        fresh_url,
         exe: std::env::current_exe().context("finding this program")?,
         psql: crate::embedded::client_binary("psql").context("psql is needed for the job record baseline")?,
         dir: dir.clone(),
@@ -70,13 +84,14 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     let result = bench::run(&setup, &sizes).await;
     if args.keep {
         eprintln!(
-            "bench: kept the database {} and the generated files in {}",
+            "bench: kept the databases {} and {fresh} and the generated files in {}",
             args.database,
             dir.display()
         );
     } else {
         let _ = std::fs::remove_dir_all(&dir);
         db::drop_database(&admin, &args.database).await?;
+        db::drop_database(&admin, &fresh).await?;
     }
     let report = result?;
     match args.output {

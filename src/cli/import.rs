@@ -138,6 +138,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                 let _ = stop_tx.send(true);
             });
             follow(&pool, &mut recorder, &f, &mut summary, stop_rx).await?;
+            refresh_after(&pool, &summary).await;
             return finish(&args, &summary);
         }
         let mut files = args.files.clone();
@@ -170,7 +171,26 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    refresh_after(&pool, &summary).await;
     finish(&args, &summary)
+}
+
+/// After an import, bring the planner's statistics up to date where the
+/// rows it wrote made them stale (a first import of a month's jobs into an
+/// empty ledger, typically).
+async fn refresh_after(pool: &sqlx::PgPool, summary: &Summary) {
+    // A recorded or superseding run writes a record and at least one charge;
+    // a revision writes a record.
+    let charged = summary.recorded + summary.superseded;
+    crate::service::refresh_statistics(
+        pool,
+        &[
+            ("job", summary.recorded),
+            ("job_record", charged + summary.revised),
+            ("ledger_entry", charged + summary.superseded),
+        ],
+    )
+    .await;
 }
 
 fn finish(args: &Args, summary: &Summary) -> anyhow::Result<ExitCode> {

@@ -257,6 +257,24 @@ pub fn redact(text: &str) -> String {
     }
 }
 
+/// Analyze every bulk-written table whose statistics are out of date by
+/// autovacuum's measure, counting `written` (table, rows the caller has just
+/// committed) as changed: its own changes may not have reached the
+/// statistics counters yet. Returns the tables analyzed. Writers that just
+/// wrote many rows call it so that the next query (the audit, a close) is
+/// planned with true row counts rather than an empty table's (migration 0019).
+pub async fn refresh_statistics(conn: &mut PgConnection, written: &[(&str, u64)]) -> Result<Vec<String>, sqlx::Error> {
+    let tables: Vec<String> = written.iter().map(|(t, _)| (*t).to_owned()).collect();
+    let rows: Vec<i64> = written
+        .iter()
+        .map(|(_, n)| i64::try_from(*n).unwrap_or(i64::MAX))
+        .collect();
+    let done = sqlx::query_scalar!(r#"SELECT hl_refresh_statistics($1, $2) AS "done!""#, &tables, &rows)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(done)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

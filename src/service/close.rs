@@ -245,6 +245,9 @@ impl AuditReport {
 pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
     // First, whether the guards and views the audit relies on are still the
     // migrations' (on a connection of its own: it rolls its work back).
+    // Plan the audit on statistics that know how big the ledger is (a
+    // billing run may have just written a charge per project).
+    crate::service::refresh_statistics(pool, &[]).await;
     let definitions = {
         let mut conn = pool.acquire().await?;
         crate::db::definitions::altered(&mut conn).await?

@@ -72,3 +72,20 @@ impl From<sqlx::Error> for config::ApplyError {
         }
     }
 }
+
+/// Bring the planner's statistics up to date after a bulk write
+/// ([`crate::db::refresh_statistics`]). Best effort: what was written is
+/// committed already, and stale statistics only make queries slower, so a
+/// failure is logged, not reported as the use case's failure.
+pub async fn refresh_statistics(pool: &sqlx::PgPool, written: &[(&str, u64)]) {
+    let result = async {
+        let mut conn = pool.acquire().await?;
+        crate::db::refresh_statistics(&mut conn, written).await
+    }
+    .await;
+    match result {
+        Ok(done) if !done.is_empty() => tracing::debug!(tables = ?done, "statistics refreshed"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("refreshing the planner's statistics failed: {e}"),
+    }
+}

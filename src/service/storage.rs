@@ -92,7 +92,19 @@ pub async fn bill(
         tx.rollback().await?;
         return result;
     }
-    crate::service::finish(tx, result).await
+    let outcome = crate::service::finish(tx, result).await?;
+    // A run writes a charge per project in one go: the audit and the close
+    // that follow must not be planned as if the ledger were still empty.
+    if matches!(outcome.state, BillState::Posted { .. }) {
+        // Every entry has at least one segment.
+        let n = outcome.entry_count as u64;
+        crate::service::refresh_statistics(
+            pool,
+            &[("ledger_entry", n), ("storage_charge_segment", n), ("billing_run", 1)],
+        )
+        .await;
+    }
+    Ok(outcome)
 }
 
 async fn bill_in(

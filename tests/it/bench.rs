@@ -20,6 +20,8 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
             "3",
             "--calls",
             "2",
+            "--fresh-projects",
+            "70",
             "--database",
             &scratch,
             "--output",
@@ -33,7 +35,7 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 10, "{names:#?}");
+    assert_eq!(names.len(), 11, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
     // A twentieth of the jobs again, posted to `serve`, all recorded.
     assert_eq!(names[2], "`serve`: 30 jobcomp posts from 16 concurrent senders");
@@ -78,16 +80,27 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
             names[8].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
         )
     );
+    // The month end of a center just set up, in a second scratch database.
+    assert_eq!(
+        names[10],
+        "month end of a fresh center of 70 projects: bill storage, close, audit"
+    );
+    let end = figures[10]["measured"].as_str().unwrap();
+    assert!(
+        end.starts_with("bill ") && end.contains(", close ") && end.contains(", audit "),
+        "{end}"
+    );
     for f in figures {
         assert!(!f["measured"].as_str().unwrap().is_empty());
         assert!(f["pass"].is_boolean());
     }
     assert_eq!(o.status.code() == Some(0), figures.iter().all(|f| f["pass"] == true));
     // Dropped afterwards.
-    let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-        .bind(&scratch)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let left: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname IN ($1, $1 || '_fresh'))")
+            .bind(&scratch)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert!(!left);
 }

@@ -209,6 +209,88 @@ async fn concurrent_runs_of_one_month_post_once() {
     assert_eq!((runs, total.to_string().as_str()), (1, "552.63"));
 }
 
+/// What the planner believes a table holds: -1 until it was first analyzed.
+async fn planner_rows(pool: &PgPool, table: &str) -> f32 {
+    sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = $1::regclass")
+        .bind(table)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_billing_run_leaves_the_planner_knowing_what_it_wrote() {
+    // Issue 13, item 11: right after a run, the audit was planned as if the
+    // ledger were empty and took minutes at 20,000 projects. A center of 80
+    // projects: more rows than autovacuum's threshold of 50 for a new table.
+    let mut center = String::from(
+        "[center]\nname = \"Stats\"\ncurrency = \"USD\"\ntime_zone = \"UTC\"\n\
+         [[storage_rate]]\nfrom = 2020-01-01\ntb_month = 5\n",
+    );
+    for i in 0..80 {
+        center.push_str(&format!(
+            "[[project]]\ncode = \"P{i:03}\"\nquota = [{{ from = 2026-01-01, tb = 2 }}]\n"
+        ));
+    }
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    assert_eq!(planner_rows(&db.pool, "storage_charge_segment").await, -1.0);
+    assert_eq!(planner_rows(&db.pool, "ledger_entry").await, -1.0);
+    // A preview writes nothing and analyzes nothing.
+    bill(&db.pool, "2026-04".parse().unwrap(), "billing", true, now())
+        .await
+        .unwrap();
+    assert_eq!(planner_rows(&db.pool, "ledger_entry").await, -1.0);
+    let o = bill(&db.pool, "2026-04".parse().unwrap(), "billing", false, now())
+        .await
+        .unwrap();
+    assert_eq!(o.entry_count, 80);
+    assert_eq!(planner_rows(&db.pool, "storage_charge_segment").await, 80.0);
+    assert_eq!(planner_rows(&db.pool, "ledger_entry").await, 80.0);
+    // One run row is below any threshold: left to autovacuum.
+    assert_eq!(planner_rows(&db.pool, "billing_run").await, -1.0);
+
+    // The roles that run bulk writes and the audit may refresh statistics
+    // (the function runs with its owner's rights): only the product's own
+    // tables, and only when stale by autovacuum's measure.
+    let mut conn = db.pool.acquire().await.unwrap();
+    for role in ["hpc_ledger_auditor", "hpc_ledger_billing", "hpc_ledger_ingest"] {
+        sqlx::raw_sql(&format!("SET ROLE {role}"))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let done: Vec<String> = sqlx::query_scalar(
+            "SELECT hl_refresh_statistics(ARRAY['billing_run', 'pg_class', 'ledger_entry'], ARRAY[51, 1000000, 7])",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        // (ledger_entry may come again: the run's own insert counts can
+        // reach the statistics after its analyze.)
+        assert!(done.iter().any(|t| t == "billing_run"), "{role}: {done:?}");
+        assert!(!done.iter().any(|t| t == "pg_class"), "{role}: {done:?}");
+        sqlx::raw_sql("RESET ROLE").execute(&mut *conn).await.unwrap();
+    }
+    let nobody = format!("hl_nobody_{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    sqlx::raw_sql(&format!("CREATE ROLE {nobody}; SET ROLE {nobody}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let refused = sqlx::query_scalar::<_, Vec<String>>("SELECT hl_refresh_statistics()")
+        .fetch_one(&mut *conn)
+        .await;
+    sqlx::raw_sql(&format!("RESET ROLE; DROP ROLE {nobody}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let e = refused
+        .expect_err("a role without the grant may not call it")
+        .to_string();
+    assert!(e.contains("permission denied"), "{e}");
+}
+
 #[tokio::test]
 async fn what_a_billing_run_refuses() {
     let db = db().await;
