@@ -13,7 +13,7 @@ use crate::db::Target;
 use crate::domain::posting::Defaults;
 use crate::ingest::{self, ReadOptions};
 use crate::service::follow::{Follow, follow};
-use crate::service::import::{Summary, import, retry_rejected};
+use crate::service::import::{ImportError, Summary, import, retry_rejected};
 use crate::service::{author, record::Recorder};
 
 /// Exit code when some records were rejected (and kept for re-processing).
@@ -148,7 +148,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         for path in &files {
             if path.as_os_str() == "-" {
                 let bar = progress(None);
-                import(
+                let r = import(
                     &mut recorder,
                     std::io::stdin(),
                     "stdin",
@@ -157,17 +157,23 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                     &mut summary,
                     &|b| bar.set_position(b),
                 )
-                .await?;
+                .await;
                 bar.finish_and_clear();
+                if let Some(code) = abandoned(&pool, &args, &summary, r).await? {
+                    return Ok(code);
+                }
             } else {
                 let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
                 let bar = progress(file.metadata().ok().map(|m| m.len()));
                 let name = path.display().to_string();
-                import(&mut recorder, file, &name, format, &options, &mut summary, &|b| {
+                let r = import(&mut recorder, file, &name, format, &options, &mut summary, &|b| {
                     bar.set_position(b)
                 })
-                .await?;
+                .await;
                 bar.finish_and_clear();
+                if let Some(code) = abandoned(&pool, &args, &summary, r).await? {
+                    return Ok(code);
+                }
             }
         }
     }
@@ -191,6 +197,27 @@ async fn refresh_after(pool: &sqlx::PgPool, summary: &Summary) {
         ],
     )
     .await;
+}
+
+/// An import that stopped part-way (too many malformed records in a row)
+/// still recorded what it read before: say what, then why it stopped, and
+/// fail. Other errors are passed on; `None` when the file was read whole.
+async fn abandoned(
+    pool: &sqlx::PgPool,
+    args: &Args,
+    summary: &Summary,
+    result: Result<(), ImportError>,
+) -> anyhow::Result<Option<ExitCode>> {
+    match result {
+        Ok(()) => Ok(None),
+        Err(e @ ImportError::Abandoned { .. }) => {
+            refresh_after(pool, summary).await;
+            finish(args, summary)?;
+            eprintln!("error: {e}");
+            Ok(Some(ExitCode::FAILURE))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn finish(args: &Args, summary: &Summary) -> anyhow::Result<ExitCode> {

@@ -153,9 +153,15 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Item::Bad(reason) => {
+            // Name the job as far as the record allows.
+            let job = crate::ingest::json_job_key(&raw, "job_id", Some("array_index"), None);
+            let source = Source {
+                job: job.clone(),
+                ..source
+            };
             recorder.record(&[], &[(source, reason.clone())]).await?;
             Outcome::Rejected {
-                job: None,
+                job,
                 kind: RejectKind::Malformed,
                 reason,
             }

@@ -19,6 +19,11 @@ pub struct NewRejection {
     pub job_key: Option<String>,
 }
 
+/// `s` with every NUL replaced by U+FFFD, as the byte policy reads one.
+fn no_nul(s: &str) -> String {
+    s.replace('\0', "\u{FFFD}")
+}
+
 /// Keep rejections; a line rejected before is updated (reason, when, how
 /// many times) rather than duplicated.
 pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<(), sqlx::Error> {
@@ -26,14 +31,20 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
         return Ok(());
     }
     let format: Vec<&str> = rows.iter().map(|r| r.source_format.as_str()).collect();
-    let source: Vec<&str> = rows.iter().map(|r| r.source_ref.as_str()).collect();
+    // PostgreSQL text cannot hold NUL: a job key or reason read from a
+    // record's decoded text (`"cluster": "a\u0000b"`) may. The exact bytes
+    // are kept in `raw_bytes` where it matters.
+    let source: Vec<String> = rows.iter().map(|r| no_nul(&r.source_ref)).collect();
+    let source: Vec<&str> = source.iter().map(String::as_str).collect();
     let options: Vec<serde_json::Value> = rows.iter().map(|r| r.read_options.clone()).collect();
-    let raw: Vec<&str> = rows.iter().map(|r| r.raw.as_str()).collect();
+    let raw: Vec<String> = rows.iter().map(|r| no_nul(&r.raw)).collect();
+    let raw: Vec<&str> = raw.iter().map(String::as_str).collect();
     let hash: Vec<Vec<u8>> = rows.iter().map(|r| r.raw_sha256.clone()).collect();
     let bytes: Vec<Option<Vec<u8>>> = rows.iter().map(|r| r.raw_bytes.clone()).collect();
     let kind: Vec<&str> = rows.iter().map(|r| r.kind).collect();
-    let reason: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
-    let key: Vec<Option<String>> = rows.iter().map(|r| r.job_key.clone()).collect();
+    let reason: Vec<String> = rows.iter().map(|r| no_nul(&r.reason)).collect();
+    let reason: Vec<&str> = reason.iter().map(String::as_str).collect();
+    let key: Vec<Option<String>> = rows.iter().map(|r| r.job_key.as_deref().map(no_nul)).collect();
     sqlx::query!(
         "INSERT INTO rejected_record (source_format, source_ref, read_options, raw, raw_sha256, kind, reason, job_key, raw_bytes)
          SELECT DISTINCT ON (f, h) f, s, o, r, h, k, re, jk, rb

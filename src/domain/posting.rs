@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::catalog::{Catalog, ClusterInfo};
 use super::period::{LocalTimeError, Month, local_to_utc};
-use super::pricing::{JobPrice, JobShape, price_job, validate};
+use super::pricing::{JobPrice, JobShape, check_memory_per_node, price_job, validate};
 use super::rules::{NodeTypeError, pricing_instant};
 use super::units::{Bytes, Priced};
 use crate::ids::{ClusterId, JobRecordId, NodeTypeId, ProjectId, RateCardId};
@@ -266,6 +266,14 @@ pub fn resolve(
             "the job id must be 1 to 256 characters without control characters",
         );
     }
+    if let Some(i) = input.array_index
+        && i > i32::MAX as u32
+    {
+        return reject(
+            RejectKind::Invalid,
+            format!("array index {i} is out of range (at most {})", i32::MAX),
+        );
+    }
     let texts = [
         ("user", Some(input.user.as_str())),
         ("job name", Some(input.job_name.as_str())),
@@ -333,7 +341,13 @@ pub fn resolve(
             ),
         }),
         _ => None,
-    };
+    }
+    .or_else(|| {
+        check_memory_per_node(&shape).err().map(|e| Rejection {
+            kind: RejectKind::Invalid,
+            reason: e.to_string(),
+        })
+    });
     let wall_seconds = (ended_at - started_at).num_seconds();
     validate(&shape, wall_seconds).map_err(|e| Rejection {
         kind: RejectKind::Invalid,

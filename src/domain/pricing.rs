@@ -52,6 +52,11 @@ pub mod limits {
     pub const MAX_GPUS: u32 = 10_000_000;
     /// 1 EiB.
     pub const MAX_MEMORY_BYTES: u64 = 1 << 60;
+    /// 64 TiB: more memory than any one node has (the largest shared-memory
+    /// machines hold 32–48 TiB). A job's memory divided by its nodes above
+    /// this is a unit error or a forged record, not a job (issue 13 item 12;
+    /// new charges only).
+    pub const MAX_MEMORY_PER_NODE: u64 = 64 << 40;
 }
 
 /// Why a job cannot be priced.
@@ -67,6 +72,26 @@ pub enum PricingError {
     Absurd { what: &'static str, value: u64, limit: u64 },
     #[error("the charge is too large to compute exactly (more than 28 significant digits)")]
     Overflow,
+    #[error(
+        "the job holds {memory} of memory on {nodes} node(s), more than {limit} per node, which no node has (a unit error?)"
+    )]
+    MemoryPerNode { memory: Bytes, nodes: u32, limit: Bytes },
+}
+
+/// Whether `shape` holds more memory per node than any node has
+/// ([`limits::MAX_MEMORY_PER_NODE`]). Not part of [`validate`]: it applies
+/// to new charges and quotes, never to a record charged before the rule.
+pub fn check_memory_per_node(shape: &JobShape) -> Result<(), PricingError> {
+    if let Some(m) = shape.memory
+        && u128::from(m.0) > u128::from(shape.nodes.max(1)) * u128::from(limits::MAX_MEMORY_PER_NODE)
+    {
+        return Err(PricingError::MemoryPerNode {
+            memory: m,
+            nodes: shape.nodes,
+            limit: Bytes(limits::MAX_MEMORY_PER_NODE),
+        });
+    }
+    Ok(())
 }
 
 /// Which rule set the charged cores.

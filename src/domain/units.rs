@@ -263,6 +263,17 @@ impl Bytes {
         if num.is_empty() {
             return Err(format!("{s:?} is not a size: it does not start with a number"));
         }
+        if unit.len() > 1
+            && unit.as_bytes()[0].eq_ignore_ascii_case(&b'e')
+            && unit[1..]
+                .trim_start_matches(['+', '-'])
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        {
+            return Err(format!(
+                "{s:?} is not a size: exponent notation is not read; give a number with a unit, e.g. 64GB"
+            ));
+        }
         let multiplier = match unit.to_ascii_lowercase().as_str() {
             "" => default_unit,
             "b" => 1,
@@ -392,6 +403,12 @@ mod tests {
         assert!(Bytes::parse("12XB", 1).unwrap_err().contains("unknown size unit"));
         assert!(Bytes::parse("1.2.3G", 1).unwrap_err().contains("not a number"));
         assert!(Bytes::parse("99999999999PB", 1).unwrap_err().contains("too large"));
+        // Exponent notation is named, not "an unknown unit" or "not a number".
+        for s in ["1e30", "2E+9", "1.5e-3"] {
+            let e = Bytes::parse(s, 1).unwrap_err();
+            assert!(e.contains("exponent notation is not read"), "{s}: {e}");
+        }
+        assert!(Bytes::parse("1eb", 1).unwrap_err().contains("unknown size unit"));
     }
 
     #[test]

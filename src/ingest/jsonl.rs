@@ -23,11 +23,45 @@ use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::units::Bytes;
 
 /// A text or a number (job ids, exit codes, times, sizes).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Scalar {
     Text(String),
     Int(i64),
+}
+
+/// By hand rather than `untagged`, whose error for anything else is "data
+/// did not match any variant of untagged enum Scalar".
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a whole number or a string")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
+                i64::try_from(v)
+                    .map(Scalar::Int)
+                    .map_err(|_| E::custom(format!("{v} is too large a number")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Err(E::custom(format!(
+                    "{v} is not a whole number (a fraction or exponent notation): give a whole number or a string such as \"64GB\""
+                )))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl Scalar {
@@ -203,6 +237,32 @@ impl Parser for JsonlParser {
 mod tests {
     use super::*;
     use crate::domain::units::GIB;
+
+    #[test]
+    fn a_value_that_is_neither_a_whole_number_nor_a_string_says_so() {
+        let with = |memory: &str| {
+            let line = format!(r#"{{"cluster":"owens","job_id":1,"cores":1,"memory":{memory},"start":1,"end":2}}"#);
+            match parse_job(&line) {
+                Err(e) => e,
+                Ok(other) => panic!("{memory}: {other:?}"),
+            }
+        };
+        let e = with("1e30");
+        assert!(
+            e.starts_with("1000000000000000000000000000000 is not a whole number"),
+            "{e}"
+        );
+        assert!(with("1.5").contains("1.5 is not a whole number (a fraction or exponent notation)"));
+        assert!(
+            with("[1]").contains("expected a whole number or a string"),
+            "{}",
+            with("[1]")
+        );
+        assert!(with("18446744073709551615").contains("is too large a number"));
+        for e in [with("1e30"), with("[1]"), with("{}")] {
+            assert!(!e.contains("untagged enum"), "{e}");
+        }
+    }
 
     #[test]
     fn a_json_job() {

@@ -195,6 +195,41 @@ pub fn sniff(line: &str) -> Option<Format> {
     None
 }
 
+/// Stop reading after this many malformed records in a row: the input is
+/// not what it was said to be (a binary file read as lines, a truncated
+/// copy), and keeping each of its lines as a rejection helps nobody.
+pub const MALFORMED_RUN: u64 = 1_000;
+
+/// Whether the first bytes of an input say it is not text at all: a
+/// compressed file or an archive, or data in which more than 5 % of the
+/// bytes other than NUL are control bytes (executables, random or encrypted
+/// data). NUL bytes alone do not make a file binary: a log written when its
+/// node crashed holds a block of them, and those lines are malformed
+/// records, the rest of the file still read. `None` when it looks like text.
+pub fn binary(head: &[u8]) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 5] = [
+        (b"\x1f\x8b", "gzip-compressed data"),
+        (b"BZh", "bzip2-compressed data"),
+        (b"\xfd7zXZ\x00", "xz-compressed data"),
+        (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+        (b"PK\x03\x04", "a zip archive"),
+    ];
+    if let Some((_, what)) = MAGIC.iter().find(|(m, _)| head.starts_with(m)) {
+        return Some(what);
+    }
+    if head.len() >= 262 && &head[257..262] == b"ustar" {
+        return Some("a tar archive");
+    }
+    let head = &head[..head.len().min(8192)];
+    // Control bytes other than tab, line feed, carriage return, form feed, escape.
+    let control = head
+        .iter()
+        .filter(|&&b| b != 0 && b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0c | 0x1b))
+        .count();
+    let not_nul = head.iter().filter(|&&b| b != 0).count();
+    (control * 20 > not_nul).then_some("binary data")
+}
+
 /// Refuse an input that is plainly another format than the one it is read
 /// as, from its first non-empty line: one error naming what it looks like
 /// and the flag to read it with (before anything is recorded or kept).
@@ -212,7 +247,7 @@ pub fn check_format(expected: Format, first_line: &str) -> Result<(), String> {
 
 /// The job a JSON line names (`cluster/job[_index]`), for a rejection of a
 /// line that is JSON but not a job that can be read.
-fn json_job_key(line: &str, id: &str, index: Option<&str>, default_cluster: Option<&str>) -> Option<String> {
+pub(crate) fn json_job_key(line: &str, id: &str, index: Option<&str>, default_cluster: Option<&str>) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     let text = |key: &str| match v.get(key)? {
         serde_json::Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
@@ -440,6 +475,35 @@ mod tests {
 #[cfg(test)]
 mod sniff_tests {
     use super::*;
+
+    #[test]
+    fn binary_inputs_are_told_from_text_with_a_damaged_record() {
+        assert_eq!(binary(b"\x1f\x8b\x08\x00rest"), Some("gzip-compressed data"));
+        assert_eq!(binary(b"\xfd7zXZ\x00\x00"), Some("xz-compressed data"));
+        let mut tar = vec![0u8; 512];
+        tar[..10].copy_from_slice(b"jobs.jsonl");
+        tar[257..262].copy_from_slice(b"ustar");
+        assert_eq!(binary(&tar), Some("a tar archive"));
+        // An ELF executable: many NUL bytes.
+        let mut elf = b"\x7fELF\x02\x01\x01".to_vec();
+        elf.extend([0u8; 100]);
+        assert_eq!(binary(&elf), Some("binary data"));
+        // Random bytes (neither compressed nor an archive).
+        let random: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        assert_eq!(binary(&random), Some("binary data"));
+        // Text, a Latin-1 byte, one damaged record with a NUL, and a block of
+        // NULs where the node crashed: text.
+        let mut text = b"JobID|Account\n1|a\xe9\n".repeat(20);
+        text.extend(b"2|b\0c\n");
+        text.extend([0u8; 4096]);
+        text.extend(b"3|d\n");
+        assert_eq!(binary(&text), None);
+        assert_eq!(binary(&[0u8; 100]), None);
+        assert_eq!(binary(b""), None);
+        assert_eq!(binary(b"\t\x1b[0m colours\r\n"), None);
+    }
 
     #[test]
     fn an_input_that_is_plainly_another_format_is_named() {

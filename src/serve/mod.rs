@@ -151,10 +151,23 @@ impl Credentials {
         let Some(given) = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes) else {
             return false;
         };
+        // The scheme is case-insensitive and may be followed by several
+        // spaces (RFC 7235 §2.1): `bearer  tok` is `Bearer tok`.
+        let Some((scheme, credentials)) = std::str::from_utf8(given).ok().and_then(|g| g.split_once(' ')) else {
+            return false;
+        };
+        let scheme = if scheme.eq_ignore_ascii_case("basic") {
+            "Basic"
+        } else if scheme.eq_ignore_ascii_case("bearer") {
+            "Bearer"
+        } else {
+            return false;
+        };
+        let given = format!("{scheme} {}", credentials.trim_matches(' '));
         // Compare every accepted value in full, whatever matches first.
-        self.accepted
-            .iter()
-            .fold(false, |ok, want| ok | constant_time_eq(want.as_bytes(), given))
+        self.accepted.iter().fold(false, |ok, want| {
+            ok | constant_time_eq(want.as_bytes(), given.as_bytes())
+        })
     }
 }
 
@@ -777,6 +790,12 @@ mod tests {
         assert!(c.allows(&with("Bearer tok123")));
         assert!(!c.allows(&with("Basic c2x1cm06czNjcmV1")));
         assert!(!c.allows(&with("Bearer tok1234")));
+        // The scheme in any case, with more than one space (RFC 7235).
+        assert!(c.allows(&with("bearer tok123")));
+        assert!(c.allows(&with("BASIC  c2x1cm06czNjcmV0")));
+        assert!(!c.allows(&with("bearer tok12")));
+        assert!(!c.allows(&with("Token tok123")));
+        assert!(!c.allows(&with("Bearertok123")));
         assert!(!c.allows(&HeaderMap::new()));
         assert!(Credentials::none().allows(&HeaderMap::new()));
         assert!(Credentials::none().with_basic("nocolon").is_err());

@@ -48,7 +48,12 @@ impl Summary {
     pub(super) fn reject(&mut self, kind: RejectKind, at: &str, reason: &str) {
         *self.rejected.entry(kind).or_default() += 1;
         if self.examples.len() < EXAMPLES {
-            self.examples.push(format!("{at}: {reason}"));
+            // Printed to a terminal: no control characters from the record.
+            let example: String = format!("{at}: {reason}")
+                .chars()
+                .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+                .collect();
+            self.examples.push(example);
         }
     }
 
@@ -87,6 +92,9 @@ pub enum ImportError {
     Options(String),
     #[error("{name}: {message}")]
     WrongFormat { name: String, message: String },
+    /// Reading stopped part-way: what was read before is recorded.
+    #[error("{name}: {message}")]
+    Abandoned { name: String, message: String },
     #[error("{0}")]
     Follow(String),
     #[error(transparent)]
@@ -132,6 +140,7 @@ pub async fn import<R: Read + Send + 'static>(
             tx,
             batch: Batch::default(),
             checked: false,
+            malformed_run: 0,
             sent: false,
         };
         let input = BufReader::with_capacity(1 << 16, input);
@@ -167,6 +176,13 @@ pub async fn import<R: Read + Send + 'static>(
             }
             Err(ReadError::WrongFormat(message)) => {
                 result = Err(ImportError::WrongFormat {
+                    name: name.to_owned(),
+                    message,
+                });
+                break;
+            }
+            Err(ReadError::Abandoned(message)) => {
+                result = Err(ImportError::Abandoned {
                     name: name.to_owned(),
                     message,
                 });
@@ -214,6 +230,8 @@ enum ReadError {
     Io(std::io::Error),
     /// The input is plainly another format: nothing of it was sent.
     WrongFormat(String),
+    /// Too many malformed records in a row: what was read before is sent.
+    Abandoned(String),
     /// The importer stopped taking batches.
     Stopped,
 }
@@ -228,6 +246,8 @@ struct Reader {
     batch: Batch,
     /// Whether the first record was checked for being another format.
     checked: bool,
+    /// Malformed records since the last good (or skipped) one.
+    malformed_run: u64,
     /// Whether a batch was sent (then something may be recorded).
     sent: bool,
 }
@@ -258,6 +278,7 @@ impl Reader {
                 let job = self.p.job_key(&prefix);
                 let s = source(prefix, bytes, self.p.options(), job);
                 self.batch.malformed.push((s, reason));
+                self.malformed_in_a_row(&reference)?;
                 return self.send_if_full(read_so_far);
             }
             RawLine::Text(text) => (text, None),
@@ -265,18 +286,74 @@ impl Reader {
         };
         match crate::ingest::read_record(&mut *self.p, &text, exact.as_deref()) {
             None => {}
-            Some(Item::Skip(s)) => self.batch.skipped.push(s),
+            Some(Item::Skip(s)) => {
+                self.malformed_run = 0;
+                self.batch.skipped.push(s);
+            }
             Some(Item::Bad(reason)) => {
                 let job = self.p.job_key(&text);
                 let s = source(text, exact, self.p.options(), job);
                 self.batch.malformed.push((s, reason));
+                self.malformed_in_a_row(&reference)?;
             }
             Some(Item::Job(job)) => {
+                self.malformed_run = 0;
                 let s = source(text, exact, self.p.options(), None);
                 self.batch.jobs.push(Submission { input: *job, source: s });
             }
         }
         self.send_if_full(read_so_far)
+    }
+
+    /// Count a malformed record; stop reading at [`MALFORMED_RUN`] in a row.
+    fn malformed_in_a_row(&mut self, reference: &str) -> Result<(), ReadError> {
+        self.malformed_run += 1;
+        if self.malformed_run >= crate::ingest::MALFORMED_RUN {
+            return Err(ReadError::Abandoned(format!(
+                "stopped at {reference}: {} malformed records in a row, so this is not {} (or it is damaged \
+                 from here on). The jobs read before are recorded and the malformed records kept; the rest was \
+                 not read",
+                self.malformed_run,
+                self.format.describe()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuse an input that is not text (a compressed file, an archive)
+    /// before reading any of it.
+    fn refuse_binary<R: Read>(&self, input: &mut BufReader<R>) -> Result<(), ReadError> {
+        use std::io::BufRead;
+        let head = input.fill_buf().map_err(ReadError::Io)?;
+        match crate::ingest::binary(head) {
+            Some(what) => {
+                let hint = match what.split('-').next() {
+                    Some("gzip") => format!(
+                        "decompress it first: `zcat FILE | hpc-ledger import --format {} -`",
+                        self.format.as_str()
+                    ),
+                    Some("bzip2") => format!(
+                        "decompress it first: `bzcat FILE | hpc-ledger import --format {} -`",
+                        self.format.as_str()
+                    ),
+                    Some("xz") => format!(
+                        "decompress it first: `xzcat FILE | hpc-ledger import --format {} -`",
+                        self.format.as_str()
+                    ),
+                    Some("zstd") => format!(
+                        "decompress it first: `zstdcat FILE | hpc-ledger import --format {} -`",
+                        self.format.as_str()
+                    ),
+                    _ if what.contains("archive") => "extract its files and import them".to_owned(),
+                    _ => "is it the right file?".to_owned(),
+                };
+                Err(ReadError::WrongFormat(format!(
+                    "this is {what}, not {}: {hint}; nothing was recorded",
+                    self.format.describe()
+                )))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Send the batch when it is full.
@@ -291,7 +368,8 @@ impl Reader {
     }
 
     /// Line formats: numbered, bounded lines. Returns the bytes read.
-    fn read_lines<R: Read>(&mut self, input: BufReader<R>) -> Result<u64, ReadError> {
+    fn read_lines<R: Read>(&mut self, mut input: BufReader<R>) -> Result<u64, ReadError> {
+        self.refuse_binary(&mut input)?;
         let mut lines = LineReader::new(input);
         loop {
             let (number, line) = match lines.next_line() {
@@ -310,6 +388,7 @@ impl Reader {
     /// `sacct --json`: one document, its jobs streamed one at a time.
     fn read_sacct_json<R: Read>(&mut self, mut input: BufReader<R>) -> Result<u64, ReadError> {
         use std::io::BufRead;
+        self.refuse_binary(&mut input)?;
         // A document that is plainly something else is named from its first line.
         let head = input.fill_buf().map_err(ReadError::Io)?;
         let first_line = String::from_utf8_lossy(head.split(|&b| b == b'\n').next().unwrap_or_default()).into_owned();

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::db::{DbError, reference};
-use crate::domain::pricing::{JobPrice, JobShape, PricingError, RateCard, price_job};
+use crate::domain::pricing::{JobPrice, JobShape, PricingError, RateCard, check_memory_per_node, price_job};
 use crate::domain::request::{
     GpuSpec, RequestError, ResourceRequest, parse_pbs, parse_slurm, pbs_duration, slurm_duration,
 };
@@ -112,6 +112,7 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
         .map_err(QuoteError::BadWalltime)?,
         None => request.walltime.ok_or(QuoteError::NoWalltime)?,
     };
+    check_memory_per_node(&shape)?;
     let price = price_job(&shape, wall, &card.period.value)?;
     Ok(Quote {
         cluster: cluster.name.clone(),

@@ -197,3 +197,144 @@ async fn import_from_files_and_stdin() {
     let o = db.cli(&["import", "--format", "slurm", "/nonexistent.txt"]);
     assert!(stderr(&o).contains("error: opening /nonexistent.txt"), "{}", stderr(&o));
 }
+
+/// A JSON job of testclu for `import --format jsonl`.
+fn json_job(id: u32, extra: &str) -> String {
+    format!(
+        "{{\"cluster\":\"testclu\",\"job_id\":\"{id}\",\"project\":\"pas1234\",\"queue\":\"regular\",\"cores\":1,\
+         \"start\":\"2026-10-01T00:00:00Z\",\"end\":\"2026-10-01T01:00:00Z\"{extra}}}\n"
+    )
+}
+
+async fn counts(db: &TestDb) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM job_record), (SELECT count(*) FROM ledger_entry),
+                (SELECT count(*) FROM rejected_record)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn absurd_and_damaged_input_is_refused_with_its_reason_and_loses_nothing_else() {
+    // Issue 13, items 12 and 13.
+    let db = fixture_db().await;
+    // 900 PB on one core: kept as invalid, not charged 5.6 million.
+    let o = record(&db, &["--job-id", "901", "--cores", "1", "--memory", "900PB"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("testclu/901 not recorded: the job holds 900PB of memory on 1 node(s), more than 64TB per node"),
+        "{}",
+        stderr(&o)
+    );
+    // Exponent notation is named as such, and the malformed record names its job.
+    let o = record(&db, &["--job-id", "902", "--memory", "1e30"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("testclu/902 not recorded: memory: \"1e30\" is not a size: exponent notation is not read"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(counts(&db).await, (0, 0, 2));
+
+    // NUL characters in a JSON string, in a charge field and in the cluster,
+    // and an array index beyond PostgreSQL's integer, among 4,000 jobs: each is
+    // rejected with its reason (none as a database error), the rest recorded.
+    let mut lines = String::new();
+    for id in 1..=4000 {
+        lines.push_str(&match id {
+            10 => json_job(id, ",\"user\":\"a\\u0000b\""),
+            20 => json_job(id, "").replace("\"testclu\"", "\"test\\u0000clu\""),
+            30 => json_job(id, ",\"array_index\":2147483648"),
+            40 => json_job(id, "").replace("\"cores\":1", "\"cores\":[1]"),
+            _ => json_job(id, ""),
+        });
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("damaged-{}", db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("jobs.jsonl");
+    std::fs::write(&file, &lines).unwrap();
+    let o = db.cli(&["import", "--format", "jsonl", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stdout(&o).contains("recorded:    3996 "), "{}", stdout(&o));
+    let kinds: Vec<(String, String)> = sqlx::query_as(
+        "SELECT kind, split_part(reason, ' (known', 1) FROM rejected_record WHERE source_ref LIKE '%jobs.jsonl:%'
+          ORDER BY length(source_ref), source_ref",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        kinds,
+        [
+            ("invalid".to_owned(), "the user contains a NUL character".to_owned()),
+            (
+                "unknown_cluster".to_owned(),
+                "unknown cluster \"test\\0clu\"".to_owned()
+            ),
+            (
+                "invalid".to_owned(),
+                "array index 2147483648 is out of range (at most 2147483647)".to_owned()
+            ),
+            (
+                "malformed".to_owned(),
+                "invalid type: sequence, expected u32 at line 1 column 81".to_owned()
+            ),
+        ]
+    );
+    let (jobs, entries, kept) = counts(&db).await;
+    assert_eq!((jobs, kept), (3996, 6));
+
+    // A tar archive of JSON lines and a gzip file: refused whole, nothing kept.
+    let mut tar = vec![0u8; 512];
+    tar[..10].copy_from_slice(b"more.jsonl");
+    tar[257..262].copy_from_slice(b"ustar");
+    tar.extend(json_job(5001, "").as_bytes());
+    tar.resize(2048, 0);
+    let archive = dir.join("jobs.tar");
+    std::fs::write(&archive, &tar).unwrap();
+    let o = db.cli(&["import", "--format", "jsonl", archive.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("jobs.tar: this is a tar archive, not JSON lines of hpc-ledger's job format"),
+        "{}",
+        stderr(&o)
+    );
+    let gz = dir.join("jobs.jsonl.gz");
+    std::fs::write(&gz, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03junk").unwrap();
+    let o = db.cli(&["import", "--format", "slurm", gz.to_str().unwrap()]);
+    assert!(
+        stderr(&o)
+            .contains("this is gzip-compressed data, not sacct --parsable2 output: decompress it first: `zcat FILE"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(counts(&db).await, (3996, entries, 6));
+
+    // Jobs, then a damaged stretch of 1,200 lines, then more jobs: the import
+    // stops after 1,000 malformed lines in a row, keeping what it read before.
+    let mut damaged = String::new();
+    for id in 6001..=6003 {
+        damaged.push_str(&json_job(id, ""));
+    }
+    for i in 0..1200 {
+        damaged.push_str(&format!("garbage {i}\n"));
+    }
+    damaged.push_str(&json_job(6004, ""));
+    let file = dir.join("damaged.jsonl");
+    std::fs::write(&file, &damaged).unwrap();
+    let o = db.cli(&["import", "--format", "jsonl", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("recorded:    3 "), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("damaged.jsonl: stopped at ")
+            && stderr(&o).contains("damaged.jsonl:1003: 1000 malformed records in a row"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(counts(&db).await.0, 3999);
+    assert_eq!(counts(&db).await.2, 1006);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -11,7 +11,7 @@ async fn a_junk_import_is_dismissed_without_sql_and_stays_dismissed() {
     std::fs::create_dir_all(&dir).unwrap();
     // Junk read as JSON lines, and one real job with an unknown project.
     let junk = dir.join("junk.jsonl");
-    std::fs::write(&junk, "\u{7f}ELF\u{2}\u{1}\nnot json\n[1,2]\n").unwrap();
+    std::fs::write(&junk, "garbled line\nnot json\n[1,2]\n").unwrap();
     let real = dir.join("real.jsonl");
     std::fs::write(
         &real,

@@ -467,6 +467,60 @@ fn a_record_without_a_gpu_count_is_not_charged_anew_on_a_gpu_node_type() {
 }
 
 #[test]
+fn more_memory_per_node_than_any_node_has_is_not_charged_anew() {
+    use crate::domain::units::{PIB, TIB};
+    // Issue 13, item 12: `--memory 900PB` on one core was charged 5.6 million.
+    let r = resolve_job(&JobInput {
+        memory: Some(Bytes(900 * PIB)),
+        ..job()
+    })
+    .unwrap();
+    let refusal = r.refuse_new_charge.expect("refused");
+    assert_eq!(refusal.kind, RejectKind::Invalid);
+    assert_eq!(
+        refusal.reason,
+        "the job holds 900PB of memory on 1 node(s), more than 64TB per node, which no node has (a unit error?)"
+    );
+    // 64 TiB on one node is the limit itself; 100 TiB over two nodes is 50 per node.
+    for (nodes, memory) in [(1, 64 * TIB), (2, 100 * TIB)] {
+        let r = resolve_job(&JobInput {
+            nodes: Some(nodes),
+            cores: 4 * nodes,
+            memory: Some(Bytes(memory)),
+            ..job()
+        })
+        .unwrap();
+        assert!(r.refuse_new_charge.is_none(), "{nodes} nodes, {memory} bytes");
+    }
+    let r = resolve_job(&JobInput {
+        nodes: Some(2),
+        cores: 8,
+        memory: Some(Bytes(128 * TIB + 1)),
+        ..job()
+    })
+    .unwrap();
+    assert!(r.refuse_new_charge.is_some());
+}
+
+#[test]
+fn an_array_index_beyond_the_database_integer_is_invalid() {
+    let e = resolve_job(&JobInput {
+        array_index: Some(1 << 31),
+        ..job()
+    })
+    .unwrap_err();
+    assert_eq!(e.kind, RejectKind::Invalid);
+    assert_eq!(e.reason, "array index 2147483648 is out of range (at most 2147483647)");
+    assert!(
+        resolve_job(&JobInput {
+            array_index: Some(i32::MAX as u32),
+            ..job()
+        })
+        .is_ok()
+    );
+}
+
+#[test]
 fn cores_without_a_node_count_fill_whole_nodes_of_the_node_type() {
     // 64 cores on 28-core nodes: 3 nodes, so whole-node charging (R3) applies.
     let r = resolve_job(&JobInput {
