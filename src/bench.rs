@@ -523,6 +523,7 @@ async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Month) -> anyh
         supersede: false,
         author: "bench".into(),
         limits: crate::serve::conn::Limits::default(),
+        restart: None,
     };
     let server = tokio::spawn(crate::serve::serve(
         pool.clone(),

@@ -71,6 +71,16 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             ..serve::conn::Limits::default()
         }
         .within_open_files(),
+        // The embedded database is this program's to keep running.
+        restart: match target {
+            Target::Embedded(e) => {
+                let e = e.clone();
+                Some(serve::health::Restart(Arc::new(move || {
+                    e.ensure_running().map_err(|e| e.to_string())
+                })))
+            }
+            Target::External { .. } => None,
+        },
     };
     let metrics = Arc::new(Metrics::new());
     serve::serve(pool, listener, options, metrics.clone(), super::stop_signal()).await?;

@@ -26,6 +26,7 @@
 mod body;
 pub mod client;
 pub mod conn;
+pub mod health;
 mod metrics;
 
 use std::future::Future;
@@ -187,6 +188,9 @@ pub struct Options {
     pub author: String,
     /// Connections, timeouts and the body budget.
     pub limits: conn::Limits,
+    /// How to start the database again when it stops answering: the
+    /// embedded one; `None` for an external database ([`health`]).
+    pub restart: Option<health::Restart>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +223,7 @@ struct App {
     queue: mpsc::Sender<Pending>,
     metrics: Arc<Metrics>,
     pool: PgPool,
+    health: Arc<health::Health>,
     /// Malformed documents kept per sender in the current hour.
     junk: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, (Instant, u32)>>,
 }
@@ -250,10 +255,19 @@ pub async fn serve(
         let _ = died.send(());
         result
     });
+    let health = Arc::new(health::Health::new(options.restart.is_some()));
+    let (stop_watch, watch_stopped) = tokio::sync::watch::channel(false);
+    let watchdog = tokio::spawn(health::watch(
+        pool.clone(),
+        health.clone(),
+        options.restart,
+        watch_stopped,
+    ));
     let app = Arc::new(App {
         credentials: options.credentials,
         queue,
         metrics,
+        health,
         pool,
         junk: std::sync::Mutex::new(std::collections::HashMap::new()),
     });
@@ -294,6 +308,8 @@ pub async fn serve(
         }
     };
     let served = conn::run(listener, router, busy, options.limits, stop).await;
+    let _ = stop_watch.send(true);
+    let _ = watchdog.await;
     // Every handler has returned, so every sender is gone: the batcher
     // finishes what it holds and stops.
     let drained = batcher.await;
@@ -732,11 +748,25 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
     if app.queue.is_closed() {
         return (StatusCode::SERVICE_UNAVAILABLE, "the recording task stopped\n").into_response();
     }
-    match sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&app.pool).await {
-        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
+    if app.health.state() == health::State::Starting {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "database starting: the embedded PostgreSQL stopped answering ({}) and is being started again\n",
+                app.health.detail()
+            ),
+        )
+            .into_response();
+    }
+    match health::ping(&app.pool).await {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
         Err(e) => {
-            let e = crate::db::redact(&e.to_string());
-            (StatusCode::SERVICE_UNAVAILABLE, format!("database unreachable: {e}\n")).into_response()
+            let next = if app.health.restarts_database {
+                "serve starts the embedded PostgreSQL again"
+            } else {
+                "serve retries with backoff"
+            };
+            (StatusCode::SERVICE_UNAVAILABLE, format!("database down: {e}; {next}\n")).into_response()
         }
     }
 }

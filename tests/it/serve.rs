@@ -54,6 +54,7 @@ async fn start_limited(
         supersede,
         author: "serve-test".into(),
         limits,
+        restart: None,
     };
     let done = tokio::spawn(serve(pool.clone(), listener, options, metrics.clone(), async {
         let _ = stopped.await;
