@@ -16,6 +16,7 @@
 //! | storage billing of every project | `INSERT … SELECT` of the same rows into bare tables |
 //! | one project's statement, before and after the ledger grows | – |
 //! | `audit` of the grown ledger | a sequential scan of the ledger |
+//! | `audit --deep`: every raw record read again | the import's jobs/s |
 //! | peak RSS of the import | – |
 //! | peak RSS of `serve` under 20 concurrent hostile 16 MB posts | its RSS when idle |
 //! | month end (bill, close, audit) of a freshly configured center, in a second database | the billing run |
@@ -349,6 +350,34 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> anyhow::Result<Report> {
         pass: ratio <= 2.0,
     });
 
+    // 3b. The deep audit: every raw record read again (before the ledger
+    // grows: its copies are shifted in time, their raw records are not).
+    say("audit --deep");
+    let t = Instant::now();
+    let deep = service::deep::deep_audit(&pool).await?;
+    let deep_time = t.elapsed();
+    if !deep.clean() {
+        bail!(
+            "the deep audit of the bench ledger found {} differences (first: {:?})",
+            deep.differences.len(),
+            deep.differences.first()
+        );
+    }
+    figures.push(Figure {
+        figure: format!(
+            "audit --deep: {} job records read again from their raw records",
+            grouped(deep.records)
+        ),
+        measured: format!(
+            "{} = {} records/s",
+            secs(deep_time),
+            grouped(per_second(deep.records, deep_time))
+        ),
+        baseline: format!("the import: {} jobs/s", grouped(import_rate)),
+        ratio: Some(per_second(deep.records, deep_time) as f64 / import_rate.max(1) as f64),
+        target: "– (reported)".into(),
+        pass: true,
+    });
     // 4. A statement, before and after the ledger grows.
     say("statements");
     let code = busiest_project(&pool, month).await?;
@@ -1087,12 +1116,13 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> anyhow::Result<()> {
         sqlx::query(
             "INSERT INTO job_record (id, job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
                                      user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
-                                     charge_fingerprint, content_fingerprint, source_format, source_ref, raw, recorded_by)
+                                     charge_fingerprint, content_fingerprint, source_format, source_ref, raw, read_options,
+                                     recorded_by)
              OVERRIDING SYSTEM VALUE
              SELECT id + $1 * $2, job_id + $1 * $4, cluster_id, started_at - $3::interval, revision, kind, project_id,
                     node_type_id, queue, user_name, job_name, state, exit_code, ended_at - $3::interval, nodes, cores,
                     memory_bytes, gpus, charge_fingerprint, content_fingerprint, source_format, source_ref, raw,
-                    'bench'
+                    read_options, 'bench'
                FROM job_record WHERE id <= $2 ORDER BY id",
         )
         .bind(k)

@@ -156,6 +156,8 @@ pub struct NewRecord<'a> {
     pub raw: &'a str,
     /// The bytes as received, when they were not valid UTF-8.
     pub raw_bytes: Option<&'a [u8]>,
+    /// How the raw record was read (migration 0020).
+    pub read_options: serde_json::Value,
 }
 
 /// Add records in one statement; returns (run, revision, record id).
@@ -194,16 +196,17 @@ pub async fn insert_records(
     let source: Vec<&str> = records.iter().map(|r| r.source_ref).collect();
     let raw: Vec<&str> = records.iter().map(|r| r.raw).collect();
     let raw_bytes: Vec<Option<&[u8]>> = records.iter().map(|r| r.raw_bytes).collect();
+    let options: Vec<serde_json::Value> = records.iter().map(|r| r.read_options.clone()).collect();
     let rows = sqlx::query!(
         r#"INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
                                    user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
                                    charge_fingerprint, content_fingerprint, source_format, source_ref, raw, raw_bytes,
-                                   recorded_by)
+                                   read_options, recorded_by)
            SELECT u.*, $22 FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[],
                                        $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
                                        $12::text[], $13::timestamptz[], $14::int[], $15::int[], $16::bigint[],
                                        $17::int[], $18::bytea[], $19::bytea[], $20::text[], $21::text[], $23::text[],
-                                       $24::bytea[]) AS u
+                                       $24::bytea[], $25::jsonb[]) AS u
            RETURNING job_id AS "job_id: JobId", revision, id AS "id: JobRecordId""#,
         &job,
         &cluster,
@@ -229,6 +232,7 @@ pub async fn insert_records(
         recorded_by,
         &raw as &[&str],
         &raw_bytes as &[Option<&[u8]>],
+        &options,
     )
     .fetch_all(&mut *conn)
     .await?;

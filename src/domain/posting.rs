@@ -209,6 +209,40 @@ fn instant(stamp: Stamp, tz: Tz, what: &str) -> Result<DateTime<Utc>, Rejection>
     }
 }
 
+/// What a record says the job held, sized with its rate card's cores per
+/// node where the record gives only cores (R3: ⌈cores ÷ cores per node⌉).
+pub fn held_shape(input: &JobInput, cores_per_node: u32) -> JobShape {
+    JobShape {
+        nodes: input
+            .nodes
+            .unwrap_or_else(|| input.cores.div_ceil(cores_per_node.max(1)).max(1)),
+        cores: input.cores,
+        memory: input.memory,
+        gpus: input.gpus.unwrap_or(0),
+    }
+}
+
+/// The shape charged: an exclusive job holds whole nodes.
+pub fn charged_shape(mut shape: JobShape, input: &JobInput, cores_per_node: u32) -> JobShape {
+    if input.exclusive {
+        shape.cores = shape.nodes.saturating_mul(cores_per_node).max(shape.cores);
+    }
+    shape
+}
+
+/// Start, end and submit in UTC.
+pub type Instants = (DateTime<Utc>, DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// A record's instants in UTC, read in `tz` where it gives local times
+/// (start, end, submit).
+pub fn instants(input: &JobInput, tz: Tz) -> Result<Instants, Rejection> {
+    Ok((
+        instant(input.start, tz, "start")?,
+        instant(input.end, tz, "end")?,
+        input.submit.map(|s| instant(s, tz, "submit")).transpose()?,
+    ))
+}
+
 /// Resolve and price a job. `projects` maps lower-case project codes to ids.
 pub fn resolve(
     input: &JobInput,
@@ -236,9 +270,7 @@ pub fn resolve(
         }
     };
     let tz = cluster.time_zone.unwrap_or(center.time_zone);
-    let started_at = instant(input.start, tz, "start")?;
-    let ended_at = instant(input.end, tz, "end")?;
-    let submitted_at = input.submit.map(|s| instant(s, tz, "submit")).transpose()?;
+    let (started_at, ended_at, submitted_at) = instants(input, tz)?;
     let earliest: DateTime<Utc> = EARLIEST.parse().expect("a valid instant");
     if started_at < earliest {
         return reject(RejectKind::Invalid, format!("it started at {started_at}, before 1990"));
@@ -324,14 +356,7 @@ pub fn resolve(
         );
     };
     let card_value = &card.period.value;
-    let mut shape = JobShape {
-        nodes: input
-            .nodes
-            .unwrap_or_else(|| input.cores.div_ceil(card_value.cores_per_node.max(1)).max(1)),
-        cores: input.cores,
-        memory: input.memory,
-        gpus: input.gpus.unwrap_or(0),
-    };
+    let mut shape = held_shape(input, card_value.cores_per_node);
     let refuse_new_charge = match input.gpus {
         None if node_type.gpus_per_node > 0 || !card_value.gpu_hour.is_zero() => Some(Rejection {
             kind: RejectKind::Invalid,
@@ -354,10 +379,7 @@ pub fn resolve(
         reason: e.to_string(),
     })?;
     if input.exclusive {
-        shape.cores = shape
-            .nodes
-            .saturating_mul(card.period.value.cores_per_node)
-            .max(shape.cores);
+        shape = charged_shape(shape, input, card.period.value.cores_per_node);
     }
     let price = price_job(&shape, wall_seconds, &card.period.value).map_err(|e| Rejection {
         kind: RejectKind::Invalid,
@@ -403,7 +425,7 @@ fn truncate(s: &str, chars: usize) -> String {
 
 /// Fingerprints of what the scheduler said (not of how today's rules read
 /// it): the fields that change the charge, and all of them.
-fn fingerprints(input: &JobInput, project: &str, ended_at: DateTime<Utc>) -> ([u8; 32], [u8; 32]) {
+pub fn fingerprints(input: &JobInput, project: &str, ended_at: DateTime<Utc>) -> ([u8; 32], [u8; 32]) {
     fn field(h: &mut Sha256, v: &str) {
         h.update((v.len() as u64).to_le_bytes());
         h.update(v.as_bytes());

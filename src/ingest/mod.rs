@@ -264,6 +264,20 @@ pub(crate) fn json_job_key(line: &str, id: &str, index: Option<&str>, default_cl
 }
 
 /// A parser for `format` with `options`.
+/// Read one kept record again, as it was read when it was kept: its source
+/// format (`cli` and `json`, the one-object forms of `job record` and
+/// `serve`'s `/jobs`, are JSON jobs), its read options and its exact bytes.
+/// Used by `import --retry-rejected` and `audit --deep`.
+pub fn reread(source_format: &str, options: &ReadOptions, raw: &str, raw_bytes: Option<&[u8]>) -> Result<Item, String> {
+    Ok(match Format::parse(source_format) {
+        Some(f) => {
+            let mut p = parser(f, options)?;
+            read_record(&mut *p, raw, raw_bytes).unwrap_or_else(|| Item::Bad("the line is empty".into()))
+        }
+        None => jsonl::parse_job(raw).unwrap_or_else(Item::Bad),
+    })
+}
+
 pub fn parser(format: Format, options: &ReadOptions) -> Result<Box<dyn Parser + Send>, String> {
     Ok(match format {
         Format::Slurm => Box::new(slurm::SlurmParser::new(options)?),

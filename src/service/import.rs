@@ -477,15 +477,8 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
                 options: options.clone(),
                 job: r.job_key.clone(),
             };
-            let item = match Format::parse(format) {
-                Some(f) => {
-                    let mut p = parser(f, &options).map_err(ImportError::Options)?;
-                    crate::ingest::read_record(&mut *p, &r.raw, r.raw_bytes.as_deref())
-                        .unwrap_or_else(|| Item::Bad("the line is empty".into()))
-                }
-                // One JSON object (job record --json, or the flags as JSON).
-                None => crate::ingest::jsonl::parse_job(&r.raw).unwrap_or_else(Item::Bad),
-            };
+            let item = crate::ingest::reread(format, &options, &r.raw, r.raw_bytes.as_deref())
+                .map_err(ImportError::Options)?;
             match item {
                 Item::Job(job) => batch.jobs.push(Submission { input: *job, source }),
                 Item::Skip(s) => {

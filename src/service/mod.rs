@@ -4,6 +4,7 @@
 pub mod close;
 pub mod config;
 pub mod correct;
+pub mod deep;
 pub mod follow;
 pub mod import;
 pub mod quote;

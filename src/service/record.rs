@@ -407,6 +407,55 @@ impl Posting<'_> {
         for (pos, id) in jobs::find(tx, &keys).await? {
             ids[pos] = Some(id);
         }
+        // A run not seen before whose charge is refused gets no run row: a
+        // run without a record would look, to `audit --deep`, like one whose
+        // record was deleted.
+        let refused: Vec<bool> = round
+            .iter()
+            .zip(&ids)
+            .map(|((_, r), id)| id.is_none() && r.refuse_new_charge.is_some())
+            .collect();
+        if refused.iter().any(|r| *r) {
+            let mut kept = Vec::with_capacity(round.len());
+            let mut kept_ids = Vec::with_capacity(round.len());
+            for (((index, resolved), id), refused) in round.into_iter().zip(ids).zip(&refused) {
+                if let (true, Some(Rejection { kind, reason })) = (*refused, resolved.refuse_new_charge.clone()) {
+                    let key = jobs[index].input.key(self.default_cluster);
+                    rejections.push(rejection_row(&jobs[index].source, kind, &reason, Some(key.clone())));
+                    outcomes[index] = Some(Outcome::Rejected {
+                        job: Some(key),
+                        kind,
+                        reason,
+                    });
+                } else {
+                    kept.push((index, resolved));
+                    kept_ids.push(id);
+                }
+            }
+            return self
+                .round_found(tx, jobs, kept, kept_ids, outcomes, records, rejections)
+                .await;
+        }
+        self.round_found(tx, jobs, round, ids, outcomes, records, rejections)
+            .await
+    }
+
+    /// The rest of a round, once the runs already known are found.
+    #[allow(clippy::too_many_arguments)]
+    async fn round_found(
+        &self,
+        tx: &mut PgConnection,
+        jobs: &[Submission],
+        round: Vec<(usize, ResolvedJob)>,
+        mut ids: Vec<Option<JobId>>,
+        outcomes: &mut [Option<Outcome>],
+        records: &mut [Option<JobRecordId>],
+        rejections: &mut Vec<NewRejection>,
+    ) -> Result<(), sqlx::Error> {
+        if round.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<&crate::domain::posting::JobKey> = round.iter().map(|(_, r)| &r.key).collect();
         // Runs created by this transaction have no records yet: only the
         // others (found, or added by a concurrent writer first) are loaded.
         let mut known: Vec<JobId> = ids.iter().flatten().copied().collect();
@@ -520,6 +569,7 @@ impl Posting<'_> {
                     source_ref: &source.reference,
                     raw: &source.raw,
                     raw_bytes: source.raw_bytes.as_deref(),
+                    read_options: serde_json::to_value(&source.options).unwrap_or_default(),
                 }
             })
             .collect();

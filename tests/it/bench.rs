@@ -35,7 +35,7 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 11, "{names:#?}");
+    assert_eq!(names.len(), 12, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
     // A twentieth of the jobs again, posted to `serve`, all recorded.
     assert_eq!(names[2], "`serve`: 30 jobcomp posts from 16 concurrent senders");
@@ -54,14 +54,14 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     assert!(names[6].starts_with("storage billing of 60 projects"), "{names:#?}");
     // 630 jobs post 630 core-hour charges plus one GPU-hour charge per GPU
     // job (a tenth); the bench's one-off jobs and storage charges come on top.
-    let small: u64 = names[7]
+    let small: u64 = names[8]
         .trim_start_matches("one project's statement at ")
         .trim_end_matches(" entries")
         .replace(',', "")
         .parse()
         .unwrap();
     assert!((690..=840).contains(&small), "{names:#?}");
-    let large: u64 = names[8]
+    let large: u64 = names[9]
         .trim_start_matches("one project's statement at ")
         .trim_end_matches(" entries")
         .replace(',', "")
@@ -74,18 +74,30 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         "{small} -> {large}"
     );
     assert_eq!(
-        names[9],
+        names[10],
         format!(
             "audit of {} entries (clean)",
-            names[8].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
+            names[9].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
         )
     );
+    // Every record read again: the 600 imported, the 30 posted to serve and
+    // the one-off `job record` ones.
+    assert!(names[7].starts_with("audit --deep: "), "{names:#?}");
+    let deep: u64 = names[7]
+        .trim_start_matches("audit --deep: ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert!((630..700).contains(&deep), "{deep}");
     // The month end of a center just set up, in a second scratch database.
     assert_eq!(
-        names[10],
+        names[11],
         "month end of a fresh center of 70 projects: bill storage, close, audit"
     );
-    let end = figures[10]["measured"].as_str().unwrap();
+    let end = figures[11]["measured"].as_str().unwrap();
     assert!(
         end.starts_with("bill ") && end.contains(", close ") && end.contains(", audit "),
         "{end}"

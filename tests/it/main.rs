@@ -8,6 +8,7 @@ mod harness;
 mod bench;
 mod cli;
 mod config_apply;
+mod deep;
 mod embedded;
 mod examples;
 mod fixtures;

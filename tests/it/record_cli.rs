@@ -208,7 +208,7 @@ fn json_job(id: u32, extra: &str) -> String {
 
 async fn counts(db: &TestDb) -> (i64, i64, i64) {
     sqlx::query_as(
-        "SELECT (SELECT count(*) FROM job_record), (SELECT count(*) FROM ledger_entry),
+        "SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM ledger_entry),
                 (SELECT count(*) FROM rejected_record)",
     )
     .fetch_one(&db.pool)

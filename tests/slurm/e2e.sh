@@ -489,6 +489,8 @@ other=$(sql "$URL1" "SELECT count(*) FROM ledger_entry WHERE kind <> 'job' OR jo
 disc=$(sql "$URL1" "SELECT count(*) FROM audit.discrepancies")
 [ "$disc" = 0 ] || { sql "$URL1" "SELECT * FROM audit.discrepancies LIMIT 20" > "$OUT/discrepancies.txt"; fail "audit.discrepancies has $disc rows (out/discrepancies.txt)"; }
 ledger "$L1" audit > "$OUT/audit.txt" 2>&1 || fail "hpc-ledger audit exited $? (out/audit.txt)"
+# every record Slurm posted, read again from its kept document
+ledger "$L1" audit --deep > "$OUT/audit-deep.txt" 2>&1 || fail "hpc-ledger audit --deep exited $? (out/audit-deep.txt)"
 rejected=$(sql "$URL1" "SELECT count(*) FROM rejected_record")
 [ "$rejected" = 0 ] || fail "serve kept $rejected rejected records (hpc-ledger rejected)"
 # serve's counters, both runs of it: nothing rejected or malformed, and no reply
@@ -522,6 +524,8 @@ check same "$OUT/ledger-serve.tsv" "$OUT/ledger-import.tsv" serve import \
     || fail "serve and import charged some jobs differently"
 disc2=$(sql "$URL2" "SELECT count(*) FROM audit.discrepancies")
 [ "$disc2" = 0 ] || fail "audit.discrepancies of the imported ledger has $disc2 rows"
+ledger "$L2" audit --deep > "$OUT/audit-deep-import.txt" 2>&1 \
+    || fail "hpc-ledger audit --deep of the imported ledger exited $? (out/audit-deep-import.txt)"
 
 # the same sacct output into the first ledger records nothing new
 ledger "$L1" import --format slurm --output json "$OUT/sacct.txt" > "$OUT/import-again.json" 2>"$OUT/import-again.err"

@@ -1,0 +1,285 @@
+//! `hpc-ledger audit --deep`: every kept raw record read again with the
+//! parsers it was read with, and compared with what the ledger stored from
+//! it (issue 13, item 7).
+//!
+//! The SQL audit recomputes every charge from the stored fields of its
+//! record, so an edit of both a record's cores and its charge, or a job
+//! moved to another project, passes it. The raw record is the scheduler's
+//! own word: re-read, it must give the same cluster, job, times, project,
+//! queue, nodes, cores, memory and GPUs as the stored record, and the same
+//! fingerprints. Also reported: a record that no longer reads as a job, a
+//! charging record without its charge, and a run (job identity) without any
+//! record. Records kept before migration 0020 have no read options: they
+//! are read with their own cluster as the default, and one that cannot be
+//! read so (headerless `sacct` lines need their field list) is counted as
+//! not verifiable rather than reported as a difference.
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::DbError;
+use crate::db::deep::{self, KeptRecord};
+use crate::domain::posting::{JobInput, charged_shape, fingerprints, held_shape, instants};
+use crate::ingest::{Item, ReadOptions};
+
+/// Records read per page.
+const PAGE: i64 = 5_000;
+
+/// One way a stored record and its raw record disagree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    /// The job record (none for a run without records).
+    pub record_id: Option<i64>,
+    /// `cluster/job[_index]`.
+    pub job: String,
+    pub field: String,
+    /// What the ledger stores.
+    pub stored: String,
+    /// What the raw record says, read again.
+    pub reread: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeepReport {
+    /// Job records read again.
+    pub records: u64,
+    pub differences: Vec<Difference>,
+    /// Not verifiable, and not a finding: records kept before read options
+    /// were (migration 0020) that cannot be read without them, and runs
+    /// left then for jobs whose only records were refused.
+    pub unverifiable: Vec<Difference>,
+}
+
+impl DeepReport {
+    pub fn clean(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// Read every job record again and compare.
+pub async fn deep_audit(pool: &PgPool) -> Result<DeepReport, DbError> {
+    let mut report = DeepReport::default();
+    let mut conn = pool.acquire().await?;
+    let mut after = 0;
+    loop {
+        let page = deep::records(&mut conn, after, PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = last.record_id;
+        for r in &page {
+            report.records += 1;
+            match compare(r) {
+                Ok(d) => report.differences.extend(d),
+                Err(u) => report.unverifiable.push(u),
+            }
+        }
+    }
+    for run in deep::runs_without_records(&mut conn).await? {
+        let d = Difference {
+            record_id: None,
+            job: key(&run.cluster, &run.scheduler_job_id, run.array_index),
+            field: "record".into(),
+            stored: format!("a run started {} without any record", run.started_at),
+            reread: if run.rejected {
+                "none: its only records were refused (kept as rejections); versions before migration 0020 left such runs"
+                    .into()
+            } else {
+                "none: its records were deleted".into()
+            },
+        };
+        if run.rejected {
+            report.unverifiable.push(d);
+        } else {
+            report.differences.push(d);
+        }
+    }
+    Ok(report)
+}
+
+fn key(cluster: &str, job_id: &str, index: Option<i32>) -> String {
+    match index {
+        Some(i) => format!("{cluster}/{job_id}_{i}"),
+        None => format!("{cluster}/{job_id}"),
+    }
+}
+
+/// Compare one record with its raw record read again: the differences, or
+/// why a record kept before read options were kept cannot be verified.
+pub fn compare(r: &KeptRecord) -> Result<Vec<Difference>, Difference> {
+    let job = key(&r.cluster, &r.scheduler_job_id, r.array_index);
+    let mut out = Vec::new();
+    let mut differ = |field: &str, stored: String, reread: String| {
+        out.push(Difference {
+            record_id: Some(r.record_id),
+            job: job.clone(),
+            field: field.to_owned(),
+            stored,
+            reread,
+        });
+    };
+    let options: ReadOptions = match &r.read_options {
+        Some(v) => match serde_json::from_value(v.clone()) {
+            Ok(o) => o,
+            Err(e) => {
+                differ("read_options", v.to_string(), format!("not read options: {e}"));
+                return Ok(out);
+            }
+        },
+        None => {
+            if r.options_kept {
+                differ(
+                    "read_options",
+                    "none".into(),
+                    "kept with every record since migration 0020".into(),
+                );
+            }
+            ReadOptions {
+                cluster: Some(r.cluster.clone()),
+                ..ReadOptions::default()
+            }
+        }
+    };
+    let not_a_job = match crate::ingest::reread(&r.source_format, &options, &r.raw, r.raw_bytes.as_deref()) {
+        Ok(Item::Job(input)) => {
+            compare_input(r, &input, &options, &mut differ);
+            None
+        }
+        Ok(Item::Skip(s)) => Some(format!("not a finished job ({s:?})")),
+        Ok(Item::Bad(reason)) | Err(reason) => Some(format!("unreadable: {reason}")),
+    };
+    if let Some(reason) = not_a_job {
+        if r.read_options.is_none() && !r.options_kept {
+            return Err(Difference {
+                record_id: Some(r.record_id),
+                job,
+                field: "raw".into(),
+                stored: format!("{} record {}", r.source_format, r.source_ref),
+                reread: format!("{reason} (kept before read options were, migration 0020)"),
+            });
+        }
+        differ("raw", "a finished job".into(), reason);
+    }
+    if matches!(r.kind.as_str(), "original" | "supersede") && r.job_entries == 0 {
+        differ(
+            "charge",
+            format!("a {} record (revision {}) with no job charge", r.kind, r.revision),
+            "a charge posted with it".into(),
+        );
+    }
+    if r.started_at != r.run_started_at || !r.run_cluster_holds {
+        differ(
+            "run",
+            format!("record of a run started {}", r.run_started_at),
+            format!("started {} on {}", r.started_at, r.cluster),
+        );
+    }
+    Ok(out)
+}
+
+fn compare_input(
+    r: &KeptRecord,
+    input: &JobInput,
+    options: &ReadOptions,
+    differ: &mut dyn FnMut(&str, String, String),
+) {
+    let text = |o: Option<&str>| o.map_or_else(|| "(none)".to_owned(), str::to_owned);
+    let cluster = input.cluster.as_deref().or(options.cluster.as_deref());
+    if !cluster.is_some_and(|c| c.eq_ignore_ascii_case(&r.cluster)) {
+        differ("cluster", r.cluster.clone(), text(cluster));
+    }
+    if input.job_id != r.scheduler_job_id {
+        differ("job id", r.scheduler_job_id.clone(), input.job_id.clone());
+    }
+    let index = input.array_index.map(i64::from);
+    if index != r.array_index.map(i64::from) {
+        let show = |i: Option<i64>| i.map_or_else(|| "(none)".to_owned(), |i| i.to_string());
+        differ("array index", show(r.array_index.map(i64::from)), show(index));
+    }
+    let project = input.project.as_deref().or(options.default_project.as_deref());
+    if !project.is_some_and(|p| p.eq_ignore_ascii_case(&r.project)) {
+        differ("project", r.project.clone(), text(project));
+    }
+    if input.queue != r.queue {
+        differ("queue", text(r.queue.as_deref()), text(input.queue.as_deref()));
+    }
+    let Ok(tz) = r.time_zone.parse::<Tz>() else {
+        differ("time zone", r.time_zone.clone(), "a time zone".into());
+        return;
+    };
+    match instants(input, tz) {
+        Ok((start, end, submit)) => {
+            let at = |t: DateTime<Utc>| t.to_rfc3339();
+            if start != r.started_at {
+                differ("start", at(r.started_at), at(start));
+            }
+            if end != r.ended_at {
+                differ("end", at(r.ended_at), at(end));
+            }
+            // The run keeps the submit time of its first record.
+            if r.revision == 1 && submit != r.submitted_at {
+                let show = |t: Option<DateTime<Utc>>| t.map_or_else(|| "(none)".to_owned(), at);
+                differ("submit", show(r.submitted_at), show(submit));
+            }
+            let (charge, content) = fingerprints(input, project.unwrap_or_default(), end);
+            if charge[..] != r.charge_fingerprint[..] {
+                differ(
+                    "charge fingerprint",
+                    hex::encode(&r.charge_fingerprint),
+                    hex::encode(charge),
+                );
+            } else if content[..] != r.content_fingerprint[..] {
+                differ(
+                    "content fingerprint",
+                    hex::encode(&r.content_fingerprint),
+                    hex::encode(content),
+                );
+            }
+        }
+        Err(e) => differ("times", format!("{} – {}", r.started_at, r.ended_at), e.reason),
+    }
+    // Sizes: where the record gives only cores, or held whole nodes, the
+    // stored value comes from the record's rate card.
+    let needs_card = input.nodes.is_none() || input.exclusive;
+    let Some(cpn) = r.cores_per_node.and_then(|c| u32::try_from(c).ok()) else {
+        if needs_card {
+            differ(
+                "nodes and cores",
+                format!("{} nodes, {} cores", r.nodes, r.cores),
+                "not comparable: no rate card priced this run".into(),
+            );
+        }
+        compare_sizes(r, &held_shape(input, 1), needs_card, differ);
+        return;
+    };
+    let shape = charged_shape(held_shape(input, cpn), input, cpn);
+    compare_sizes(r, &shape, false, differ);
+}
+
+fn compare_sizes(
+    r: &KeptRecord,
+    shape: &crate::domain::pricing::JobShape,
+    skip_nodes_and_cores: bool,
+    differ: &mut dyn FnMut(&str, String, String),
+) {
+    if !skip_nodes_and_cores {
+        if i64::from(shape.nodes) != i64::from(r.nodes) {
+            differ("nodes", r.nodes.to_string(), shape.nodes.to_string());
+        }
+        if i64::from(shape.cores) != i64::from(r.cores) {
+            differ("cores", r.cores.to_string(), shape.cores.to_string());
+        }
+    }
+    let memory = shape.memory.map(|m| m.0);
+    if memory != r.memory_bytes.and_then(|m| u64::try_from(m).ok()) {
+        let show = |m: Option<u64>| m.map_or_else(|| "(none)".to_owned(), |m| format!("{m} bytes"));
+        differ(
+            "memory",
+            show(r.memory_bytes.and_then(|m| u64::try_from(m).ok())),
+            show(memory),
+        );
+    }
+    if i64::from(shape.gpus) != i64::from(r.gpus) {
+        differ("gpus", r.gpus.to_string(), shape.gpus.to_string());
+    }
+}

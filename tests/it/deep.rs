@@ -1,0 +1,246 @@
+//! `audit --deep` (issue 13, item 7): every kept raw record, read again,
+//! says what the ledger stores; edits the SQL audit cannot see are found.
+
+use hpc_ledger::service::deep::{DeepReport, deep_audit};
+
+use crate::fixtures::{fixture_db, import_fixture, stripped};
+use crate::harness::{TestDb, stderr, stdout};
+
+/// Every real record this project keeps, through each way of recording.
+const FIXTURES: [&str; 17] = [
+    "apel_slurm_sacct_parsable2.log",
+    "apel_torque_accounting_E.log",
+    "hbjobinfo_habrok_sacct_snowman.txt",
+    "hnormalise_torque_accounting.log",
+    "ncar_pbspro_casper_accounting.log",
+    "safe_cirrus_sacct_parsable.log",
+    "safe_fzk_torque_doubled_nodes.log",
+    "safe_hector_cray_mppwidth.log",
+    "safe_oxford_sacct_parsable_allocgres.log",
+    "safe_pbs_no_resource_list.log",
+    "slurm_2205_e2e_sacct_jobs.txt",
+    "slurm_2205_lab_sacct.json",
+    "slurm_2205_lab_sacct_header.txt",
+    "xdmod_pbs_torque_accounting_E.log",
+    "xdmod_slurm_sacct_parsable2_edgecases.log",
+    "xdmod_slurm_sacct_parsable2_reference.log",
+    "xdmod_slurm_sacct_parsable2_unit.log",
+];
+
+async fn recorded(db: &TestDb) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM job_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// (field, stored, re-read) of each difference.
+fn differences(r: &DeepReport) -> Vec<(String, String, String)> {
+    r.differences
+        .iter()
+        .map(|d| (d.field.clone(), d.stored.clone(), d.reread.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_real_record_reads_again_to_what_the_ledger_stores() {
+    let db = fixture_db().await;
+    for name in FIXTURES {
+        import_fixture(&db, name, false).await;
+    }
+    // Slurm's jobcomp documents and a headerless sacct dump, as a user imports them.
+    let jobcomp = stripped("slurm_2205_lab_jobcomp.jsonl");
+    let o = db.cli(&["import", "--format", "jobcomp", jobcomp.to_str().unwrap()]);
+    assert!(matches!(o.status.code(), Some(0 | 4)), "{}", stderr(&o));
+    // `job record` from flags, in the epilogue's way.
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "testclu",
+        "--job-id",
+        "4242",
+        "--project",
+        "pas1234",
+        "--queue",
+        "regular",
+        "--cores",
+        "3",
+        "--memory",
+        "7GB",
+        "--start",
+        "2026-10-05T09:10:00Z",
+        "--end",
+        "2026-10-05T11:10:00Z",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let n = recorded(&db).await;
+    assert!(n > 150, "{n} records");
+    let report = deep_audit(&db.pool).await.unwrap();
+    assert_eq!(report.records, n as u64);
+    assert_eq!(differences(&report), [], "{:#?}", report.differences.first());
+    assert_eq!(report.unverifiable, []);
+    let o = db.cli(&["audit", "--deep"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!(
+            "deep: {n} job records read again from their raw records: every one says what the ledger stores"
+        )),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// Run SQL as the owner with the append-only guards off, as only the
+/// owner could.
+async fn tamper(db: &TestDb, sql: &str) {
+    // The triggers are put back as they were (the audit checks their modes).
+    sqlx::raw_sql(&format!(
+        "CREATE TEMP TABLE saved AS SELECT tgrelid::regclass::text AS tab, tgname, tgenabled FROM pg_trigger
+          WHERE tgrelid IN ('job_record'::regclass, 'ledger_entry'::regclass, 'job'::regclass) AND NOT tgisinternal;
+         ALTER TABLE job_record DISABLE TRIGGER USER; ALTER TABLE ledger_entry DISABLE TRIGGER USER;
+         ALTER TABLE job DISABLE TRIGGER USER;
+         {sql};
+         DO $$ DECLARE t record; BEGIN
+             FOR t IN SELECT * FROM saved LOOP
+                 EXECUTE format('ALTER TABLE %s %s TRIGGER %I', t.tab,
+                                CASE t.tgenabled WHEN 'A' THEN 'ENABLE ALWAYS' WHEN 'R' THEN 'ENABLE REPLICA'
+                                                 WHEN 'D' THEN 'DISABLE' ELSE 'ENABLE' END, t.tgname);
+             END LOOP;
+         END $$;
+         DROP TABLE saved;"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn edits_the_sql_audit_cannot_see_are_found_by_re_reading_the_raw_records() {
+    let db = fixture_db().await;
+    import_fixture(&db, "xdmod_slurm_sacct_parsable2_reference.log", false).await;
+    import_fixture(&db, "xdmod_pbs_torque_accounting_E.log", false).await;
+    assert!(deep_audit(&db.pool).await.unwrap().clean());
+    let record = |sql: &str| {
+        let sql = sql.to_owned();
+        let pool = db.pool.clone();
+        async move { sqlx::query_scalar::<_, i64>(&sql).fetch_one(&pool).await.unwrap() }
+    };
+    // 1. Twice the cores, and a charge to match: the SQL audit recomputes
+    //    the charge from the stored cores and is satisfied.
+    let doubled = record("SELECT min(r.id) FROM job_record r WHERE r.nodes = 1 AND r.memory_bytes IS NULL").await;
+    tamper(
+        &db,
+        &format!(
+            "UPDATE job_record SET cores = cores * 2 WHERE id = {doubled};
+             UPDATE ledger_entry SET quantity = quantity * 2, amount_exact = amount_exact * 2,
+                    amount = round(amount_exact * 2, 2)
+              WHERE job_record_id = {doubled} AND metric = 'core_hours'"
+        ),
+    )
+    .await;
+    // 2. A job moved to another project, with its charges.
+    let moved = record("SELECT max(r.id) FROM job_record r WHERE r.source_format = 'slurm'").await;
+    tamper(
+        &db,
+        &format!(
+            "UPDATE job_record SET project_id = (SELECT id FROM project WHERE code <> (SELECT p.code FROM project p
+                                                  JOIN job_record r ON r.project_id = p.id WHERE r.id = {moved})
+                                                 ORDER BY id LIMIT 1) WHERE id = {moved};
+             UPDATE ledger_entry e SET project_id = r.project_id FROM job_record r
+              WHERE e.job_record_id = r.id AND r.id = {moved}"
+        ),
+    )
+    .await;
+    // 3. A job deleted: its charges and its record (the run row stays: it
+    //    cannot be told from a job never seen otherwise).
+    let deleted = record("SELECT min(r.id) FROM job_record r WHERE r.source_format = 'pbs'").await;
+    tamper(
+        &db,
+        &format!(
+            "DELETE FROM ledger_entry WHERE job_record_id = {deleted}; DELETE FROM job_record WHERE id = {deleted}"
+        ),
+    )
+    .await;
+    // 4. A charge deleted, its record kept.
+    let uncharged = record("SELECT max(r.id) FROM job_record r WHERE r.source_format = 'pbs'").await;
+    tamper(
+        &db,
+        &format!("DELETE FROM ledger_entry WHERE job_record_id = {uncharged}"),
+    )
+    .await;
+
+    // The SQL audit finds only the missing charge (its record says it should exist).
+    let plain = db.cli(&["audit"]);
+    assert!(
+        stdout(&plain).contains("1 discrepancy between SQL and the ledger")
+            && stdout(&plain).contains(&format!("for job record {uncharged}")),
+        "{}",
+        stdout(&plain)
+    );
+    // The deep audit finds each.
+    let report = deep_audit(&db.pool).await.unwrap();
+    let by_record = |id: i64| -> Vec<String> {
+        report
+            .differences
+            .iter()
+            .filter(|d| d.record_id == Some(id))
+            .map(|d| d.field.clone())
+            .collect()
+    };
+    assert_eq!(by_record(doubled), ["cores"], "{:#?}", report.differences);
+    let cores = report
+        .differences
+        .iter()
+        .find(|d| d.record_id == Some(doubled))
+        .unwrap();
+    assert_eq!(
+        cores.stored.parse::<i64>().unwrap(),
+        2 * cores.reread.parse::<i64>().unwrap()
+    );
+    assert_eq!(by_record(moved), ["project"]);
+    assert_eq!(by_record(uncharged), ["charge"]);
+    let runs: Vec<&str> = report
+        .differences
+        .iter()
+        .filter(|d| d.record_id.is_none())
+        .map(|d| d.reread.as_str())
+        .collect();
+    assert_eq!(runs, ["none: its records were deleted"]);
+    assert_eq!(report.differences.len(), 4, "{:#?}", report.differences);
+    let o = db.cli(&["audit", "--deep"]);
+    assert_eq!(o.status.code(), Some(5));
+    assert!(
+        stdout(&o).contains("4 difference(s) between a raw record and the ledger"),
+        "{}",
+        stdout(&o)
+    );
+    // The auditor role runs it too (it reads only the audit schema).
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET ROLE hpc_ledger_auditor")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let page = hpc_ledger::db::deep::records(&mut conn, 0, 5).await.unwrap();
+    assert_eq!(page.len(), 5);
+    sqlx::raw_sql("RESET ROLE").execute(&mut *conn).await.unwrap();
+
+    // 5. A raw record rewritten: found by its fingerprints even where the
+    //    fields the ledger stores are untouched.
+    let rewritten =
+        record("SELECT min(r.id) FROM job_record r WHERE r.source_format = 'slurm' AND r.raw LIKE '%|COMPLETED|%'")
+            .await;
+    tamper(
+        &db,
+        &format!("UPDATE job_record SET raw = replace(raw, 'COMPLETED', 'FAILED') WHERE id = {rewritten}"),
+    )
+    .await;
+    let report = deep_audit(&db.pool).await.unwrap();
+    let fields: Vec<&str> = report
+        .differences
+        .iter()
+        .filter(|d| d.record_id == Some(rewritten))
+        .map(|d| d.field.as_str())
+        .collect();
+    assert_eq!(fields, ["content fingerprint"], "{:#?}", report.differences);
+}
