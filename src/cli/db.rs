@@ -55,7 +55,7 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
             }
             Target::External { url } => {
                 let pool = db::connect(url).await?;
-                let version: String = sqlx::query_scalar("SELECT version()").fetch_one(&pool).await?;
+                let version: String = crate::db::server_version(&pool).await?;
                 println!("database: {}", redact(url));
                 println!("server:   {version}");
                 match db::check_migrated(&pool).await {

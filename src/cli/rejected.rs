@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use super::{Format, print_json, table};
 use crate::db::Target;
-use crate::db::rejected::Selection;
+use crate::service::rejected::Selection;
 use crate::service::{author, rejected};
 
 #[derive(Debug, clap::Args)]

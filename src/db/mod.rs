@@ -3,11 +3,15 @@
 //! This module also decides which database to use: `--database-url` /
 //! `DATABASE_URL`, or the embedded default.
 
+pub mod audit;
+pub mod corrections;
 pub mod deep;
 pub mod definitions;
+pub mod errors;
 pub mod follow;
 pub mod jobs;
 pub mod ledger;
+pub mod periods;
 pub mod reference;
 pub mod rejected;
 pub mod statements;
@@ -274,6 +278,42 @@ pub async fn refresh_statistics(conn: &mut PgConnection, written: &[(&str, u64)]
         .fetch_one(&mut *conn)
         .await?;
     Ok(done)
+}
+
+/// `SELECT 1`: whether the database answers.
+pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
+}
+
+/// The server's `version()`.
+pub async fn server_version(pool: &PgPool) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT version()").fetch_one(pool).await
+}
+
+/// Turn JIT compilation off for the rest of the transaction: one pass over
+/// millions of rows costs less than compiling it (measured with `bench`).
+pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql("SET LOCAL jit = off")
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
+}
+
+/// Serialise a configuration change against pricing (until the transaction ends).
+pub async fn lock_rules(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", RULES_LOCK)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
+}
+
+/// Analyze the reference tables (autovacuum never analyzes tables this
+/// small, and the audit's plans depend on their sizes). Only the owner may.
+pub async fn analyze_reference(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql("ANALYZE center, cluster, node_type, queue_map, rate_card, storage_rate, project, storage_quota")
+        .execute(pool)
+        .await
+        .map(|_| ())
 }
 
 #[cfg(test)]

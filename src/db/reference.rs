@@ -8,7 +8,6 @@ use chrono_tz::Tz;
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
-use crate::config::Center;
 use crate::domain::catalog::{CardRow, Catalog, CenterInfo, ClusterInfo, NodeTypeInfo};
 use crate::domain::pricing::RateCard;
 use crate::domain::rules::{Dated, Scheduler};
@@ -188,7 +187,13 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
 }
 
 /// Insert or update the center row; whether anything changed.
-pub async fn upsert_center(conn: &mut PgConnection, c: &Center) -> Result<bool, sqlx::Error> {
+/// Set the center's name, currency and billing time zone; whether anything changed.
+pub async fn upsert_center(
+    conn: &mut PgConnection,
+    name: &str,
+    currency: &str,
+    time_zone: &str,
+) -> Result<bool, sqlx::Error> {
     let changed = sqlx::query_scalar!(
         r#"INSERT INTO center (name, currency, time_zone) VALUES ($1, $2, $3)
            ON CONFLICT (singleton) DO UPDATE
@@ -197,9 +202,9 @@ pub async fn upsert_center(conn: &mut PgConnection, c: &Center) -> Result<bool, 
             WHERE (center.name, center.currency, center.time_zone)
                   IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.currency, EXCLUDED.time_zone)
            RETURNING true AS "changed!""#,
-        c.name,
-        c.currency,
-        c.time_zone.name(),
+        name,
+        currency,
+        time_zone,
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -552,4 +557,19 @@ pub async fn projects_at(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<V
     )
     .fetch_all(&mut *conn)
     .await
+}
+
+/// Code, name and PI of each project in `ids`.
+pub async fn project_headers(
+    conn: &mut PgConnection,
+    ids: &[ProjectId],
+) -> Result<Vec<(ProjectId, String, String, String)>, sqlx::Error> {
+    let raw: Vec<i64> = ids.iter().map(|p| p.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: ProjectId", code, name, pi FROM project WHERE id = ANY($1)"#,
+        &raw
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.code, r.name, r.pi)).collect())
 }

@@ -66,7 +66,7 @@ impl ClusterInfo {
         self.node_types.iter().find(|t| t.name == name)
     }
 
-    /// The node type of a job (SPEC D4).
+    /// The node type of a job (docs/rules.md D4).
     pub fn resolve_node_type(
         &self,
         queue: Option<&str>,
@@ -78,7 +78,7 @@ impl ClusterInfo {
         Ok(self.node_type(name).expect("resolved names are known"))
     }
 
-    /// The rate card of a node type in force at `t` (SPEC D5).
+    /// The rate card of a node type in force at `t` (docs/rules.md D5).
     pub fn rate_card(&self, node_type: NodeTypeId, t: DateTime<Utc>) -> Option<&CardRow> {
         self.rate_cards
             .iter()

@@ -1,4 +1,4 @@
-//! Calendar months, the billing time zone, and local times (SPEC D6, D7).
+//! Calendar months, the billing time zone, and local times (docs/rules.md D6, D7).
 //!
 //! A job's charges belong to the month in which it ended, read in the
 //! center's time zone; storage is billed per local calendar day. Everything

@@ -1,4 +1,4 @@
-//! Posting a finished job (SPEC D5, D6, D9): resolve a job as a scheduler
+//! Posting a finished job (docs/rules.md D5, D6, D9): resolve a job as a scheduler
 //! reported it against the rules in force, price it, decide its accounting
 //! month, and decide what a re-sent record means (replay, revision,
 //! conflict, supersede). Pure: the catalog, project ids and the clock come
@@ -144,7 +144,7 @@ fn reject<T>(kind: RejectKind, reason: impl Into<String>) -> Result<T, Rejection
     })
 }
 
-/// The key a job run is matched on (SPEC D9): cluster, job id with array
+/// The key a job run is matched on (docs/rules.md D9): cluster, job id with array
 /// index, and start time. The submit time belongs to the run too, but a
 /// record that does not know it still matches; two different known submit
 /// times are a conflict (see [`classify`]).
@@ -181,7 +181,7 @@ pub struct ResolvedJob {
     pub exit_code: Option<String>,
     pub rate_card_id: RateCardId,
     pub price: JobPrice,
-    /// The month it ended in, in the billing time zone (SPEC D6).
+    /// The month it ended in, in the billing time zone (docs/rules.md D6).
     pub natural_period: Month,
     pub charge_fingerprint: [u8; 32],
     pub content_fingerprint: [u8; 32],
@@ -194,7 +194,7 @@ pub struct ResolvedJob {
 /// Jobs that began before this are not real records.
 const EARLIEST: &str = "1990-01-01T00:00:00Z";
 
-/// An instant to the second (SPEC D1: durations are exact seconds).
+/// An instant to the second (docs/rules.md D1: durations are exact seconds).
 fn instant(stamp: Stamp, tz: Tz, what: &str) -> Result<DateTime<Utc>, Rejection> {
     use chrono::SubsecRound;
     match stamp {
@@ -499,7 +499,7 @@ pub struct Existing {
     pub charge: ChargeFields,
 }
 
-/// What to do with a job whose run may already be recorded (SPEC D9).
+/// What to do with a job whose run may already be recorded (docs/rules.md D9).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Decision {
     /// Not recorded yet: record and charge it.
@@ -577,7 +577,7 @@ fn differences(old: &ChargeFields, new: &ChargeFields) -> Vec<String> {
     out
 }
 
-/// The month a job's charges are posted to (SPEC D6): its own, or the
+/// The month a job's charges are posted to (docs/rules.md D6): its own, or the
 /// earliest open month when its own is closed (then it is late).
 pub fn posting_period(natural: Month, last_closed: Option<Month>) -> (Month, bool) {
     match last_closed {

@@ -1,5 +1,5 @@
 //! Job pricing: from what a job held and for how long, under the rate card in
-//! force, its charge lines with every intermediate value (SPEC R1–R5, D1, D3,
+//! force, its charge lines with every intermediate value (docs/rules.md R1–R5, D1, D3,
 //! D8).
 //!
 //! ```text
@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::units::{Bytes, CoreHour, GpuHour, Priced, QUANTITY_SCALE, Quantity, Rate, div_round};
 
-/// What a job held (SPEC D3), in totals over all its nodes.
+/// What a job held (docs/rules.md D3), in totals over all its nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct JobShape {
     pub nodes: u32,
@@ -33,7 +33,7 @@ pub struct JobShape {
     pub gpus: u32,
 }
 
-/// The prices and node facts of one node type in force at one time (SPEC
+/// The prices and node facts of one node type in force at one time (docs/rules.md
 /// D5): what a rate card row holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RateCard {

@@ -1,5 +1,5 @@
 //! Resource requests as users and schedulers write them, parsed into the
-//! normalised form the pricing engine takes (SPEC D2, D3).
+//! normalised form the pricing engine takes (docs/rules.md D2, D3).
 //!
 //! - PBS/Torque `-l` lists: `nodes=N:ppn=P[:gpus=G][:feature…][+…]`, `mem=`,
 //!   `pmem=`, `walltime=`; PBS Pro `select=K:ncpus=C:ngpus=G:mem=M[+…]`,

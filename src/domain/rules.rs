@@ -1,5 +1,5 @@
-//! Which rules apply to a job: its node type (SPEC D4) and the dated rate card
-//! in force at its pricing instant (SPEC D5).
+//! Which rules apply to a job: its node type (docs/rules.md D4) and the dated rate card
+//! in force at its pricing instant (docs/rules.md D5).
 
 use std::collections::BTreeMap;
 
@@ -59,13 +59,13 @@ pub fn in_force_at<T>(items: &[Dated<T>], t: DateTime<Utc>) -> Option<&Dated<T>>
     items.iter().find(|d| d.in_force_at(t))
 }
 
-/// The instant whose rules price a job (SPEC D5): its submit time, or its
+/// The instant whose rules price a job (docs/rules.md D5): its submit time, or its
 /// start time when the submit time is unknown.
 pub fn pricing_instant(submitted: Option<DateTime<Utc>>, started: DateTime<Utc>) -> DateTime<Utc> {
     submitted.unwrap_or(started)
 }
 
-/// The node type every GPU job without a queue mapping falls into (SPEC D4).
+/// The node type every GPU job without a queue mapping falls into (docs/rules.md D4).
 pub const GPU_NODE_TYPE: &str = "gpu";
 
 /// Why a job's node type cannot be decided.
@@ -79,7 +79,7 @@ pub enum NodeTypeError {
     Missing,
 }
 
-/// Decide a job's node type (SPEC D4): an explicit node type wins; else its
+/// Decide a job's node type (docs/rules.md D4): an explicit node type wins; else its
 /// queue through the cluster's mapping; a GPU job whose queue has no mapping
 /// (or that names no queue) is a `gpu` job if the cluster has that type. An
 /// unknown queue is an error, never a silent default.

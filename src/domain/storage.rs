@@ -1,4 +1,4 @@
-//! Storage pricing: a project pays for the quota it reserves (SPEC R6), day
+//! Storage pricing: a project pays for the quota it reserves (docs/rules.md R6), day
 //! by day at the quota and rate in force at the end of each local day (D7):
 //!
 //! ```text

@@ -1,5 +1,5 @@
 //! Quantities with their unit, prices per unit, money, and the exact
-//! arithmetic that links them (SPEC D1, D8).
+//! arithmetic that links them (docs/rules.md D1, D8).
 //!
 //! A [`Quantity<U>`] can only be multiplied by a [`Rate<U>`] of the same unit,
 //! so a storage price can never be applied to core-hours by mistake. Every
@@ -210,7 +210,7 @@ impl fmt::Display for Money {
 }
 
 /// A charge line's arithmetic: quantity × unit rate = exact amount, and the
-/// amount rounded to cents (SPEC D8).
+/// amount rounded to cents (docs/rules.md D8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Priced {
     pub metric: Metric,
@@ -235,7 +235,7 @@ impl Priced {
 }
 
 /// A size in bytes (memory). Units follow the schedulers' convention
-/// (SPEC D2): k, m, g, t, p are powers of 1024.
+/// (docs/rules.md D2): k, m, g, t, p are powers of 1024.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Bytes(pub u64);

@@ -3,7 +3,7 @@
 //! document per line (`import --format jobcomp`, e.g. an Elasticsearch export).
 //!
 //! Read the way the Slurm parser reads `sacct`, so both paths give one
-//! answer: what the job held comes from `tres_alloc` (SPEC D3), falling back
+//! answer: what the job held comes from `tres_alloc` (docs/rules.md D3), falling back
 //! to `total_cpus`/`total_nodes`; `@submit`/`@start`/`@end` are slurmctld's
 //! local time without a zone (the cluster's configured zone), or carry an
 //! offset; an array task is `array_job_id` with index `array_task_id` (as

@@ -188,7 +188,7 @@ mod tests {
         let r = array_elements(arr).unwrap();
         let parts: Vec<&[u8]> = r.iter().map(|r| &arr[r.clone()]).collect();
         assert_eq!(parts, vec![&b"{\"a\":\"\xff,]\"}"[..], b"2", b"\"s\""]);
-        assert_eq!(array_elements(b"[]").unwrap(), vec![]);
+        assert_eq!(array_elements(b"[]").unwrap(), Vec::<Range<usize>>::new());
         assert_eq!(array_elements(b"[1,"), None);
         assert_eq!(array_elements(b"{}"), None);
     }

@@ -2,7 +2,7 @@
 //! `MM/DD/YYYY HH:MM:SS;TYPE;JOBID;key=value …`.
 //!
 //! Only E (job end) records, and R records that carry a run, are charged;
-//! Q, S, D, A … are skipped. What a job held is what it reserved (SPEC D3),
+//! Q, S, D, A … are skipped. What a job held is what it reserved (docs/rules.md D3),
 //! read in a documented order ([`size`], docs/pbs.md): Cray `mppwidth`;
 //! else the request (`Resource_List.nodes` — also TORQUE's doubled
 //! `nodes=nodes=…` —, PBS Pro `select`, `ncpus`/`ngpus`, `nodect`); an

@@ -13,7 +13,7 @@
 //! a document of another layout is refused at once with the layout it
 //! carries, and nothing is recorded.
 //!
-//! What a job held is read as the parsable reader reads it (SPEC D3):
+//! What a job held is read as the parsable reader reads it (docs/rules.md D3):
 //! `tres.allocated` is AllocTRES (memory in MiB), GPUs fall back to
 //! `tres.requested` (ReqTRES); arrays are `array.job_id` with index
 //! `array.task_id`, heterogeneous jobs `het.job_id+het.job_offset`, times are

@@ -7,7 +7,7 @@
 //! eligible,start,end,elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,
 //! reqtres,alloctres,timelimit,nodelist,jobname`).
 //!
-//! What a job held comes from `AllocTRES` (SPEC D3); older records without
+//! What a job held comes from `AllocTRES` (docs/rules.md D3); older records without
 //! it fall back to `NCPUS`, `NNodes` and `ReqMem` (`Mn` per node, `Mc` per
 //! CPU), and GPUs to `AllocGRES`, `ReqTRES`, `ReqGRES` and `Gres`
 //! ([`fallback_gpus`]); a record naming no GPU anywhere gives no GPU count.

@@ -98,8 +98,8 @@ impl Health {
 
 /// `SELECT 1` within [`PING_TIMEOUT`].
 pub async fn ping(pool: &PgPool) -> Result<(), String> {
-    match tokio::time::timeout(PING_TIMEOUT, sqlx::query("SELECT 1").execute(pool)).await {
-        Ok(Ok(_)) => Ok(()),
+    match tokio::time::timeout(PING_TIMEOUT, crate::db::ping(pool)).await {
+        Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(crate::db::redact(&e.to_string())),
         Err(_) => Err(format!("no answer within {} s", PING_TIMEOUT.as_secs())),
     }

@@ -1,4 +1,4 @@
-//! Closing a month (SPEC D11): freeze it, number its statements from one
+//! Closing a month (docs/rules.md D11): freeze it, number its statements from one
 //! gapless sequence, and seal it; and checking the seals and every charge
 //! again (`verify`, `audit`).
 
@@ -7,7 +7,9 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::db::statements::{self as sdb, ClosedPeriod, Discrepancy, SealCheck};
+use crate::db::audit::Discrepancy;
+use crate::db::periods::{self, ClosedPeriod, SealCheck};
+use crate::db::statements as sdb;
 use crate::db::storage as stdb;
 use crate::db::{DbError, ledger, reference};
 use crate::domain::period::Month;
@@ -103,7 +105,11 @@ impl CloseOutcome {
 /// months closed before one was kept).
 pub async fn anchors(pool: &PgPool) -> Result<Vec<Anchor>, DbError> {
     let mut conn = pool.acquire().await?;
-    Ok(sdb::closed_periods(&mut conn).await?.iter().map(Anchor::of).collect())
+    Ok(periods::closed_periods(&mut conn)
+        .await?
+        .iter()
+        .map(Anchor::of)
+        .collect())
 }
 
 /// How the database stands against one kept anchor.
@@ -129,7 +135,7 @@ impl AnchorCheck {
 /// should be anchored.
 pub async fn verify_against(pool: &PgPool, kept: &[Anchor]) -> Result<Vec<AnchorCheck>, DbError> {
     let mut conn = pool.acquire().await?;
-    let checks = sdb::seal_checks(&mut conn, None).await?;
+    let checks = periods::seal_checks(&mut conn, None).await?;
     let mut months: std::collections::BTreeSet<Month> = kept.iter().map(|a| a.month).collect();
     months.extend(checks.iter().map(|c| Month::of_date(c.period)));
     Ok(months
@@ -160,7 +166,7 @@ async fn close_in(
     author: &str,
     now: DateTime<Utc>,
 ) -> Result<CloseOutcome, CloseError> {
-    sdb::lock_periods(&mut *tx).await?;
+    periods::lock_periods(&mut *tx).await?;
     let center = reference::load_center(&mut *tx).await?.ok_or(CloseError::NoConfig)?;
     let period = month.first_day();
     let outcome = |c: ClosedPeriod, closed_now: bool, statements| CloseOutcome {
@@ -175,7 +181,7 @@ async fn close_in(
         currency: c.currency,
         statements,
     };
-    if let Some(c) = sdb::closed_period(&mut *tx, period).await? {
+    if let Some(c) = periods::closed_period(&mut *tx, period).await? {
         return Ok(outcome(c, false, Vec::new()));
     }
     let tz = center.time_zone;
@@ -198,7 +204,7 @@ async fn close_in(
     {
         return Err(CloseError::EarlierMonthOpen { first: l.next() });
     }
-    if let Some(first) = sdb::earlier_open_month(&mut *tx, period).await? {
+    if let Some(first) = periods::earlier_open_month(&mut *tx, period).await? {
         return Err(CloseError::EarlierMonthOpen {
             first: Month::of_date(first),
         });
@@ -206,7 +212,7 @@ async fn close_in(
     if stdb::billing_run(&mut *tx, "storage", period).await?.is_none() {
         return Err(CloseError::StorageNotBilled(month));
     }
-    let closed = sdb::close(&mut *tx, period, author).await?;
+    let closed = periods::close(&mut *tx, period, author).await?;
     let ids = sdb::projects_with_entries(&mut *tx, period).await?;
     let codes: std::collections::HashMap<_, _> = stdb::project_codes(&mut *tx, &ids).await?.into_iter().collect();
     let mut statements: Vec<(String, i64, Decimal)> = sdb::issued(&mut *tx, &ids, period)
@@ -221,7 +227,7 @@ async fn close_in(
 /// Recompute the seals (and entry counts and totals) of closed months.
 pub async fn verify(pool: &PgPool, month: Option<Month>) -> Result<Vec<SealCheck>, DbError> {
     let mut conn = pool.acquire().await?;
-    Ok(sdb::seal_checks(&mut conn, month.map(Month::first_day)).await?)
+    Ok(periods::seal_checks(&mut conn, month.map(Month::first_day)).await?)
 }
 
 /// Everything an audit finds: charges SQL disagrees with, and broken seals.
@@ -255,10 +261,10 @@ pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
     let mut tx = pool.begin().await?;
     // One pass over millions of charges: compiling it (JIT) costs more than
     // it saves (measured with `hpc-ledger bench`).
-    sqlx::raw_sql("SET LOCAL jit = off").execute(&mut *tx).await?;
+    crate::db::jit_off(&mut tx).await?;
     let report = AuditReport {
-        discrepancies: sdb::discrepancies(&mut tx).await?,
-        seals: sdb::seal_checks(&mut tx, None).await?,
+        discrepancies: crate::db::audit::discrepancies(&mut tx).await?,
+        seals: periods::seal_checks(&mut tx, None).await?,
         rejections: crate::db::rejected::summary(&mut tx).await?,
         definitions,
     };

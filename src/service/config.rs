@@ -109,23 +109,18 @@ pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result
         // Autovacuum never analyses tables this small (a one-row `center`),
         // and the audit's plans depend on knowing their sizes. Only the
         // owner may; for anyone else this is a warning, not an error.
-        let _ = sqlx::raw_sql(
-            "ANALYZE center, cluster, node_type, queue_map, rate_card, storage_rate, project, storage_quota",
-        )
-        .execute(pool)
-        .await;
+        let _ = db::analyze_reference(pool).await;
     }
     Ok(report)
 }
 
 async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
-    sqlx::query!("SELECT pg_advisory_xact_lock($1)", db::RULES_LOCK)
-        .execute(&mut *tx)
-        .await?;
+    db::lock_rules(&mut *tx).await?;
     let mut report = ApplyReport::default();
     let mut refused = Vec::new();
 
-    report.center_changed = reference::upsert_center(&mut *tx, &config.center).await?;
+    let c = &config.center;
+    report.center_changed = reference::upsert_center(&mut *tx, &c.name, &c.currency, c.time_zone.name()).await?;
 
     let existing = reference::load_clusters(&mut *tx).await?;
     let used = reference::used_rate_cards(&mut *tx).await?;

@@ -1,4 +1,4 @@
-//! Corrections, never edits (SPEC D10): a reversal is the exact negative of
+//! Corrections, never edits (docs/rules.md D10): a reversal is the exact negative of
 //! an entry, linked to it, at most once; a refund takes back part of a job or
 //! storage charge, by fraction or amount; an adjustment credits or debits a
 //! project. Each records its author and reason and posts into an open month.
@@ -8,8 +8,8 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 
+use crate::db::corrections::{self as sdb, EntryRow};
 use crate::db::ledger::{self, NewEntry};
-use crate::db::statements::{self as sdb, EntryRow};
 use crate::db::{DbError, reference};
 use crate::domain::period::Month;
 use crate::domain::posting::posting_period;
@@ -30,9 +30,7 @@ pub enum CorrectError {
 
 impl From<sqlx::Error> for CorrectError {
     fn from(e: sqlx::Error) -> Self {
-        if let sqlx::Error::Database(d) = &e
-            && d.constraint() == Some("ledger_entry_one_reversal")
-        {
+        if crate::db::errors::is_already_reversed(&e) {
             return CorrectError::Refused("that entry is already reversed".into());
         }
         match crate::service::guard_message(&e) {

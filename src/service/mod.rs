@@ -50,20 +50,7 @@ pub fn author(explicit: Option<&str>) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// A database error raised by one of the schema's guards (SQLSTATE HLxxx),
-/// as its message; other errors are passed through.
-pub fn guard_message(e: &sqlx::Error) -> Option<String> {
-    match e {
-        sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("HL")) => Some(d.message().to_owned()),
-        // Exclusion constraints: overlapping effective dates.
-        sqlx::Error::Database(d) if d.code().as_deref() == Some("23P01") => Some(format!(
-            "{} ({})",
-            d.message(),
-            d.constraint().unwrap_or("exclusion constraint")
-        )),
-        _ => None,
-    }
-}
+pub use crate::db::errors::guard_message;
 
 impl From<sqlx::Error> for config::ApplyError {
     fn from(e: sqlx::Error) -> Self {

@@ -1,4 +1,4 @@
-//! Recording finished jobs (SPEC D5, D6, D9, §3): resolve and price each job
+//! Recording finished jobs (docs/rules.md D5, D6, D9): resolve and price each job
 //! with the rules in force, then post a whole batch in one transaction —
 //! job runs, job records and ledger entries, set-based. A batch that fails
 //! is retried after a race, else job by job, so one bad record never blocks
@@ -13,6 +13,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 
+use crate::db::errors::{is_connection_error, is_race};
 use crate::db::ledger::{self, NewEntry};
 use crate::db::rejected::{self, NewRejection};
 use crate::db::{jobs, reference};
@@ -102,35 +103,6 @@ pub enum RecordError {
     Db(#[from] sqlx::Error),
 }
 
-/// Errors after which the same statement may simply be run again.
-fn is_race(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(d) => {
-            matches!(d.code().as_deref(), Some("40001" | "40P01"))
-                || (d.code().as_deref() == Some("23505")
-                    && d.constraint()
-                        .is_some_and(|c| c.starts_with("job_record_") || c == "ledger_entry_one_reversal"))
-        }
-        _ => false,
-    }
-}
-
-/// Errors that mean the database is gone, not that a record is bad.
-pub fn is_connection_error(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(d) => d
-            .code()
-            .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")),
-        _ => false,
-    }
-}
-
 /// Records jobs; keeps the catalog and project ids it has loaded.
 pub struct Recorder {
     pool: PgPool,
@@ -200,7 +172,7 @@ impl Recorder {
         malformed: &[(Source, String)],
         err: &sqlx::Error,
     ) -> Result<Vec<Outcome>, RecordError> {
-        let reason = crate::service::guard_message(err).unwrap_or_else(|| format!("the database refused it: {err}"));
+        let reason = crate::db::errors::guard_message(err).unwrap_or_else(|| format!("the database refused it: {err}"));
         let mut rows = Vec::new();
         let mut outcomes = Vec::new();
         for job in jobs {
@@ -354,12 +326,7 @@ async fn resolve_rejections(
     outcomes: &[Option<Outcome>],
     records: &[Option<JobRecordId>],
 ) -> Result<(), sqlx::Error> {
-    let open: bool = sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM rejected_record WHERE resolved_at IS NULL OR resolution = 'dismissed') AS "open!""#
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if !open {
+    if !rejected::any_to_resolve(conn).await? {
         return Ok(());
     }
     let mut formats = Vec::new();

@@ -4,7 +4,8 @@
 
 use sqlx::PgPool;
 
-use crate::db::rejected::{self, Dismissed, Rejected, Selection};
+pub use crate::db::rejected::Selection;
+use crate::db::rejected::{self, Dismissed, Rejected};
 use crate::domain::posting::RejectKind;
 use crate::ingest::Format;
 

@@ -99,7 +99,7 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
         Which::All => sdb::projects_with_entries(&mut conn, period).await?,
     };
     let headers: HashMap<ProjectId, ProjectHeader> = project_headers(&mut conn, &ids).await?;
-    let closed = sdb::closed_period(&mut conn, period).await?;
+    let closed = crate::db::periods::closed_period(&mut conn, period).await?;
     let issued: HashMap<ProjectId, Issued> = sdb::issued(&mut conn, &ids, period).await?.into_iter().collect();
     let mut compute: HashMap<ProjectId, Vec<JobLine>> = HashMap::new();
     for l in sdb::job_lines(&mut conn, &ids, period).await? {
@@ -154,24 +154,9 @@ async fn project_headers(
     conn: &mut sqlx::PgConnection,
     ids: &[ProjectId],
 ) -> Result<HashMap<ProjectId, ProjectHeader>, sqlx::Error> {
-    let raw: Vec<i64> = ids.iter().map(|p| p.0).collect();
-    let rows = sqlx::query!(
-        r#"SELECT id AS "id: ProjectId", code, name, pi FROM project WHERE id = ANY($1)"#,
-        &raw
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(rows
+    Ok(crate::db::reference::project_headers(conn, ids)
+        .await?
         .into_iter()
-        .map(|r| {
-            (
-                r.id,
-                ProjectHeader {
-                    code: r.code,
-                    name: r.name,
-                    pi: r.pi,
-                },
-            )
-        })
+        .map(|(id, code, name, pi)| (id, ProjectHeader { code, name, pi }))
         .collect())
 }

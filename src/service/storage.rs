@@ -1,5 +1,5 @@
 //! Project storage: quota history and the monthly storage billing run
-//! (SPEC R6, D7). The run prices every project with the pure storage engine
+//! (docs/rules.md R6, D7). The run prices every project with the pure storage engine
 //! and posts all its entries, segments and the run record in one
 //! transaction; a second run of the same month posts nothing.
 

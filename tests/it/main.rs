@@ -24,3 +24,4 @@ mod security;
 mod serve;
 mod storage;
 mod tamper;
+mod tidy;

@@ -4,7 +4,7 @@ whether a ledger charged exactly that, once.
 
 The expected charges are computed here from Slurm's own accounting (`sacct
 --parsable2` with a header) and the center configuration (read with tomllib),
-following SPEC's rules (R1-R5, D1-D3, D8), without asking hpc-ledger:
+following the rules of docs/rules.md (R1-R5, D1-D3, D8), without asking hpc-ledger:
 
   cores       AllocTRES cpu          memory  AllocTRES mem (K/M/G/T: 1024^n)
   nodes       AllocTRES node         gpus    AllocTRES gres/gpu

@@ -4,7 +4,7 @@
 # Brings up a one-machine Slurm 22.05 from Debian's packages (munge, slurmdbd on
 # MariaDB, slurmctld, two slurmd nodes c01/c02 with fake GPUs), points
 # jobcomp/elasticsearch at `hpc-ledger serve`, runs real jobs, and checks that
-# every job is charged once, as SPEC's rules say (computed independently by
+# every job is charged once, as the rules of docs/rules.md say (computed independently by
 # check.py from sacct and tests/slurm/center.toml), that `sacct` imported into
 # a second ledger charges the same, that re-importing it into the first records
 # nothing new, and that restarting serve while Slurm posts loses nothing.

@@ -1,4 +1,4 @@
-//! Storage pricing (SPEC R6, D7) against hand-computed amounts.
+//! Storage pricing (docs/rules.md R6, D7) against hand-computed amounts.
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;

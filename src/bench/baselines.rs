@@ -1,0 +1,246 @@
+//! What PostgreSQL alone does for the same work: `COPY`, `INSERT … SELECT`
+//! into copies of the tables, a sequential scan, the audit's inputs joined;
+//! and the set-up the figures need (settings, checkpoints, a grown ledger).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+
+use super::Result;
+use crate::db;
+
+/// `name = setting` for what matters here.
+pub(super) async fn settings(pool: &PgPool) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = vec![(
+        "server_version".into(),
+        sqlx::query_scalar("SELECT version()").fetch_one(pool).await?,
+    )];
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT name, current_setting(name) FROM pg_settings
+          WHERE name IN ('shared_buffers', 'work_mem', 'maintenance_work_mem', 'effective_cache_size',
+                         'fsync', 'synchronous_commit', 'full_page_writes', 'wal_level', 'max_wal_size',
+                         'checkpoint_timeout', 'max_parallel_workers_per_gather', 'jit')
+          ORDER BY name",
+    )
+    .fetch_all(pool)
+    .await?;
+    out.extend(rows);
+    Ok(out)
+}
+
+pub(super) async fn checkpoint(pool: &PgPool) -> Result<()> {
+    // Needs superuser or pg_checkpoint; a bench without it just runs on.
+    let _ = sqlx::raw_sql("CHECKPOINT").execute(pool).await;
+    Ok(())
+}
+
+/// COPY the data lines of `path` into a table of text columns with a unique
+/// index on the job's identity.
+pub(super) async fn copy_baseline(pool: &PgPool, path: &Path) -> Result<Duration> {
+    let columns: Vec<String> = crate::synthetic::SACCT_HEADER
+        .split('|')
+        .map(|c| format!("{} text", db::quote_ident(&c.to_lowercase())))
+        .collect();
+    sqlx::raw_sql(&format!(
+        "DROP TABLE IF EXISTS bench_copy; CREATE TABLE bench_copy ({}, UNIQUE (cluster, jobidraw, start))",
+        columns.join(", ")
+    ))
+    .execute(pool)
+    .await?;
+    checkpoint(pool).await?;
+    let mut conn = pool.acquire().await?;
+    // Streamed from the file as the import reads it (the header line skipped).
+    let mut file = std::io::BufReader::new(std::fs::File::open(path)?);
+    let mut header = String::new();
+    std::io::BufRead::read_line(&mut file, &mut header)?;
+    let t = Instant::now();
+    let mut copy = conn
+        .copy_in_raw("COPY bench_copy FROM STDIN (FORMAT text, DELIMITER '|')")
+        .await?;
+    let mut chunk = vec![0; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        copy.send(&chunk[..n]).await?;
+    }
+    copy.finish().await?;
+    let took = t.elapsed();
+    sqlx::raw_sql("DROP TABLE bench_copy").execute(&mut *conn).await?;
+    Ok(took)
+}
+
+/// What the empty copies of [`insert_select`] carry.
+#[derive(Clone, Copy)]
+pub(super) enum Copies {
+    /// Columns only: no index, no check (the storage billing baseline).
+    Bare,
+    /// The table's indexes and checks, no triggers (so no reference
+    /// checks): what keeps the rows findable and valid (a bound).
+    Indexed,
+}
+
+/// `INSERT … SELECT` of each `(table, query)` into an empty copy of `table`,
+/// in one transaction, after a checkpoint: the time PostgreSQL itself takes
+/// to store those rows.
+pub(super) async fn insert_select(pool: &PgPool, parts: &[(&str, String)], copies: Copies) -> Result<Duration> {
+    let copy = |t: &str| format!("bench_rows_{t}");
+    let including = match copies {
+        Copies::Bare => "",
+        Copies::Indexed => " INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES",
+    };
+    for (table, _) in parts {
+        sqlx::raw_sql(&format!(
+            "DROP TABLE IF EXISTS {c}; CREATE TABLE {c} (LIKE {table}{including})",
+            c = copy(table)
+        ))
+        .execute(pool)
+        .await?;
+    }
+    checkpoint(pool).await?;
+    let mut tx = pool.begin().await?;
+    let t = Instant::now();
+    for (table, query) in parts {
+        sqlx::raw_sql(&format!("INSERT INTO {} {query}", copy(table)))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    let took = t.elapsed();
+    for (table, _) in parts {
+        sqlx::raw_sql(&format!("DROP TABLE {}", copy(table)))
+            .execute(pool)
+            .await?;
+    }
+    Ok(took)
+}
+
+/// Rows in the tables an import writes.
+pub(super) async fn ledger_rows(pool: &PgPool) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM job) + (SELECT count(*) FROM job_record) + (SELECT count(*) FROM ledger_entry)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(u64::try_from(n)?)
+}
+
+/// The time to read every job charge with its record and run, the rows the
+/// audit recomputes each charge from, without the arithmetic (as the audit
+/// runs: no JIT; the better of two runs).
+pub(super) async fn join_of_inputs(pool: &PgPool) -> Result<Duration> {
+    let mut best = Duration::MAX;
+    for _ in 0..2 {
+        let mut tx = pool.begin().await?;
+        sqlx::raw_sql("SET LOCAL jit = off").execute(&mut *tx).await?;
+        let t = Instant::now();
+        sqlx::raw_sql(
+            "SELECT count(*), max(e.quantity), max(r.ended_at - j.started_at), max(r.cores), max(j.submitted_at)
+               FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+              WHERE e.kind = 'job'",
+        )
+        .execute(&mut *tx)
+        .await?;
+        best = best.min(t.elapsed());
+        tx.rollback().await?;
+    }
+    Ok(best)
+}
+
+pub(super) async fn ledger_size(pool: &PgPool) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(pool)
+        .await?;
+    Ok(u64::try_from(n)?)
+}
+
+/// The time to read every ledger entry once (the better of two runs).
+pub(super) async fn seq_scan(pool: &PgPool) -> Result<Duration> {
+    let mut best = Duration::MAX;
+    for _ in 0..2 {
+        let t = Instant::now();
+        sqlx::raw_sql("SELECT count(*), sum(amount), sum(quantity) FROM ledger_entry")
+            .execute(pool)
+            .await?;
+        best = best.min(t.elapsed());
+    }
+    Ok(best)
+}
+
+/// Copy every job with its record and charges into `grow - 1` earlier
+/// periods (shifted back by multiples of 35 days, a job id suffix `~k`),
+/// so the ledger holds `grow` times the job charges. Shifting every instant
+/// by the same whole number of hours keeps each job's wall time, and the
+/// bench center's rate cards hold from 2020, so every copy is a correct
+/// charge that the audit recomputes to the cent.
+pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
+    let (jobs, records, entries): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT coalesce(max(id), 0) FROM job), (SELECT coalesce(max(id), 0) FROM job_record),
+                (SELECT coalesce(max(id), 0) FROM ledger_entry)",
+    )
+    .fetch_one(pool)
+    .await?;
+    for k in 1..i64::from(grow.max(1)) {
+        let mut tx = pool.begin().await?;
+        let shift = format!("{} hours", 35 * 24 * k);
+        sqlx::query(
+            "INSERT INTO job (id, cluster_id, scheduler_job_id, array_index, submitted_at, started_at)
+             OVERRIDING SYSTEM VALUE
+             SELECT id + $1 * $2, cluster_id, scheduler_job_id || '~' || $1, array_index,
+                    submitted_at - $3::interval, started_at - $3::interval
+               FROM job WHERE id <= $2 ORDER BY id",
+        )
+        .bind(k)
+        .bind(jobs)
+        .bind(&shift)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO job_record (id, job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
+                                     user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
+                                     charge_fingerprint, content_fingerprint, source_format, source_ref, raw, read_options,
+                                     recorded_by)
+             OVERRIDING SYSTEM VALUE
+             SELECT id + $1 * $2, job_id + $1 * $4, cluster_id, started_at - $3::interval, revision, kind, project_id,
+                    node_type_id, queue, user_name, job_name, state, exit_code, ended_at - $3::interval, nodes, cores,
+                    memory_bytes, gpus, charge_fingerprint, content_fingerprint, source_format, source_ref, raw,
+                    read_options, 'bench'
+               FROM job_record WHERE id <= $2 ORDER BY id",
+        )
+        .bind(k)
+        .bind(records)
+        .bind(&shift)
+        .bind(jobs)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO ledger_entry (id, period, project_id, kind, metric, job_record_id, rate_card_id, quantity,
+                                       unit_rate, amount_exact, amount, author)
+             OVERRIDING SYSTEM VALUE
+             SELECT e.id + $1 * $2, date_trunc('month', (r.ended_at - $3::interval) AT TIME ZONE c.time_zone)::date,
+                    e.project_id, e.kind, e.metric, e.job_record_id + $1 * $4, e.rate_card_id, e.quantity, e.unit_rate,
+                    e.amount_exact, e.amount, 'bench'
+               FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id CROSS JOIN center c
+              WHERE e.id <= $2 AND e.kind = 'job' ORDER BY e.id",
+        )
+        .bind(k)
+        .bind(entries)
+        .bind(&shift)
+        .bind(records)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+    }
+    // Later inserts must not collide with the copies' ids.
+    sqlx::raw_sql(
+        "SELECT setval(pg_get_serial_sequence('job', 'id'), (SELECT max(id) FROM job));
+         SELECT setval(pg_get_serial_sequence('job_record', 'id'), (SELECT max(id) FROM job_record));
+         SELECT setval(pg_get_serial_sequence('ledger_entry', 'id'), (SELECT max(id) FROM ledger_entry));
+         ANALYZE job, job_record, ledger_entry;",
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,550 @@
+//! `hpc-ledger bench`: the product's speed, measured against what the same
+//! PostgreSQL does on the same machine in the same run.
+//!
+//! One run, in a scratch database of its own (never the ledger database):
+//! a synthetic center (one Slurm cluster, regular/hugemem/GPU nodes,
+//! thousands of projects with storage quotas) and a month of synthetic jobs
+//! with a general-purpose cluster's request mix ([`crate::synthetic`]). Each
+//! figure is measured next to its baseline:
+//!
+//! | figure | baseline |
+//! |---|---|
+//! | import of N jobs (a child process, as a user runs it) | `COPY` of the same lines into a bare table with one unique index |
+//! | re-import of the same file | the first import |
+//! | `serve`: jobcomp posts from 16 concurrent senders | the import's jobs/s |
+//! | `job record` as its own process | `psql -c` inserting one row |
+//! | storage billing of every project | `INSERT … SELECT` of the same rows into bare tables |
+//! | one project's statement, before and after the ledger grows | – |
+//! | `audit` of the grown ledger | a sequential scan of the ledger |
+//! | `audit --deep`: every raw record read again | the import's jobs/s |
+//! | peak RSS of the import | – |
+//! | peak RSS of `serve` under 20 concurrent hostile 16 MB posts | its RSS when idle |
+//! | month end (bill, close, audit) of a freshly configured center, in a second database | the billing run |
+//!
+//! Beside the figures, the run measures what PostgreSQL alone needs for the
+//! same work (the "bounds"): the import's and the storage run's rows written
+//! by `INSERT … SELECT` into copies of their tables with the same indexes
+//! and checks, and the audit's inputs read and joined without arithmetic.
+//! No implementation on this schema and machine can beat those; where a
+//! target sits below its bound, the bound says so.
+//!
+//! The ledger grows by copies of the month's job charges into earlier
+//! months ([`grow_ledger`]): the same inputs shifted by whole days, so
+//! every copy is still a correct charge and the audit must come out clean.
+
+mod baselines;
+mod measure;
+mod report;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde::Serialize;
+
+pub use baselines::grow_ledger;
+use baselines::{
+    Copies, checkpoint, copy_baseline, insert_select, join_of_inputs, ledger_rows, ledger_size, seq_scan, settings,
+};
+use measure::{
+    HOSTILE, SENDERS, busiest_project, fresh_month_end, import, one_job, serve_posts, serve_under_attack,
+    statement_time,
+};
+use report::{count, millis, per_second, secs};
+pub use report::{grouped, render};
+
+use crate::db::{self, MIGRATOR};
+use crate::domain::period::Month;
+use crate::service;
+
+/// Why a bench run stopped: a step failed, or a result was not what the
+/// run itself set up (then the figures would mean nothing).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BenchError(String);
+
+pub type Result<T> = std::result::Result<T, BenchError>;
+
+/// Stop the run with a message.
+macro_rules! fail {
+    ($($t:tt)*) => {
+        return Err($crate::bench::BenchError(format!($($t)*)))
+    };
+}
+use fail;
+
+/// Errors of the steps the bench runs, as messages.
+macro_rules! from_errors {
+    ($($t:ty),* $(,)?) => {
+        $(impl From<$t> for BenchError {
+            fn from(e: $t) -> Self {
+                BenchError(e.to_string())
+            }
+        })*
+    };
+}
+from_errors!(
+    sqlx::Error,
+    sqlx::migrate::MigrateError,
+    crate::db::DbError,
+    std::io::Error,
+    std::str::Utf8Error,
+    serde_json::Error,
+    crate::config::ConfigError,
+    crate::service::config::ApplyError,
+    crate::service::storage::StorageBillError,
+    crate::service::close::CloseError,
+    crate::service::record::RecordError,
+    crate::service::statement::StatementError,
+    crate::serve::ServeError,
+    tokio::task::JoinError,
+    std::num::TryFromIntError,
+    std::net::AddrParseError,
+);
+
+/// What a step was doing when it failed.
+trait Context<T> {
+    fn context(self, what: &str) -> Result<T>;
+}
+
+impl<T, E: std::fmt::Display> Context<T> for std::result::Result<T, E> {
+    fn context(self, what: &str) -> Result<T> {
+        self.map_err(|e| BenchError(format!("{what}: {e}")))
+    }
+}
+
+impl<T> Context<T> for Option<T> {
+    fn context(self, what: &str) -> Result<T> {
+        self.ok_or_else(|| BenchError(what.to_owned()))
+    }
+}
+
+/// How big a run is.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sizes {
+    /// Jobs imported.
+    pub jobs: u64,
+    /// Projects in the center, each with a storage quota.
+    pub projects: u64,
+    /// Projects the jobs are charged to (the first ones).
+    pub job_projects: u64,
+    /// The ledger is grown to this many times its job charges.
+    pub grow: u32,
+    /// Processes started for `job record` (and as many `psql`).
+    pub calls: u32,
+    /// Projects of the freshly set-up center whose month end is timed.
+    pub fresh_projects: u64,
+}
+
+impl Sizes {
+    pub const DEFAULT: Sizes = Sizes {
+        jobs: 100_000,
+        projects: 10_000,
+        job_projects: 2_000,
+        grow: 10,
+        calls: 20,
+        fresh_projects: 20_000,
+    };
+    pub const FULL: Sizes = Sizes {
+        jobs: 1_000_000,
+        projects: 100_000,
+        job_projects: 2_000,
+        grow: 10,
+        calls: 20,
+        fresh_projects: 100_000,
+    };
+}
+
+/// One line of the result table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub figure: String,
+    pub measured: String,
+    pub baseline: String,
+    /// Measured against baseline, in the direction the target states.
+    pub ratio: Option<f64>,
+    pub target: String,
+    pub pass: bool,
+}
+
+/// Everything a run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub sizes: Sizes,
+    pub month: String,
+    pub database: String,
+    pub figures: Vec<Figure>,
+    /// Other timings worth knowing (set-up steps).
+    pub notes: Vec<String>,
+    /// What PostgreSQL itself needs for the work behind a figure, measured
+    /// in the same run: the floor under that figure on this machine.
+    pub bounds: Vec<String>,
+    /// PostgreSQL's version and the settings that matter for these figures.
+    pub settings: Vec<(String, String)>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.figures.iter().all(|f| f.pass)
+    }
+}
+
+/// Where and how to run.
+pub struct Setup {
+    /// The scratch database's URL (created afresh by the caller).
+    pub url: String,
+    /// A second scratch database (created afresh by the caller), for the
+    /// month end of a fresh center.
+    pub fresh_url: String,
+    /// This program, run for the child-process figures.
+    pub exe: PathBuf,
+    /// `psql`.
+    pub psql: PathBuf,
+    /// A directory for the generated input (removed by the caller).
+    pub dir: PathBuf,
+    /// Tell the user what is happening.
+    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+/// Run every measurement on a freshly created, empty database.
+pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
+    let say = |s: &str| (setup.progress)(s);
+    let pool = db::connect(&setup.url).await?;
+    MIGRATOR.run(&pool).await?;
+    let month = Month::of_instant(Utc::now(), chrono_tz::America::New_York).prev();
+    let mut figures = Vec::new();
+    let mut notes = Vec::new();
+    let mut bounds = Vec::new();
+    let settings = settings(&pool).await?;
+
+    say("the center");
+    let mut center = Vec::new();
+    crate::synthetic::write_bench_center(&mut center, sizes.projects, month)?;
+    let config = crate::config::parse(std::str::from_utf8(&center)?)?;
+    let t = Instant::now();
+    service::config::apply(&pool, &config, "bench").await?;
+    notes.push(format!(
+        "config apply of {} projects: {}",
+        sizes.projects,
+        secs(t.elapsed())
+    ));
+
+    say("the jobs");
+    let jobs = setup.dir.join("jobs.txt");
+    let file = std::fs::File::create(&jobs).context(&format!("creating {}", jobs.display()))?;
+    crate::synthetic::write_bench_sacct(
+        std::io::BufWriter::new(file),
+        sizes.jobs,
+        sizes.job_projects.min(sizes.projects),
+        month,
+    )?;
+
+    // 1. Import against COPY.
+    say("COPY baseline");
+    let copy = copy_baseline(&pool, &jobs).await?;
+    say("import");
+    checkpoint(&pool).await?;
+    let first = import(setup, &jobs)?;
+    if first.recorded != sizes.jobs {
+        fail!(
+            "the import recorded {} of {} jobs: {}",
+            first.recorded,
+            sizes.jobs,
+            first.summary
+        );
+    }
+    let jobs_f = count(sizes.jobs);
+    let import_rate = per_second(sizes.jobs, first.wall);
+    let copy_rate = per_second(sizes.jobs, copy);
+    figures.push(Figure {
+        figure: format!("import of {} jobs (priced, posted, idempotent)", grouped(sizes.jobs)),
+        measured: format!("{} = {} jobs/s", secs(first.wall), grouped(import_rate)),
+        baseline: format!("COPY: {} = {} rows/s", secs(copy), grouped(copy_rate)),
+        ratio: Some(jobs_f / first.wall.as_secs_f64() / (jobs_f / copy.as_secs_f64())),
+        target: "≥ 0.5 × COPY's rows/s".into(),
+        pass: import_rate * 2 >= copy_rate,
+    });
+    say("re-import");
+    let again = import(setup, &jobs)?;
+    if again.replayed != sizes.jobs {
+        fail!(
+            "the re-import replayed {} of {} jobs: {}",
+            again.replayed,
+            sizes.jobs,
+            again.summary
+        );
+    }
+    let speedup = first.wall.as_secs_f64() / again.wall.as_secs_f64();
+    figures.push(Figure {
+        figure: "re-import of the same file (all replays)".into(),
+        measured: format!(
+            "{} = {} jobs/s",
+            secs(again.wall),
+            grouped(per_second(sizes.jobs, again.wall))
+        ),
+        baseline: format!("first import: {}", secs(first.wall)),
+        ratio: Some(speedup),
+        target: "≥ 2 × faster".into(),
+        pass: speedup >= 2.0,
+    });
+    // After the re-import (which writes nothing), so its work does not
+    // disturb the re-import's reading of the fresh rows.
+    say("the import's rows, stored by PostgreSQL alone");
+    let floor = insert_select(
+        &pool,
+        &[
+            ("job", "SELECT * FROM job".into()),
+            ("job_record", "SELECT * FROM job_record".into()),
+            ("ledger_entry", "SELECT * FROM ledger_entry".into()),
+        ],
+        Copies::Indexed,
+    )
+    .await?;
+    bounds.push(format!(
+        "import: its {} rows (runs, records, charges), written again by INSERT … SELECT into empty copies of \
+         their tables with the same indexes and checks: {} = {} jobs/s; the import takes {:.1} × that",
+        grouped(ledger_rows(&pool).await?),
+        secs(floor),
+        grouped(per_second(sizes.jobs, floor)),
+        first.wall.as_secs_f64() / floor.as_secs_f64()
+    ));
+    say("serve");
+    let posts = (sizes.jobs / 20).max(1);
+    let (took, transactions) = serve_posts(&pool, posts, sizes.job_projects.min(sizes.projects), month).await?;
+    let serve_rate = per_second(posts, took);
+    figures.push(Figure {
+        figure: format!(
+            "`serve`: {} jobcomp posts from {SENDERS} concurrent senders",
+            grouped(posts)
+        ),
+        measured: format!(
+            "{} = {} jobs/s in {} transactions",
+            secs(took),
+            grouped(serve_rate),
+            grouped(transactions)
+        ),
+        baseline: format!("import: {} jobs/s", grouped(import_rate)),
+        ratio: Some(serve_rate as f64 / import_rate.max(1) as f64),
+        target: "– (reported)".into(),
+        pass: true,
+    });
+    say("serve under hostile posts");
+    let hostile = serve_under_attack(setup).await?;
+    figures.push(Figure {
+        figure: format!(
+            "peak RSS of `serve` under {HOSTILE} concurrent 16 MB posts (`[0,0,…]` to /jobs; jobcomp: big scripts, junk, Latin-1)"
+        ),
+        measured: format!("{} MB (replies: {})", hostile.max_rss_kb / 1024, hostile.statuses),
+        baseline: format!("idle: {} MB", hostile.idle_rss_kb / 1024),
+        ratio: None,
+        target: "≤ 200 MB".into(),
+        pass: hostile.max_rss_kb <= 200 * 1024,
+    });
+    let rss = first.max_rss_kb.max(again.max_rss_kb);
+    figures.push(Figure {
+        figure: format!("peak RSS of the import of {} jobs", grouped(sizes.jobs)),
+        measured: format!(
+            "{} MB (re-import {} MB)",
+            first.max_rss_kb / 1024,
+            again.max_rss_kb / 1024
+        ),
+        baseline: "–".into(),
+        ratio: None,
+        target: "≤ 200 MB".into(),
+        pass: rss <= 200 * 1024,
+    });
+
+    // 2. One job, one process, against psql inserting one row.
+    say("job record against psql");
+    let (ours, theirs) = one_job(setup, &pool, month, sizes.calls).await?;
+    let ratio = ours.as_secs_f64() / theirs.as_secs_f64();
+    figures.push(Figure {
+        figure: "`job record` of one job, as its own process".into(),
+        measured: format!("{} (median of {})", millis(ours), sizes.calls),
+        baseline: format!("psql -c INSERT: {}", millis(theirs)),
+        ratio: Some(ratio),
+        target: "≤ 1.5 × psql".into(),
+        pass: ratio <= 1.5,
+    });
+
+    // 3. Storage billing against INSERT … SELECT of the same rows.
+    say("storage billing");
+    checkpoint(&pool).await?;
+    let t = Instant::now();
+    let bill = service::storage::bill(&pool, month, "bench", false, Utc::now()).await?;
+    let billing = t.elapsed();
+    // The run's rows (its entries and their segments), written again.
+    let run = format!(
+        "(SELECT id FROM billing_run WHERE kind = 'storage' AND period = DATE '{}')",
+        month.first_day()
+    );
+    let rows = [
+        (
+            "ledger_entry",
+            format!("SELECT * FROM ledger_entry WHERE billing_run_id = {run}"),
+        ),
+        (
+            "storage_charge_segment",
+            format!(
+                "SELECT s.* FROM storage_charge_segment s JOIN ledger_entry e ON e.id = s.ledger_entry_id
+                  WHERE e.billing_run_id = {run}"
+            ),
+        ),
+    ];
+    // The run ends by analyzing the tables it made stale (issue 13, item 11);
+    // the same analyze again, timed, says how much of the run that is.
+    let t = Instant::now();
+    sqlx::raw_sql("ANALYZE ledger_entry, storage_charge_segment")
+        .execute(&pool)
+        .await?;
+    notes.push(format!(
+        "storage billing: analyzing the ledger and the segments afterwards (part of the run): about {}",
+        secs(t.elapsed())
+    ));
+    let bare = insert_select(&pool, &rows, Copies::Bare).await?;
+    let indexed = insert_select(&pool, &rows, Copies::Indexed).await?;
+    bounds.push(format!(
+        "storage billing: the same rows by INSERT … SELECT into copies with the ledger's indexes and checks: {}; \
+         the run takes {:.1} × that",
+        secs(indexed),
+        billing.as_secs_f64() / indexed.as_secs_f64()
+    ));
+    let ratio = billing.as_secs_f64() / bare.as_secs_f64();
+    figures.push(Figure {
+        figure: format!(
+            "storage billing of {} projects ({} entries)",
+            grouped(sizes.projects),
+            grouped(bill.entry_count as u64)
+        ),
+        measured: secs(billing),
+        baseline: format!("INSERT … SELECT: {}", secs(bare)),
+        ratio: Some(ratio),
+        target: "≤ 2 ×".into(),
+        pass: ratio <= 2.0,
+    });
+
+    // 3b. The deep audit: every raw record read again (before the ledger
+    // grows: its copies are shifted in time, their raw records are not).
+    say("audit --deep");
+    let t = Instant::now();
+    let deep = service::deep::deep_audit(&pool).await?;
+    let deep_time = t.elapsed();
+    if !deep.clean() {
+        fail!(
+            "the deep audit of the bench ledger found {} differences (first: {:?})",
+            deep.differences.len(),
+            deep.differences.first()
+        );
+    }
+    figures.push(Figure {
+        figure: format!(
+            "audit --deep: {} job records read again from their raw records",
+            grouped(deep.records)
+        ),
+        measured: format!(
+            "{} = {} records/s",
+            secs(deep_time),
+            grouped(per_second(deep.records, deep_time))
+        ),
+        baseline: format!("the import: {} jobs/s", grouped(import_rate)),
+        ratio: Some(per_second(deep.records, deep_time) as f64 / import_rate.max(1) as f64),
+        target: "– (reported)".into(),
+        pass: true,
+    });
+    // 4. A statement, before and after the ledger grows.
+    say("statements");
+    let code = busiest_project(&pool, month).await?;
+    let small = ledger_size(&pool).await?;
+    let before = statement_time(&pool, month, &code, sizes.calls).await?;
+    say("growing the ledger");
+    let t = Instant::now();
+    grow_ledger(&pool, sizes.grow).await?;
+    let large = ledger_size(&pool).await?;
+    notes.push(format!(
+        "growing the ledger from {} to {} entries: {}",
+        grouped(small),
+        grouped(large),
+        secs(t.elapsed())
+    ));
+    let after = statement_time(&pool, month, &code, sizes.calls).await?;
+    figures.push(Figure {
+        figure: format!("one project's statement at {} entries", grouped(small)),
+        measured: millis(before),
+        baseline: "–".into(),
+        ratio: None,
+        target: "≤ 10 ms".into(),
+        pass: before <= Duration::from_millis(10),
+    });
+    let growth = after.as_secs_f64() / before.as_secs_f64();
+    figures.push(Figure {
+        figure: format!("one project's statement at {} entries", grouped(large)),
+        measured: millis(after),
+        baseline: format!("at {}: {}", grouped(small), millis(before)),
+        ratio: Some(growth),
+        target: "≤ 10 ms; ≤ 1.5 × the smaller ledger's".into(),
+        pass: after <= Duration::from_millis(10) && growth <= 1.5,
+    });
+
+    // 5. The audit against a sequential scan.
+    say("audit");
+    let scan = seq_scan(&pool).await?;
+    let inputs = join_of_inputs(&pool).await?;
+    let t = Instant::now();
+    let audit = service::close::audit(&pool).await?;
+    let audit_time = t.elapsed();
+    bounds.push(format!(
+        "audit: reading every job charge joined with its record and run (the inputs it recomputes from, \
+         no arithmetic): {} = {:.1} × the sequential scan; the audit takes {:.1} × that",
+        secs(inputs),
+        inputs.as_secs_f64() / scan.as_secs_f64(),
+        audit_time.as_secs_f64() / inputs.as_secs_f64()
+    ));
+    if !audit.clean() {
+        fail!(
+            "the audit of the bench ledger found {} discrepancies (first: {:?})",
+            audit.discrepancies.len(),
+            audit.discrepancies.first()
+        );
+    }
+    let ratio = audit_time.as_secs_f64() / scan.as_secs_f64();
+    figures.push(Figure {
+        figure: format!("audit of {} entries (clean)", grouped(large)),
+        measured: secs(audit_time),
+        baseline: format!("sequential scan: {}", secs(scan)),
+        ratio: Some(ratio),
+        target: "≤ 3 ×".into(),
+        pass: ratio <= 3.0,
+    });
+    pool.close().await;
+
+    // 6. Month end of a center that has just been set up.
+    say("month end of a fresh center");
+    let end = fresh_month_end(&setup.fresh_url, sizes.fresh_projects, month).await?;
+    let slowest = end.close.max(end.audit);
+    let ratio = slowest.as_secs_f64() / end.bill.as_secs_f64();
+    figures.push(Figure {
+        figure: format!(
+            "month end of a fresh center of {} projects: bill storage, close, audit",
+            grouped(sizes.fresh_projects)
+        ),
+        measured: format!(
+            "bill {}, close {}, audit {}",
+            secs(end.bill),
+            secs(end.close),
+            secs(end.audit)
+        ),
+        baseline: format!("the billing run: {}", secs(end.bill)),
+        ratio: Some(ratio),
+        target: "close and audit each ≤ 2 × the billing run".into(),
+        pass: ratio <= 2.0,
+    });
+    Ok(Report {
+        sizes: sizes.clone(),
+        month: month.to_string(),
+        database: db::redact(&setup.url),
+        figures,
+        notes,
+        bounds,
+        settings,
+    })
+}

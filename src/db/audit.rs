@@ -1,0 +1,26 @@
+//! The SQL audit's findings (`audit.discrepancies`).
+
+use chrono::NaiveDate;
+use sqlx::PgConnection;
+
+/// A discrepancy between SQL's recomputation and the ledger.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Discrepancy {
+    pub entry_id: Option<i64>,
+    pub kind: String,
+    pub period: Option<NaiveDate>,
+    pub project: Option<String>,
+    pub field: String,
+    pub expected: Option<String>,
+    pub recorded: Option<String>,
+}
+
+pub async fn discrepancies(conn: &mut PgConnection) -> Result<Vec<Discrepancy>, sqlx::Error> {
+    sqlx::query_as!(
+        Discrepancy,
+        r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
+             FROM audit.discrepancies ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field"#
+    )
+    .fetch_all(&mut *conn)
+    .await
+}

@@ -1,0 +1,109 @@
+//! What corrections need to find: entries by id, a job run's open charges,
+//! refunds of an entry, what an entry has been credited back, runs by job id.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use rust_decimal::Decimal;
+use sqlx::PgConnection;
+
+use crate::ids::{JobId, LedgerEntryId, ProjectId};
+
+/// A posted entry, for corrections.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EntryRow {
+    pub id: LedgerEntryId,
+    pub period: NaiveDate,
+    pub project_id: ProjectId,
+    pub kind: String,
+    pub metric: Option<String>,
+    pub job_record_id: Option<i64>,
+    pub rate_card_id: Option<i64>,
+    pub quantity: Decimal,
+    pub unit_rate: Decimal,
+    pub amount_exact: Decimal,
+    pub amount: Decimal,
+    /// Already reversed.
+    pub reversed: bool,
+}
+
+pub async fn entries_by_id(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<EntryRow>, sqlx::Error> {
+    sqlx::query_as!(
+        EntryRow,
+        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind, e.metric,
+                  e.job_record_id, e.rate_card_id, e.quantity, e.unit_rate, e.amount_exact, e.amount,
+                  EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal') AS "reversed!"
+             FROM ledger_entry e WHERE e.id = ANY($1) ORDER BY e.id"#,
+        ids
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// The charges and refunds of a job run (all its records) not yet reversed.
+pub async fn open_job_entries(conn: &mut PgConnection, job: JobId) -> Result<Vec<EntryRow>, sqlx::Error> {
+    sqlx::query_as!(
+        EntryRow,
+        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind, e.metric,
+                  e.job_record_id, e.rate_card_id, e.quantity, e.unit_rate, e.amount_exact, e.amount,
+                  false AS "reversed!"
+             FROM ledger_entry e
+            WHERE (e.kind = 'job' AND e.job_record_id IN (SELECT id FROM job_record WHERE job_id = $1)
+                   OR e.kind = 'refund' AND e.corrects_id IN (SELECT x.id FROM ledger_entry x JOIN job_record r ON r.id = x.job_record_id
+                                                               WHERE r.job_id = $1 AND x.kind = 'job'))
+              AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')
+            ORDER BY e.id"#,
+        job as JobId
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// The unreversed refunds of these entries.
+pub async fn open_refunds_of(conn: &mut PgConnection, entries: &[i64]) -> Result<Vec<EntryRow>, sqlx::Error> {
+    sqlx::query_as!(
+        EntryRow,
+        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind, e.metric,
+                  e.job_record_id, e.rate_card_id, e.quantity, e.unit_rate, e.amount_exact, e.amount,
+                  false AS "reversed!"
+             FROM ledger_entry e
+            WHERE e.kind = 'refund' AND e.corrects_id = ANY($1)
+              AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')
+            ORDER BY e.id"#,
+        entries
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// What has been credited back on an entry so far (refunds and reversal,
+/// less reversed refunds), as a positive amount.
+pub async fn credited(conn: &mut PgConnection, entry: LedgerEntryId) -> Result<Decimal, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT (coalesce((SELECT sum(-c.amount_exact) FROM ledger_entry c
+                             WHERE c.corrects_id = $1 AND c.kind IN ('refund', 'reversal')), 0)
+                 - coalesce((SELECT sum(r.amount_exact) FROM ledger_entry f JOIN ledger_entry r ON r.corrects_id = f.id
+                             WHERE f.corrects_id = $1 AND f.kind = 'refund' AND r.kind = 'reversal'), 0)) AS "credited!""#,
+        entry as LedgerEntryId
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// Job runs of a cluster and job id (and array index).
+pub async fn find_runs(
+    conn: &mut PgConnection,
+    cluster: &str,
+    job_id: &str,
+    array_index: Option<i32>,
+) -> Result<Vec<(JobId, DateTime<Utc>)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT j.id AS "id: JobId", j.started_at FROM job j JOIN cluster c ON c.id = j.cluster_id
+            WHERE lower(c.name) = lower($1) AND j.scheduler_job_id = $2 AND j.array_index IS NOT DISTINCT FROM $3
+            ORDER BY j.started_at"#,
+        cluster,
+        job_id,
+        array_index
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.started_at)).collect())
+}

@@ -1,0 +1,53 @@
+//! What PostgreSQL's errors mean to hpc-ledger: SQLSTATE codes and
+//! constraint names are matched here only.
+
+/// Errors after which the same statement may simply be run again: a
+/// serialization failure, a deadlock, or losing a race on a unique key
+/// another writer just took (a job record, a reversal).
+pub fn is_race(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => {
+            matches!(d.code().as_deref(), Some("40001" | "40P01"))
+                || (d.code().as_deref() == Some("23505")
+                    && d.constraint()
+                        .is_some_and(|c| c.starts_with("job_record_") || c == "ledger_entry_one_reversal"))
+        }
+        _ => false,
+    }
+}
+
+/// Errors that mean the database is gone, not that a record is bad.
+pub fn is_connection_error(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
+/// A database error raised by one of the schema's guards (SQLSTATE HLxxx),
+/// as its message; other errors are passed through.
+pub fn guard_message(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("HL")) => Some(d.message().to_owned()),
+        // Exclusion constraints: overlapping effective dates.
+        sqlx::Error::Database(d) if d.code().as_deref() == Some("23P01") => Some(format!(
+            "{} ({})",
+            d.message(),
+            d.constraint().unwrap_or("exclusion constraint")
+        )),
+        _ => None,
+    }
+}
+
+/// The entry was reversed already (the one-reversal-per-entry index).
+pub fn is_already_reversed(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.constraint() == Some("ledger_entry_one_reversal"))
+}

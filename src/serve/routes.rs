@@ -1,0 +1,423 @@
+//! The endpoints: jobcomp documents, the project's JSON jobs, `/healthz`,
+//! `/metrics`, and the reply each outcome gets.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::batcher::{Answer, Pending, SHUTTING_DOWN, Work};
+use super::{App, MAX_JOBS, health};
+use crate::ingest::{Item, ReadOptions, jobcomp, jsonl::JsonlParser};
+use crate::service::record::{Outcome, Source, Submission};
+
+/// Of a refused `POST /jobs`, the malformed elements listed one by one (the
+/// rest are counted).
+pub(super) const LISTED_ERRORS: usize = 20;
+
+/// Of a malformed document, at most this much is kept (with its size and
+/// the hash of the whole): enough to see what was sent, not a store for junk.
+pub const KEPT_MALFORMED: usize = 64 << 10;
+
+/// Malformed documents one sender (address) may have kept per hour; past
+/// that they are still refused (400), and counted, but not kept.
+pub const KEPT_PER_SENDER_HOUR: u32 = 100;
+
+impl App {
+    /// Hand `work` to the batcher; the receiver gets its result after the
+    /// transaction holding it ended.
+    async fn enqueue(&self, work: Work) -> Result<oneshot::Receiver<Answer>, String> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Pending { work, reply })
+            .await
+            .map_err(|_| SHUTTING_DOWN.to_owned())?;
+        Ok(answer)
+    }
+
+    async fn submit(&self, work: Work) -> Answer {
+        let answer = self.enqueue(work).await?;
+        answer.await.map_err(|_| SHUTTING_DOWN.to_owned())?
+    }
+
+    /// Whether one more malformed document from `sender` may be kept this hour.
+    fn may_keep_junk(&self, sender: std::net::IpAddr) -> bool {
+        let mut junk = self.junk.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if junk.len() > 10_000 {
+            junk.retain(|_, (since, _)| now.duration_since(*since).as_secs() < 3600);
+        }
+        let (since, n) = junk.entry(sender).or_insert((now, 0));
+        if now.duration_since(*since).as_secs() >= 3600 {
+            *since = now;
+            *n = 0;
+        }
+        *n += 1;
+        if *n == KEPT_PER_SENDER_HOUR + 1 {
+            tracing::warn!(
+                "{sender} sent more than {KEPT_PER_SENDER_HOUR} malformed documents this hour: refusing the rest without keeping them"
+            );
+        }
+        *n <= KEPT_PER_SENDER_HOUR
+    }
+
+    /// Count what became of a job, log a rejection, and say how to reply.
+    fn settle(&self, outcome: &Outcome) -> (StatusCode, Value) {
+        self.metrics.outcome(outcome_name(outcome));
+        if let Outcome::Rejected { job, reason, .. } = outcome {
+            tracing::warn!("kept, not charged: {}: {reason}", job.as_deref().unwrap_or("?"));
+        }
+        outcome_reply(outcome)
+    }
+}
+
+pub(super) fn reply(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+        .into_response()
+}
+
+pub(super) async fn busy() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "5"), (header::CONTENT_TYPE, "application/json")],
+        format!(
+            "{}\n",
+            json!({"error": "the server holds as many connections as it may; send again shortly"})
+        ),
+    )
+        .into_response()
+}
+
+pub(super) fn unavailable(reason: &str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "10"), (header::CONTENT_TYPE, "application/json")],
+        format!("{}\n", json!({"error": crate::db::redact(reason)})),
+    )
+        .into_response()
+}
+
+/// The status and body for what happened to a job.
+pub(super) fn outcome_reply(outcome: &Outcome) -> (StatusCode, Value) {
+    let status = match outcome {
+        Outcome::Recorded { .. } | Outcome::Superseded { .. } => StatusCode::CREATED,
+        _ => StatusCode::OK,
+    };
+    (status, serde_json::to_value(outcome).unwrap_or(Value::Null))
+}
+
+pub(super) async fn jobcomp_doc(
+    State(app): State<Arc<App>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
+    body: Bytes,
+) -> Response {
+    let app = &*app;
+    let sender = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0.0.ip());
+    let options = ReadOptions::default();
+    let source = |raw: String, raw_bytes: Option<Vec<u8>>| Source {
+        format: "jobcomp",
+        reference: "serve /slurm/_doc".into(),
+        raw,
+        raw_bytes,
+        options: options.clone(),
+        job: None,
+    };
+    // The byte policy of every path (docs/recording.md): a NUL byte is a
+    // damaged record; bytes that are not UTF-8 are read as U+FFFD and kept
+    // exactly (less the batch script). Nothing here copies a whole body: a
+    // UTF-8 one is read in place (its script skipped), another has its
+    // script removed at the byte level before it is decoded.
+    if let Some(at) = body.iter().position(|b| *b == 0) {
+        let reason = format!("the record holds a NUL byte (byte {}): a damaged record", at + 1);
+        let (raw, bytes) = head_of(&body);
+        return malformed(app, sender, source(raw, bytes), reason).await;
+    }
+    let (text, exact): (std::borrow::Cow<str>, Option<Vec<u8>>) = match std::str::from_utf8(&body) {
+        Ok(t) => (t.into(), None),
+        Err(_) => match crate::ingest::json_bytes::without_members(&body, jobcomp::DROPPED) {
+            Some(kept) => (String::from_utf8_lossy(&kept).into_owned().into(), Some(kept)),
+            None => {
+                let (raw, bytes) = head_of(&body);
+                let reason = "not JSON (and not UTF-8)".to_owned();
+                return malformed(app, sender, source(raw, bytes), reason).await;
+            }
+        },
+    };
+    let (doc, item) = match jobcomp::parse_document(&text, &options) {
+        Ok((doc, item)) if exact.is_some() => (doc, crate::ingest::check_decoded(item)),
+        Ok(parsed) => parsed,
+        Err(reason) => {
+            // What is kept of it: at most its start, marked.
+            let (raw, bytes) = if text.len() > KEPT_MALFORMED {
+                head_of(text.as_bytes())
+            } else {
+                (jobcomp::stored_body(&text), exact)
+            };
+            return malformed(app, sender, source(raw, bytes), reason).await;
+        }
+    };
+    match item {
+        Item::Job(job) => {
+            let submission = Submission {
+                input: *job,
+                source: source(jobcomp::stored_document(doc), exact),
+            };
+            job_reply(app, submission).await
+        }
+        Item::Skip(s) => {
+            app.metrics.outcome("skipped");
+            reply(StatusCode::OK, json!({"outcome": "skipped", "reason": s.to_string()}))
+        }
+        Item::Bad(reason) => malformed(app, sender, source(jobcomp::stored_document(doc), exact), reason).await,
+    }
+}
+
+/// Keep a malformed document (so it is seen in `rejected`: at most
+/// [`KEPT_MALFORMED`] of it, and at most [`KEPT_PER_SENDER_HOUR`] a sender),
+/// then refuse it.
+pub(super) async fn malformed(app: &App, sender: std::net::IpAddr, mut source: Source, reason: String) -> Response {
+    app.metrics.outcome("malformed");
+    if !app.may_keep_junk(sender) {
+        app.metrics.outcome("malformed_not_kept");
+        return reply(
+            StatusCode::BAD_REQUEST,
+            json!({"error": reason, "kept": false,
+                   "note": format!("more than {KEPT_PER_SENDER_HOUR} malformed documents from {sender} this hour: this one is not kept")}),
+        );
+    }
+    tracing::warn!("malformed document from {sender}: {reason}");
+    cut_to_kept(&mut source);
+    if let Err(e) = app.submit(Work::Malformed(Box::new((source, reason.clone())))).await {
+        return unavailable(&e);
+    }
+    reply(StatusCode::BAD_REQUEST, json!({"error": reason}))
+}
+
+/// What is kept of a body that is refused: its first [`KEPT_MALFORMED`]
+/// bytes as text (bytes that are not UTF-8 as U+FFFD, NUL too), marked with
+/// its size and the hash of the whole when longer; and those bytes when the
+/// text is not them exactly.
+pub(super) fn head_of(body: &[u8]) -> (String, Option<Vec<u8>>) {
+    use sha2::Digest;
+    // Room for the mark: what is kept stays within KEPT_MALFORMED.
+    let head = if body.len() > KEPT_MALFORMED {
+        &body[..KEPT_MALFORMED - 256]
+    } else {
+        body
+    };
+    let mut raw = String::from_utf8_lossy(head).replace('\0', "\u{FFFD}");
+    let exact = head.contains(&0) || std::str::from_utf8(head).is_err();
+    if body.len() > KEPT_MALFORMED {
+        raw.push_str(&format!(
+            "\n… cut by hpc-ledger serve: {} bytes in all, sha256 {}",
+            body.len(),
+            hex::encode(sha2::Sha256::digest(body))
+        ));
+    }
+    (raw, exact.then(|| head.to_vec()))
+}
+
+/// A malformed record longer than [`KEPT_MALFORMED`] (say, a document
+/// without its script that still holds a huge field) keeps its start, its
+/// size and the hash of the whole ([`head_of`]).
+pub(super) fn cut_to_kept(source: &mut Source) {
+    let over = source.raw.len() > KEPT_MALFORMED || source.raw_bytes.as_ref().is_some_and(|b| b.len() > KEPT_MALFORMED);
+    if over {
+        let (raw, bytes) = match &source.raw_bytes {
+            Some(b) => head_of(b),
+            None => head_of(source.raw.as_bytes()),
+        };
+        source.raw = raw;
+        source.raw_bytes = bytes;
+    }
+}
+
+pub(super) async fn job_reply(app: &App, submission: Submission) -> Response {
+    match app.submit(Work::Job(Box::new(submission))).await {
+        Ok(Some(outcome)) => {
+            let (status, body) = app.settle(&outcome);
+            reply(status, body)
+        }
+        Ok(None) => unavailable("no outcome"),
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// The project's own JSON job format (docs/recording.md): one object, or an
+/// array of them. Every element is checked first; if any is malformed the
+/// request is refused whole (400, naming each) and nothing is recorded.
+pub(super) async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    let app = &*app;
+    // At most MAX_JOBS jobs, counted on the bytes before anything is built:
+    // the work and the reply of a request stay bounded.
+    let is_array = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    if is_array && crate::ingest::json_bytes::count_elements(&body, MAX_JOBS + 1) > MAX_JOBS {
+        app.metrics.outcome("malformed");
+        return reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"error": format!("at most {MAX_JOBS} jobs per request; send them in several; nothing was recorded")}),
+        );
+    }
+    // The byte policy: not UTF-8 is read as U+FFFD, each job's bytes kept.
+    let text = String::from_utf8_lossy(&body);
+    let lossy = matches!(text, std::borrow::Cow::Owned(_));
+    // Each element as the text it was sent as (no tree of the whole body).
+    let elements: Vec<&serde_json::value::RawValue> = if is_array {
+        match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
+        }
+    } else {
+        match serde_json::from_str::<&serde_json::value::RawValue>(&text) {
+            Ok(v) if v.get().trim_start().starts_with('{') => vec![v],
+            Ok(_) => {
+                return reply(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "expected a job object or an array of job objects"}),
+                );
+            }
+            Err(e) => return reply(StatusCode::BAD_REQUEST, json!({"error": format!("not JSON: {e}")})),
+        }
+    };
+    let single = !is_array;
+    let element_bytes: Option<Vec<Vec<u8>>> = lossy.then(|| match crate::ingest::json_bytes::array_elements(&body) {
+        Some(ranges) if is_array => ranges.into_iter().map(|r| body[r].to_vec()).collect(),
+        _ => vec![body.to_vec()],
+    });
+    let mut parser = JsonlParser::new(&ReadOptions::default());
+    let mut items = Vec::with_capacity(elements.len());
+    let mut errors = Vec::new();
+    let mut malformed = 0usize;
+    for (index, element) in elements.iter().enumerate() {
+        let raw = element.get().to_owned();
+        let exact = element_bytes.as_ref().and_then(|e| e.get(index)).map(Vec::as_slice);
+        let reason = match crate::ingest::read_record(&mut parser, &raw, exact) {
+            Some(Item::Bad(reason)) => reason,
+            None => "empty".to_owned(),
+            Some(item) => {
+                items.push((raw, item));
+                continue;
+            }
+        };
+        malformed += 1;
+        if errors.len() < LISTED_ERRORS {
+            errors.push(json!({"index": index, "error": reason}));
+        }
+    }
+    if malformed > 0 {
+        app.metrics.outcome("malformed");
+        return reply(
+            StatusCode::BAD_REQUEST,
+            json!({
+                "error": format!("{malformed} of {} jobs malformed; nothing was recorded", elements.len()),
+                "malformed": malformed,
+                "jobs": errors,
+                "not_listed": malformed - errors.len(),
+            }),
+        );
+    }
+    let mut waiting = Vec::new();
+    let mut results = vec![Value::Null; items.len()];
+    for (index, (raw, item)) in items.into_iter().enumerate() {
+        match item {
+            Item::Job(job) => {
+                let work = Work::Job(Box::new(Submission {
+                    input: *job,
+                    source: Source {
+                        format: "json",
+                        reference: format!("serve /jobs #{index}"),
+                        raw,
+                        raw_bytes: element_bytes.as_ref().and_then(|e| e.get(index)).cloned(),
+                        options: ReadOptions::default(),
+                        job: None,
+                    },
+                }));
+                // All queued before any is awaited: they share a transaction.
+                match app.enqueue(work).await {
+                    Ok(answer) => waiting.push((index, answer)),
+                    Err(e) => return unavailable(&e),
+                }
+            }
+            Item::Skip(s) => {
+                app.metrics.outcome("skipped");
+                results[index] = json!({"outcome": "skipped", "reason": s.to_string()});
+            }
+            Item::Bad(_) => unreachable!("checked above"),
+        }
+    }
+    let mut status = StatusCode::OK;
+    for (index, answer) in waiting {
+        match answer.await {
+            Ok(Ok(Some(outcome))) => {
+                let (s, body) = app.settle(&outcome);
+                if s == StatusCode::CREATED {
+                    status = s;
+                }
+                results[index] = body;
+            }
+            Ok(Ok(None)) => return unavailable("no outcome"),
+            Ok(Err(e)) => return unavailable(&e),
+            Err(_) => return unavailable(SHUTTING_DOWN),
+        }
+    }
+    if single {
+        let only = results.pop().unwrap_or(Value::Null);
+        return reply(status, only);
+    }
+    reply(status, json!({ "results": results }))
+}
+
+pub(super) async fn healthz(State(app): State<Arc<App>>) -> Response {
+    if app.queue.is_closed() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the recording task stopped\n").into_response();
+    }
+    if app.health.state() == health::State::Starting {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "database starting: the embedded PostgreSQL stopped answering ({}) and is being started again\n",
+                app.health.detail()
+            ),
+        )
+            .into_response();
+    }
+    match health::ping(&app.pool).await {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(e) => {
+            let next = if app.health.restarts_database {
+                "serve starts the embedded PostgreSQL again"
+            } else {
+                "serve retries with backoff"
+            };
+            (StatusCode::SERVICE_UNAVAILABLE, format!("database down: {e}; {next}\n")).into_response()
+        }
+    }
+}
+
+pub(super) async fn metrics_text(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+pub(super) fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Recorded { .. } => "recorded",
+        Outcome::Replayed { .. } => "replayed",
+        Outcome::Revised { .. } => "revised",
+        Outcome::Superseded { .. } => "superseded",
+        Outcome::Rejected { .. } => "rejected",
+    }
+}
