@@ -120,10 +120,10 @@ fn print(posted: &[Posted], format: Format) -> anyhow::Result<()> {
                 .iter()
                 .map(|p| {
                     vec![
-                        p.kind.to_owned(),
+                        p.kind.to_string(),
                         p.corrects.map_or(String::new(), |c| format!("entry {c}")),
                         p.period.to_string(),
-                        p.metric.unwrap_or("").to_owned(),
+                        p.metric.map_or("", |m| m.as_str()).to_owned(),
                         p.quantity.normalize().to_string(),
                         format!("{:.2}", p.amount),
                     ]

@@ -8,6 +8,7 @@ use clap::Subcommand;
 
 use super::{Format, print_json};
 use crate::db::Target;
+use crate::domain::kinds::SourceFormat;
 use crate::domain::posting::{Defaults, RejectKind};
 use crate::ingest::jsonl::{JsonJob, Scalar};
 use crate::ingest::{Item, ReadOptions};
@@ -101,7 +102,11 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
         let has_nul = bytes.contains(&0);
         let (text, exact) = crate::ingest::decode(bytes.clone());
         let exact = if has_nul { Some(bytes) } else { exact };
-        (text.replace('\0', "\u{FFFD}").trim().to_owned(), exact, "json")
+        (
+            text.replace('\0', "\u{FFFD}").trim().to_owned(),
+            exact,
+            SourceFormat::Json,
+        )
     } else {
         let job = JsonJob {
             cluster: a.cluster.clone(),
@@ -123,7 +128,7 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
             state: a.state.clone(),
             exit_code: a.exit_code.clone().map(Scalar::Text),
         };
-        (serde_json::to_string(&job)?, None, "cli")
+        (serde_json::to_string(&job)?, None, SourceFormat::Cli)
     };
     let source = Source {
         format,

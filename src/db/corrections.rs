@@ -5,7 +5,10 @@ use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
-use crate::ids::{JobId, LedgerEntryId, ProjectId};
+use crate::domain::entries::PostedEntry;
+use crate::domain::kinds::EntryKind;
+use crate::domain::units::Metric;
+use crate::ids::{JobId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
 /// A posted entry, for corrections.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -13,10 +16,10 @@ pub struct EntryRow {
     pub id: LedgerEntryId,
     pub period: NaiveDate,
     pub project_id: ProjectId,
-    pub kind: String,
-    pub metric: Option<String>,
-    pub job_record_id: Option<i64>,
-    pub rate_card_id: Option<i64>,
+    pub kind: EntryKind,
+    pub metric: Option<Metric>,
+    pub job_record_id: Option<JobRecordId>,
+    pub rate_card_id: Option<RateCardId>,
     pub quantity: Decimal,
     pub unit_rate: Decimal,
     pub amount_exact: Decimal,
@@ -25,11 +28,29 @@ pub struct EntryRow {
     pub reversed: bool,
 }
 
+impl EntryRow {
+    /// What a correction of it needs.
+    pub fn posted(&self) -> PostedEntry {
+        PostedEntry {
+            id: self.id,
+            project_id: self.project_id,
+            metric: self.metric,
+            job_record_id: self.job_record_id,
+            rate_card_id: self.rate_card_id,
+            quantity: self.quantity,
+            unit_rate: self.unit_rate,
+            amount_exact: self.amount_exact,
+            amount: self.amount,
+        }
+    }
+}
+
 pub async fn entries_by_id(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<EntryRow>, sqlx::Error> {
     sqlx::query_as!(
         EntryRow,
-        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind, e.metric,
-                  e.job_record_id, e.rate_card_id, e.quantity, e.unit_rate, e.amount_exact, e.amount,
+        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
+                  e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
+                  e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal') AS "reversed!"
              FROM ledger_entry e WHERE e.id = ANY($1) ORDER BY e.id"#,
         ids
@@ -42,8 +63,9 @@ pub async fn entries_by_id(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<E
 pub async fn open_job_entries(conn: &mut PgConnection, job: JobId) -> Result<Vec<EntryRow>, sqlx::Error> {
     sqlx::query_as!(
         EntryRow,
-        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind, e.metric,
-                  e.job_record_id, e.rate_card_id, e.quantity, e.unit_rate, e.amount_exact, e.amount,
+        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
+                  e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
+                  e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   false AS "reversed!"
              FROM ledger_entry e
             WHERE (e.kind = 'job' AND e.job_record_id IN (SELECT id FROM job_record WHERE job_id = $1)
@@ -61,8 +83,9 @@ pub async fn open_job_entries(conn: &mut PgConnection, job: JobId) -> Result<Vec
 pub async fn open_refunds_of(conn: &mut PgConnection, entries: &[i64]) -> Result<Vec<EntryRow>, sqlx::Error> {
     sqlx::query_as!(
         EntryRow,
-        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind, e.metric,
-                  e.job_record_id, e.rate_card_id, e.quantity, e.unit_rate, e.amount_exact, e.amount,
+        r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
+                  e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
+                  e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   false AS "reversed!"
              FROM ledger_entry e
             WHERE e.kind = 'refund' AND e.corrects_id = ANY($1)

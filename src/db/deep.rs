@@ -4,11 +4,14 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use crate::domain::kinds::SourceFormat;
+use crate::domain::posting::RecordKind;
+
 /// One job record as stored, with its raw record and how it was read.
 #[derive(Debug, Clone)]
 pub struct KeptRecord {
     pub record_id: i64,
-    pub kind: String,
+    pub kind: RecordKind,
     pub revision: i32,
     pub cluster: String,
     pub time_zone: String,
@@ -27,7 +30,7 @@ pub struct KeptRecord {
     pub gpus: i32,
     pub charge_fingerprint: Vec<u8>,
     pub content_fingerprint: Vec<u8>,
-    pub source_format: String,
+    pub source_format: SourceFormat,
     pub source_ref: String,
     pub raw: String,
     pub raw_bytes: Option<Vec<u8>>,
@@ -42,13 +45,13 @@ pub struct KeptRecord {
 pub async fn records(conn: &mut PgConnection, after_id: i64, limit: i64) -> Result<Vec<KeptRecord>, sqlx::Error> {
     sqlx::query_as!(
         KeptRecord,
-        r#"SELECT record_id AS "record_id!", kind AS "kind!", revision AS "revision!", cluster AS "cluster!",
+        r#"SELECT record_id AS "record_id!", kind AS "kind!: RecordKind", revision AS "revision!", cluster AS "cluster!",
                   time_zone AS "time_zone!", scheduler_job_id AS "scheduler_job_id!", array_index,
                   submitted_at, started_at AS "started_at!", ended_at AS "ended_at!",
                   run_started_at AS "run_started_at!", run_cluster_holds AS "run_cluster_holds!",
                   project AS "project!", queue, nodes AS "nodes!", cores AS "cores!", memory_bytes, gpus AS "gpus!",
                   charge_fingerprint AS "charge_fingerprint!", content_fingerprint AS "content_fingerprint!",
-                  source_format AS "source_format!", source_ref AS "source_ref!", raw AS "raw!", raw_bytes,
+                  source_format AS "source_format!: SourceFormat", source_ref AS "source_ref!", raw AS "raw!", raw_bytes,
                   read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
                   cores_per_node
              FROM audit.job_records

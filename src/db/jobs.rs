@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use crate::domain::kinds::SourceFormat;
 use crate::domain::posting::{ChargeFields, Existing, JobKey, RecordKind, ResolvedJob};
 use crate::domain::units::Bytes;
 use crate::ids::{ClusterId, JobId, JobRecordId, NodeTypeId, ProjectId};
@@ -151,7 +152,7 @@ pub struct NewRecord<'a> {
     pub revision: i32,
     pub kind: RecordKind,
     pub job_data: &'a ResolvedJob,
-    pub source_format: &'a str,
+    pub source_format: SourceFormat,
     pub source_ref: &'a str,
     pub raw: &'a str,
     /// The bytes as received, when they were not valid UTF-8.
@@ -192,7 +193,7 @@ pub async fn insert_records(
         .iter()
         .map(|r| r.job_data.content_fingerprint.to_vec())
         .collect();
-    let format: Vec<&str> = records.iter().map(|r| r.source_format).collect();
+    let format: Vec<SourceFormat> = records.iter().map(|r| r.source_format).collect();
     let source: Vec<&str> = records.iter().map(|r| r.source_ref).collect();
     let raw: Vec<&str> = records.iter().map(|r| r.raw).collect();
     let raw_bytes: Vec<Option<&[u8]>> = records.iter().map(|r| r.raw_bytes).collect();
@@ -227,7 +228,7 @@ pub async fn insert_records(
         &gpus,
         &charge_fp,
         &content_fp,
-        &format as &[&str],
+        &format as &[SourceFormat],
         &source as &[&str],
         recorded_by,
         &raw as &[&str],

@@ -5,6 +5,8 @@ use chrono::NaiveDate;
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
+use crate::domain::kinds::EntryKind;
+use crate::domain::units::Metric;
 use crate::ids::{JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
 /// Hold the posting locks for this transaction: closing a month waits for
@@ -42,23 +44,7 @@ pub async fn rules_version(conn: &mut PgConnection) -> Result<i64, sqlx::Error> 
         .await
 }
 
-/// An entry to post.
-#[derive(Debug, Clone)]
-pub struct NewEntry {
-    pub period: NaiveDate,
-    pub project_id: ProjectId,
-    pub kind: &'static str,
-    pub metric: Option<&'static str>,
-    pub job_record_id: Option<JobRecordId>,
-    pub rate_card_id: Option<RateCardId>,
-    pub corrects_id: Option<LedgerEntryId>,
-    pub quantity: Decimal,
-    pub unit_rate: Decimal,
-    pub amount_exact: Decimal,
-    pub amount: Decimal,
-    pub late: bool,
-    pub reason: Option<String>,
-}
+pub use crate::domain::entries::{NewEntry, PostedEntry as Posted};
 
 /// Post entries in one statement, in the given order.
 pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str) -> Result<u64, sqlx::Error> {
@@ -67,8 +53,8 @@ pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str)
     }
     let period: Vec<NaiveDate> = entries.iter().map(|e| e.period).collect();
     let project: Vec<i64> = entries.iter().map(|e| e.project_id.0).collect();
-    let kind: Vec<&str> = entries.iter().map(|e| e.kind).collect();
-    let metric: Vec<Option<&str>> = entries.iter().map(|e| e.metric).collect();
+    let kind: Vec<EntryKind> = entries.iter().map(|e| e.kind).collect();
+    let metric: Vec<Option<Metric>> = entries.iter().map(|e| e.metric).collect();
     let record: Vec<Option<i64>> = entries.iter().map(|e| e.job_record_id.map(|r| r.0)).collect();
     let card: Vec<Option<i64>> = entries.iter().map(|e| e.rate_card_id.map(|r| r.0)).collect();
     let corrects: Vec<Option<i64>> = entries.iter().map(|e| e.corrects_id.map(|r| r.0)).collect();
@@ -88,8 +74,8 @@ pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str)
           ORDER BY i",
         &period,
         &project,
-        &kind as &[&str],
-        &metric as &[Option<&str>],
+        &kind as &[EntryKind],
+        &metric as &[Option<Metric>],
         &record as &[Option<i64>],
         &card as &[Option<i64>],
         &corrects as &[Option<i64>],
@@ -106,27 +92,13 @@ pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str)
     Ok(done.rows_affected())
 }
 
-/// A posted entry, as a correction needs it.
-#[derive(Debug, Clone)]
-pub struct Posted {
-    pub id: LedgerEntryId,
-    pub project_id: ProjectId,
-    pub metric: Option<String>,
-    pub job_record_id: Option<JobRecordId>,
-    pub rate_card_id: Option<RateCardId>,
-    pub quantity: Decimal,
-    pub unit_rate: Decimal,
-    pub amount_exact: Decimal,
-    pub amount: Decimal,
-}
-
 /// The charges of these job records, and refunds of them, not yet reversed
 /// (reversing both leaves nothing of the old charge).
 pub async fn unreversed_charges(conn: &mut PgConnection, records: &[JobRecordId]) -> Result<Vec<Posted>, sqlx::Error> {
     let ids: Vec<i64> = records.iter().map(|r| r.0).collect();
     sqlx::query_as!(
         Posted,
-        r#"SELECT e.id AS "id: LedgerEntryId", e.project_id AS "project_id: ProjectId", e.metric,
+        r#"SELECT e.id AS "id: LedgerEntryId", e.project_id AS "project_id: ProjectId", e.metric AS "metric: Metric",
                   e.job_record_id AS "job_record_id: JobRecordId", e.rate_card_id AS "rate_card_id: RateCardId",
                   e.quantity, e.unit_rate, e.amount_exact, e.amount
              FROM ledger_entry e

@@ -10,6 +10,7 @@ pub mod definitions;
 pub mod errors;
 pub mod follow;
 pub mod jobs;
+pub mod kinds;
 pub mod ledger;
 pub mod periods;
 pub mod reference;

@@ -2,19 +2,22 @@
 //! re-processing resolves them.
 
 use chrono::{DateTime, Utc};
+
+use crate::domain::kinds::SourceFormat;
+use crate::domain::posting::RejectKind;
 use sqlx::PgConnection;
 
 /// A record that could not be charged.
 #[derive(Debug, Clone)]
 pub struct NewRejection {
-    pub source_format: String,
+    pub source_format: SourceFormat,
     pub source_ref: String,
     pub read_options: serde_json::Value,
     pub raw: String,
     /// The bytes as received, when they were not valid UTF-8 (migration 0015).
     pub raw_bytes: Option<Vec<u8>>,
     pub raw_sha256: Vec<u8>,
-    pub kind: &'static str,
+    pub kind: RejectKind,
     pub reason: String,
     pub job_key: Option<String>,
 }
@@ -40,7 +43,7 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
     if rows.is_empty() {
         return Ok(());
     }
-    let format: Vec<&str> = rows.iter().map(|r| r.source_format.as_str()).collect();
+    let format: Vec<SourceFormat> = rows.iter().map(|r| r.source_format).collect();
     // PostgreSQL text cannot hold NUL: a job key or reason read from a
     // record's decoded text (`"cluster": "a\u0000b"`) may. The exact bytes
     // are kept in `raw_bytes` where it matters.
@@ -51,7 +54,7 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
     let raw: Vec<&str> = raw.iter().map(String::as_str).collect();
     let hash: Vec<Vec<u8>> = rows.iter().map(|r| r.raw_sha256.clone()).collect();
     let bytes: Vec<Option<Vec<u8>>> = rows.iter().map(|r| r.raw_bytes.clone()).collect();
-    let kind: Vec<&str> = rows.iter().map(|r| r.kind).collect();
+    let kind: Vec<RejectKind> = rows.iter().map(|r| r.kind).collect();
     let reason: Vec<String> = rows.iter().map(|r| no_nul(&r.reason)).collect();
     let reason: Vec<&str> = reason.iter().map(String::as_str).collect();
     let key: Vec<Option<String>> = rows.iter().map(|r| r.job_key.as_deref().map(no_nul)).collect();
@@ -72,12 +75,12 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
                 resolution_note = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolution_note END,
                 resolved_record_id = CASE WHEN rejected_record.resolution = 'dismissed'
                                           THEN rejected_record.resolved_record_id END",
-        &format as &[&str],
+        &format as &[SourceFormat],
         &source as &[&str],
         &options,
         &raw as &[&str],
         &hash,
-        &kind as &[&str],
+        &kind as &[RejectKind],
         &reason as &[&str],
         &key as &[Option<String>],
         &bytes as &[Option<Vec<u8>>],
@@ -93,7 +96,7 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
 /// (migration 0017); a resolution it would not accept is left open.
 pub async fn resolve(
     conn: &mut PgConnection,
-    source_format: &[&str],
+    source_format: &[SourceFormat],
     raw_sha256: &[Vec<u8>],
     resolution: &[&str],
     record: &[i64],
@@ -108,7 +111,7 @@ pub async fn resolve(
             AND (r.resolved_at IS NULL OR r.resolution = 'dismissed')
             AND hl_resolution_check(r.id, r.source_format, r.raw_sha256, r.job_key, u.res, u.rec,
                                     r.resolved_by, r.resolution_note)",
-        source_format as &[&str],
+        source_format as &[SourceFormat],
         raw_sha256,
         resolution as &[&str],
         record,
@@ -136,7 +139,7 @@ pub async fn resolve_skipped(conn: &mut PgConnection, ids: &[i64], by: &str) -> 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Rejected {
     pub id: i64,
-    pub source_format: String,
+    pub source_format: SourceFormat,
     pub source_ref: String,
     pub read_options: serde_json::Value,
     pub raw: String,
@@ -160,11 +163,12 @@ pub struct Rejected {
 pub async fn list(conn: &mut PgConnection, after_id: i64, limit: i64, all: bool) -> Result<Vec<Rejected>, sqlx::Error> {
     sqlx::query_as!(
         Rejected,
-        "SELECT id, source_format, source_ref, read_options, raw, raw_bytes, kind, reason, job_key, first_seen_at, last_seen_at,
+        r#"SELECT id, source_format AS "source_format: SourceFormat", source_ref, read_options, raw, raw_bytes, kind, reason,
+                job_key, first_seen_at, last_seen_at,
                 times_seen, resolved_at, resolution, resolved_by, resolution_note
            FROM rejected_record
           WHERE id > $1 AND ($3 OR resolved_at IS NULL)
-          ORDER BY id LIMIT $2",
+          ORDER BY id LIMIT $2"#,
         after_id,
         limit,
         all

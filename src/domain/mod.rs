@@ -2,6 +2,8 @@
 //! no clock, no I/O; everything it needs comes in as arguments.
 
 pub mod catalog;
+pub mod entries;
+pub mod kinds;
 pub mod period;
 pub mod posting;
 pub mod pricing;

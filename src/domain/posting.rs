@@ -87,47 +87,17 @@ pub struct Defaults {
     pub project: Option<String>,
 }
 
-/// Why a job is not charged (it is kept for re-processing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RejectKind {
-    Malformed,
-    UnknownCluster,
-    UnknownProject,
-    UnknownQueue,
-    NoRateCard,
-    Invalid,
-    Conflict,
-    Database,
-}
-
-impl RejectKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RejectKind::Malformed => "malformed",
-            RejectKind::UnknownCluster => "unknown_cluster",
-            RejectKind::UnknownProject => "unknown_project",
-            RejectKind::UnknownQueue => "unknown_queue",
-            RejectKind::NoRateCard => "no_rate_card",
-            RejectKind::Invalid => "invalid",
-            RejectKind::Conflict => "conflict",
-            RejectKind::Database => "database",
-        }
-    }
-
-    pub const ALL: [RejectKind; 8] = [
-        RejectKind::Malformed,
-        RejectKind::UnknownCluster,
-        RejectKind::UnknownProject,
-        RejectKind::UnknownQueue,
-        RejectKind::NoRateCard,
-        RejectKind::Invalid,
-        RejectKind::Conflict,
-        RejectKind::Database,
-    ];
-
-    pub fn parse(s: &str) -> Option<RejectKind> {
-        Self::ALL.into_iter().find(|k| k.as_str() == s)
+crate::domain::kinds::named! {
+    /// Why a job is not charged (it is kept for re-processing).
+    pub enum RejectKind {
+        Malformed => "malformed",
+        UnknownCluster => "unknown_cluster",
+        UnknownProject => "unknown_project",
+        UnknownQueue => "unknown_queue",
+        NoRateCard => "no_rate_card",
+        Invalid => "invalid",
+        Conflict => "conflict",
+        Database => "database",
     }
 }
 
@@ -453,33 +423,16 @@ pub fn fingerprints(input: &JobInput, project: &str, ended_at: DateTime<Utc>) ->
     (charge, content.finalize().into())
 }
 
-/// How a job record was recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecordKind {
-    Original,
-    Revision,
-    Supersede,
+crate::domain::kinds::named! {
+    /// How a job record was recorded.
+    pub enum RecordKind {
+        Original => "original",
+        Revision => "revision",
+        Supersede => "supersede",
+    }
 }
 
 impl RecordKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordKind::Original => "original",
-            RecordKind::Revision => "revision",
-            RecordKind::Supersede => "supersede",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<RecordKind> {
-        match s {
-            "original" => Some(RecordKind::Original),
-            "revision" => Some(RecordKind::Revision),
-            "supersede" => Some(RecordKind::Supersede),
-            _ => None,
-        }
-    }
-
     /// Whether records of this kind carry the job's charges.
     pub fn charges(self) -> bool {
         !matches!(self, RecordKind::Revision)

@@ -78,40 +78,22 @@ pub fn round_money(x: Decimal) -> Decimal {
     x.round_dp_with_strategy(MONEY_SCALE, RoundingStrategy::MidpointAwayFromZero)
 }
 
-/// What a ledger line measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    CoreHours,
-    GpuHours,
-    TbMonths,
+crate::domain::kinds::named! {
+    /// What a ledger line measures.
+    pub enum Metric {
+        CoreHours => "core_hours",
+        GpuHours => "gpu_hours",
+        TbMonths => "tb_months",
+    }
 }
 
 impl Metric {
-    /// The name stored in `ledger_entry.metric`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Metric::CoreHours => "core_hours",
-            Metric::GpuHours => "gpu_hours",
-            Metric::TbMonths => "tb_months",
-        }
-    }
-
     /// The unit as a person reads it on a statement.
     pub fn unit_label(self) -> &'static str {
         match self {
             Metric::CoreHours => "core-hours",
             Metric::GpuHours => "GPU-hours",
             Metric::TbMonths => "TB-months",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Metric> {
-        match s {
-            "core_hours" => Some(Metric::CoreHours),
-            "gpu_hours" => Some(Metric::GpuHours),
-            "tb_months" => Some(Metric::TbMonths),
-            _ => None,
         }
     }
 }

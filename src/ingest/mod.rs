@@ -20,6 +20,7 @@ use std::io::{self, BufRead};
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::kinds::SourceFormat;
 use crate::domain::posting::JobInput;
 
 /// The formats `import` reads.
@@ -37,26 +38,37 @@ pub enum Format {
 }
 
 impl Format {
-    /// The name stored in `job_record.source_format`.
-    pub fn as_str(self) -> &'static str {
+    /// The source format its records are kept as.
+    pub fn source(self) -> SourceFormat {
         match self {
-            Format::Slurm => "slurm",
-            Format::Pbs => "pbs",
-            Format::Jsonl => "jsonl",
-            Format::Jobcomp => "jobcomp",
-            Format::SacctJson => "sacct-json",
+            Format::Slurm => SourceFormat::Slurm,
+            Format::Pbs => SourceFormat::Pbs,
+            Format::Jsonl => SourceFormat::Jsonl,
+            Format::Jobcomp => SourceFormat::Jobcomp,
+            Format::SacctJson => SourceFormat::SacctJson,
         }
     }
 
-    pub fn parse(s: &str) -> Option<Format> {
-        match s {
-            "slurm" => Some(Format::Slurm),
-            "pbs" => Some(Format::Pbs),
-            "jsonl" => Some(Format::Jsonl),
-            "jobcomp" => Some(Format::Jobcomp),
-            "sacct-json" => Some(Format::SacctJson),
-            _ => None,
+    /// The import format records of `source` are read with; `None` for the
+    /// one-object forms (`json`, `cli`), read as one JSON job.
+    pub fn of(source: SourceFormat) -> Option<Format> {
+        match source {
+            SourceFormat::Slurm => Some(Format::Slurm),
+            SourceFormat::Pbs => Some(Format::Pbs),
+            SourceFormat::Jsonl => Some(Format::Jsonl),
+            SourceFormat::Jobcomp => Some(Format::Jobcomp),
+            SourceFormat::SacctJson => Some(Format::SacctJson),
+            SourceFormat::Json | SourceFormat::Cli => None,
         }
+    }
+
+    /// The name of `--format` and of the kept records.
+    pub fn as_str(self) -> &'static str {
+        self.source().as_str()
+    }
+
+    pub fn parse(s: &str) -> Option<Format> {
+        SourceFormat::parse(s).and_then(Format::of)
     }
 }
 
@@ -268,8 +280,13 @@ pub(crate) fn json_job_key(line: &str, id: &str, index: Option<&str>, default_cl
 /// format (`cli` and `json`, the one-object forms of `job record` and
 /// `serve`'s `/jobs`, are JSON jobs), its read options and its exact bytes.
 /// Used by `import --retry-rejected` and `audit --deep`.
-pub fn reread(source_format: &str, options: &ReadOptions, raw: &str, raw_bytes: Option<&[u8]>) -> Result<Item, String> {
-    Ok(match Format::parse(source_format) {
+pub fn reread(
+    source_format: SourceFormat,
+    options: &ReadOptions,
+    raw: &str,
+    raw_bytes: Option<&[u8]>,
+) -> Result<Item, String> {
+    Ok(match Format::of(source_format) {
         Some(f) => {
             let mut p = parser(f, options)?;
             read_record(&mut *p, raw, raw_bytes).unwrap_or_else(|| Item::Bad("the line is empty".into()))

@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 
 use super::batcher::{Answer, Pending, SHUTTING_DOWN, Work};
 use super::{App, MAX_JOBS, health};
+use crate::domain::kinds::SourceFormat;
 use crate::ingest::{Item, ReadOptions, jobcomp, jsonl::JsonlParser};
 use crate::service::record::{Outcome, Source, Submission};
 
@@ -69,7 +70,7 @@ impl App {
 
     /// Count what became of a job, log a rejection, and say how to reply.
     fn settle(&self, outcome: &Outcome) -> (StatusCode, Value) {
-        self.metrics.outcome(outcome_name(outcome));
+        self.metrics.outcome(outcome.name());
         if let Outcome::Rejected { job, reason, .. } = outcome {
             tracing::warn!("kept, not charged: {}: {reason}", job.as_deref().unwrap_or("?"));
         }
@@ -125,7 +126,7 @@ pub(super) async fn jobcomp_doc(
     let sender = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0.0.ip());
     let options = ReadOptions::default();
     let source = |raw: String, raw_bytes: Option<Vec<u8>>| Source {
-        format: "jobcomp",
+        format: SourceFormat::Jobcomp,
         reference: "serve /slurm/_doc".into(),
         raw,
         raw_bytes,
@@ -334,7 +335,7 @@ pub(super) async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Respo
                 let work = Work::Job(Box::new(Submission {
                     input: *job,
                     source: Source {
-                        format: "json",
+                        format: SourceFormat::Json,
                         reference: format!("serve /jobs #{index}"),
                         raw,
                         raw_bytes: element_bytes.as_ref().and_then(|e| e.get(index)).cloned(),
@@ -410,14 +411,4 @@ pub(super) async fn metrics_text(State(app): State<Arc<App>>) -> Response {
         app.metrics.render(),
     )
         .into_response()
-}
-
-pub(super) fn outcome_name(o: &Outcome) -> &'static str {
-    match o {
-        Outcome::Recorded { .. } => "recorded",
-        Outcome::Replayed { .. } => "replayed",
-        Outcome::Revised { .. } => "revised",
-        Outcome::Superseded { .. } => "superseded",
-        Outcome::Rejected { .. } => "rejected",
-    }
 }

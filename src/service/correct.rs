@@ -11,10 +11,12 @@ use sqlx::{PgConnection, PgPool};
 use crate::db::corrections::{self as sdb, EntryRow};
 use crate::db::ledger::{self, NewEntry};
 use crate::db::{DbError, reference};
+use crate::domain::kinds::EntryKind;
 use crate::domain::period::Month;
 use crate::domain::posting::posting_period;
+use crate::domain::units::Metric;
 use crate::domain::units::{QUANTITY_SCALE, div_round, exact_mul, negate, round_money};
-use crate::ids::{JobRecordId, LedgerEntryId, RateCardId};
+use crate::ids::LedgerEntryId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CorrectError {
@@ -69,18 +71,12 @@ pub struct Why {
 /// An entry a correction posted.
 #[derive(Debug, Clone, Serialize)]
 pub struct Posted {
-    pub kind: &'static str,
+    pub kind: EntryKind,
     pub corrects: Option<LedgerEntryId>,
     pub period: Month,
-    pub metric: Option<&'static str>,
+    pub metric: Option<Metric>,
     pub quantity: Decimal,
     pub amount: Decimal,
-}
-
-fn metric(s: &Option<String>) -> Option<&'static str> {
-    s.as_deref()
-        .and_then(crate::domain::units::Metric::parse)
-        .map(|m| m.as_str())
 }
 
 /// The open month a correction goes to: the one asked for (it must be open
@@ -150,22 +146,9 @@ async fn target_entries(conn: &mut PgConnection, target: &Target) -> Result<Vec<
     }
 }
 
+/// A correction's reversal cites the entry's own job record, with the reason given.
 fn reversal(e: &EntryRow, period: Month, late: bool, why: &Why) -> NewEntry {
-    NewEntry {
-        period: period.first_day(),
-        project_id: e.project_id,
-        kind: "reversal",
-        metric: metric(&e.metric),
-        job_record_id: e.job_record_id.map(JobRecordId),
-        rate_card_id: e.rate_card_id.map(RateCardId),
-        corrects_id: Some(e.id),
-        quantity: negate(e.quantity),
-        unit_rate: e.unit_rate,
-        amount_exact: negate(e.amount_exact),
-        amount: negate(e.amount),
-        late,
-        reason: Some(why.reason.clone()),
-    }
+    crate::domain::entries::reversal(&e.posted(), period, late, e.job_record_id, why.reason.clone())
 }
 
 fn posted(e: &NewEntry) -> Posted {
@@ -209,7 +192,7 @@ async fn reverse_in(
     let mut entries = target_entries(&mut *tx, target).await?;
     if let Target::Entry(id) = target {
         let e = &entries[0];
-        if e.kind == "reversal" {
+        if e.kind == EntryKind::Reversal {
             return invalid(format!("entry {id} is itself a reversal; post an adjustment instead"));
         }
         if e.reversed {
@@ -260,7 +243,7 @@ async fn refund_in(
     let entries: Vec<EntryRow> = target_entries(&mut *tx, target)
         .await?
         .into_iter()
-        .filter(|e| e.kind == "job" || e.kind == "storage")
+        .filter(|e| matches!(e.kind, EntryKind::Job | EntryKind::Storage))
         .collect();
     if entries.is_empty() {
         return invalid("only job and storage charges can be refunded");
@@ -286,7 +269,7 @@ async fn refund_in(
                 if entries.len() > 1 {
                     let list: Vec<String> = entries
                         .iter()
-                        .map(|e| format!("entry {} {} {:.2}", e.id, e.metric.as_deref().unwrap_or(""), e.amount))
+                        .map(|e| format!("entry {} {} {:.2}", e.id, e.metric.map_or("", |m| m.as_str()), e.amount))
                         .collect();
                     return invalid(format!(
                         "the job has {} charges ({}); refund an amount against one of them with --entry, or use --fraction",
@@ -318,10 +301,10 @@ async fn refund_in(
         rows.push(NewEntry {
             period: period.first_day(),
             project_id: e.project_id,
-            kind: "refund",
-            metric: metric(&e.metric),
-            job_record_id: e.job_record_id.map(JobRecordId),
-            rate_card_id: e.rate_card_id.map(RateCardId),
+            kind: EntryKind::Refund,
+            metric: e.metric,
+            job_record_id: e.job_record_id,
+            rate_card_id: e.rate_card_id,
             corrects_id: Some(e.id),
             quantity: negate(quantity),
             unit_rate: e.unit_rate,
@@ -370,7 +353,7 @@ async fn adjust_in(
     let row = NewEntry {
         period: period.first_day(),
         project_id: p.id,
-        kind: "adjustment",
+        kind: EntryKind::Adjustment,
         metric: None,
         job_record_id: None,
         rate_card_id: None,

@@ -140,7 +140,7 @@ pub fn compare(r: &KeptRecord) -> Result<Vec<Difference>, Difference> {
             }
         }
     };
-    let not_a_job = match crate::ingest::reread(&r.source_format, &options, &r.raw, r.raw_bytes.as_deref()) {
+    let not_a_job = match crate::ingest::reread(r.source_format, &options, &r.raw, r.raw_bytes.as_deref()) {
         Ok(Item::Job(input)) => {
             compare_input(r, &input, &options, &mut differ);
             None
@@ -160,7 +160,7 @@ pub fn compare(r: &KeptRecord) -> Result<Vec<Difference>, Difference> {
         }
         differ("raw", "a finished job".into(), reason);
     }
-    if matches!(r.kind.as_str(), "original" | "supersede") && r.job_entries == 0 {
+    if r.kind.charges() && r.job_entries == 0 {
         differ(
             "charge",
             format!("a {} record (revision {}) with no job charge", r.kind, r.revision),

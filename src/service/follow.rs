@@ -220,7 +220,7 @@ async fn read_file(
         summary.lines += 1;
         let reference = format!("{}:{}", path.display(), at.lines);
         let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: ReadOptions| Source {
-            format: f.format.as_str(),
+            format: f.format.source(),
             reference: reference.clone(),
             raw,
             raw_bytes,

@@ -111,10 +111,6 @@ struct Batch {
     bytes: u64,
 }
 
-fn format_name(f: Format) -> &'static str {
-    f.as_str()
-}
-
 /// Import one input (`name` is shown in messages: a path, or `stdin`).
 /// `progress` is told the bytes read so far. An input that is plainly
 /// another format than `format` is refused before anything is recorded.
@@ -265,7 +261,7 @@ impl Reader {
         }
         self.batch.lines += 1;
         let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: ReadOptions, job: Option<String>| Source {
-            format: format_name(self.format),
+            format: self.format.source(),
             reference: reference.clone(),
             raw,
             raw_bytes,
@@ -459,15 +455,7 @@ pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mu
         let mut skipped = Vec::new();
         for r in page {
             summary.lines += 1;
-            let format: &'static str = match r.source_format.as_str() {
-                "slurm" => "slurm",
-                "pbs" => "pbs",
-                "jsonl" => "jsonl",
-                "jobcomp" => "jobcomp",
-                "sacct-json" => "sacct-json",
-                "json" => "json",
-                _ => "cli",
-            };
+            let format = r.source_format;
             let options: ReadOptions = serde_json::from_value(r.read_options.clone()).unwrap_or_default();
             let source = Source {
                 format,

@@ -18,11 +18,12 @@ use crate::db::ledger::{self, NewEntry};
 use crate::db::rejected::{self, NewRejection};
 use crate::db::{jobs, reference};
 use crate::domain::catalog::Catalog;
+use crate::domain::entries::reversal;
+use crate::domain::kinds::{EntryKind, SourceFormat};
 use crate::domain::period::Month;
 use crate::domain::posting::{
     Decision, Defaults, JobInput, RecordKind, RejectKind, Rejection, ResolvedJob, classify, posting_period, resolve,
 };
-use crate::domain::units::negate;
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::ReadOptions;
 
@@ -30,7 +31,7 @@ use crate::ingest::ReadOptions;
 #[derive(Debug, Clone)]
 pub struct Source {
     /// `slurm`, `pbs`, `jsonl`, `json` (one object) or `cli` (flags).
-    pub format: &'static str,
+    pub format: SourceFormat,
     /// `file:line`, `stdin:3`, `job record`.
     pub reference: String,
     /// The record as read (text; bytes that were not UTF-8 read as U+FFFD).
@@ -91,6 +92,20 @@ pub enum Outcome {
         kind: RejectKind,
         reason: String,
     },
+}
+
+impl Outcome {
+    /// Its name: the `outcome` of its JSON, the label of `serve`'s metrics,
+    /// and the resolution of a rejected line it resolves.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Recorded { .. } => "recorded",
+            Outcome::Replayed { .. } => "replayed",
+            Outcome::Revised { .. } => "revised",
+            Outcome::Superseded { .. } => "superseded",
+            Outcome::Rejected { .. } => "rejected",
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -307,13 +322,13 @@ impl Recorder {
 
 fn rejection_row(source: &Source, kind: RejectKind, reason: &str, job_key: Option<String>) -> NewRejection {
     NewRejection {
-        source_format: source.format.to_owned(),
+        source_format: source.format,
         source_ref: source.reference.clone(),
         read_options: serde_json::to_value(&source.options).unwrap_or_default(),
         raw: source.raw.clone(),
         raw_bytes: source.raw_bytes.clone(),
         raw_sha256: source.raw_sha256(),
-        kind: kind.as_str(),
+        kind,
         reason: reason.to_owned(),
         job_key,
     }
@@ -335,10 +350,12 @@ async fn resolve_rejections(
     let mut proofs = Vec::new();
     for ((job, outcome), record) in jobs.iter().zip(outcomes).zip(records) {
         let resolution = match outcome {
-            Some(Outcome::Recorded { .. }) => "recorded",
-            Some(Outcome::Replayed { .. }) => "replayed",
-            Some(Outcome::Revised { .. }) => "revised",
-            Some(Outcome::Superseded { .. }) => "superseded",
+            Some(
+                o @ (Outcome::Recorded { .. }
+                | Outcome::Replayed { .. }
+                | Outcome::Revised { .. }
+                | Outcome::Superseded { .. }),
+            ) => o.name(),
             _ => continue,
         };
         let Some(record) = record else { continue };
@@ -574,8 +591,8 @@ impl Posting<'_> {
                 entries.push(NewEntry {
                     period: first_day,
                     project_id: p.resolved.charge.project_id,
-                    kind: "job",
-                    metric: Some(d.priced.metric.as_str()),
+                    kind: EntryKind::Job,
+                    metric: Some(d.priced.metric),
                     job_record_id: Some(record_id),
                     rate_card_id: Some(d.rate_card_id),
                     corrects_id: None,
@@ -600,25 +617,13 @@ impl Posting<'_> {
                     let reversed = old_charges.remove(&old).unwrap_or_default();
                     let n = reversed.len();
                     for e in reversed {
-                        entries.push(NewEntry {
-                            period: first_day,
-                            project_id: e.project_id,
-                            kind: "reversal",
-                            metric: e
-                                .metric
-                                .as_deref()
-                                .and_then(crate::domain::units::Metric::parse)
-                                .map(|m| m.as_str()),
-                            job_record_id: Some(record_id),
-                            rate_card_id: e.rate_card_id,
-                            corrects_id: Some(e.id),
-                            quantity: negate(e.quantity),
-                            unit_rate: e.unit_rate,
-                            amount_exact: negate(e.amount_exact),
-                            amount: negate(e.amount),
+                        entries.push(reversal(
+                            &e,
+                            period,
                             late,
-                            reason: Some(format!("superseded by revision {} of the job's record", p.revision)),
-                        });
+                            Some(record_id),
+                            format!("superseded by revision {} of the job's record", p.revision),
+                        ));
                     }
                     Outcome::Superseded {
                         job: key,

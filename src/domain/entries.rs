@@ -1,0 +1,119 @@
+//! Ledger entries as the domain builds them (D10: entries are only ever
+//! added; a correction is a new entry), and the one way a reversal is built,
+//! for a superseded job's charges and for `hpc-ledger reverse` alike.
+
+use chrono::NaiveDate;
+use rust_decimal::Decimal;
+
+use super::kinds::EntryKind;
+use super::period::Month;
+use super::units::{Metric, negate};
+use crate::ids::{JobRecordId, LedgerEntryId, ProjectId, RateCardId};
+
+/// An entry to post.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEntry {
+    /// The first day of the month it is posted to.
+    pub period: NaiveDate,
+    pub project_id: ProjectId,
+    pub kind: EntryKind,
+    pub metric: Option<Metric>,
+    pub job_record_id: Option<JobRecordId>,
+    pub rate_card_id: Option<RateCardId>,
+    pub corrects_id: Option<LedgerEntryId>,
+    pub quantity: Decimal,
+    pub unit_rate: Decimal,
+    pub amount_exact: Decimal,
+    pub amount: Decimal,
+    /// Posted after its own month was closed (D6).
+    pub late: bool,
+    pub reason: Option<String>,
+}
+
+/// A posted entry, as much of it as a correction of it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PostedEntry {
+    pub id: LedgerEntryId,
+    pub project_id: ProjectId,
+    pub metric: Option<Metric>,
+    pub job_record_id: Option<JobRecordId>,
+    pub rate_card_id: Option<RateCardId>,
+    pub quantity: Decimal,
+    pub unit_rate: Decimal,
+    pub amount_exact: Decimal,
+    pub amount: Decimal,
+}
+
+/// The exact negative of `of`, linked to it, posted into `period`, citing
+/// job record `cites` (the entry's own record for a correction, the
+/// superseding record for a supersede) with `reason`.
+pub fn reversal(of: &PostedEntry, period: Month, late: bool, cites: Option<JobRecordId>, reason: String) -> NewEntry {
+    NewEntry {
+        period: period.first_day(),
+        project_id: of.project_id,
+        kind: EntryKind::Reversal,
+        metric: of.metric,
+        job_record_id: cites,
+        rate_card_id: of.rate_card_id,
+        corrects_id: Some(of.id),
+        quantity: negate(of.quantity),
+        unit_rate: of.unit_rate,
+        amount_exact: negate(of.amount_exact),
+        amount: negate(of.amount),
+        late,
+        reason: Some(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rust_decimal::dec;
+
+    use super::*;
+
+    #[test]
+    fn a_reversal_is_the_exact_negative_linked_to_its_entry() {
+        let charge = PostedEntry {
+            id: LedgerEntryId(7),
+            project_id: ProjectId(3),
+            metric: Some(Metric::CoreHours),
+            job_record_id: Some(JobRecordId(11)),
+            rate_card_id: Some(RateCardId(2)),
+            quantity: dec!(8.5),
+            unit_rate: dec!(0.0125),
+            amount_exact: dec!(0.10625),
+            amount: dec!(0.11),
+        };
+        let month: Month = "2026-11".parse().unwrap();
+        let r = reversal(&charge, month, true, Some(JobRecordId(12)), "superseded".into());
+        assert_eq!(
+            (r.kind, r.corrects_id, r.job_record_id, r.metric, r.rate_card_id),
+            (
+                EntryKind::Reversal,
+                Some(LedgerEntryId(7)),
+                Some(JobRecordId(12)),
+                Some(Metric::CoreHours),
+                Some(RateCardId(2))
+            )
+        );
+        assert_eq!(
+            (r.quantity, r.amount_exact, r.amount),
+            (dec!(-8.5), dec!(-0.10625), dec!(-0.11))
+        );
+        assert_eq!((r.period, r.late), (month.first_day(), true));
+        // A zero charge reverses to zero, not to -0.
+        let zero = reversal(
+            &PostedEntry {
+                quantity: Decimal::ZERO,
+                amount_exact: Decimal::ZERO,
+                amount: Decimal::ZERO,
+                ..charge
+            },
+            month,
+            false,
+            None,
+            "x".into(),
+        );
+        assert_eq!(zero.amount.to_string(), "0");
+    }
+}
