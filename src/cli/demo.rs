@@ -10,13 +10,12 @@ use std::io::Cursor;
 
 use crate::db::{self, MIGRATOR, Target};
 use crate::domain::period::Month;
-use crate::domain::posting::Defaults;
 use crate::domain::rules::Scheduler;
 use crate::ingest::{Format, ReadOptions};
 use crate::service::close;
 use crate::service::correct::{self, RefundBy, Target as CorrectTarget, Why};
-use crate::service::import::{Summary, import};
-use crate::service::record::Recorder;
+use crate::service::import::{Input, Summary, import};
+use crate::service::record::{RecordOptions, Recorder};
 use crate::service::statement::Which;
 use crate::service::storage;
 use crate::service::{self, quote::QuoteRequest};
@@ -123,7 +122,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     }
 
     heading(4, "Record finished jobs: Slurm sacct, a PBS log, JSON lines");
-    let mut recorder = Recorder::new(pool.clone(), Defaults::default(), false, "demo".into());
+    let mut recorder = Recorder::new(pool.clone(), RecordOptions::by("demo"));
     let samples = [
         ("examples/jobs/owens-sacct.txt", Format::Slurm, SAMPLE_SLURM, None),
         (
@@ -139,14 +138,11 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             cluster: cluster.map(Into::into),
             ..Default::default()
         };
-        recorder.defaults.cluster = options.cluster.clone();
         let mut summary = Summary::default();
         import(
             &mut recorder,
             Cursor::new(text),
-            name,
-            format,
-            &options,
+            &Input::new(name, format, &options),
             &mut summary,
             &|_| {},
         )
@@ -155,15 +151,12 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         print!("{}", super::import::render(&summary));
         println!();
     }
-    recorder.defaults.cluster = None;
     let mut again = Summary::default();
     let name = "examples/jobs/owens-sacct.txt";
     import(
         &mut recorder,
         Cursor::new(SAMPLE_SLURM),
-        name,
-        Format::Slurm,
-        &ReadOptions::default(),
+        &Input::new(name, Format::Slurm, &ReadOptions::default()),
         &mut again,
         &|_| {},
     )

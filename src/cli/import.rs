@@ -10,11 +10,11 @@ use clap::ValueEnum;
 
 use super::{Format, print_json};
 use crate::db::Target;
-use crate::domain::posting::Defaults;
 use crate::ingest::{self, ReadOptions};
+use crate::service::author;
 use crate::service::follow::{Follow, follow};
-use crate::service::import::{ImportError, Summary, import, retry_rejected};
-use crate::service::{author, record::Recorder};
+use crate::service::import::{ImportError, Input, Summary, import, retry_rejected};
+use crate::service::record::{RecordOptions, Recorder};
 
 /// Exit code when some records were rejected (and kept for re-processing).
 pub const EXIT_REJECTED: u8 = 4;
@@ -90,11 +90,11 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     // with a rejected line, so a retry reads it as it was read the first time).
     let mut recorder = Recorder::new(
         pool.clone(),
-        Defaults::default(),
-        args.supersede,
-        author(args.author.as_deref()),
+        RecordOptions {
+            supersede: args.supersede,
+            author: author(args.author.as_deref()),
+        },
     );
-    recorder.batch_size = args.batch_size;
     let mut summary = Summary::default();
     if args.retry_rejected {
         retry_rejected(&pool, &mut recorder, &mut summary).await?;
@@ -131,6 +131,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                 format,
                 options,
                 poll: std::time::Duration::from_secs_f64(args.poll),
+                batch_size: args.batch_size,
             };
             let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
             tokio::spawn(async move {
@@ -148,15 +149,13 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         for path in &files {
             if path.as_os_str() == "-" {
                 let bar = progress(None);
-                let r = import(
-                    &mut recorder,
-                    std::io::stdin(),
-                    "stdin",
-                    format,
-                    &options,
-                    &mut summary,
-                    &|b| bar.set_position(b),
-                )
+                let how = Input {
+                    batch_size: args.batch_size,
+                    ..Input::new("stdin", format, &options)
+                };
+                let r = import(&mut recorder, std::io::stdin(), &how, &mut summary, &|b| {
+                    bar.set_position(b)
+                })
                 .await;
                 bar.finish_and_clear();
                 if let Some(code) = abandoned(&pool, &args, &summary, r).await? {
@@ -166,10 +165,11 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                 let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
                 let bar = progress(file.metadata().ok().map(|m| m.len()));
                 let name = path.display().to_string();
-                let r = import(&mut recorder, file, &name, format, &options, &mut summary, &|b| {
-                    bar.set_position(b)
-                })
-                .await;
+                let how = Input {
+                    batch_size: args.batch_size,
+                    ..Input::new(&name, format, &options)
+                };
+                let r = import(&mut recorder, file, &how, &mut summary, &|b| bar.set_position(b)).await;
                 bar.finish_and_clear();
                 if let Some(code) = abandoned(&pool, &args, &summary, r).await? {
                     return Ok(code);

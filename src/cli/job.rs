@@ -9,11 +9,11 @@ use clap::Subcommand;
 use super::{Format, print_json};
 use crate::db::Target;
 use crate::domain::kinds::SourceFormat;
-use crate::domain::posting::{Defaults, RejectKind};
+use crate::domain::posting::RejectKind;
 use crate::ingest::jsonl::{JsonJob, Scalar};
 use crate::ingest::{Item, ReadOptions};
 use crate::service::author;
-use crate::service::record::{Outcome, Recorder, Source, Submission};
+use crate::service::record::{Outcome, RecordOptions, Recorder, Source, Submission};
 
 /// Exit codes of `job record`.
 pub const EXIT_MALFORMED: u8 = 2;
@@ -139,7 +139,13 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
         job: None,
     };
     let pool = target.open().await?;
-    let mut recorder = Recorder::new(pool, Defaults::default(), a.supersede, author(a.author.as_deref()));
+    let mut recorder = Recorder::new(
+        pool,
+        RecordOptions {
+            supersede: a.supersede,
+            author: author(a.author.as_deref()),
+        },
+    );
     let item = match raw_bytes.as_deref() {
         Some(exact) => {
             let mut p = crate::ingest::jsonl::JsonlParser::new(&ReadOptions::default());

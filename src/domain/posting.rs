@@ -71,20 +71,13 @@ pub struct JobInput {
 
 impl JobInput {
     /// `cluster/job_id[_index]`, for messages.
-    pub fn key(&self, default_cluster: Option<&str>) -> String {
-        let cluster = self.cluster.as_deref().or(default_cluster).unwrap_or("?");
+    pub fn key(&self) -> String {
+        let cluster = self.cluster.as_deref().unwrap_or("?");
         match self.array_index {
             Some(i) => format!("{cluster}/{}_{i}", self.job_id),
             None => format!("{cluster}/{}", self.job_id),
         }
     }
-}
-
-/// Defaults an importer applies to records that do not say.
-#[derive(Debug, Clone, Default)]
-pub struct Defaults {
-    pub cluster: Option<String>,
-    pub project: Option<String>,
 }
 
 crate::domain::kinds::named! {
@@ -216,7 +209,6 @@ pub fn instants(input: &JobInput, tz: Tz) -> Result<Instants, Rejection> {
 /// Resolve and price a job. `projects` maps lower-case project codes to ids.
 pub fn resolve(
     input: &JobInput,
-    defaults: &Defaults,
     catalog: &Catalog,
     projects: &HashMap<String, ProjectId>,
     now: DateTime<Utc>,
@@ -224,7 +216,7 @@ pub fn resolve(
     let Some(center) = &catalog.center else {
         return reject(RejectKind::UnknownCluster, "no center configuration has been applied");
     };
-    let Some(cluster_name) = input.cluster.as_deref().or(defaults.cluster.as_deref()) else {
+    let Some(cluster_name) = input.cluster.as_deref() else {
         return reject(
             RejectKind::UnknownCluster,
             "the record names no cluster (give the importer a default cluster)",
@@ -291,7 +283,7 @@ pub fn resolve(
     if input.queue.as_ref().is_some_and(|q| q.chars().count() > 128) {
         return reject(RejectKind::Invalid, "the queue name is longer than 128 characters");
     }
-    let Some(code) = input.project.as_deref().or(defaults.project.as_deref()) else {
+    let Some(code) = input.project.as_deref() else {
         return reject(
             RejectKind::UnknownProject,
             "the record names no project/account (give the importer a default project)",

@@ -20,7 +20,7 @@ use rust_decimal::dec;
 
 use super::{Format, Item, LineReader, RawLine, ReadOptions, parser};
 use crate::domain::catalog::{CardRow, Catalog, CenterInfo, ClusterInfo, NodeTypeInfo};
-use crate::domain::posting::{Defaults, resolve};
+use crate::domain::posting::resolve;
 use crate::domain::pricing::RateCard;
 use crate::domain::rules::{Dated, Scheduler};
 use crate::domain::units::{Bytes, GIB};
@@ -244,10 +244,6 @@ fn parse_and_price(
 ) {
     let mut p = parser(format, options).unwrap();
     let mut reader = LineReader::new(std::io::Cursor::new(text.as_bytes()));
-    let defaults = Defaults {
-        cluster: Some("fuzz".into()),
-        project: Some("p".into()),
-    };
     let now: DateTime<Utc> = "2030-01-01T00:00:00Z".parse().unwrap();
     while let Ok(Some((_, line))) = reader.next_line() {
         if let RawLine::Text(t) = line
@@ -256,7 +252,10 @@ fn parse_and_price(
             if job.queue.is_none() {
                 job.node_type = Some("regular".into());
             }
-            let _ = resolve(&job, &defaults, catalog, projects, now);
+            // What an importer's --cluster and --default-project give.
+            job.cluster.get_or_insert_with(|| "fuzz".into());
+            job.project.get_or_insert_with(|| "p".into());
+            let _ = resolve(&job, catalog, projects, now);
         }
     }
 }

@@ -48,8 +48,7 @@ use auth::guard;
 use batcher::Pending;
 use routes::{busy, healthz, jobcomp_doc, json_jobs, metrics_text};
 
-use crate::domain::posting::Defaults;
-use crate::service::record::Recorder;
+use crate::service::record::{RecordOptions, Recorder};
 pub use auth::{BASIC_ENV, Credentials, TOKEN_ENV, open_allowed};
 pub use metrics::Metrics;
 
@@ -109,13 +108,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let (queue, rx) = mpsc::channel(QUEUE);
-    let mut recorder = Recorder::new(
+    let recorder = Recorder::new(
         pool.clone(),
-        Defaults::default(),
-        options.supersede,
-        options.author.clone(),
+        RecordOptions {
+            supersede: options.supersede,
+            author: options.author.clone(),
+        },
     );
-    recorder.batch_size = options.max_batch.max(1);
     let batcher = tokio::spawn(batcher::batcher(
         recorder,
         rx,

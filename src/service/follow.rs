@@ -39,6 +39,8 @@ pub struct Follow {
     pub options: ReadOptions,
     /// How long to wait when there is nothing new.
     pub poll: Duration,
+    /// Jobs per transaction, at most.
+    pub batch_size: usize,
 }
 
 /// The day files of a directory: names of eight digits, oldest first.
@@ -207,7 +209,7 @@ async fn read_file(
     let mut jobs = Vec::new();
     let mut malformed = Vec::new();
     let mut start = 0;
-    let batch = recorder.batch_size.max(1);
+    let batch = f.batch_size.max(1);
     while start < whole {
         let end = buf[start..whole]
             .iter()

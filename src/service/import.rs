@@ -19,6 +19,30 @@ use crate::ingest::{Format, Item, LineReader, RawLine, ReadOptions, Skip, parser
 /// says otherwise.
 pub const BATCH: usize = 2000;
 
+/// One input to import, and how to read it.
+#[derive(Debug, Clone)]
+pub struct Input<'a> {
+    /// Its name in messages and in kept records' references (`NAME:LINE`).
+    pub name: &'a str,
+    pub format: Format,
+    pub options: &'a ReadOptions,
+    /// Jobs per transaction (`import --batch-size`): a killed import keeps
+    /// every batch it committed.
+    pub batch_size: usize,
+}
+
+impl<'a> Input<'a> {
+    /// `name` in `format`, read with `options`, [`BATCH`] jobs per transaction.
+    pub fn new(name: &'a str, format: Format, options: &'a ReadOptions) -> Input<'a> {
+        Input {
+            name,
+            format,
+            options,
+            batch_size: BATCH,
+        }
+    }
+}
+
 /// What an import did.
 #[derive(Debug, Default, Clone, PartialEq, Serialize)]
 pub struct Summary {
@@ -117,16 +141,15 @@ struct Batch {
 pub async fn import<R: Read + Send + 'static>(
     recorder: &mut Recorder,
     input: R,
-    name: &str,
-    format: Format,
-    options: &ReadOptions,
+    how: &Input<'_>,
     summary: &mut Summary,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(), ImportError> {
-    let p = parser(format, options).map_err(ImportError::Options)?;
+    let (name, format) = (how.name, how.format);
+    let p = parser(format, how.options).map_err(ImportError::Options)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, ReadError>>(2);
     let file = name.to_owned();
-    let batch_size = recorder.batch_size.max(1);
+    let batch_size = how.batch_size.max(1);
     let reader = std::thread::spawn(move || {
         let mut r = Reader {
             p,

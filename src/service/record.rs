@@ -22,7 +22,7 @@ use crate::domain::entries::reversal;
 use crate::domain::kinds::{EntryKind, SourceFormat};
 use crate::domain::period::Month;
 use crate::domain::posting::{
-    Decision, Defaults, JobInput, RecordKind, RejectKind, Rejection, ResolvedJob, classify, posting_period, resolve,
+    Decision, JobInput, RecordKind, RejectKind, Rejection, ResolvedJob, classify, posting_period, resolve,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::ReadOptions;
@@ -118,14 +118,33 @@ pub enum RecordError {
     Db(#[from] sqlx::Error),
 }
 
-/// Records jobs; keeps the catalog and project ids it has loaded.
+/// How a [`Recorder`] records.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// Re-sent records that change the charge replace it (D9); otherwise
+    /// they are kept as conflicts.
+    pub supersede: bool,
+    /// Who records (`--author`, default the OS user).
+    pub author: String,
+}
+
+impl RecordOptions {
+    /// Conflicts kept, not superseded.
+    pub fn by(author: impl Into<String>) -> RecordOptions {
+        RecordOptions {
+            supersede: false,
+            author: author.into(),
+        }
+    }
+}
+
+/// Records jobs; keeps the catalog and project ids it has loaded. Records
+/// are taken as read: the readers have applied the importer's default
+/// cluster and project (`ReadOptions`).
 pub struct Recorder {
     pool: PgPool,
-    pub defaults: Defaults,
     pub supersede: bool,
     pub author: String,
-    /// Jobs per transaction when importing (`import --batch-size`).
-    pub batch_size: usize,
     catalog: Option<(i64, Catalog)>,
     projects: HashMap<String, ProjectId>,
 }
@@ -133,13 +152,11 @@ pub struct Recorder {
 const RACE_RETRIES: usize = 5;
 
 impl Recorder {
-    pub fn new(pool: PgPool, defaults: Defaults, supersede: bool, author: String) -> Recorder {
+    pub fn new(pool: PgPool, options: RecordOptions) -> Recorder {
         Recorder {
             pool,
-            defaults,
-            supersede,
-            author,
-            batch_size: super::import::BATCH,
+            supersede: options.supersede,
+            author: options.author,
             catalog: None,
             projects: HashMap::new(),
         }
@@ -191,7 +208,7 @@ impl Recorder {
         let mut rows = Vec::new();
         let mut outcomes = Vec::new();
         for job in jobs {
-            let key = job.input.key(self.defaults.cluster.as_deref());
+            let key = job.input.key();
             rows.push(rejection_row(
                 &job.source,
                 RejectKind::Database,
@@ -265,10 +282,10 @@ impl Recorder {
             .collect();
         let mut pending: Vec<(usize, ResolvedJob)> = Vec::with_capacity(jobs.len());
         for (i, job) in jobs.iter().enumerate() {
-            match resolve(&job.input, &self.defaults, catalog, &self.projects, now) {
+            match resolve(&job.input, catalog, &self.projects, now) {
                 Ok(r) => pending.push((i, r)),
                 Err(Rejection { kind, reason }) => {
-                    let key = job.input.key(self.defaults.cluster.as_deref());
+                    let key = job.input.key();
                     rejections.push(rejection_row(&job.source, kind, &reason, Some(key.clone())));
                     outcomes[i] = Some(Outcome::Rejected {
                         job: Some(key),
@@ -284,7 +301,6 @@ impl Recorder {
             let mut seen = HashSet::new();
             let (round, later): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(_, r)| seen.insert(r.key.clone()));
             let posting = Posting {
-                default_cluster: self.defaults.cluster.as_deref(),
                 author: &self.author,
                 supersede: self.supersede,
                 last_closed,
@@ -305,7 +321,7 @@ impl Recorder {
     async fn load_projects(&mut self, conn: &mut PgConnection, jobs: &[Submission]) -> Result<(), sqlx::Error> {
         let missing: HashSet<String> = jobs
             .iter()
-            .filter_map(|j| j.input.project.as_deref().or(self.defaults.project.as_deref()))
+            .filter_map(|j| j.input.project.as_deref())
             .map(str::to_lowercase)
             .filter(|c| !self.projects.contains_key(c))
             .collect();
@@ -370,7 +386,6 @@ async fn resolve_rejections(
 
 /// One round of a batch: runs that appear once.
 struct Posting<'a> {
-    default_cluster: Option<&'a str>,
     author: &'a str,
     supersede: bool,
     last_closed: Option<Month>,
@@ -404,7 +419,7 @@ impl Posting<'_> {
             let mut kept_ids = Vec::with_capacity(round.len());
             for (((index, resolved), id), refused) in round.into_iter().zip(ids).zip(&refused) {
                 if let (true, Some(Rejection { kind, reason })) = (*refused, resolved.refuse_new_charge.clone()) {
-                    let key = jobs[index].input.key(self.default_cluster);
+                    let key = jobs[index].input.key();
                     rejections.push(rejection_row(&jobs[index].source, kind, &reason, Some(key.clone())));
                     outcomes[index] = Some(Outcome::Rejected {
                         job: Some(key),
@@ -480,7 +495,7 @@ impl Posting<'_> {
         }
         let mut plans = Vec::new();
         for ((index, resolved), job) in round.iter().zip(&ids) {
-            let key = jobs[*index].input.key(self.default_cluster);
+            let key = jobs[*index].input.key();
             let decision = classify(held.get(job).map_or(&[][..], Vec::as_slice), resolved, self.supersede);
             let (revision, kind, replaces) = match decision {
                 Decision::New => (1, RecordKind::Original, None),
@@ -576,7 +591,7 @@ impl Posting<'_> {
         for p in &plans {
             let record_id = record_ids[&(p.job, p.revision)];
             records[p.index] = Some(record_id);
-            let key = jobs[p.index].input.key(self.default_cluster);
+            let key = jobs[p.index].input.key();
             if p.kind == RecordKind::Revision {
                 outcomes[p.index] = Some(Outcome::Revised {
                     job: key,

@@ -3,10 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use hpc_ledger::domain::posting::Defaults;
 use hpc_ledger::ingest::{Format, ReadOptions};
-use hpc_ledger::service::import::{Summary, import};
-use hpc_ledger::service::record::Recorder;
+use hpc_ledger::service::import::{Input, Summary, import};
+use hpc_ledger::service::record::{RecordOptions, Recorder};
 
 use crate::harness::TestDb;
 
@@ -120,18 +119,22 @@ pub async fn import_fixture(db: &TestDb, name: &str, supersede: bool) -> Summary
     let (format, options) = options(name);
     let mut recorder = Recorder::new(
         db.pool.clone(),
-        Defaults {
-            cluster: options.cluster.clone(),
-            project: options.default_project.clone(),
+        RecordOptions {
+            supersede,
+            author: "tester".into(),
         },
-        supersede,
-        "tester".into(),
     );
     let path = stripped(name);
     let mut summary = Summary::default();
     let file = std::fs::File::open(&path).unwrap();
-    import(&mut recorder, file, name, format, &options, &mut summary, &|_| {})
-        .await
-        .unwrap();
+    import(
+        &mut recorder,
+        file,
+        &Input::new(name, format, &options),
+        &mut summary,
+        &|_| {},
+    )
+    .await
+    .unwrap();
     summary
 }

@@ -6,11 +6,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hpc_ledger::domain::posting::Defaults;
 use hpc_ledger::ingest::{Format, ReadOptions, Skip};
 use hpc_ledger::service::follow::{Follow, follow};
 use hpc_ledger::service::import::Summary;
-use hpc_ledger::service::record::Recorder;
+use hpc_ledger::service::record::{RecordOptions, Recorder};
 use sqlx::PgPool;
 use tokio::sync::watch;
 
@@ -56,9 +55,10 @@ fn start(pool: &PgPool, dir: &Path) -> Follower {
         format: Format::Pbs,
         options: options(),
         poll: Duration::from_millis(20),
+        batch_size: hpc_ledger::service::import::BATCH,
     };
     let done = tokio::spawn(async move {
-        let mut recorder = Recorder::new(pool.clone(), Defaults::default(), false, "follower".into());
+        let mut recorder = Recorder::new(pool.clone(), RecordOptions::by("follower"));
         let mut summary = Summary::default();
         follow(&pool, &mut recorder, &f, &mut summary, stopped).await.unwrap();
         summary
@@ -188,8 +188,9 @@ async fn a_file_gone_before_it_was_finished_stops_the_follower() {
         format: Format::Pbs,
         options: options(),
         poll: Duration::from_millis(20),
+        batch_size: hpc_ledger::service::import::BATCH,
     };
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "follower".into());
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("follower"));
     let e = follow(&db.pool, &mut recorder, &f, &mut Summary::default(), stopped)
         .await
         .unwrap_err()

@@ -220,19 +220,18 @@ pub async fn import_file(
     format: hpc_ledger::ingest::Format,
     cluster: Option<&str>,
 ) -> hpc_ledger::service::import::Summary {
-    use hpc_ledger::service::{import, record::Recorder};
+    use hpc_ledger::service::import::{self, Input};
+    use hpc_ledger::service::record::{RecordOptions, Recorder};
     let options = hpc_ledger::ingest::ReadOptions {
         cluster: cluster.map(Into::into),
         ..Default::default()
     };
-    let mut recorder = Recorder::new(pool.clone(), Default::default(), false, "t".into());
+    let mut recorder = Recorder::new(pool.clone(), RecordOptions::by("t"));
     let mut s = import::Summary::default();
     import::import(
         &mut recorder,
         std::fs::File::open(path).unwrap(),
-        name,
-        format,
-        &options,
+        &Input::new(name, format, &options),
         &mut s,
         &|_| {},
     )

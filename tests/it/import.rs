@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use hpc_ledger::domain::posting::{Defaults, RejectKind};
+use hpc_ledger::domain::posting::RejectKind;
 use hpc_ledger::ingest::{Format, ReadOptions, Skip};
-use hpc_ledger::service::import::{Summary, import, retry_rejected};
-use hpc_ledger::service::record::Recorder;
+use hpc_ledger::service::import::{Input, Summary, import, retry_rejected};
+use hpc_ledger::service::record::{RecordOptions, Recorder};
 use rust_decimal::Decimal;
 use serde_json::json;
 use sqlx::PgPool;
@@ -428,7 +428,13 @@ async fn a_changed_record_is_a_conflict_until_superseded() {
     );
 
     // Superseding reverses the old charge exactly and posts the new one.
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), true, "billing".into());
+    let mut recorder = Recorder::new(
+        db.pool.clone(),
+        RecordOptions {
+            supersede: true,
+            author: "billing".into(),
+        },
+    );
     let mut s = Summary::default();
     retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
     // The malformed lines of both files stay rejected.
@@ -487,14 +493,18 @@ async fn import_jsonl(pool: &PgPool, name: &str, text: &str, supersede: bool) ->
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{}-{name}", std::process::id()));
     std::fs::write(&path, text).unwrap();
-    let mut recorder = Recorder::new(pool.clone(), Defaults::default(), supersede, "tester".into());
+    let mut recorder = Recorder::new(
+        pool.clone(),
+        RecordOptions {
+            supersede,
+            author: "tester".into(),
+        },
+    );
     let mut s = Summary::default();
     import(
         &mut recorder,
         std::fs::File::open(&path).unwrap(),
-        name,
-        Format::Jsonl,
-        &ReadOptions::default(),
+        &Input::new(name, Format::Jsonl, &ReadOptions::default()),
         &mut s,
         &|_| {},
     )
@@ -595,14 +605,12 @@ async fn bad_input_of_every_kind_is_rejected_with_where_and_why() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
     let path = dir.join(format!("{}-binary.jsonl", std::process::id()));
     std::fs::write(&path, bytes).unwrap();
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
     import(
         &mut recorder,
         std::fs::File::open(&path).unwrap(),
-        "binary.jsonl",
-        Format::Jsonl,
-        &ReadOptions::default(),
+        &Input::new("binary.jsonl", Format::Jsonl, &ReadOptions::default()),
         &mut s,
         &|_| {},
     )
@@ -638,7 +646,7 @@ async fn rejected_records_are_recorded_once_the_cause_is_fixed() {
     let s = import_jsonl(&db.pool, "later.jsonl", &text, false).await;
     assert_eq!(s.rejected_total(), 2);
     // Re-processing before the fix changes nothing.
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
     retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
     assert_eq!((s.recorded, s.rejected_total()), (0, 2));
@@ -658,7 +666,7 @@ async fn rejected_records_are_recorded_once_the_cause_is_fixed() {
     hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&fixed).unwrap(), "t")
         .await
         .unwrap();
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
     retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
     assert_eq!((s.recorded, s.rejected_total()), (2, 0), "{s:#?}");
@@ -870,14 +878,12 @@ async fn a_retry_reads_each_rejected_line_with_the_options_of_its_own_import() {
             project_from: Some(vec!["account".into(), "group".into()]),
             ..Default::default()
         };
-        let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+        let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
         let mut s = Summary::default();
         import(
             &mut recorder,
             std::fs::File::open(&path).unwrap(),
-            cluster,
-            Format::Pbs,
-            &options,
+            &Input::new(cluster, Format::Pbs, &options),
             &mut s,
             &|_| {},
         )
@@ -889,7 +895,7 @@ async fn a_retry_reads_each_rejected_line_with_the_options_of_its_own_import() {
     hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&fixed).unwrap(), "t")
         .await
         .unwrap();
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
     retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
     assert_eq!(s.recorded, 2, "{s:#?}");
@@ -912,14 +918,12 @@ async fn a_damaged_line_with_nul_bytes_is_rejected_and_the_rest_recorded() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{}-nulls.jsonl", std::process::id()));
     std::fs::write(&path, bytes).unwrap();
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
     import(
         &mut recorder,
         std::fs::File::open(&path).unwrap(),
-        "nulls.jsonl",
-        Format::Jsonl,
-        &ReadOptions::default(),
+        &Input::new("nulls.jsonl", Format::Jsonl, &ReadOptions::default()),
         &mut s,
         &|_| {},
     )
@@ -964,14 +968,12 @@ async fn requeued_runs_of_one_job_are_separate_runs() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{}-requeue.txt", std::process::id()));
     std::fs::write(&path, text).unwrap();
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
     import(
         &mut recorder,
         std::fs::File::open(&path).unwrap(),
-        "requeue.txt",
-        Format::Slurm,
-        &ReadOptions::default(),
+        &Input::new("requeue.txt", Format::Slurm, &ReadOptions::default()),
         &mut s,
         &|_| {},
     )

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use hpc_ledger::domain::posting::{Defaults, RejectKind};
+use hpc_ledger::domain::posting::RejectKind;
 use hpc_ledger::ingest::Format;
 use hpc_ledger::serve::client::{self, Reply};
 use hpc_ledger::serve::{Credentials, Metrics, Options, ServeError, serve};
 use hpc_ledger::service::import::{Summary, retry_rejected};
-use hpc_ledger::service::record::Recorder;
+use hpc_ledger::service::record::{RecordOptions, Recorder};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio::sync::oneshot;
@@ -307,7 +307,7 @@ async fn re_sent_changes_bad_documents_and_credentials_get_the_right_reply() {
         ]
     );
     // Kept records are read again as jobcomp documents: still the same reasons.
-    let mut recorder = Recorder::new(db.pool.clone(), Defaults::default(), false, "t".into());
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
     retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
     assert_eq!(

@@ -112,7 +112,7 @@ fn job() -> JobInput {
 }
 
 fn resolve_job(j: &JobInput) -> Result<ResolvedJob, Rejection> {
-    resolve(j, &Defaults::default(), &catalog(), &projects(), at(NOW))
+    resolve(j, &catalog(), &projects(), at(NOW))
 }
 
 #[test]
@@ -248,25 +248,15 @@ fn every_reason_a_job_cannot_be_charged_is_named() {
 }
 
 #[test]
-fn defaults_fill_what_a_record_does_not_say() {
-    let defaults = Defaults {
-        cluster: Some("C1".into()),
-        project: Some("PAS1234".into()),
-    };
-    let r = resolve(
-        &JobInput {
-            cluster: None,
-            project: None,
-            ..job()
-        },
-        &defaults,
-        &catalog(),
-        &projects(),
-        at(NOW),
-    )
-    .unwrap();
-    assert_eq!(r.key.cluster_id, ClusterId(7));
-    assert_eq!(r.charge.project_id, ProjectId(11));
+fn a_record_that_names_no_cluster_or_project_is_rejected_with_the_flag_to_give() {
+    // The readers apply the importer's --cluster and --default-project
+    // (ReadOptions); a record still without them is not guessed.
+    let e = resolve_job(&JobInput { cluster: None, ..job() }).unwrap_err();
+    assert_eq!(e.kind, RejectKind::UnknownCluster);
+    assert!(e.reason.contains("give the importer a default cluster"), "{}", e.reason);
+    let e = resolve_job(&JobInput { project: None, ..job() }).unwrap_err();
+    assert_eq!(e.kind, RejectKind::UnknownProject);
+    assert!(e.reason.contains("give the importer a default project"), "{}", e.reason);
 }
 
 #[test]
