@@ -9,7 +9,6 @@ use clap::Subcommand;
 use super::{Format, print_json, table};
 use crate::db::Target;
 use crate::domain::period::Month;
-use crate::service::author;
 use crate::service::storage::{BillOutcome, BillState, bill, runs};
 
 #[derive(Debug, Subcommand)]
@@ -22,9 +21,6 @@ pub enum Cmd {
         /// Show what would be posted, post nothing (also for a month not over yet).
         #[arg(long)]
         dry_run: bool,
-        /// Who runs it (default: the OS user).
-        #[arg(long)]
-        author: Option<String>,
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -35,16 +31,11 @@ pub enum Cmd {
     },
 }
 
-pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
     match cmd {
-        Cmd::Storage {
-            month,
-            dry_run,
-            author: who,
-            format,
-        } => {
-            let outcome = bill(&pool, month, &author(who.as_deref()), dry_run, Utc::now()).await?;
+        Cmd::Storage { month, dry_run, format } => {
+            let outcome = bill(&pool, month, author, dry_run, Utc::now()).await?;
             match format {
                 Format::Json => print_json(&outcome)?,
                 Format::Text => print!("{}", render(&outcome)),

@@ -8,7 +8,6 @@ use chrono::Utc;
 use super::{Format, print_json, table};
 use crate::db::Target;
 use crate::domain::period::Month;
-use crate::service::author;
 use crate::service::close::{Anchor, AuditReport, anchors, audit, close, verify, verify_against};
 
 /// Exit code of `verify` and `audit` when they find something.
@@ -19,8 +18,6 @@ pub struct CloseArgs {
     /// The month, YYYY-MM: the month after the last closed one, over, with its storage billed.
     #[arg(long)]
     month: Month,
-    #[arg(long)]
-    author: Option<String>,
     /// Append the month's seal to this file (one JSON line per month), kept
     /// where the database's owner cannot rewrite it: `verify --against` checks
     /// the database against it. Closing a closed month again appends it if missing.
@@ -114,9 +111,9 @@ fn run_with_input(cmd: &mut std::process::Command, input: &str) -> std::io::Resu
     child.wait_with_output()
 }
 
-pub async fn run_close(args: CloseArgs, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
-    let o = close(&pool, args.month, &author(args.author.as_deref()), Utc::now()).await?;
+    let o = close(&pool, args.month, author, Utc::now()).await?;
     // The month is closed now, whatever happens to its anchor: say how to
     // anchor it again if that fails (closing again is harmless).
     let again = format!(

@@ -16,9 +16,6 @@ pub enum Cmd {
     Apply {
         /// The configuration file (see examples/center.toml).
         file: PathBuf,
-        /// Who applies it (recorded with quota changes); default: the OS user.
-        #[arg(long)]
-        author: Option<String>,
     },
     /// Show the configuration in force.
     Show {
@@ -30,13 +27,13 @@ pub enum Cmd {
     },
 }
 
-pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     match cmd {
-        Cmd::Apply { file, author } => {
+        Cmd::Apply { file } => {
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             let config = crate::config::parse(&text).with_context(|| format!("in {}", file.display()))?;
             let pool = target.open().await?;
-            let report = service::config::apply(&pool, &config, &service::author(author.as_deref())).await?;
+            let report = service::config::apply(&pool, &config, author).await?;
             print!("{report}");
             println!(
                 "{}",

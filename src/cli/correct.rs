@@ -10,7 +10,6 @@ use super::{Format, print_json, table};
 use crate::db::Target;
 use crate::domain::period::Month;
 use crate::ids::LedgerEntryId;
-use crate::service::author;
 use crate::service::config::time_zone;
 use crate::service::correct::{Posted, RefundBy, Target as What, Why, adjust, refund, reverse};
 
@@ -38,9 +37,6 @@ pub struct Common {
     /// Why (recorded with the entry and shown on the statement).
     #[arg(long)]
     reason: String,
-    /// Who (default: the OS user).
-    #[arg(long)]
-    author: Option<String>,
     /// The open month to post into (default: the month of what it corrects if open, else the first open month).
     #[arg(long)]
     month: Option<Month>,
@@ -104,9 +100,9 @@ async fn what(which: &Which, target: &Target) -> anyhow::Result<What> {
     }
 }
 
-fn why(c: &Common) -> Why {
+fn why(c: &Common, author: &str) -> Why {
     Why {
-        author: author(c.author.as_deref()),
+        author: author.to_owned(),
         reason: c.reason.clone(),
         month: c.month,
     }
@@ -140,15 +136,15 @@ fn print(posted: &[Posted], format: Format) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run_reverse(a: ReverseArgs, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run_reverse(a: ReverseArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let w = what(&a.which, target).await?;
     let pool = target.open().await?;
-    let posted = reverse(&pool, &w, &why(&a.common), Utc::now()).await?;
+    let posted = reverse(&pool, &w, &why(&a.common, author), Utc::now()).await?;
     print(&posted, a.common.format)?;
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn run_refund(a: RefundArgs, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run_refund(a: RefundArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let w = what(&a.which, target).await?;
     let by = match (a.fraction, a.amount) {
         (Some(f), None) => RefundBy::Fraction(f),
@@ -156,14 +152,14 @@ pub async fn run_refund(a: RefundArgs, target: &Target) -> anyhow::Result<ExitCo
         _ => bail!("give --fraction or --amount"),
     };
     let pool = target.open().await?;
-    let posted = refund(&pool, &w, by, &why(&a.common), Utc::now()).await?;
+    let posted = refund(&pool, &w, by, &why(&a.common, author), Utc::now()).await?;
     print(&posted, a.common.format)?;
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn run_adjust(a: AdjustArgs, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run_adjust(a: AdjustArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
-    let posted = adjust(&pool, &a.project, a.amount, &why(&a.common), Utc::now()).await?;
+    let posted = adjust(&pool, &a.project, a.amount, &why(&a.common, author), Utc::now()).await?;
     print(std::slice::from_ref(&posted), a.common.format)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,7 +11,6 @@ use clap::ValueEnum;
 use super::{Format, print_json};
 use crate::db::Target;
 use crate::ingest::{self, ReadOptions};
-use crate::service::author;
 use crate::service::follow::{Follow, follow};
 use crate::service::import::{ImportError, Input, Summary, import, retry_rejected};
 use crate::service::record::{RecordOptions, Recorder};
@@ -71,9 +70,6 @@ pub struct Args {
     /// With --follow: seconds to wait when nothing is new.
     #[arg(long, default_value_t = 2.0, requires = "follow", value_name = "SECONDS")]
     poll: f64,
-    /// Who records (default: the OS user).
-    #[arg(long)]
-    author: Option<String>,
     /// Jobs per transaction: smaller batches commit sooner (a feed), larger
     /// ones go faster (a backlog).
     #[arg(long, default_value_t = crate::service::import::BATCH,
@@ -84,7 +80,7 @@ pub struct Args {
     output: Format,
 }
 
-pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
     // The parsers give every record the defaults of its own import (stored
     // with a rejected line, so a retry reads it as it was read the first time).
@@ -92,7 +88,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         pool.clone(),
         RecordOptions {
             supersede: args.supersede,
-            author: author(args.author.as_deref()),
+            author: author.to_owned(),
         },
     );
     let mut summary = Summary::default();

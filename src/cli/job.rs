@@ -12,7 +12,6 @@ use crate::domain::kinds::SourceFormat;
 use crate::domain::posting::RejectKind;
 use crate::ingest::jsonl::{JsonJob, Scalar};
 use crate::ingest::{Item, ReadOptions};
-use crate::service::author;
 use crate::service::record::{Outcome, RecordOptions, Recorder, Source, Submission};
 
 /// Exit codes of `job record`.
@@ -78,8 +77,6 @@ pub struct RecordArgs {
     /// If the job is recorded with a different charge, reverse the old charges and post these.
     #[arg(long)]
     supersede: bool,
-    #[arg(long)]
-    author: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -91,7 +88,7 @@ fn time(v: &Option<String>) -> Option<Scalar> {
     })
 }
 
-pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let Cmd::Record(a) = cmd;
     let (raw, raw_bytes, format) = if a.json {
         let mut bytes = Vec::new();
@@ -143,7 +140,7 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
         pool,
         RecordOptions {
             supersede: a.supersede,
-            author: author(a.author.as_deref()),
+            author: author.to_owned(),
         },
     );
     let item = match raw_bytes.as_deref() {

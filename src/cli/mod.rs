@@ -65,6 +65,12 @@ pub struct Cli {
     )]
     pub home: PathBuf,
 
+    /// Who does it, recorded with everything a command writes (jobs,
+    /// quotas, billing runs, closes, corrections, dismissals); default: the
+    /// OS user.
+    #[arg(long, env = "HPC_LEDGER_AUTHOR", global = true, value_name = "NAME")]
+    pub author: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -139,23 +145,25 @@ impl Cli {
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let target = cli.target()?;
+    let author = crate::service::author(cli.author.as_deref());
+    let by = author.as_str();
     match cli.command {
         Command::Db(cmd) => db::run(cmd, &target).await,
-        Command::Config(cmd) => config::run(cmd, &target).await,
+        Command::Config(cmd) => config::run(cmd, &target, by).await,
         Command::Quote(args) => quote::run(args, &target).await,
-        Command::Job(cmd) => job::run(cmd, &target).await,
-        Command::Import(args) => import::run(args, &target).await,
-        Command::Serve(args) => serve::run(args, &target).await,
-        Command::Rejected(args) => rejected::run(args, &target).await,
-        Command::Quota(cmd) => quota::run(cmd, &target).await,
-        Command::Bill(cmd) => bill::run(cmd, &target).await,
+        Command::Job(cmd) => job::run(cmd, &target, by).await,
+        Command::Import(args) => import::run(args, &target, by).await,
+        Command::Serve(args) => serve::run(args, &target, by).await,
+        Command::Rejected(args) => rejected::run(args, &target, by).await,
+        Command::Quota(cmd) => quota::run(cmd, &target, by).await,
+        Command::Bill(cmd) => bill::run(cmd, &target, by).await,
         Command::Statement(args) => statement::run(args, &target).await,
-        Command::Close(args) => close::run_close(args, &target).await,
+        Command::Close(args) => close::run_close(args, &target, by).await,
         Command::Verify(args) => close::run_verify(args, &target).await,
         Command::Audit(args) => close::run_audit(args, &target).await,
-        Command::Reverse(args) => correct::run_reverse(args, &target).await,
-        Command::Refund(args) => correct::run_refund(args, &target).await,
-        Command::Adjust(args) => correct::run_adjust(args, &target).await,
+        Command::Reverse(args) => correct::run_reverse(args, &target, by).await,
+        Command::Refund(args) => correct::run_refund(args, &target, by).await,
+        Command::Adjust(args) => correct::run_adjust(args, &target, by).await,
         Command::Demo(args) => demo::run(args, &target).await,
         Command::Bench(args) => bench::run(args, &target).await,
     }

@@ -6,7 +6,6 @@ use clap::Subcommand;
 
 use super::{Format, print_json, table};
 use crate::db::Target;
-use crate::service::author;
 use crate::service::config::time_zone;
 use crate::service::storage::{parse_quota, quota_report, set_quota};
 
@@ -21,9 +20,6 @@ pub enum Cmd {
         /// From when: 2026-11-15 (midnight, billing time zone), a local time, or RFC 3339.
         #[arg(long)]
         from: String,
-        /// Who sets it (default: the OS user).
-        #[arg(long)]
-        author: Option<String>,
     },
     /// Show a project's quota history and the quota in force.
     Show {
@@ -36,19 +32,14 @@ pub enum Cmd {
     },
 }
 
-pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
     let tz = time_zone(&pool).await?;
     match cmd {
-        Cmd::Set {
-            project,
-            quota,
-            from,
-            author: who,
-        } => {
+        Cmd::Set { project, quota, from } => {
             let tb = parse_quota(&quota).map_err(anyhow::Error::msg)?;
             let from = super::instant(Some(&from), tz)?;
-            set_quota(&pool, &project, tb, from, &author(who.as_deref())).await?;
+            set_quota(&pool, &project, tb, from, author).await?;
             println!(
                 "quota of {project} set to {tb} TB from {}",
                 from.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z")

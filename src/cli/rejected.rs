@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use super::{Format, print_json, table};
 use crate::db::Target;
+use crate::service::rejected;
 use crate::service::rejected::Selection;
-use crate::service::{author, rejected};
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -45,9 +45,6 @@ struct DismissArgs {
     /// Why they will not be charged (kept with the dismissal).
     #[arg(long)]
     reason: String,
-    /// Who (default: the OS user).
-    #[arg(long)]
-    author: Option<String>,
     /// Show what would be dismissed; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -55,7 +52,7 @@ struct DismissArgs {
     format: Format,
 }
 
-pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
     if let Some(Cmd::Dismiss(d)) = args.cmd {
         let selection = Selection {
@@ -64,7 +61,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             source_format: d.source_format,
             kind: d.kind,
         };
-        let done = rejected::dismiss(&pool, &selection, &author(d.author.as_deref()), &d.reason, d.dry_run).await?;
+        let done = rejected::dismiss(&pool, &selection, author, &d.reason, d.dry_run).await?;
         match d.format {
             Format::Json => print_json(&done)?,
             Format::Text => {

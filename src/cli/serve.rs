@@ -9,7 +9,6 @@ use anyhow::Context;
 
 use crate::db::Target;
 use crate::serve::{self, Credentials, Metrics, Options};
-use crate::service::author;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,9 +25,6 @@ pub struct Args {
     /// re-sent record as a conflict.
     #[arg(long)]
     supersede: bool,
-    /// Who records (default: the OS user).
-    #[arg(long)]
-    author: Option<String>,
     /// Connections served at once; past them, up to an eighth more are
     /// answered 503 (and /healthz), the rest closed. Kept under the
     /// open-file limit.
@@ -37,7 +33,7 @@ pub struct Args {
     max_connections: usize,
 }
 
-pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
+pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let credentials = Credentials::from_env().map_err(anyhow::Error::msg)?;
     if credentials.is_empty() && !serve::open_allowed(&args.listen) {
         anyhow::bail!(
@@ -64,7 +60,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         credentials,
         max_batch: args.max_batch,
         supersede: args.supersede,
-        author: author(args.author.as_deref()),
+        author: author.to_owned(),
         limits: serve::conn::Limits {
             max_connections: args.max_connections,
             overflow: (args.max_connections / 4).clamp(8, 256),

@@ -338,3 +338,58 @@ async fn absurd_and_damaged_input_is_refused_with_its_reason_and_loses_nothing_e
     assert_eq!(counts(&db).await.2, 1006);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn who_records_is_one_global_flag_or_its_variable() {
+    let db = fixture_db().await;
+    // Before the subcommand, after it, or from the environment.
+    ok(&cli_with_env(
+        &[
+            "--author",
+            "alice",
+            "job",
+            "record",
+            "--cluster",
+            "testclu",
+            "--job-id",
+            "1",
+            "--project",
+            "pas1234",
+            "--queue",
+            "regular",
+            "--cores",
+            "1",
+            "--start",
+            "2026-10-05T09:00:00Z",
+            "--end",
+            "2026-10-05T10:00:00Z",
+        ],
+        &[("DATABASE_URL", &db.url)],
+        None,
+    ));
+    ok(&record(&db, &["--job-id", "2", "--author", "bob"]));
+    ok(&cli_with_env(
+        &["import", "--format", "jsonl", "-"],
+        &[("DATABASE_URL", &db.url), ("HPC_LEDGER_AUTHOR", "carol")],
+        Some(&json_job(3, "")),
+    ));
+    let who: Vec<(String, String)> = sqlx::query_as(
+        "SELECT j.scheduler_job_id, r.recorded_by FROM job_record r JOIN job j ON j.id = r.job_id ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        who,
+        [
+            ("1".into(), "alice".into()),
+            ("2".into(), "bob".into()),
+            ("3".into(), "carol".into())
+        ]
+    );
+    let entries: Vec<String> = sqlx::query_scalar("SELECT DISTINCT author FROM ledger_entry ORDER BY 1")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(entries, ["alice", "bob", "carol"]);
+}
