@@ -14,6 +14,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::catalog::{Catalog, ClusterInfo};
+use super::entries::NewEntry;
+use super::kinds::EntryKind;
 use super::period::{LocalTimeError, Month, local_to_utc};
 use super::pricing::{JobPrice, JobShape, check_memory_per_node, price_job, validate};
 use super::rules::{NodeTypeError, pricing_instant};
@@ -536,6 +538,89 @@ pub fn posting_period(natural: Month, last_closed: Option<Month>) -> (Month, boo
 pub struct EntryDraft {
     pub priced: Priced,
     pub rate_card_id: RateCardId,
+}
+
+/// What recording one resolved job does, decided from the records its run
+/// already holds: the posting planner's answer, with no I/O.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The same content was recorded before: nothing is written (the record
+    /// it repeats, when known).
+    Replay { record: Option<JobRecordId> },
+    /// Not recorded: kept as a rejection (a conflict, or a charge refused to
+    /// new records).
+    Reject(Rejection),
+    /// A record is added: a revision alone, an original or a supersede with
+    /// its charges (a supersede also reverses the charges of `replaces`).
+    Record {
+        revision: i32,
+        kind: RecordKind,
+        replaces: Option<JobRecordId>,
+    },
+}
+
+/// Decide what recording `job` does, given the records its run holds
+/// (none for a run not seen before) and whether conflicts supersede (D9).
+pub fn decide(held: &[Existing], job: &ResolvedJob, supersede: bool) -> Step {
+    let (revision, kind, replaces) = match classify(held, job, supersede) {
+        Decision::New => (1, RecordKind::Original, None),
+        Decision::Revision { revision } => (revision, RecordKind::Revision, None),
+        Decision::Supersede { revision, replaces } => (revision, RecordKind::Supersede, Some(replaces)),
+        Decision::Replay => {
+            let record = held
+                .iter()
+                .find(|e| e.content_fingerprint == job.content_fingerprint)
+                .map(|e| e.id);
+            return Step::Replay { record };
+        }
+        Decision::Conflict { differences } => {
+            return Step::Reject(Rejection {
+                kind: RejectKind::Conflict,
+                reason: format!(
+                    "conflicts with the job already recorded ({}); record it again with --supersede to reverse the old charges and post these",
+                    if differences.is_empty() {
+                        "its charge differs".to_owned()
+                    } else {
+                        differences.join(", ")
+                    }
+                ),
+            });
+        }
+    };
+    // A rule for new charges only: a revision charges nothing new.
+    if kind != RecordKind::Revision
+        && let Some(refusal) = &job.refuse_new_charge
+    {
+        return Step::Reject(refusal.clone());
+    }
+    Step::Record {
+        revision,
+        kind,
+        replaces,
+    }
+}
+
+/// The job charges of `job`, recorded as `record`, posted into `period`
+/// (its own month, or the first open one: `late`).
+pub fn charge_entries(job: &ResolvedJob, record: JobRecordId, period: Month, late: bool) -> Vec<NewEntry> {
+    job.entries()
+        .iter()
+        .map(|d| NewEntry {
+            period: period.first_day(),
+            project_id: job.charge.project_id,
+            kind: EntryKind::Job,
+            metric: Some(d.priced.metric),
+            job_record_id: Some(record),
+            rate_card_id: Some(d.rate_card_id),
+            corrects_id: None,
+            quantity: d.priced.quantity,
+            unit_rate: d.priced.unit_rate,
+            amount_exact: d.priced.amount_exact,
+            amount: d.priced.amount,
+            late,
+            reason: None,
+        })
+        .collect()
 }
 
 impl ResolvedJob {

@@ -11,7 +11,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 
-use crate::config::{CenterConfig, ClusterConfig};
+use crate::config::{CenterConfig, ClusterConfig, NodeTypeConfig};
 use crate::db::{self, DbError, reference};
 use crate::domain::catalog::CardRow;
 use crate::domain::catalog::Catalog;
@@ -19,7 +19,7 @@ use crate::domain::pricing::RateCard;
 use crate::domain::rules::Dated;
 use crate::domain::storage::QuotaChange;
 use crate::domain::storage::StoragePrice;
-use crate::ids::{ClusterId, NodeTypeId, ProjectId, StorageRateId};
+use crate::ids::{ClusterId, NodeTypeId, ProjectId, RateCardId, StorageRateId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -191,78 +191,133 @@ async fn apply_cluster(
     report: &mut ApplyReport,
     refused: &mut Vec<String>,
 ) -> Result<(), ApplyError> {
-    let existing = reference::load_node_types(tx, cluster).await?;
-    let mut type_ids = BTreeMap::new();
+    // Load.
+    let node_types = reference::load_node_types(tx, cluster).await?;
+    let queues = reference::load_queue_map(tx, cluster).await?;
+    // Plan.
+    let plan = plan_cluster(key, c, &node_types, &queues, &existing_cards, report);
+    if !plan.refused.is_empty() {
+        // The whole apply is rolled back: nothing of a refused plan is written.
+        refused.extend(plan.refused);
+        return Ok(());
+    }
+    // Write: node types first (queues and cards refer to them by id).
+    let mut ids: BTreeMap<&str, NodeTypeId> = node_types.iter().map(|n| (n.name.as_str(), n.id)).collect();
+    for n in plan.node_types {
+        let cores = i32::try_from(n.cores_per_node).unwrap_or(i32::MAX);
+        let gpus = i32::try_from(n.gpus_per_node).unwrap_or(i32::MAX);
+        let id = reference::upsert_node_type(tx, cluster, &n.name, cores, gpus, &n.description).await?;
+        ids.insert(n.name.as_str(), id);
+    }
+    for (queue, node_type) in plan.set_queues {
+        reference::set_queue(tx, cluster, queue, ids[node_type]).await?;
+    }
+    for queue in plan.remove_queues {
+        reference::remove_queue(tx, cluster, &queue).await?;
+    }
+    for id in plan.delete_cards {
+        reference::delete_rate_card(tx, id).await?;
+    }
+    // Shorten before lengthening and inserting, so no two cards ever overlap.
+    let mut ends = plan.end_cards;
+    ends.sort_by_key(End::lengthens);
+    for e in ends {
+        reference::set_rate_card_until(tx, e.id, e.new).await?;
+    }
+    for (node_type, card) in plan.insert_cards {
+        reference::insert_rate_card(tx, cluster, ids[node_type], card).await?;
+    }
+    Ok(())
+}
+
+/// What applying one cluster's file section writes, decided from what the
+/// database holds: no I/O, so every refusal is known before anything is written.
+#[derive(Default)]
+struct ClusterPlan<'c> {
+    /// Node types to add or update.
+    node_types: Vec<&'c NodeTypeConfig>,
+    /// Queue -> node type name, to set.
+    set_queues: Vec<(&'c str, &'c str)>,
+    remove_queues: Vec<String>,
+    delete_cards: Vec<RateCardId>,
+    end_cards: Vec<End<RateCardId>>,
+    /// Cards to insert (new, or replacing an unused card whose values changed), by node type name.
+    insert_cards: Vec<(&'c str, &'c Dated<RateCard>)>,
+    refused: Vec<String>,
+}
+
+fn plan_cluster<'c>(
+    key: &str,
+    c: &'c ClusterConfig,
+    node_types: &[reference::NodeTypeRow],
+    queues: &BTreeMap<String, NodeTypeId>,
+    existing_cards: &[CardUse],
+    report: &mut ApplyReport,
+) -> ClusterPlan<'c> {
+    let mut plan = ClusterPlan::default();
+    // Node types, by name; one not in the file is kept.
     for n in &c.node_types {
         let cores = i32::try_from(n.cores_per_node).unwrap_or(i32::MAX);
         let gpus = i32::try_from(n.gpus_per_node).unwrap_or(i32::MAX);
-        match existing.iter().find(|e| e.name == n.name) {
+        match node_types.iter().find(|e| e.name == n.name) {
             Some(e)
                 if (e.cores_per_node, e.gpus_per_node, e.description.as_str())
                     == (cores, gpus, n.description.as_str()) =>
             {
                 report.node_types.unchanged += 1;
-                type_ids.insert(n.name.clone(), e.id);
                 continue;
             }
             Some(_) => report.node_types.updated += 1,
             None => report.node_types.added += 1,
         }
-        let id = reference::upsert_node_type(tx, cluster, &n.name, cores, gpus, &n.description).await?;
-        type_ids.insert(n.name.clone(), id);
+        plan.node_types.push(n);
     }
-    let kept: Vec<&reference::NodeTypeRow> = existing.iter().filter(|e| !type_ids.contains_key(&e.name)).collect();
-    for e in kept {
-        type_ids.insert(e.name.clone(), e.id);
+    for e in node_types
+        .iter()
+        .filter(|e| !c.node_types.iter().any(|n| n.name == e.name))
+    {
         report
             .notes
             .push(format!("{key}: node type {:?} is not in the file; it was kept", e.name));
     }
+    let name_of = |id: NodeTypeId| node_types.iter().find(|n| n.id == id).map(|n| n.name.as_str());
 
-    let queues = reference::load_queue_map(tx, cluster).await?;
+    // Queues.
     for (queue, node_type) in &c.queues {
-        let id = type_ids[node_type];
         match queues.get(queue) {
-            Some(old) if *old == id => report.queues.unchanged += 1,
+            Some(old) if name_of(*old) == Some(node_type.as_str()) => report.queues.unchanged += 1,
             old => {
                 if old.is_some() {
                     report.queues.updated += 1;
                 } else {
                     report.queues.added += 1;
                 }
-                reference::set_queue(tx, cluster, queue, id).await?;
+                plan.set_queues.push((queue.as_str(), node_type.as_str()));
             }
         }
     }
     for queue in queues.keys().filter(|q| !c.queues.contains_key(*q)) {
-        reference::remove_queue(tx, cluster, queue).await?;
+        plan.remove_queues.push(queue.clone());
         report.queues.removed += 1;
     }
 
     // Rate cards, matched by node type and start.
-    let mut desired: Vec<(NodeTypeId, &Dated<RateCard>)> =
-        c.rate_cards.iter().map(|r| (type_ids[&r.node_type], &r.card)).collect();
-    let mut ends = Vec::new();
-    let mut reinserts = Vec::new();
-    let mut deletes = Vec::new();
-    let refused_before = refused.len();
-    for e in &existing_cards {
+    let mut desired: Vec<(&str, &Dated<RateCard>)> =
+        c.rate_cards.iter().map(|r| (r.node_type.as_str(), &r.card)).collect();
+    for e in existing_cards {
         let row = &e.row;
-        let name = type_ids
-            .iter()
-            .find(|(_, id)| **id == row.node_type_id)
-            .map_or("?", |(n, _)| n.as_str());
+        let name = name_of(row.node_type_id).unwrap_or("?");
         let matching = desired
             .iter()
-            .position(|(t, d)| *t == row.node_type_id && d.valid_from == row.period.valid_from);
+            .position(|(t, d)| *t == name && d.valid_from == row.period.valid_from);
         let Some(i) = matching else {
             if e.used {
-                refused.push(format!(
+                plan.refused.push(format!(
                     "{key}: the {name} rate card from {} has priced charges and is missing from the file; keep it there",
                     row.period.valid_from
                 ));
             } else {
-                deletes.push(row.id);
+                plan.delete_cards.push(row.id);
                 report.rate_cards.removed += 1;
             }
             continue;
@@ -270,17 +325,17 @@ async fn apply_cluster(
         let (node_type, d) = desired.remove(i);
         if d.value != row.period.value {
             if e.used {
-                refused.push(format!(
+                plan.refused.push(format!(
                     "{key}: the {name} rate card from {} has priced charges; its prices and sizes cannot change (add a new dated card instead)",
                     row.period.valid_from
                 ));
             } else {
-                deletes.push(row.id);
-                reinserts.push((node_type, d));
+                plan.delete_cards.push(row.id);
+                plan.insert_cards.push((node_type, d));
                 report.rate_cards.updated += 1;
             }
         } else if d.valid_until != row.period.valid_until {
-            ends.push(End {
+            plan.end_cards.push(End {
                 old: row.period.valid_until,
                 new: d.valid_until,
                 id: row.id,
@@ -290,26 +345,9 @@ async fn apply_cluster(
             report.rate_cards.unchanged += 1;
         }
     }
-    if refused.len() > refused_before {
-        // The whole apply will be rolled back; do not act on a partial plan.
-        return Ok(());
-    }
-    for id in deletes {
-        reference::delete_rate_card(tx, id).await?;
-    }
-    // Shorten before lengthening and inserting, so no two cards ever overlap.
-    ends.sort_by_key(End::lengthens);
-    for e in ends {
-        reference::set_rate_card_until(tx, e.id, e.new).await?;
-    }
-    for (node_type, card) in reinserts {
-        reference::insert_rate_card(tx, cluster, node_type, card).await?;
-    }
-    for (node_type, card) in desired {
-        reference::insert_rate_card(tx, cluster, node_type, card).await?;
-        report.rate_cards.added += 1;
-    }
-    Ok(())
+    report.rate_cards.added += desired.len() as u64;
+    plan.insert_cards.extend(desired);
+    plan
 }
 
 /// A rate card and whether it has priced a charge.

@@ -7,22 +7,23 @@
 
 use std::collections::{HashMap, HashSet};
 
-use chrono::{NaiveDate, Utc};
+use chrono::Utc;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 
 use crate::db::errors::{is_connection_error, is_race};
-use crate::db::ledger::{self, NewEntry};
+use crate::db::ledger;
 use crate::db::rejected::{self, NewRejection};
 use crate::db::{jobs, reference};
 use crate::domain::catalog::Catalog;
 use crate::domain::entries::reversal;
-use crate::domain::kinds::{EntryKind, SourceFormat};
+use crate::domain::kinds::SourceFormat;
 use crate::domain::period::Month;
 use crate::domain::posting::{
-    Decision, JobInput, RecordKind, RejectKind, Rejection, ResolvedJob, classify, posting_period, resolve,
+    Existing, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, charge_entries, decide,
+    posting_period, resolve,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::ReadOptions;
@@ -392,6 +393,8 @@ struct Posting<'a> {
 }
 
 impl Posting<'_> {
+    /// One round: load what the runs hold, let the domain decide each job
+    /// (`domain::posting::decide`), then write what it decided.
     async fn round(
         &self,
         tx: &mut PgConnection,
@@ -401,73 +404,45 @@ impl Posting<'_> {
         records: &mut [Option<JobRecordId>],
         rejections: &mut Vec<NewRejection>,
     ) -> Result<(), sqlx::Error> {
-        let keys: Vec<&crate::domain::posting::JobKey> = round.iter().map(|(_, r)| &r.key).collect();
+        // Load: the runs already recorded.
+        let keys: Vec<&JobKey> = round.iter().map(|(_, r)| &r.key).collect();
         let mut ids: Vec<Option<JobId>> = vec![None; keys.len()];
         for (pos, id) in jobs::find(tx, &keys).await? {
             ids[pos] = Some(id);
         }
-        // A run not seen before whose charge is refused gets no run row: a
-        // run without a record would look, to `audit --deep`, like one whose
-        // record was deleted.
-        let refused: Vec<bool> = round
-            .iter()
-            .zip(&ids)
-            .map(|((_, r), id)| id.is_none() && r.refuse_new_charge.is_some())
-            .collect();
-        if refused.iter().any(|r| *r) {
-            let mut kept = Vec::with_capacity(round.len());
-            let mut kept_ids = Vec::with_capacity(round.len());
-            for (((index, resolved), id), refused) in round.into_iter().zip(ids).zip(&refused) {
-                if let (true, Some(Rejection { kind, reason })) = (*refused, resolved.refuse_new_charge.clone()) {
-                    let key = jobs[index].input.key();
-                    rejections.push(rejection_row(&jobs[index].source, kind, &reason, Some(key.clone())));
-                    outcomes[index] = Some(Outcome::Rejected {
-                        job: Some(key),
-                        kind,
-                        reason,
-                    });
-                } else {
-                    kept.push((index, resolved));
-                    kept_ids.push(id);
-                }
+        // A run not seen before holds nothing: decided now, so that a
+        // refused charge leaves no run row (to `audit --deep`, a run without
+        // a record is one whose record was deleted).
+        let mut kept = Vec::with_capacity(round.len());
+        let mut kept_ids = Vec::with_capacity(round.len());
+        for ((index, resolved), id) in round.into_iter().zip(ids) {
+            if id.is_none()
+                && let Step::Reject(r) = decide(&[], &resolved, self.supersede)
+            {
+                self.reject(jobs, index, r, outcomes, rejections);
+            } else {
+                kept.push((index, resolved));
+                kept_ids.push(id);
             }
-            return self
-                .round_found(tx, jobs, kept, kept_ids, outcomes, records, rejections)
-                .await;
         }
-        self.round_found(tx, jobs, round, ids, outcomes, records, rejections)
-            .await
-    }
-
-    /// The rest of a round, once the runs already known are found.
-    #[allow(clippy::too_many_arguments)]
-    async fn round_found(
-        &self,
-        tx: &mut PgConnection,
-        jobs: &[Submission],
-        round: Vec<(usize, ResolvedJob)>,
-        mut ids: Vec<Option<JobId>>,
-        outcomes: &mut [Option<Outcome>],
-        records: &mut [Option<JobRecordId>],
-        rejections: &mut Vec<NewRejection>,
-    ) -> Result<(), sqlx::Error> {
+        let (round, mut ids) = (kept, kept_ids);
         if round.is_empty() {
             return Ok(());
         }
-        let keys: Vec<&crate::domain::posting::JobKey> = round.iter().map(|(_, r)| &r.key).collect();
+        let keys: Vec<&JobKey> = round.iter().map(|(_, r)| &r.key).collect();
         // Runs created by this transaction have no records yet: only the
         // others (found, or added by a concurrent writer first) are loaded.
         let mut known: Vec<JobId> = ids.iter().flatten().copied().collect();
         let missing: Vec<usize> = (0..keys.len()).filter(|&p| ids[p].is_none()).collect();
         if !missing.is_empty() {
-            let new_keys: Vec<&crate::domain::posting::JobKey> = missing.iter().map(|&p| keys[p]).collect();
+            let new_keys: Vec<&JobKey> = missing.iter().map(|&p| keys[p]).collect();
             let submitted: Vec<_> = missing.iter().map(|&p| round[p].1.submitted_at).collect();
             for (pos, id) in jobs::insert(tx, &new_keys, &submitted).await? {
                 ids[missing[pos]] = Some(id);
             }
             let raced: Vec<usize> = missing.iter().copied().filter(|&p| ids[p].is_none()).collect();
             if !raced.is_empty() {
-                let raced_keys: Vec<&crate::domain::posting::JobKey> = raced.iter().map(|&p| keys[p]).collect();
+                let raced_keys: Vec<&JobKey> = raced.iter().map(|&p| keys[p]).collect();
                 for (pos, id) in jobs::find(tx, &raced_keys).await? {
                     ids[raced[pos]] = Some(id);
                     known.push(id);
@@ -478,13 +453,14 @@ impl Posting<'_> {
             .into_iter()
             .map(|id| id.expect("every run exists after insert"))
             .collect();
-        let mut held: HashMap<JobId, Vec<crate::domain::posting::Existing>> = HashMap::new();
+        let mut held: HashMap<JobId, Vec<Existing>> = HashMap::new();
         if !known.is_empty() {
             for (job, record) in jobs::records(tx, &known).await? {
                 held.entry(job).or_default().push(record);
             }
         }
 
+        // Decide.
         struct Plan<'r> {
             index: usize,
             job: JobId,
@@ -495,66 +471,34 @@ impl Posting<'_> {
         }
         let mut plans = Vec::new();
         for ((index, resolved), job) in round.iter().zip(&ids) {
-            let key = jobs[*index].input.key();
-            let decision = classify(held.get(job).map_or(&[][..], Vec::as_slice), resolved, self.supersede);
-            let (revision, kind, replaces) = match decision {
-                Decision::New => (1, RecordKind::Original, None),
-                Decision::Revision { revision } => (revision, RecordKind::Revision, None),
-                Decision::Supersede { revision, replaces } => (revision, RecordKind::Supersede, Some(replaces)),
-                Decision::Replay => {
-                    records[*index] = held
-                        .get(job)
-                        .and_then(|h| h.iter().find(|e| e.content_fingerprint == resolved.content_fingerprint))
-                        .map(|e| e.id);
-                    outcomes[*index] = Some(Outcome::Replayed { job: key });
-                    continue;
-                }
-                Decision::Conflict { differences } => {
-                    let reason = format!(
-                        "conflicts with the job already recorded ({}); record it again with --supersede to reverse the old charges and post these",
-                        if differences.is_empty() {
-                            "its charge differs".to_owned()
-                        } else {
-                            differences.join(", ")
-                        }
-                    );
-                    rejections.push(rejection_row(
-                        &jobs[*index].source,
-                        RejectKind::Conflict,
-                        &reason,
-                        Some(key.clone()),
-                    ));
-                    outcomes[*index] = Some(Outcome::Rejected {
-                        job: Some(key),
-                        kind: RejectKind::Conflict,
-                        reason,
+            match decide(held.get(job).map_or(&[][..], Vec::as_slice), resolved, self.supersede) {
+                Step::Replay { record } => {
+                    records[*index] = record;
+                    outcomes[*index] = Some(Outcome::Replayed {
+                        job: jobs[*index].input.key(),
                     });
-                    continue;
                 }
-            };
-            if kind != RecordKind::Revision
-                && let Some(Rejection { kind, reason }) = resolved.refuse_new_charge.clone()
-            {
-                rejections.push(rejection_row(&jobs[*index].source, kind, &reason, Some(key.clone())));
-                outcomes[*index] = Some(Outcome::Rejected {
-                    job: Some(key),
+                Step::Reject(r) => self.reject(jobs, *index, r, outcomes, rejections),
+                Step::Record {
+                    revision,
                     kind,
-                    reason,
-                });
-                continue;
+                    replaces,
+                } => plans.push(Plan {
+                    index: *index,
+                    job: *job,
+                    revision,
+                    kind,
+                    resolved,
+                    replaces,
+                }),
             }
-            plans.push(Plan {
-                index: *index,
-                job: *job,
-                revision,
-                kind,
-                resolved,
-                replaces,
-            });
         }
         if plans.is_empty() {
             return Ok(());
         }
+
+        // Write: the records, then their charges and the reversals of what
+        // they supersede, in one statement each.
         let new_records: Vec<jobs::NewRecord> = plans
             .iter()
             .map(|p| {
@@ -600,52 +544,33 @@ impl Posting<'_> {
                 continue;
             }
             let (period, late) = posting_period(p.resolved.natural_period, self.last_closed);
-            let first_day: NaiveDate = period.first_day();
-            let drafts = p.resolved.entries();
-            for d in &drafts {
-                entries.push(NewEntry {
-                    period: first_day,
-                    project_id: p.resolved.charge.project_id,
-                    kind: EntryKind::Job,
-                    metric: Some(d.priced.metric),
-                    job_record_id: Some(record_id),
-                    rate_card_id: Some(d.rate_card_id),
-                    corrects_id: None,
-                    quantity: d.priced.quantity,
-                    unit_rate: d.priced.unit_rate,
-                    amount_exact: d.priced.amount_exact,
-                    amount: d.priced.amount,
-                    late,
-                    reason: None,
-                });
-            }
+            let charges = charge_entries(p.resolved, record_id, period, late);
+            let count = charges.len();
+            entries.extend(charges);
             let amount = p.resolved.total();
             outcomes[p.index] = Some(match p.replaces {
                 None => Outcome::Recorded {
                     job: key,
                     period,
                     late,
-                    entries: drafts.len(),
+                    entries: count,
                     amount,
                 },
                 Some(old) => {
                     let reversed = old_charges.remove(&old).unwrap_or_default();
                     let n = reversed.len();
-                    for e in reversed {
-                        entries.push(reversal(
-                            &e,
-                            period,
-                            late,
-                            Some(record_id),
-                            format!("superseded by revision {} of the job's record", p.revision),
-                        ));
-                    }
+                    let reason = format!("superseded by revision {} of the job's record", p.revision);
+                    entries.extend(
+                        reversed
+                            .iter()
+                            .map(|e| reversal(e, period, late, Some(record_id), reason.clone())),
+                    );
                     Outcome::Superseded {
                         job: key,
                         revision: p.revision,
                         period,
                         reversed: n,
-                        entries: drafts.len(),
+                        entries: count,
                         amount,
                     }
                 }
@@ -653,5 +578,23 @@ impl Posting<'_> {
         }
         ledger::insert(tx, &entries, self.author).await?;
         Ok(())
+    }
+
+    /// Keep job `index` as rejected for `r`.
+    fn reject(
+        &self,
+        jobs: &[Submission],
+        index: usize,
+        r: Rejection,
+        outcomes: &mut [Option<Outcome>],
+        rejections: &mut Vec<NewRejection>,
+    ) {
+        let key = jobs[index].input.key();
+        rejections.push(rejection_row(&jobs[index].source, r.kind, &r.reason, Some(key.clone())));
+        outcomes[index] = Some(Outcome::Rejected {
+            job: Some(key),
+            kind: r.kind,
+            reason: r.reason,
+        });
     }
 }

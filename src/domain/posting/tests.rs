@@ -355,6 +355,102 @@ fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
 }
 
 #[test]
+fn the_planner_decides_each_step_without_the_database() {
+    let first = resolve_job(&job()).unwrap();
+    let held = [existing(&first, 1, 1, RecordKind::Original)];
+    // New, replay (naming the record it repeats), revision.
+    assert_eq!(
+        decide(&[], &first, false),
+        Step::Record {
+            revision: 1,
+            kind: RecordKind::Original,
+            replaces: None
+        }
+    );
+    assert_eq!(
+        decide(&held, &first, false),
+        Step::Replay {
+            record: Some(JobRecordId(1))
+        }
+    );
+    let renamed = resolve_job(&JobInput {
+        job_name: "x".into(),
+        ..job()
+    })
+    .unwrap();
+    assert_eq!(
+        decide(&held, &renamed, false),
+        Step::Record {
+            revision: 2,
+            kind: RecordKind::Revision,
+            replaces: None
+        }
+    );
+    // A conflict is a rejection saying what differs and what to do.
+    let longer = resolve_job(&JobInput { cores: 8, ..job() }).unwrap();
+    match decide(&held, &longer, false) {
+        Step::Reject(r) => {
+            assert_eq!(r.kind, RejectKind::Conflict);
+            assert_eq!(
+                r.reason,
+                "conflicts with the job already recorded (cores 4 -> 8); record it again with --supersede to reverse the old charges and post these"
+            );
+        }
+        s => panic!("{s:?}"),
+    }
+    assert_eq!(
+        decide(&held, &longer, true),
+        Step::Record {
+            revision: 2,
+            kind: RecordKind::Supersede,
+            replaces: Some(JobRecordId(1))
+        }
+    );
+    // A charge refused to new records: refused for a new run and for a
+    // supersede, not for a revision of a run charged before the rule.
+    let refused = ResolvedJob {
+        refuse_new_charge: Some(Rejection {
+            kind: RejectKind::Invalid,
+            reason: "no".into(),
+        }),
+        ..longer.clone()
+    };
+    assert!(matches!(decide(&[], &refused, false), Step::Reject(r) if r.kind == RejectKind::Invalid));
+    assert!(matches!(decide(&held, &refused, true), Step::Reject(r) if r.kind == RejectKind::Invalid));
+    let refused_revision = ResolvedJob {
+        refuse_new_charge: Some(Rejection {
+            kind: RejectKind::Invalid,
+            reason: "no".into(),
+        }),
+        ..renamed.clone()
+    };
+    assert!(matches!(
+        decide(&held, &refused_revision, false),
+        Step::Record {
+            kind: RecordKind::Revision,
+            ..
+        }
+    ));
+
+    // The charges of a record: one entry per priced line, into the month given.
+    let month: Month = "2026-08".parse().unwrap();
+    let entries = charge_entries(&first, JobRecordId(9), month, true);
+    assert_eq!(entries.len(), first.price.lines.len());
+    for (e, line) in entries.iter().zip(&first.price.lines) {
+        assert_eq!(
+            (e.kind, e.job_record_id, e.period, e.late, e.amount),
+            (
+                EntryKind::Job,
+                Some(JobRecordId(9)),
+                month.first_day(),
+                true,
+                line.amount
+            )
+        );
+    }
+}
+
+#[test]
 fn a_record_without_a_submit_time_is_the_same_run_and_a_different_one_is_a_conflict() {
     let first = resolve_job(&job()).unwrap();
     let held = [existing(&first, 1, 1, RecordKind::Original)];
