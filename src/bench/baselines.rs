@@ -217,11 +217,11 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
         .await?;
         sqlx::query(
             "INSERT INTO ledger_entry (id, period, project_id, kind, metric, job_record_id, rate_card_id, quantity,
-                                       unit_rate, amount_exact, amount, author)
+                                       unit_rate, amount_exact, amount, charging_rules, author)
              OVERRIDING SYSTEM VALUE
              SELECT e.id + $1 * $2, date_trunc('month', (r.ended_at - $3::interval) AT TIME ZONE c.time_zone)::date,
                     e.project_id, e.kind, e.metric, e.job_record_id + $1 * $4, e.rate_card_id, e.quantity, e.unit_rate,
-                    e.amount_exact, e.amount, 'bench'
+                    e.amount_exact, e.amount, e.charging_rules, 'bench'
                FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id CROSS JOIN center c
               WHERE e.id <= $2 AND e.kind = 'job' ORDER BY e.id",
         )

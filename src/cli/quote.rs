@@ -7,7 +7,7 @@ use clap::ValueEnum;
 
 use super::{Format, print_json, table};
 use crate::db::Target;
-use crate::domain::pricing::ChargeBasis;
+use crate::domain::pricing::{ChargeBasis, ChargingRules};
 use crate::domain::rules::Scheduler;
 use crate::service::config::time_zone;
 use crate::service::quote::{Quote, QuoteRequest, quote};
@@ -96,6 +96,7 @@ pub fn render(q: &Quote, tz: chrono_tz::Tz) -> String {
         ChargeBasis::Cores => "the cores it holds",
         ChargeBasis::Memory => "its memory (effective cores)",
         ChargeBasis::WholeNodes => "whole nodes (multi-node job)",
+        ChargeBasis::WholeNode => "its memory, capped at a whole node",
     };
     let mut facts = vec![
         ("nodes", p.nodes.to_string()),
@@ -112,6 +113,13 @@ pub fn render(q: &Quote, tz: chrono_tz::Tz) -> String {
     ];
     if let Some(w) = p.whole_node_cores {
         facts.push(("whole-node cores", w.to_string()));
+    }
+    if p.nodes == 1 && p.rules >= ChargingRules::V2 {
+        // A single-node job is never charged more than a whole node.
+        facts.push((
+            "cap",
+            format!("{} cores (a whole node)", p.cores_per_node.max(p.requested_cores)),
+        ));
     }
     facts.push((
         "charged cores",

@@ -7,6 +7,7 @@ use sqlx::PgConnection;
 
 use crate::domain::entries::PostedEntry;
 use crate::domain::kinds::EntryKind;
+use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
 use crate::ids::{JobId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
@@ -26,6 +27,7 @@ pub struct EntryRow {
     pub amount: Decimal,
     /// Already reversed.
     pub reversed: bool,
+    pub charging_rules: ChargingRules,
 }
 
 impl EntryRow {
@@ -41,6 +43,7 @@ impl EntryRow {
             unit_rate: self.unit_rate,
             amount_exact: self.amount_exact,
             amount: self.amount,
+            charging_rules: self.charging_rules,
         }
     }
 }
@@ -51,7 +54,8 @@ pub async fn entries_by_id(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<E
         r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
                   e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
-                  EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal') AS "reversed!"
+                  EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal') AS "reversed!",
+                  e.charging_rules AS "charging_rules: ChargingRules"
              FROM ledger_entry e WHERE e.id = ANY($1) ORDER BY e.id"#,
         ids
     )
@@ -66,7 +70,8 @@ pub async fn open_job_entries(conn: &mut PgConnection, job: JobId) -> Result<Vec
         r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
                   e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
-                  false AS "reversed!"
+                  false AS "reversed!",
+                  e.charging_rules AS "charging_rules: ChargingRules"
              FROM ledger_entry e
             WHERE (e.kind = 'job' AND e.job_record_id IN (SELECT id FROM job_record WHERE job_id = $1)
                    OR e.kind = 'refund' AND e.corrects_id IN (SELECT x.id FROM ledger_entry x JOIN job_record r ON r.id = x.job_record_id
@@ -86,7 +91,8 @@ pub async fn open_refunds_of(conn: &mut PgConnection, entries: &[i64]) -> Result
         r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
                   e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
-                  false AS "reversed!"
+                  false AS "reversed!",
+                  e.charging_rules AS "charging_rules: ChargingRules"
              FROM ledger_entry e
             WHERE e.kind = 'refund' AND e.corrects_id = ANY($1)
               AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')

@@ -18,6 +18,8 @@ include!(concat!(env!("OUT_DIR"), "/definitions.rs"));
 pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("billing_run", "billing_run_append_only", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_no_truncate", "hl_refuse_change", 'A'),
+    ("charging_rules", "charging_rules_append_only", "hl_refuse_change", 'A'),
+    ("charging_rules", "charging_rules_no_truncate", "hl_refuse_change", 'A'),
     ("center", "center_guard", "hl_center_guard", 'A'),
     ("center", "center_no_truncate", "hl_center_guard", 'A'),
     ("center", "center_rules_version", "hl_bump_rules_version", 'O'),

@@ -10,6 +10,7 @@ use sqlx::{Decode, Encode, Postgres, Type};
 
 use crate::domain::kinds::{EntryKind, SourceFormat};
 use crate::domain::posting::{RecordKind, RejectKind};
+use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
 
 macro_rules! text_kind {
@@ -48,3 +49,29 @@ macro_rules! text_kind {
 }
 
 text_kind!(EntryKind, Metric, SourceFormat, RecordKind, RejectKind);
+
+/// The charging rules' version as `ledger_entry.charging_rules` (smallint).
+impl Type<Postgres> for ChargingRules {
+    fn type_info() -> PgTypeInfo {
+        <i16 as Type<Postgres>>::type_info()
+    }
+}
+
+impl PgHasArrayType for ChargingRules {
+    fn array_type_info() -> PgTypeInfo {
+        <i16 as PgHasArrayType>::array_type_info()
+    }
+}
+
+impl Encode<'_, Postgres> for ChargingRules {
+    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        <i16 as Encode<Postgres>>::encode_by_ref(&self.number(), buf)
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for ChargingRules {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        let n = <i16 as Decode<Postgres>>::decode(value)?;
+        ChargingRules::from_number(n).ok_or_else(|| format!("unknown charging rules version {n}").into())
+    }
+}

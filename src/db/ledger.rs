@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
 use crate::domain::kinds::EntryKind;
+use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
 use crate::ids::{JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
@@ -64,13 +65,15 @@ pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str)
     let amount: Vec<Decimal> = entries.iter().map(|e| e.amount).collect();
     let late: Vec<bool> = entries.iter().map(|e| e.late).collect();
     let reason: Vec<Option<String>> = entries.iter().map(|e| e.reason.clone()).collect();
+    let rules: Vec<ChargingRules> = entries.iter().map(|e| e.charging_rules).collect();
     let done = sqlx::query!(
         "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
-                                   quantity, unit_rate, amount_exact, amount, late, reason, author)
-         SELECT p, pr, k, m, jr, rc, c, q, r, x, a, l, re, $14
+                                   quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
+         SELECT p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, $14
            FROM UNNEST($1::date[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
-                       $8::numeric[], $9::numeric[], $10::numeric[], $11::numeric[], $12::bool[], $13::text[])
-                WITH ORDINALITY AS u(p, pr, k, m, jr, rc, c, q, r, x, a, l, re, i)
+                       $8::numeric[], $9::numeric[], $10::numeric[], $11::numeric[], $12::bool[], $13::text[],
+                       $15::smallint[])
+                WITH ORDINALITY AS u(p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, i)
           ORDER BY i",
         &period,
         &project,
@@ -86,6 +89,7 @@ pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str)
         &late,
         &reason as &[Option<String>],
         author,
+        &rules as &[ChargingRules],
     )
     .execute(&mut *conn)
     .await?;
@@ -100,7 +104,8 @@ pub async fn unreversed_charges(conn: &mut PgConnection, records: &[JobRecordId]
         Posted,
         r#"SELECT e.id AS "id: LedgerEntryId", e.project_id AS "project_id: ProjectId", e.metric AS "metric: Metric",
                   e.job_record_id AS "job_record_id: JobRecordId", e.rate_card_id AS "rate_card_id: RateCardId",
-                  e.quantity, e.unit_rate, e.amount_exact, e.amount
+                  e.quantity, e.unit_rate, e.amount_exact, e.amount,
+                  e.charging_rules AS "charging_rules: ChargingRules"
              FROM ledger_entry e
             WHERE e.job_record_id = ANY($1) AND e.kind IN ('job', 'refund')
               AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')

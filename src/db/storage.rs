@@ -5,6 +5,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
+use crate::domain::pricing::ChargingRules;
 use crate::domain::storage::QuotaChange;
 use crate::ids::{BillingRunId, LedgerEntryId, ProjectId, StorageRateId};
 
@@ -129,6 +130,7 @@ pub async fn insert_entries(
     run: BillingRunId,
     period: NaiveDate,
     entries: &[StorageEntry],
+    rules: ChargingRules,
     author: &str,
 ) -> Result<Vec<(ProjectId, StorageRateId, LedgerEntryId)>, sqlx::Error> {
     let project: Vec<i64> = entries.iter().map(|e| e.project_id.0).collect();
@@ -139,8 +141,8 @@ pub async fn insert_entries(
     let amount: Vec<Decimal> = entries.iter().map(|e| e.amount).collect();
     let rows = sqlx::query!(
         r#"INSERT INTO ledger_entry (period, project_id, kind, metric, storage_rate_id, billing_run_id, quantity,
-                                     unit_rate, amount_exact, amount, author)
-           SELECT $1, p, 'storage', 'tb_months', s, $2, q, r, x, a, $9
+                                     unit_rate, amount_exact, amount, charging_rules, author)
+           SELECT $1, p, 'storage', 'tb_months', s, $2, q, r, x, a, $10, $9
              FROM UNNEST($3::bigint[], $4::bigint[], $5::numeric[], $6::numeric[], $7::numeric[], $8::numeric[])
                   WITH ORDINALITY AS u(p, s, q, r, x, a, i)
             ORDER BY i
@@ -155,6 +157,7 @@ pub async fn insert_entries(
         &exact,
         &amount,
         author,
+        rules as ChargingRules,
     )
     .fetch_all(&mut *conn)
     .await?;

@@ -7,6 +7,7 @@ use rust_decimal::Decimal;
 
 use super::kinds::EntryKind;
 use super::period::Month;
+use super::pricing::ChargingRules;
 use super::units::{Metric, negate};
 use crate::ids::{JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
@@ -28,6 +29,9 @@ pub struct NewEntry {
     /// Posted after its own month was closed (D6).
     pub late: bool,
     pub reason: Option<String>,
+    /// The charging rules its arithmetic follows (a correction: those of
+    /// the entry it corrects).
+    pub charging_rules: ChargingRules,
 }
 
 /// A posted entry, as much of it as a correction of it needs.
@@ -42,6 +46,7 @@ pub struct PostedEntry {
     pub unit_rate: Decimal,
     pub amount_exact: Decimal,
     pub amount: Decimal,
+    pub charging_rules: ChargingRules,
 }
 
 /// The exact negative of `of`, linked to it, posted into `period`, citing
@@ -62,6 +67,7 @@ pub fn reversal(of: &PostedEntry, period: Month, late: bool, cites: Option<JobRe
         amount: negate(of.amount),
         late,
         reason: Some(reason),
+        charging_rules: of.charging_rules,
     }
 }
 
@@ -83,6 +89,7 @@ mod tests {
             unit_rate: dec!(0.0125),
             amount_exact: dec!(0.10625),
             amount: dec!(0.11),
+            charging_rules: ChargingRules::V1,
         };
         let month: Month = "2026-11".parse().unwrap();
         let r = reversal(&charge, month, true, Some(JobRecordId(12)), "superseded".into());
@@ -100,7 +107,10 @@ mod tests {
             (r.quantity, r.amount_exact, r.amount),
             (dec!(-8.5), dec!(-0.10625), dec!(-0.11))
         );
-        assert_eq!((r.period, r.late), (month.first_day(), true));
+        assert_eq!(
+            (r.period, r.late, r.charging_rules),
+            (month.first_day(), true, ChargingRules::V1)
+        );
         // A zero charge reverses to zero, not to -0.
         let zero = reversal(
             &PostedEntry {

@@ -619,6 +619,7 @@ pub fn charge_entries(job: &ResolvedJob, record: JobRecordId, period: Month, lat
             amount: d.priced.amount,
             late,
             reason: None,
+            charging_rules: job.price.rules,
         })
         .collect()
 }

@@ -20,7 +20,10 @@
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use super::units::{Bytes, CoreHour, GpuHour, Priced, QUANTITY_SCALE, Quantity, Rate, div_round};
+use super::units::{
+    Bytes, CoreHour, Cut, EXACT_SCALE, GpuHour, Metric, Priced, QUANTITY_SCALE, Quantity, Rate, div_round, exact_mul,
+    ratio,
+};
 
 /// What a job held (docs/rules.md D3), in totals over all its nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -104,6 +107,9 @@ pub enum ChargeBasis {
     Memory,
     /// Every core of every node it ran on (R3).
     WholeNodes,
+    /// Its memory, capped at its node's cores: a single-node job is never
+    /// charged more than a whole node (charging rules 2).
+    WholeNode,
 }
 
 impl ChargeBasis {
@@ -112,6 +118,39 @@ impl ChargeBasis {
             ChargeBasis::Cores => "cores",
             ChargeBasis::Memory => "memory",
             ChargeBasis::WholeNodes => "whole_nodes",
+            ChargeBasis::WholeNode => "whole_node",
+        }
+    }
+}
+
+/// The version of the charging rules that prices a charge (docs/rules.md):
+/// each ledger entry records it, and the audit recomputes it by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum ChargingRules {
+    /// The amount is the 12-place quantity times the rate, rounded to cents.
+    V1,
+    /// The amount is the exact value rounded once to cents; a single-node
+    /// job is charged at most a whole node (from migration 0021).
+    V2,
+}
+
+impl ChargingRules {
+    /// The rules new charges are priced by.
+    pub const CURRENT: ChargingRules = ChargingRules::V2;
+
+    /// The number stored in `ledger_entry.charging_rules`.
+    pub fn number(self) -> i16 {
+        match self {
+            ChargingRules::V1 => 1,
+            ChargingRules::V2 => 2,
+        }
+    }
+
+    pub fn from_number(n: i16) -> Option<ChargingRules> {
+        match n {
+            1 => Some(ChargingRules::V1),
+            2 => Some(ChargingRules::V2),
+            _ => None,
         }
     }
 }
@@ -135,6 +174,8 @@ pub struct JobPrice {
     pub hours: Decimal,
     /// Core-hours always; GPU-hours when the job held GPUs (R5).
     pub lines: Vec<Priced>,
+    /// The charging rules that priced it.
+    pub rules: ChargingRules,
 }
 
 impl JobPrice {
@@ -175,8 +216,101 @@ pub fn validate(shape: &JobShape, wall_seconds: i64) -> Result<(), PricingError>
     Ok(())
 }
 
-/// Price a job that held `shape` for `wall_seconds` under `card`.
+/// Price a job that held `shape` for `wall_seconds` under `card`, by the
+/// current charging rules.
 pub fn price_job(shape: &JobShape, wall_seconds: i64, card: &RateCard) -> Result<JobPrice, PricingError> {
+    price_job_by(ChargingRules::CURRENT, shape, wall_seconds, card)
+}
+
+/// Price a job by a given version of the charging rules.
+pub fn price_job_by(
+    rules: ChargingRules,
+    shape: &JobShape,
+    wall_seconds: i64,
+    card: &RateCard,
+) -> Result<JobPrice, PricingError> {
+    match rules {
+        ChargingRules::V1 => price_job_v1(shape, wall_seconds, card),
+        ChargingRules::V2 => price_job_v2(shape, wall_seconds, card),
+    }
+}
+
+/// Version 2: the exact value of each line, rounded once.
+fn price_job_v2(shape: &JobShape, wall_seconds: i64, card: &RateCard) -> Result<JobPrice, PricingError> {
+    validate(shape, wall_seconds)?;
+    let over = |n: &[Decimal], d: &[Decimal], dp, cut| ratio(n, d, dp, cut).ok_or(PricingError::Overflow);
+    let mpc = card.memory_per_core.as_decimal();
+    let cores = Decimal::from(shape.cores);
+    let effective_cores = match shape.memory {
+        Some(m) => Some(over(&[m.as_decimal()], &[mpc], QUANTITY_SCALE, Cut::Round)?),
+        None => None,
+    };
+    // Charged cores as a fraction: memory ÷ memory per core when memory
+    // decides, whole cores otherwise.
+    let (units, per, whole_node_cores, basis) = if shape.nodes > 1 {
+        let whole = shape
+            .nodes
+            .checked_mul(card.cores_per_node)
+            .ok_or(PricingError::Overflow)?;
+        (
+            Decimal::from(whole.max(shape.cores)),
+            Decimal::ONE,
+            Some(whole),
+            ChargeBasis::WholeNodes,
+        )
+    } else {
+        let node = card.cores_per_node.max(shape.cores);
+        let above = |m: Decimal, c: u32| exact_mul(Decimal::from(c), mpc).is_some_and(|c| m > c);
+        match shape.memory.map(Bytes::as_decimal) {
+            Some(m) if above(m, node) => (Decimal::from(node), Decimal::ONE, None, ChargeBasis::WholeNode),
+            Some(m) if above(m, shape.cores) => (m, mpc, None, ChargeBasis::Memory),
+            _ => (cores, Decimal::ONE, None, ChargeBasis::Cores),
+        }
+    };
+    let seconds = Decimal::from(wall_seconds);
+    let hour = Decimal::from(3600);
+    let charged_cores = over(&[units], &[per], QUANTITY_SCALE, Cut::Round)?;
+    let line = |metric: Metric, num: &[Decimal], den: &[Decimal], rate: Decimal| -> Result<Priced, PricingError> {
+        let quantity = over(num, den, QUANTITY_SCALE, Cut::Round)?;
+        let mut with_rate = num.to_vec();
+        with_rate.push(rate);
+        let exact = over(&with_rate, den, EXACT_SCALE, Cut::Truncate)?;
+        Ok(Priced::exact(metric, quantity, rate, exact))
+    };
+    let mut lines = vec![line(
+        Metric::CoreHours,
+        &[units, seconds],
+        &[per, hour],
+        card.core_hour,
+    )?];
+    if shape.gpus > 0 {
+        lines.push(line(
+            Metric::GpuHours,
+            &[Decimal::from(shape.gpus), seconds],
+            &[hour],
+            card.gpu_hour,
+        )?);
+    }
+    Ok(JobPrice {
+        nodes: shape.nodes,
+        requested_cores: shape.cores,
+        requested_memory: shape.memory,
+        memory_per_core: card.memory_per_core,
+        effective_cores,
+        cores_per_node: card.cores_per_node,
+        whole_node_cores,
+        charged_cores,
+        basis,
+        gpus: shape.gpus,
+        wall_seconds,
+        hours: over(&[seconds], &[hour], QUANTITY_SCALE, Cut::Round)?,
+        lines,
+        rules: ChargingRules::V2,
+    })
+}
+
+/// Version 1: each quantity rounded to 12 places, the amount from it.
+fn price_job_v1(shape: &JobShape, wall_seconds: i64, card: &RateCard) -> Result<JobPrice, PricingError> {
     validate(shape, wall_seconds)?;
     let requested = Decimal::from(shape.cores);
     let effective_cores = match shape.memory {
@@ -227,6 +361,7 @@ pub fn price_job(shape: &JobShape, wall_seconds: i64, card: &RateCard) -> Result
         wall_seconds,
         hours: per_hour(Decimal::ONE)?,
         lines,
+        rules: ChargingRules::V1,
     })
 }
 

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use super::period::{Month, start_of_day};
 use super::rules::{Dated, in_force_at};
-use super::units::{Priced, QUANTITY_SCALE, Quantity, Rate, TbMonth, div_round};
+use super::units::{Cut, EXACT_SCALE, Metric, Priced, QUANTITY_SCALE, Quantity, Rate, TbMonth, div_round, ratio};
 
 /// A project's quota from an instant on, until the next change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -147,10 +147,14 @@ pub fn price_storage<K: Copy + Eq>(
             }),
         }
     }
+    // Charging rules 2: TB-months rounded once for display; the amount is
+    // the exact TB-days × rate ÷ days, truncated to 12 places, then rounded.
     for line in &mut lines {
         let tb_months = div_round(line.tb_days, days_in_month, QUANTITY_SCALE).ok_or(StorageError::Overflow)?;
-        line.priced = Priced::new(Quantity::<TbMonth>::new(tb_months), Rate::new(line.priced.unit_rate))
-            .ok_or(StorageError::Overflow)?;
+        let rate = line.priced.unit_rate;
+        let exact =
+            ratio(&[line.tb_days, rate], &[days_in_month], EXACT_SCALE, Cut::Truncate).ok_or(StorageError::Overflow)?;
+        line.priced = Priced::exact(Metric::TbMonths, tb_months, rate, exact);
     }
     Ok(StorageCharge {
         month,

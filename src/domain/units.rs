@@ -49,6 +49,61 @@ pub fn div_round(n: Decimal, d: Decimal, dp: u32) -> Option<Decimal> {
     Decimal::try_from_i128_with_scale(q, dp).ok()
 }
 
+/// Decimal places of a version-2 amount before it is rounded to cents: the
+/// exact value truncated here. Any number of places from 3 on rounds to the
+/// same cents as the exact value; 12 keep every amount a `Decimal` can hold.
+pub const EXACT_SCALE: u32 = 12;
+
+/// How [`ratio`] cuts the exact value to its places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Half away from zero (quantities).
+    Round,
+    /// Toward zero (a version-2 amount before it is rounded to cents: never
+    /// moves a value across a cent boundary, which has 3 decimals).
+    Truncate,
+}
+
+/// The exact value of `Π num ÷ Π den` cut to `dp` places, for non-negative
+/// factors. Computed on the decimal mantissas in 128-bit integers by long
+/// division, so the quotient may have more digits than an intermediate
+/// product could hold at that scale. `None` when a product overflows, a
+/// divisor is zero, or the result does not fit a `Decimal`.
+pub fn ratio(num: &[Decimal], den: &[Decimal], dp: u32, cut: Cut) -> Option<Decimal> {
+    let product = |fs: &[Decimal]| -> Option<(i128, u32)> {
+        fs.iter().try_fold((1i128, 0u32), |(m, s), f| {
+            let f = f.normalize();
+            if f.is_sign_negative() {
+                return None;
+            }
+            Some((m.checked_mul(f.mantissa())?, s + f.scale()))
+        })
+    };
+    let (nm, ns) = product(num)?;
+    let (dm, ds) = product(den)?;
+    if dm == 0 {
+        return None;
+    }
+    // value = nm / 10^ns ÷ (dm / 10^ds) = (nm · 10^ds) / (dm · 10^ns): scale
+    // whichever side needs it, cancelling the common power of ten.
+    let common = ns.min(ds);
+    let (n, d) = (
+        nm.checked_mul(10i128.checked_pow(ds - common)?)?,
+        dm.checked_mul(10i128.checked_pow(ns - common)?)?,
+    );
+    let mut q = n / d;
+    let mut r = n % d;
+    for _ in 0..dp {
+        r = r.checked_mul(10)?;
+        q = q.checked_mul(10)?.checked_add(r / d)?;
+        r %= d;
+    }
+    if cut == Cut::Round && r.checked_mul(2)? >= d {
+        q += 1;
+    }
+    Decimal::try_from_i128_with_scale(q, dp).ok()
+}
+
 /// `a × b`, exactly, or `None` when the exact product does not fit in a
 /// `Decimal` (96-bit mantissa, 28 decimal places). `Decimal::checked_mul`
 /// would round such a product instead.
@@ -203,7 +258,19 @@ pub struct Priced {
 }
 
 impl Priced {
-    /// Price a quantity at a rate of the same unit.
+    /// A line whose exact amount is given (charging rules 2: the exact value
+    /// truncated to [`EXACT_SCALE`] places); the amount is it rounded to cents.
+    pub fn exact(metric: Metric, quantity: Decimal, unit_rate: Decimal, amount_exact: Decimal) -> Priced {
+        Priced {
+            metric,
+            quantity,
+            unit_rate,
+            amount_exact,
+            amount: round_money(amount_exact),
+        }
+    }
+
+    /// Price a quantity at a rate of the same unit (charging rules 1).
     pub fn new<U: Unit>(quantity: Quantity<U>, rate: Rate<U>) -> Option<Priced> {
         let exact = (quantity * rate)?;
         Some(Priced {
@@ -341,6 +408,52 @@ mod tests {
         );
         assert_eq!(exact_mul(dec!(2.50), dec!(4.000)), Some(dec!(10)));
         assert_eq!(exact_mul(dec!(2.50), dec!(4.000)).unwrap().scale(), 5);
+    }
+
+    #[test]
+    fn ratios_are_exact_however_long_the_quotient() {
+        // 112 cores × 536,115 s × 0.045 / 3600.
+        let v = ratio(
+            &[dec!(112), dec!(536115), dec!(0.045)],
+            &[dec!(3600)],
+            22,
+            Cut::Truncate,
+        )
+        .unwrap();
+        assert_eq!(v.to_string(), "750.5610000000000000000000");
+        // 2/3 truncated and rounded; a tie rounds away from zero.
+        assert_eq!(
+            ratio(&[dec!(2)], &[dec!(3)], 22, Cut::Truncate).unwrap().to_string(),
+            "0.6666666666666666666666"
+        );
+        assert_eq!(
+            ratio(&[dec!(2)], &[dec!(3)], 12, Cut::Round).unwrap().to_string(),
+            "0.666666666667"
+        );
+        assert_eq!(
+            ratio(&[dec!(1)], &[dec!(8)], 2, Cut::Round).unwrap().to_string(),
+            "0.13"
+        );
+        assert_eq!(
+            ratio(&[dec!(1)], &[dec!(8)], 2, Cut::Truncate).unwrap().to_string(),
+            "0.12"
+        );
+        // Scales on both sides: 0.5 / 0.25 = 2; 7 TB-days × 5.5 / 31.
+        assert_eq!(
+            ratio(&[dec!(0.5)], &[dec!(0.25)], 3, Cut::Round).unwrap().to_string(),
+            "2.000"
+        );
+        assert_eq!(
+            ratio(&[dec!(7), dec!(5.5)], &[dec!(31)], 22, Cut::Truncate)
+                .unwrap()
+                .to_string(),
+            "1.2419354838709677419354"
+        );
+        // A divisor of zero, a negative factor, a product beyond 128 bits.
+        assert_eq!(ratio(&[dec!(1)], &[dec!(0)], 2, Cut::Round), None);
+        assert_eq!(ratio(&[dec!(-1)], &[dec!(3)], 2, Cut::Round), None);
+        let big = Decimal::from(u64::MAX);
+        assert_eq!(ratio(&[big, big, big], &[dec!(1)], 0, Cut::Round), None);
     }
 
     #[test]

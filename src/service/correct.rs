@@ -14,8 +14,9 @@ use crate::db::{DbError, reference};
 use crate::domain::kinds::EntryKind;
 use crate::domain::period::Month;
 use crate::domain::posting::posting_period;
+use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
-use crate::domain::units::{QUANTITY_SCALE, div_round, exact_mul, negate, round_money};
+use crate::domain::units::{Cut, EXACT_SCALE, QUANTITY_SCALE, div_round, exact_mul, negate, ratio, round_money};
 use crate::ids::LedgerEntryId;
 
 #[derive(Debug, thiserror::Error)]
@@ -287,8 +288,17 @@ async fn refund_in(
             }
         }
         .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
-        let exact = exact_mul(negate(quantity), e.unit_rate)
-            .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
+        // By the rules of the charge: version 1 prices the refunded quantity
+        // at the rate; version 2 takes the share of the exact amount (an
+        // amount refund is that amount exactly).
+        let exact = match (e.charging_rules, by) {
+            (ChargingRules::V1, _) => exact_mul(negate(quantity), e.unit_rate),
+            (_, RefundBy::Fraction(f)) => {
+                ratio(&[f, e.amount_exact], &[Decimal::ONE], EXACT_SCALE, Cut::Truncate).map(negate)
+            }
+            (_, RefundBy::Amount(a)) => Some(negate(a)),
+        }
+        .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
         let left = e.amount_exact - sdb::credited(&mut *tx, e.id).await?;
         if -exact > left {
             return Err(CorrectError::Refused(format!(
@@ -312,6 +322,7 @@ async fn refund_in(
             amount: round_money(exact),
             late,
             reason: Some(why.reason.clone()),
+            charging_rules: e.charging_rules,
         });
     }
     ledger::insert(&mut *tx, &rows, &why.author).await?;
@@ -364,6 +375,7 @@ async fn adjust_in(
         amount,
         late: false,
         reason: Some(why.reason.clone()),
+        charging_rules: ChargingRules::CURRENT,
     };
     ledger::insert(&mut *tx, std::slice::from_ref(&row), &why.author).await?;
     Ok(posted(&row))

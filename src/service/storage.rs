@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use crate::db::storage::{self as sdb, BillingRun, Segment, StorageEntry};
 use crate::db::{DbError, ledger, reference};
 use crate::domain::period::Month;
+use crate::domain::pricing::ChargingRules;
 use crate::domain::storage::{QuotaChange, StorageCharge, StorageError, price_storage};
 use crate::ids::{BillingRunId, ProjectId, StorageRateId};
 
@@ -208,11 +209,12 @@ async fn bill_in(
             })
         })
         .collect();
-    let ids: HashMap<(ProjectId, StorageRateId), _> = sdb::insert_entries(&mut *tx, run, period, &entries, author)
-        .await?
-        .into_iter()
-        .map(|(p, r, id)| ((p, r), id))
-        .collect();
+    let ids: HashMap<(ProjectId, StorageRateId), _> =
+        sdb::insert_entries(&mut *tx, run, period, &entries, ChargingRules::CURRENT, author)
+            .await?
+            .into_iter()
+            .map(|(p, r, id)| ((p, r), id))
+            .collect();
     let segments: Vec<Segment> = projects
         .iter()
         .flat_map(|(id, p)| {

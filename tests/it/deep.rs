@@ -133,9 +133,16 @@ async fn edits_the_sql_audit_cannot_see_are_found_by_re_reading_the_raw_records(
         &db,
         &format!(
             "UPDATE job_record SET cores = cores * 2 WHERE id = {doubled};
-             UPDATE ledger_entry SET quantity = quantity * 2, amount_exact = amount_exact * 2,
-                    amount = round(amount_exact * 2, 2)
-              WHERE job_record_id = {doubled} AND metric = 'core_hours'"
+             -- The charge recomputed as the audit will (charging rules 2).
+             UPDATE ledger_entry e SET quantity = q.core_hours, amount_exact = q.core_exact,
+                    amount = round(q.core_exact, 2)
+               FROM job_record r JOIN job j ON j.id = r.job_id, rate_card rc,
+                    hl_charge_v2(r.nodes, r.cores, r.memory_bytes, r.gpus,
+                                 extract(epoch FROM r.ended_at - j.started_at)::bigint,
+                                 rc.memory_per_core_bytes, rc.cores_per_node,
+                                 rc.core_hour_price, rc.gpu_hour_price) q
+              WHERE r.id = {doubled} AND e.job_record_id = r.id AND rc.id = e.rate_card_id
+                AND e.metric = 'core_hours'"
         ),
     )
     .await;

@@ -19,6 +19,7 @@ mod record_cli;
 mod rejected;
 mod reliability;
 mod rounding;
+mod rules_versions;
 mod schema;
 mod security;
 mod serve;

@@ -46,9 +46,10 @@ fn record(db: &TestDb, changes: &[&str]) -> std::process::Output {
 #[tokio::test]
 async fn job_record_from_an_epilogue() {
     let db = fixture_db().await;
-    // 32 GB at 4 GB per core = 8 cores for 2 h at 0.01.
+    // 32 GB at 4 GB per core = 8 effective cores, but a single-node job is
+    // charged at most its 4-core node (charging rules 2): 4 cores for 2 h at 0.01.
     let o = record(&db, &[]);
-    assert_eq!(ok(&o), "recorded testclu/77: 1 entry totalling 0.16 in 2026-10\n");
+    assert_eq!(ok(&o), "recorded testclu/77: 1 entry totalling 0.08 in 2026-10\n");
     assert_eq!(
         ok(&record(&db, &[])),
         "replayed testclu/77: already recorded with this content\n"
@@ -64,18 +65,18 @@ async fn job_record_from_an_epilogue() {
     let o = record(&db, &args);
     assert_eq!(o.status.code(), Some(3));
     assert!(stderr(&o).starts_with("error: testclu/77 not recorded: conflicts with the job already recorded (end 2026-10-05 11:10:00 UTC -> 2026-10-05 12:10:00 UTC)"), "{}", stderr(&o));
-    // … unless superseded: the old 0.16 is reversed, 0.24 posted.
+    // … unless superseded: the old 0.08 is reversed, 0.12 posted.
     args.push("--supersede");
     let o = record(&db, &args);
     assert_eq!(
         ok(&o),
-        "superseded testclu/77: revision 3, 1 entry reversed, new charges 0.24 in 2026-10\n"
+        "superseded testclu/77: revision 3, 1 entry reversed, new charges 0.12 in 2026-10\n"
     );
     let net: rust_decimal::Decimal = sqlx::query_scalar("SELECT sum(amount) FROM ledger_entry")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(net.to_string(), "0.24");
+    assert_eq!(net.to_string(), "0.12");
 
     // One JSON object on stdin, JSON outcome out.
     let json = r#"{"cluster":"testclu","job_id":"78","array_index":3,"project":"PZS0001","queue":"gpu","cores":2,"gpus":1,"start":"2026-10-06T00:00:00Z","end":"2026-10-06T01:00:00Z"}"#;

@@ -110,10 +110,16 @@ async fn constraints_refuse_what_cannot_be_true() {
             "INSERT INTO storage_quota (project_id, effective_from, quota_tb, recorded_by) VALUES (1, now(), -1, 't')",
             "storage_quota_quota_tb_check",
         ),
-        // A charge must be quantity × rate, rounded half away from zero.
+        // By charging rules 1 a charge must be quantity × rate; by any
+        // version its amount is its exact amount rounded half away from zero;
+        // there is no version 3.
         (
-            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, author) VALUES ('2026-03-01', 1, 'job', 'core_hours', 1, 1, 8, 0.01, 0.09, 0.09, 't')",
+            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, charging_rules, author) VALUES ('2026-03-01', 1, 'job', 'core_hours', 1, 1, 8, 0.01, 0.09, 0.09, 1, 't')",
             "ledger_entry_exact",
+        ),
+        (
+            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, charging_rules, author) VALUES ('2026-03-01', 1, 'job', 'core_hours', 1, 1, 8, 0.01, 0.08, 0.08, 3, 't')",
+            "ledger_entry_charging_rules",
         ),
         (
             "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, author) VALUES ('2026-03-01', 1, 'job', 'core_hours', 1, 1, 0.5, 0.01, 0.005, 0.00, 't')",
@@ -132,7 +138,7 @@ async fn constraints_refuse_what_cannot_be_true() {
         ),
         // One reversal per entry, exactly mirroring it.
         (
-            "INSERT INTO ledger_entry (period, project_id, kind, corrects_id, quantity, unit_rate, amount_exact, amount, author) VALUES ('2026-04-01', 1, 'reversal', 1, -8, 0.01, -0.07, -0.07, 't')",
+            "INSERT INTO ledger_entry (period, project_id, kind, corrects_id, quantity, unit_rate, amount_exact, amount, charging_rules, author) VALUES ('2026-04-01', 1, 'reversal', 1, -8, 0.01, -0.07, -0.07, 1, 't')",
             "ledger_entry_exact",
         ),
         (

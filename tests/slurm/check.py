@@ -4,15 +4,19 @@ whether a ledger charged exactly that, once.
 
 The expected charges are computed here from Slurm's own accounting (`sacct
 --parsable2` with a header) and the center configuration (read with tomllib),
-following the rules of docs/rules.md (R1-R5, D1-D3, D8), without asking hpc-ledger:
+following the rules of docs/rules.md (R1-R5, D1-D3, D8; charging rules
+version 2, which every new charge follows), without asking hpc-ledger:
 
   cores       AllocTRES cpu          memory  AllocTRES mem (K/M/G/T: 1024^n)
   nodes       AllocTRES node         gpus    AllocTRES gres/gpu
   node type   the partition, through [cluster.queues]
-  effective   memory / memory_per_core, half away from zero at 12 places
-  charged     nodes > 1: max(nodes * cores_per_node, cores); else max(effective, cores)
-  core-hours  charged * seconds / 3600 (12 places); GPU-hours gpus * seconds / 3600
-  amount      quantity * rate, rounded to cents half away from zero
+  effective   memory / memory_per_core, exactly
+  charged     nodes > 1: max(nodes * cores_per_node, cores);
+              else min(max(effective, cores), max(cores_per_node, cores))
+  core-hours  charged * seconds / 3600, half away from zero at 12 places (shown);
+              GPU-hours gpus * seconds / 3600 likewise
+  amount      the exact charged * seconds / 3600 * rate, rounded once to cents
+              half away from zero
 
 Subcommands (each prints what is wrong and exits 1 if anything is):
 
@@ -153,18 +157,21 @@ def expected(config_path, sacct_path):
         mem = size_bytes(alloc["mem"]) if "mem" in alloc else 0
         gpus = int(alloc.get("gres/gpu", 0))
         secs = int((parse_time(row["End"]) - parse_time(row["Start"])).total_seconds())
-        effective = round_half_away(Fraction(mem, card["mpc"]), 12)
+        effective = Fraction(mem, card["mpc"])
         if nodes > 1:
             charged, by = max(Fraction(nodes * card["cpn"]), Fraction(cores)), "whole_nodes"
         else:
-            charged = max(effective, Fraction(cores))
-            by = "memory" if effective > cores else "cores"
+            node = Fraction(max(card["cpn"], cores))
+            charged = min(max(effective, Fraction(cores)), node)
+            by = "whole_node" if effective > node else "memory" if effective > cores else "cores"
         lines = {}
-        core_hours = round_half_away(charged * secs / 3600, 12)
-        lines["core_hours"] = (core_hours, card["core_hour"], round_half_away(core_hours * card["core_hour"], 2))
+        core_hours = charged * secs / 3600
+        lines["core_hours"] = (
+            round_half_away(core_hours, 12), card["core_hour"], round_half_away(core_hours * card["core_hour"], 2))
         if gpus > 0:
-            gpu_hours = round_half_away(Fraction(gpus * secs, 3600), 12)
-            lines["gpu_hours"] = (gpu_hours, card["gpu_hour"], round_half_away(gpu_hours * card["gpu_hour"], 2))
+            gpu_hours = Fraction(gpus * secs, 3600)
+            lines["gpu_hours"] = (
+                round_half_away(gpu_hours, 12), card["gpu_hour"], round_half_away(gpu_hours * card["gpu_hour"], 2))
         job.update(
             project=projects.get(row["Account"].lower(), "?" + row["Account"]),
             node_type=node_type, cores=cores, nodes=nodes, mem=mem, gpus=gpus, secs=secs,

@@ -3,6 +3,8 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use chrono_tz::Tz;
+use num_bigint::BigInt;
+use num_rational::BigRational;
 use proptest::prelude::*;
 use rust_decimal::Decimal;
 use rust_decimal::dec;
@@ -11,7 +13,7 @@ use super::*;
 use crate::domain::period::{Month, local_to_utc};
 use crate::domain::request::parse_pbs;
 use crate::domain::rules::{Dated, in_force_at, pricing_instant};
-use crate::domain::units::{GIB, Metric, round_money};
+use crate::domain::units::{GIB, Metric};
 
 const REGULAR: RateCard = RateCard {
     core_hour: dec!(0.01),
@@ -69,10 +71,128 @@ fn check(name: &str, shape: JobShape, wall_seconds: i64, card: &RateCard, e: Exp
         .map(|l| l.quantity);
     assert_eq!(gpu, e.gpu_hours.map(d), "{name}: gpu-hours");
     assert_eq!(p.total(), d(e.total), "{name}: total");
-    for l in &p.lines {
-        assert_eq!(l.quantity * l.unit_rate, l.amount_exact, "{name}: quantity × rate");
-        assert_eq!(round_money(l.amount_exact), l.amount, "{name}: rounding");
+    for (l, want) in p.lines.iter().zip(exact(&shape, wall_seconds, card)) {
+        assert_eq!(l.amount_exact, trunc12(&want), "{name}: the exact amount");
+        assert_eq!(l.amount, cents(&want), "{name}: rounded once");
     }
+}
+
+/// Charging rules 2 by big rationals, independently of `price_job`: the
+/// exact value of each line (core-hours, then GPU-hours when held).
+fn exact(s: &JobShape, wall: i64, card: &RateCard) -> Vec<BigRational> {
+    let r = |d: Decimal| -> BigRational {
+        let m = BigInt::from(d.mantissa());
+        BigRational::new(m, BigInt::from(10).pow(d.scale()))
+    };
+    let int = |n: u64| BigRational::from_integer(BigInt::from(n));
+    let cores = int(s.cores.into());
+    let charged = if s.nodes > 1 {
+        int(u64::from(s.nodes) * u64::from(card.cores_per_node)).max(cores)
+    } else {
+        let node = int(card.cores_per_node.max(s.cores).into());
+        match s.memory {
+            Some(m) => (int(m.0) / int(card.memory_per_core.0)).max(cores).min(node),
+            None => cores,
+        }
+    };
+    let hours = int(wall as u64) / int(3600);
+    let mut lines = vec![charged * hours.clone() * r(card.core_hour)];
+    if s.gpus > 0 {
+        lines.push(int(s.gpus.into()) * hours * r(card.gpu_hour));
+    }
+    lines
+}
+
+fn to_decimal(x: &BigRational, places: u32) -> Decimal {
+    let scaled = x * BigRational::from_integer(BigInt::from(10).pow(places));
+    let i: i128 = scaled.to_integer().try_into().unwrap();
+    Decimal::from_i128_with_scale(i, places)
+}
+
+/// Truncated to 12 places.
+fn trunc12(x: &BigRational) -> Decimal {
+    to_decimal(x, 12)
+}
+
+/// Rounded once to cents, half away from zero (x >= 0).
+fn cents(x: &BigRational) -> Decimal {
+    let half = BigRational::new(BigInt::from(1), BigInt::from(200));
+    to_decimal(&(x + half), 2)
+}
+
+#[test]
+fn version_2_rounds_the_exact_value_where_version_1_lost_a_cent() {
+    // The kind of job issue 16 found: 4 nodes, 112 cores, 0.045 per
+    // core-hour, for 536,125 s: exactly 750.575, a tie, so 750.58.
+    let card = RateCard {
+        core_hour: dec!(0.045),
+        gpu_hour: dec!(0),
+        memory_per_core: Bytes(4 << 30),
+        cores_per_node: 28,
+    };
+    let s = JobShape {
+        nodes: 4,
+        cores: 112,
+        memory: None,
+        gpus: 0,
+    };
+    let v2 = price_job(&s, 536_125, &card).unwrap();
+    assert_eq!(
+        (v2.lines[0].amount_exact, v2.lines[0].amount),
+        (dec!(750.575000000000), dec!(750.58))
+    );
+    assert_eq!(v2.lines[0].quantity, dec!(16679.444444444444));
+    // Version 1 rounded the quantity first: 16679.444444444444 × 0.045 =
+    // 750.57499999999998, posted as 750.57.
+    let v1 = price_job_by(ChargingRules::V1, &s, 536_125, &card).unwrap();
+    assert_eq!(v1.lines[0].amount_exact, dec!(750.574999999999980));
+    assert_eq!(v1.lines[0].amount, dec!(750.57));
+}
+
+#[test]
+fn a_single_node_job_is_never_charged_more_than_a_whole_node() {
+    // 21.5 GiB on a 2-core node whose card says 4 GiB per core: version 1
+    // charged 5.375 cores; version 2 charges the node's 2.
+    let card = RateCard {
+        core_hour: dec!(1),
+        gpu_hour: dec!(0),
+        memory_per_core: Bytes(4 << 30),
+        cores_per_node: 2,
+    };
+    let s = JobShape {
+        nodes: 1,
+        cores: 1,
+        memory: Some(Bytes(43 << 29)), // 21.5 GiB
+        gpus: 0,
+    };
+    let v2 = price_job(&s, 3600, &card).unwrap();
+    assert_eq!(
+        (v2.charged_cores, v2.basis),
+        (dec!(2.000000000000), ChargeBasis::WholeNode)
+    );
+    assert_eq!(v2.total(), dec!(2.00));
+    let v1 = price_job_by(ChargingRules::V1, &s, 3600, &card).unwrap();
+    assert_eq!(
+        (v1.charged_cores, v1.basis),
+        (dec!(5.375000000000), ChargeBasis::Memory)
+    );
+    // Below the cap, memory still decides; a job holding more cores than
+    // the card's node (a stale card) is charged its cores.
+    let s = JobShape {
+        memory: Some(Bytes(6 << 30)),
+        ..s
+    };
+    assert_eq!(price_job(&s, 3600, &card).unwrap().basis, ChargeBasis::Memory);
+    let s = JobShape {
+        cores: 8,
+        memory: Some(Bytes(64 << 30)),
+        ..s
+    };
+    let p = price_job(&s, 3600, &card).unwrap();
+    assert_eq!(
+        (p.charged_cores, p.basis),
+        (dec!(8.000000000000), ChargeBasis::WholeNode)
+    );
 }
 
 #[test]
@@ -442,8 +562,42 @@ proptest! {
     }
 
     #[test]
-    fn every_line_is_quantity_times_rate_rounded_half_away_from_zero(s in any_shape(), card in any_card(), wall in 0i64..=86400 * 366) {
-        for l in price_job(&s, wall, &card).unwrap().lines {
+    fn every_line_is_the_exact_value_rounded_once(s in any_shape(), card in any_card(), wall in 0i64..=86400 * 366) {
+        // Charging rules 2 against big rationals: memory-bound, whole-node,
+        // capped and GPU jobs alike.
+        let p = price_job(&s, wall, &card).unwrap();
+        prop_assert_eq!(p.rules, ChargingRules::V2);
+        let want = exact(&s, wall, &card);
+        prop_assert_eq!(p.lines.len(), want.len());
+        for (l, x) in p.lines.iter().zip(&want) {
+            prop_assert_eq!(l.amount_exact, trunc12(x));
+            prop_assert_eq!(l.amount, cents(x));
+            prop_assert_eq!(l.amount.scale(), 2);
+        }
+        // The cap: a single-node job is never charged more than a whole node.
+        if s.nodes == 1 {
+            prop_assert!(p.charged_cores <= Decimal::from(card.cores_per_node.max(s.cores)));
+        }
+    }
+
+    #[test]
+    fn ties_and_near_ties_round_half_away_from_zero(
+        cores in 1u32..=64, tenths in 1u64..=20_000, rate in prop::sample::select(vec![dec!(0.009), dec!(0.045), dec!(0.0125), dec!(0.018), dec!(0.0009)]),
+        nudge in -2i64..=2, mem in proptest::option::of(1u64..=(1 << 40)),
+    ) {
+        // Seconds chosen so that cores × seconds × rate ÷ 3600 lands on or
+        // next to a half cent.
+        let card = RateCard { core_hour: rate, gpu_hour: dec!(0), memory_per_core: Bytes(3 << 30), cores_per_node: 64 };
+        let wall = (tenths * 200) as i64 + nudge;
+        let s = JobShape { nodes: 1, cores, memory: mem.map(Bytes), gpus: 0 };
+        let p = price_job(&s, wall.max(0), &card).unwrap();
+        let x = &exact(&s, wall.max(0), &card)[0];
+        prop_assert_eq!(p.lines[0].amount, cents(x));
+    }
+
+    #[test]
+    fn version_1_lines_are_the_rounded_quantity_times_the_rate(s in any_shape(), card in any_card(), wall in 0i64..=86400 * 366) {
+        for l in price_job_by(ChargingRules::V1, &s, wall, &card).unwrap().lines {
             prop_assert_eq!(l.quantity * l.unit_rate, l.amount_exact);
             prop_assert_eq!(l.amount.scale(), 2);
             let diff = (l.amount - l.amount_exact).abs();

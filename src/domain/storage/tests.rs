@@ -7,6 +7,7 @@ use rust_decimal::dec;
 
 use super::*;
 use crate::domain::rules::Dated;
+use crate::domain::units::round_money;
 
 fn at(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -66,7 +67,15 @@ fn check(name: &str, month: &str, tz: Tz, quotas: &[QuotaChange], rates: &[Dated
     assert_eq!(c.total(), d(e.total), "{name}: total");
     assert_eq!(c.days_in_month, month.days());
     for l in &c.lines {
-        assert_eq!(l.priced.quantity * l.priced.unit_rate, l.priced.amount_exact, "{name}");
+        // Charging rules 2: the exact TB-days × rate ÷ days, truncated to 12
+        // places (amount_exact ≤ exact < amount_exact + 1e-12), rounded once.
+        let (x, days) = (l.priced.amount_exact, Decimal::from(c.days_in_month));
+        let exact_times_days = l.tb_days * l.priced.unit_rate;
+        assert!(
+            x * days <= exact_times_days && exact_times_days < (x + dec!(0.000000000001)) * days,
+            "{name}: {x} is the exact amount truncated"
+        );
+        assert_eq!(round_money(x), l.priced.amount, "{name}: rounded once");
         let seg_days: Decimal = l.segments.iter().map(|s| s.quota_tb * Decimal::from(s.days)).sum();
         assert_eq!(seg_days, l.tb_days, "{name}: segments add up");
     }

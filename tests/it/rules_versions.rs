@@ -1,0 +1,202 @@
+//! Charging rules are versioned (issue 16, items 1-3): new charges follow
+//! version 2, entries posted under version 1 stay clean in the audit, and a
+//! planted error under either version is reported.
+
+use rust_decimal::Decimal;
+
+use crate::harness::{TestDb, ok, stdout};
+
+/// One cluster of 28-core nodes at 0.045 per core-hour, 4 GB per core.
+const CENTER: &str = r#"
+[center]
+name = "Versions"
+currency = "USD"
+time_zone = "UTC"
+
+[[cluster]]
+name = "c1"
+scheduler = "slurm"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 28
+[cluster.queues]
+batch = "regular"
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2020-01-01
+core_hour = 0.045
+memory_per_core = "4GB"
+
+[[project]]
+code = "P1"
+"#;
+
+async fn db() -> TestDb {
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(CENTER).unwrap(), "t")
+        .await
+        .unwrap();
+    db
+}
+
+/// `job record` of a job ending on 5 October 2026.
+fn record(db: &TestDb, id: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        id,
+        "--project",
+        "P1",
+        "--queue",
+        "batch",
+        "--end",
+        "2026-10-05T12:00:00Z",
+    ];
+    args.extend_from_slice(extra);
+    ok(&db.cli(&args))
+}
+
+async fn entry(db: &TestDb, job: &str) -> (i64, i16, Decimal, Decimal, Decimal) {
+    sqlx::query_as(
+        "SELECT e.id, e.charging_rules, e.quantity, e.amount_exact, e.amount FROM ledger_entry e
+           JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+          WHERE j.scheduler_job_id = $1",
+    )
+    .bind(job)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// As the owner, with the append-only guard off for one statement.
+async fn rewrite(db: &TestDb, sql: &str) {
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER ledger_entry_append_only; {sql};
+         ALTER TABLE ledger_entry ENABLE ALWAYS TRIGGER ledger_entry_append_only;"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+async fn findings(db: &TestDb) -> Vec<(i64, String)> {
+    sqlx::query_as("SELECT entry_id, field FROM audit.discrepancies ORDER BY entry_id, field")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn each_entry_is_audited_by_the_rules_that_priced_it() {
+    let db = db().await;
+    // 4 nodes, 112 cores, 536,125 s at 0.045: exactly 750.575, a tie.
+    // Version 1 made it 750.57 (16679.444444444444 core-hours × 0.045 =
+    // 750.57499999999998); version 2 rounds the exact value: 750.58.
+    let start = ["--start", "2026-09-29T07:04:35Z", "--nodes", "4", "--cores", "112"];
+    assert_eq!(
+        record(&db, "A", &start),
+        "recorded c1/A: 1 entry totalling 750.58 in 2026-10\n"
+    );
+    let (a, rules, quantity, exact, amount) = entry(&db, "A").await;
+    assert_eq!(rules, 2);
+    assert_eq!(
+        (quantity.to_string(), exact.to_string(), amount.to_string()),
+        (
+            "16679.444444444444".into(),
+            "750.5750000000000000000000".into(),
+            "750.58".into()
+        )
+    );
+    // Job B, the same charge, as version 1 posted it before migration 0021.
+    record(&db, "B", &start);
+    let (b, ..) = entry(&db, "B").await;
+    rewrite(
+        &db,
+        &format!(
+            "UPDATE ledger_entry SET charging_rules = 1, amount_exact = quantity * unit_rate,
+                    amount = round(quantity * unit_rate, 2) WHERE id = {b}"
+        ),
+    )
+    .await;
+    assert_eq!(entry(&db, "B").await.4.to_string(), "750.57");
+    // Both clean: each by its own version.
+    assert_eq!(findings(&db).await, []);
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    // The auditor sees which rules priced each charge, and their history.
+    let v: Vec<(i64, i16)> = sqlx::query_as("SELECT entry_id, charging_rules FROM audit.job_charges ORDER BY entry_id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(v, [(a, 2), (b, 1)]);
+    let versions: Vec<i16> = sqlx::query_scalar("SELECT version FROM charging_rules ORDER BY version")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(versions, [1, 2]);
+
+    // Planted: version 1's arithmetic under version 2's name (the database
+    // accepts it: version 2 does not tie the amount to the quantity), and,
+    // with the owner's CHECK constraint dropped, version 2's under version
+    // 1's. Both are reported as amounts.
+    rewrite(
+        &db,
+        &format!(
+            "UPDATE ledger_entry SET amount_exact = quantity * unit_rate, amount = round(quantity * unit_rate, 2)
+              WHERE id = {a};
+             ALTER TABLE ledger_entry DROP CONSTRAINT ledger_entry_exact;
+             UPDATE ledger_entry SET amount_exact = 750.575, amount = 750.58 WHERE id = {b}"
+        ),
+    )
+    .await;
+    assert_eq!(findings(&db).await, [(a, "amount".into()), (b, "amount".into())]);
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(5));
+    assert!(
+        stdout(&o).contains("750.58 (exactly 750.575000000000) by charging rules 2")
+            && stdout(&o).contains("750.57 (exactly 750.5749999999999800000000) by charging rules 1"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[tokio::test]
+async fn a_single_node_job_is_charged_at_most_its_node_and_quote_shows_the_cap() {
+    let db = db().await;
+    // 1 core and 200 GB on a 28-core node at 4 GB per core: 50 effective
+    // cores, capped at 28.
+    let out = record(
+        &db,
+        "C",
+        &["--start", "2026-10-05T11:00:00Z", "--cores", "1", "--memory", "200GB"],
+    );
+    // 28 cores × 1 h × 0.045 = 1.26.
+    assert_eq!(out, "recorded c1/C: 1 entry totalling 1.26 in 2026-10\n");
+    let charged: (String, Decimal) =
+        sqlx::query_as("SELECT charged_by, charged_cores FROM audit.job_charges WHERE job_id = 'C'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (charged.0.as_str(), charged.1.to_string().as_str()),
+        ("whole_node", "28.000000000000")
+    );
+    assert_eq!(findings(&db).await, []);
+    let q = ok(&db.cli(&[
+        "quote",
+        "--cluster",
+        "c1",
+        "--queue",
+        "batch",
+        "--resources",
+        "--ntasks=1 --mem=200G",
+        "--walltime",
+        "1:00:00",
+    ]));
+    assert!(q.contains("cap               28 cores (a whole node)"), "{q}");
+    assert!(q.contains("charged by its memory, capped at a whole node"), "{q}");
+    assert!(q.contains("total: USD 1.26"), "{q}");
+}
