@@ -57,6 +57,10 @@ pub struct NodeTypeConfig {
     pub name: String,
     pub cores_per_node: u32,
     pub gpus_per_node: u32,
+    /// The memory one node really has, when given: a job holding more than
+    /// its nodes have is refused, and `config apply` warns when a rate
+    /// card's memory per core × cores per node is below it.
+    pub memory_per_node: Option<Bytes>,
     pub description: String,
 }
 
@@ -257,10 +261,26 @@ impl Validator {
             if n.gpus_per_node > 100_000 {
                 self.bad(format!("{nkey}.gpus_per_node"), "must be at most 100000");
             }
+            let memory_per_node = match n.memory_per_node.as_deref().map(|m| Bytes::parse(m, 1)) {
+                None => None,
+                Some(Ok(m)) if m.0 > 0 && m.0 <= 1 << 60 => Some(m),
+                Some(Ok(_)) => {
+                    self.bad(
+                        format!("{nkey}.memory_per_node"),
+                        "must be more than 0 and at most 1 EiB",
+                    );
+                    None
+                }
+                Some(Err(e)) => {
+                    self.bad(format!("{nkey}.memory_per_node"), e);
+                    None
+                }
+            };
             node_types.push(NodeTypeConfig {
                 name: n.name,
                 cores_per_node: n.cores_per_node,
                 gpus_per_node: n.gpus_per_node,
+                memory_per_node,
                 description: n.description,
             });
         }

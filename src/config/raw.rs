@@ -56,6 +56,9 @@ pub struct NodeType {
     pub cores_per_node: u32,
     #[serde(default)]
     pub gpus_per_node: u32,
+    /// The memory one node really has (a size, e.g. "192GB"); optional.
+    #[serde(default)]
+    pub memory_per_node: Option<String>,
     #[serde(default)]
     pub description: String,
 }

@@ -134,7 +134,8 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
         .fetch_all(&mut *conn)
         .await?;
     let node_types = sqlx::query!(
-        "SELECT id, cluster_id, name, cores_per_node, gpus_per_node FROM node_type ORDER BY cluster_id, id"
+        "SELECT id, cluster_id, name, cores_per_node, gpus_per_node, memory_per_node_bytes FROM node_type
+          ORDER BY cluster_id, id"
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -165,6 +166,7 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
                     name: n.name.clone(),
                     cores_per_node: to_u32(n.cores_per_node),
                     gpus_per_node: to_u32(n.gpus_per_node),
+                    memory_per_node: n.memory_per_node_bytes.and_then(|m| u64::try_from(m).ok()).map(Bytes),
                 })
                 .collect(),
             queues: queues
@@ -273,13 +275,14 @@ pub struct NodeTypeRow {
     pub name: String,
     pub cores_per_node: i32,
     pub gpus_per_node: i32,
+    pub memory_per_node_bytes: Option<i64>,
     pub description: String,
 }
 
 pub async fn load_node_types(conn: &mut PgConnection, cluster: ClusterId) -> Result<Vec<NodeTypeRow>, sqlx::Error> {
     sqlx::query_as!(
         NodeTypeRow,
-        r#"SELECT id AS "id: NodeTypeId", name, cores_per_node, gpus_per_node, description
+        r#"SELECT id AS "id: NodeTypeId", name, cores_per_node, gpus_per_node, memory_per_node_bytes, description
              FROM node_type WHERE cluster_id = $1 ORDER BY id"#,
         cluster as ClusterId
     )
@@ -295,19 +298,21 @@ pub async fn upsert_node_type(
     name: &str,
     cores_per_node: i32,
     gpus_per_node: i32,
+    memory_per_node_bytes: Option<i64>,
     description: &str,
 ) -> Result<NodeTypeId, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"INSERT INTO node_type (cluster_id, name, cores_per_node, gpus_per_node, description)
-           VALUES ($1, $2, $3, $4, $5)
+        r#"INSERT INTO node_type (cluster_id, name, cores_per_node, gpus_per_node, memory_per_node_bytes, description)
+           VALUES ($1, $2, $3, $4, $5, $6)
            ON CONFLICT (cluster_id, name) DO UPDATE
               SET cores_per_node = EXCLUDED.cores_per_node, gpus_per_node = EXCLUDED.gpus_per_node,
-                  description = EXCLUDED.description
+                  memory_per_node_bytes = EXCLUDED.memory_per_node_bytes, description = EXCLUDED.description
            RETURNING id AS "id: NodeTypeId""#,
         cluster as ClusterId,
         name,
         cores_per_node,
         gpus_per_node,
+        memory_per_node_bytes,
         description
     )
     .fetch_one(&mut *conn)

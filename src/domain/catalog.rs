@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::pricing::RateCard;
 use super::rules::{Dated, NodeTypeError, Scheduler, resolve_node_type};
 use super::storage::StoragePrice;
+use super::units::Bytes;
 use crate::ids::{ClusterId, NodeTypeId, RateCardId, StorageRateId};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,6 +31,8 @@ pub struct NodeTypeInfo {
     pub name: String,
     pub cores_per_node: u32,
     pub gpus_per_node: u32,
+    /// The memory one node really has, when the center gives it.
+    pub memory_per_node: Option<Bytes>,
 }
 
 /// A rate card row: which row, for which node type, what it says.

@@ -336,6 +336,19 @@ pub fn resolve(
             kind: RejectKind::Invalid,
             reason: e.to_string(),
         })
+    })
+    .or_else(|| {
+        // More memory than its nodes really have, when the center says how
+        // much that is (`memory_per_node`): a unit error or a forged record.
+        let per_node = node_type.memory_per_node?;
+        let memory = shape.memory?;
+        (u128::from(memory.0) > u128::from(shape.nodes) * u128::from(per_node.0)).then(|| Rejection {
+            kind: RejectKind::Invalid,
+            reason: format!(
+                "the job holds {memory} of memory on {} node(s) of type {:?}, which have {per_node} each",
+                shape.nodes, node_type.name
+            ),
+        })
     });
     let wall_seconds = (ended_at - started_at).num_seconds();
     validate(&shape, wall_seconds).map_err(|e| Rejection {

@@ -206,7 +206,8 @@ async fn apply_cluster(
     for n in plan.node_types {
         let cores = i32::try_from(n.cores_per_node).unwrap_or(i32::MAX);
         let gpus = i32::try_from(n.gpus_per_node).unwrap_or(i32::MAX);
-        let id = reference::upsert_node_type(tx, cluster, &n.name, cores, gpus, &n.description).await?;
+        let memory = n.memory_per_node.and_then(|m| i64::try_from(m.0).ok());
+        let id = reference::upsert_node_type(tx, cluster, &n.name, cores, gpus, memory, &n.description).await?;
         ids.insert(n.name.as_str(), id);
     }
     for (queue, node_type) in plan.set_queues {
@@ -261,8 +262,17 @@ fn plan_cluster<'c>(
         let gpus = i32::try_from(n.gpus_per_node).unwrap_or(i32::MAX);
         match node_types.iter().find(|e| e.name == n.name) {
             Some(e)
-                if (e.cores_per_node, e.gpus_per_node, e.description.as_str())
-                    == (cores, gpus, n.description.as_str()) =>
+                if (
+                    e.cores_per_node,
+                    e.gpus_per_node,
+                    e.memory_per_node_bytes,
+                    e.description.as_str(),
+                ) == (
+                    cores,
+                    gpus,
+                    n.memory_per_node.and_then(|m| i64::try_from(m.0).ok()),
+                    n.description.as_str(),
+                ) =>
             {
                 report.node_types.unchanged += 1;
                 continue;
@@ -347,6 +357,29 @@ fn plan_cluster<'c>(
     }
     report.rate_cards.added += desired.len() as u64;
     plan.insert_cards.extend(desired);
+    // A card that gives a node less memory than it really has makes the
+    // single-node cap (charging rules 2) charge a whole node for jobs that
+    // fit in part of it: say so.
+    for n in &c.node_types {
+        let Some(real) = n.memory_per_node else { continue };
+        for r in c.rate_cards.iter().filter(|r| r.node_type == n.name) {
+            let card = &r.card.value;
+            let per_node = u128::from(card.memory_per_core.0) * u128::from(card.cores_per_node);
+            if per_node < u128::from(real.0) {
+                report.notes.push(format!(
+                    "{key}: the {} rate card from {} gives {} per core × {} cores per node = {}, less than the \
+                     {} its nodes have (memory_per_node): a job using more than that on one node is charged the \
+                     whole node",
+                    n.name,
+                    r.card.valid_from,
+                    card.memory_per_core,
+                    card.cores_per_node,
+                    crate::domain::units::Bytes(u64::try_from(per_node).unwrap_or(u64::MAX)),
+                    real
+                ));
+            }
+        }
+    }
     plan
 }
 

@@ -200,3 +200,90 @@ async fn a_single_node_job_is_charged_at_most_its_node_and_quote_shows_the_cap()
     assert!(q.contains("charged by its memory, capped at a whole node"), "{q}");
     assert!(q.contains("total: USD 1.26"), "{q}");
 }
+
+#[tokio::test]
+async fn the_real_memory_of_a_node_warns_about_a_small_card_and_bounds_what_a_job_can_hold() {
+    let db = TestDb::new().await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mem-per-node-{}", db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("center.toml");
+    // 28 cores at 2 GB per core is 56 GB; the nodes have 96 GB.
+    let center = CENTER
+        .replace(
+            "cores_per_node = 28\n",
+            "cores_per_node = 28\nmemory_per_node = \"96GB\"\n",
+        )
+        .replace("memory_per_core = \"4GB\"", "memory_per_core = \"2GB\"");
+    std::fs::write(&file, center).unwrap();
+    let out = ok(&db.cli(&["config", "apply", file.to_str().unwrap()]));
+    assert!(
+        out.contains(
+            "note: cluster[0] (\"c1\"): the regular rate card from 2020-01-01 00:00:00 UTC gives 2GB per core × 28 cores per node = 56GB, less than the 96GB its nodes have"
+        ),
+        "{out}"
+    );
+    let show = ok(&db.cli(&["config", "show"]));
+    assert!(show.contains("mem/node") && show.contains("96GB"), "{show}");
+    // 90 GB on one node: charged the whole node (28 cores × 1 h × 0.045).
+    assert_eq!(
+        record(
+            &db,
+            "D",
+            &["--start", "2026-10-05T11:00:00Z", "--cores", "1", "--memory", "90GB"]
+        ),
+        "recorded c1/D: 1 entry totalling 1.26 in 2026-10\n"
+    );
+    // 200 GB on one node, or 300 GB on three: more than the nodes have.
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "E",
+        "--project",
+        "P1",
+        "--queue",
+        "batch",
+        "--start",
+        "2026-10-05T11:00:00Z",
+        "--end",
+        "2026-10-05T12:00:00Z",
+        "--cores",
+        "1",
+        "--memory",
+        "200GB",
+    ]);
+    assert_eq!(o.status.code(), Some(4));
+    assert!(
+        crate::harness::stderr(&o).contains(
+            "c1/E not recorded: the job holds 200GB of memory on 1 node(s) of type \"regular\", which have 96GB each"
+        ),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "F",
+        "--project",
+        "P1",
+        "--queue",
+        "batch",
+        "--start",
+        "2026-10-05T11:00:00Z",
+        "--end",
+        "2026-10-05T12:00:00Z",
+        "--nodes",
+        "3",
+        "--cores",
+        "84",
+        "--memory",
+        "280GB",
+    ]);
+    assert!(o.status.success(), "{}", crate::harness::stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
