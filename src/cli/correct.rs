@@ -11,7 +11,7 @@ use crate::db::Target;
 use crate::domain::period::Month;
 use crate::ids::LedgerEntryId;
 use crate::service::config::time_zone;
-use crate::service::correct::{Posted, RefundBy, Target as What, Why, adjust, refund, reverse};
+use crate::service::correct::{Correction, Posted, RefundBy, Target as What, Why, adjust, refund, reverse};
 
 /// Which charges: one entry, or a job.
 #[derive(Debug, clap::Args)]
@@ -40,6 +40,14 @@ pub struct Common {
     /// The open month to post into (default: the month of what it corrects if open, else the first open month).
     #[arg(long)]
     month: Option<Month>,
+    /// Post it even though an identical correction (same kind, charges or
+    /// project, amounts and reason) was posted before.
+    #[arg(long)]
+    again: bool,
+    /// Post it at most once: run again with the same key, it shows what it
+    /// posted the first time and posts nothing (for scripts that retry).
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -105,17 +113,24 @@ fn why(c: &Common, author: &str) -> Why {
         author: author.to_owned(),
         reason: c.reason.clone(),
         month: c.month,
+        again: c.again,
+        key: c.idempotency_key.clone(),
     }
 }
 
-fn print(posted: &[Posted], format: Format) -> anyhow::Result<()> {
+fn print(c: &Correction, format: Format) -> anyhow::Result<()> {
+    let posted: &[Posted] = &c.entries;
     match format {
-        Format::Json => print_json(&posted)?,
+        Format::Json => print_json(c)?,
         Format::Text => {
+            if let Some(key) = &c.already_posted_with_key {
+                println!("already posted with idempotency key {key:?}; nothing new posted:");
+            }
             let rows: Vec<Vec<String>> = posted
                 .iter()
                 .map(|p| {
                     vec![
+                        p.id.to_string(),
                         p.kind.to_string(),
                         p.corrects.map_or(String::new(), |c| format!("entry {c}")),
                         p.period.to_string(),
@@ -127,7 +142,10 @@ fn print(posted: &[Posted], format: Format) -> anyhow::Result<()> {
                 .collect();
             print!(
                 "{}",
-                table::render(&["posted", "corrects", "month", "metric", "quantity", "amount"], &rows)
+                table::render(
+                    &["entry", "posted", "corrects", "month", "metric", "quantity", "amount"],
+                    &rows
+                )
             );
             let total: Decimal = posted.iter().map(|p| p.amount).sum();
             println!("total {total:.2}");
@@ -160,6 +178,6 @@ pub async fn run_refund(a: RefundArgs, target: &Target, author: &str) -> anyhow:
 pub async fn run_adjust(a: AdjustArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open().await?;
     let posted = adjust(&pool, &a.project, a.amount, &why(&a.common, author), Utc::now()).await?;
-    print(std::slice::from_ref(&posted), a.common.format)?;
+    print(&posted, a.common.format)?;
     Ok(ExitCode::SUCCESS)
 }

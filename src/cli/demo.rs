@@ -195,7 +195,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     let why = |reason: &str| Why {
         author: "billing-office".into(),
         reason: reason.into(),
-        month: None,
+        ..Why::default()
     };
     let job = |id: &str| CorrectTarget::Job {
         cluster: "owens".into(),
@@ -213,7 +213,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     .await?;
     println!(
         "refund of half of owens/1004: {:.2}",
-        refunded.iter().map(|p| p.amount).sum::<rust_decimal::Decimal>()
+        refunded.entries.iter().map(|p| p.amount).sum::<rust_decimal::Decimal>()
     );
     let reversed = correct::reverse(
         &pool,
@@ -224,8 +224,8 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     .await?;
     println!(
         "reversal of owens/1009: {} entr{}",
-        reversed.len(),
-        if reversed.len() == 1 { "y" } else { "ies" }
+        reversed.entries.len(),
+        if reversed.entries.len() == 1 { "y" } else { "ies" }
     );
     let adjusted = correct::adjust(
         &pool,
@@ -238,7 +238,11 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         Utc::now(),
     )
     .await?;
-    println!("credit to PZS0708 in {}: {:.2}", adjusted.period, adjusted.amount);
+    let credit = &adjusted.entries[0];
+    println!(
+        "credit to PZS0708 in {}: {:.2} (entry {})",
+        credit.period, credit.amount, credit.id
+    );
 
     heading(7, "Close July to October (in order), and October's statement");
     for &m in &months {

@@ -5,7 +5,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
-use crate::domain::entries::PostedEntry;
+use crate::domain::entries::{NewEntry, PostedEntry};
 use crate::domain::kinds::EntryKind;
 use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
@@ -21,6 +21,7 @@ pub struct EntryRow {
     pub metric: Option<Metric>,
     pub job_record_id: Option<JobRecordId>,
     pub rate_card_id: Option<RateCardId>,
+    pub corrects_id: Option<LedgerEntryId>,
     pub quantity: Decimal,
     pub unit_rate: Decimal,
     pub amount_exact: Decimal,
@@ -53,7 +54,7 @@ pub async fn entries_by_id(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<E
         EntryRow,
         r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
-                  e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
+                  e.rate_card_id AS "rate_card_id: RateCardId", e.corrects_id AS "corrects_id: LedgerEntryId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal') AS "reversed!",
                   e.charging_rules AS "charging_rules: ChargingRules"
              FROM ledger_entry e WHERE e.id = ANY($1) ORDER BY e.id"#,
@@ -69,7 +70,7 @@ pub async fn open_job_entries(conn: &mut PgConnection, job: JobId) -> Result<Vec
         EntryRow,
         r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
-                  e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
+                  e.rate_card_id AS "rate_card_id: RateCardId", e.corrects_id AS "corrects_id: LedgerEntryId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   false AS "reversed!",
                   e.charging_rules AS "charging_rules: ChargingRules"
              FROM ledger_entry e
@@ -90,7 +91,7 @@ pub async fn open_refunds_of(conn: &mut PgConnection, entries: &[i64]) -> Result
         EntryRow,
         r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
-                  e.rate_card_id AS "rate_card_id: RateCardId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
+                  e.rate_card_id AS "rate_card_id: RateCardId", e.corrects_id AS "corrects_id: LedgerEntryId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   false AS "reversed!",
                   e.charging_rules AS "charging_rules: ChargingRules"
              FROM ledger_entry e
@@ -135,4 +136,69 @@ pub async fn find_runs(
     .fetch_all(&mut *conn)
     .await?;
     Ok(rows.into_iter().map(|r| (r.id, r.started_at)).collect())
+}
+
+/// An earlier correction like `e`: the same kind, the same corrected entry
+/// (or, for an adjustment, the same project and month), the same exact
+/// amount and the same reason; its id, when and by whom.
+pub async fn identical(
+    conn: &mut PgConnection,
+    e: &NewEntry,
+) -> Result<Option<(LedgerEntryId, DateTime<Utc>, String)>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT id AS "id: LedgerEntryId", posted_at, author FROM ledger_entry
+            WHERE kind = $1 AND corrects_id IS NOT DISTINCT FROM $2 AND project_id = $3 AND amount_exact = $4
+              AND reason IS NOT DISTINCT FROM $5 AND ($2 IS NOT NULL OR period = $6)
+            ORDER BY id DESC LIMIT 1"#,
+        e.kind as EntryKind,
+        e.corrects_id.map(|c| c.0),
+        e.project_id.0,
+        e.amount_exact,
+        e.reason.as_deref(),
+        e.period,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map(|r| (r.id, r.posted_at, r.author)))
+}
+
+/// A correction posted with an idempotency key.
+pub struct Request {
+    pub kind: String,
+    pub request: serde_json::Value,
+    pub author: String,
+    pub requested_at: DateTime<Utc>,
+    pub entry_ids: Vec<i64>,
+}
+
+pub async fn request(conn: &mut PgConnection, key: &str) -> Result<Option<Request>, sqlx::Error> {
+    sqlx::query_as!(
+        Request,
+        "SELECT kind, request, author, requested_at, entry_ids FROM correction_request WHERE key = $1",
+        key
+    )
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+pub async fn insert_request(
+    conn: &mut PgConnection,
+    key: &str,
+    kind: EntryKind,
+    request: &serde_json::Value,
+    author: &str,
+    entry_ids: &[LedgerEntryId],
+) -> Result<(), sqlx::Error> {
+    let ids: Vec<i64> = entry_ids.iter().map(|i| i.0).collect();
+    sqlx::query!(
+        "INSERT INTO correction_request (key, kind, request, author, entry_ids) VALUES ($1, $2, $3, $4, $5)",
+        key,
+        kind as EntryKind,
+        request,
+        author,
+        &ids
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }

@@ -41,6 +41,18 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "hl_refuse_truncate_when_recorded",
         'A',
     ),
+    (
+        "correction_request",
+        "correction_request_append_only",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "correction_request",
+        "correction_request_no_truncate",
+        "hl_refuse_change",
+        'A',
+    ),
     ("job", "job_append_only", "hl_refuse_change", 'A'),
     ("job", "job_no_truncate", "hl_refuse_change", 'A'),
     ("job", "job_references", "hl_job_references", 'A'),

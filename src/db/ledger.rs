@@ -96,6 +96,62 @@ pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str)
     Ok(done.rows_affected())
 }
 
+/// Post entries in one statement, in the given order, and return their
+/// ids in that order (corrections: the operator is shown them; a reversal of
+/// a charge and of its refund must go in one statement for the credit guard
+/// to see both).
+pub async fn insert_returning(
+    conn: &mut PgConnection,
+    entries: &[NewEntry],
+    author: &str,
+) -> Result<Vec<LedgerEntryId>, sqlx::Error> {
+    let period: Vec<NaiveDate> = entries.iter().map(|e| e.period).collect();
+    let project: Vec<i64> = entries.iter().map(|e| e.project_id.0).collect();
+    let kind: Vec<EntryKind> = entries.iter().map(|e| e.kind).collect();
+    let metric: Vec<Option<Metric>> = entries.iter().map(|e| e.metric).collect();
+    let record: Vec<Option<i64>> = entries.iter().map(|e| e.job_record_id.map(|r| r.0)).collect();
+    let card: Vec<Option<i64>> = entries.iter().map(|e| e.rate_card_id.map(|r| r.0)).collect();
+    let corrects: Vec<Option<i64>> = entries.iter().map(|e| e.corrects_id.map(|r| r.0)).collect();
+    let quantity: Vec<Decimal> = entries.iter().map(|e| e.quantity).collect();
+    let rate: Vec<Decimal> = entries.iter().map(|e| e.unit_rate).collect();
+    let exact: Vec<Decimal> = entries.iter().map(|e| e.amount_exact).collect();
+    let amount: Vec<Decimal> = entries.iter().map(|e| e.amount).collect();
+    let late: Vec<bool> = entries.iter().map(|e| e.late).collect();
+    let reason: Vec<Option<String>> = entries.iter().map(|e| e.reason.clone()).collect();
+    let rules: Vec<ChargingRules> = entries.iter().map(|e| e.charging_rules).collect();
+    let mut ids = sqlx::query_scalar!(
+        r#"INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                     quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
+           SELECT p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, $14
+             FROM UNNEST($1::date[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
+                         $8::numeric[], $9::numeric[], $10::numeric[], $11::numeric[], $12::bool[], $13::text[],
+                         $15::smallint[])
+                  WITH ORDINALITY AS u(p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, i)
+            ORDER BY i
+           RETURNING id AS "id: LedgerEntryId""#,
+        &period,
+        &project,
+        &kind as &[EntryKind],
+        &metric as &[Option<Metric>],
+        &record as &[Option<i64>],
+        &card as &[Option<i64>],
+        &corrects as &[Option<i64>],
+        &quantity,
+        &rate,
+        &exact,
+        &amount,
+        &late,
+        &reason as &[Option<String>],
+        author,
+        &rules as &[ChargingRules],
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    // Identities are drawn in insertion order, which follows ORDER BY i.
+    ids.sort();
+    Ok(ids)
+}
+
 /// The charges of these job records, and refunds of them, not yet reversed
 /// (reversing both leaves nothing of the old charge).
 pub async fn unreversed_charges(conn: &mut PgConnection, records: &[JobRecordId]) -> Result<Vec<Posted>, sqlx::Error> {

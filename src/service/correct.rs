@@ -61,17 +61,48 @@ pub enum Target {
     },
 }
 
+impl Target {
+    /// As recorded with an idempotency key.
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Target::Entry(id) => serde_json::json!({ "entry": id.0 }),
+            Target::Job {
+                cluster,
+                job_id,
+                array_index,
+                start,
+            } => {
+                serde_json::json!({ "cluster": cluster, "job_id": job_id, "array_index": array_index, "start": start })
+            }
+        }
+    }
+}
+
 /// Who corrects, why, and (optionally) into which open month.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Why {
     pub author: String,
     pub reason: String,
     pub month: Option<Month>,
+    /// Post even when an identical correction was posted before.
+    pub again: bool,
+    /// Run it at most once: the same key again answers with what it posted.
+    pub key: Option<String>,
+}
+
+/// What a correction did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Correction {
+    pub entries: Vec<Posted>,
+    /// The idempotency key it was posted with before: nothing new was posted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub already_posted_with_key: Option<String>,
 }
 
 /// An entry a correction posted.
 #[derive(Debug, Clone, Serialize)]
 pub struct Posted {
+    pub id: LedgerEntryId,
     pub kind: EntryKind,
     pub corrects: Option<LedgerEntryId>,
     pub period: Month,
@@ -152,8 +183,9 @@ fn reversal(e: &EntryRow, period: Month, late: bool, why: &Why) -> NewEntry {
     crate::domain::entries::reversal(&e.posted(), period, late, e.job_record_id, why.reason.clone())
 }
 
-fn posted(e: &NewEntry) -> Posted {
+fn posted(id: LedgerEntryId, e: &NewEntry) -> Posted {
     Posted {
+        id,
         kind: e.kind,
         corrects: e.corrects_id,
         period: Month::of_date(e.period),
@@ -161,6 +193,88 @@ fn posted(e: &NewEntry) -> Posted {
         quantity: e.quantity,
         amount: e.amount,
     }
+}
+
+/// The correction a repeated idempotency key already posted, if any (a key
+/// used for a different correction is refused).
+async fn posted_before(
+    tx: &mut PgConnection,
+    why: &Why,
+    kind: EntryKind,
+    request: &serde_json::Value,
+) -> Result<Option<Correction>, CorrectError> {
+    let Some(key) = &why.key else { return Ok(None) };
+    if key.is_empty() || key.chars().count() > 200 || key.chars().any(char::is_control) {
+        return invalid("an idempotency key is 1 to 200 characters without control characters");
+    }
+    let Some(r) = sdb::request(&mut *tx, key).await? else {
+        return Ok(None);
+    };
+    if r.kind != kind.as_str() || &r.request != request {
+        return Err(CorrectError::Refused(format!(
+            "idempotency key {key:?} was used on {} by {} for a different correction ({} {}); use another key",
+            r.requested_at.format("%Y-%m-%d %H:%M UTC"),
+            r.author,
+            r.kind,
+            r.request
+        )));
+    }
+    let rows = sdb::entries_by_id(&mut *tx, &r.entry_ids).await?;
+    let entries = rows
+        .iter()
+        .map(|e| Posted {
+            id: e.id,
+            kind: e.kind,
+            corrects: e.corrects_id,
+            period: Month::of_date(e.period),
+            metric: e.metric,
+            quantity: e.quantity,
+            amount: e.amount,
+        })
+        .collect();
+    Ok(Some(Correction {
+        entries,
+        already_posted_with_key: Some(key.clone()),
+    }))
+}
+
+/// Post a correction's entries: refused when an identical correction was
+/// posted before (unless `again`), kept with its idempotency key if given.
+async fn post(
+    tx: &mut PgConnection,
+    kind: EntryKind,
+    rows: Vec<NewEntry>,
+    request: &serde_json::Value,
+    why: &Why,
+) -> Result<Correction, CorrectError> {
+    if !why.again {
+        let mut same = Vec::new();
+        for r in &rows {
+            match sdb::identical(&mut *tx, r).await? {
+                Some(found) => same.push(found),
+                None => break,
+            }
+        }
+        if !rows.is_empty() && same.len() == rows.len() {
+            let ids: Vec<String> = same.iter().map(|(id, ..)| id.to_string()).collect();
+            let (_, at, by) = &same[0];
+            return Err(CorrectError::Refused(format!(
+                "an identical {kind} was posted on {} by {by} (entr{} {}): pass --again to post another, or \
+                 --idempotency-key to make a retried script safe",
+                at.format("%Y-%m-%d %H:%M UTC"),
+                if ids.len() == 1 { "y" } else { "ies" },
+                ids.join(", ")
+            )));
+        }
+    }
+    let ids = ledger::insert_returning(&mut *tx, &rows, &why.author).await?;
+    if let Some(key) = &why.key {
+        sdb::insert_request(&mut *tx, key, kind, request, &why.author, &ids).await?;
+    }
+    Ok(Correction {
+        entries: ids.iter().zip(&rows).map(|(id, e)| posted(*id, e)).collect(),
+        already_posted_with_key: None,
+    })
 }
 
 fn check_reason(why: &Why) -> Result<(), CorrectError> {
@@ -176,7 +290,7 @@ pub async fn reverse(
     target: &Target,
     why: &Why,
     now: DateTime<Utc>,
-) -> Result<Vec<Posted>, CorrectError> {
+) -> Result<Correction, CorrectError> {
     check_reason(why)?;
     let mut tx = pool.begin().await.map_err(DbError::from)?;
     let result = reverse_in(&mut tx, target, why, now).await;
@@ -188,8 +302,13 @@ async fn reverse_in(
     target: &Target,
     why: &Why,
     now: DateTime<Utc>,
-) -> Result<Vec<Posted>, CorrectError> {
+) -> Result<Correction, CorrectError> {
     ledger::lock_for_posting(&mut *tx).await?;
+    let request =
+        serde_json::json!({ "target": target.json(), "reason": why.reason, "month": why.month.map(|m| m.to_string()) });
+    if let Some(done) = posted_before(&mut *tx, why, EntryKind::Reversal, &request).await? {
+        return Ok(done);
+    }
     let mut entries = target_entries(&mut *tx, target).await?;
     if let Target::Entry(id) = target {
         let e = &entries[0];
@@ -206,8 +325,7 @@ async fn reverse_in(
     let original = entries.iter().map(|e| Month::of_date(e.period)).min();
     let (period, late) = target_month(&mut *tx, original, why.month, now).await?;
     let rows: Vec<NewEntry> = entries.iter().map(|e| reversal(e, period, late, why)).collect();
-    ledger::insert(&mut *tx, &rows, &why.author).await?;
-    Ok(rows.iter().map(posted).collect())
+    post(&mut *tx, EntryKind::Reversal, rows, &request, why).await
 }
 
 /// How much of a charge to refund.
@@ -226,7 +344,7 @@ pub async fn refund(
     by: RefundBy,
     why: &Why,
     now: DateTime<Utc>,
-) -> Result<Vec<Posted>, CorrectError> {
+) -> Result<Correction, CorrectError> {
     check_reason(why)?;
     let mut tx = pool.begin().await.map_err(DbError::from)?;
     let result = refund_in(&mut tx, target, by, why, now).await;
@@ -239,8 +357,17 @@ async fn refund_in(
     by: RefundBy,
     why: &Why,
     now: DateTime<Utc>,
-) -> Result<Vec<Posted>, CorrectError> {
+) -> Result<Correction, CorrectError> {
     ledger::lock_for_posting(&mut *tx).await?;
+    let by_json = match by {
+        RefundBy::Fraction(f) => serde_json::json!({ "fraction": f.to_string() }),
+        RefundBy::Amount(a) => serde_json::json!({ "amount": a.to_string() }),
+    };
+    let request = serde_json::json!({ "target": target.json(), "by": by_json, "reason": why.reason,
+                                      "month": why.month.map(|m| m.to_string()) });
+    if let Some(done) = posted_before(&mut *tx, why, EntryKind::Refund, &request).await? {
+        return Ok(done);
+    }
     let entries: Vec<EntryRow> = target_entries(&mut *tx, target)
         .await?
         .into_iter()
@@ -325,8 +452,7 @@ async fn refund_in(
             charging_rules: e.charging_rules,
         });
     }
-    ledger::insert(&mut *tx, &rows, &why.author).await?;
-    Ok(rows.iter().map(posted).collect())
+    post(&mut *tx, EntryKind::Refund, rows, &request, why).await
 }
 
 /// Credit (negative) or debit (positive) a project.
@@ -336,7 +462,7 @@ pub async fn adjust(
     amount: Decimal,
     why: &Why,
     now: DateTime<Utc>,
-) -> Result<Posted, CorrectError> {
+) -> Result<Correction, CorrectError> {
     check_reason(why)?;
     if amount.is_zero() || amount.scale() > 2 || amount.abs() >= Decimal::from(10_000_000_000u64) {
         return invalid(format!(
@@ -354,8 +480,13 @@ async fn adjust_in(
     amount: Decimal,
     why: &Why,
     now: DateTime<Utc>,
-) -> Result<Posted, CorrectError> {
+) -> Result<Correction, CorrectError> {
     ledger::lock_for_posting(&mut *tx).await?;
+    let request = serde_json::json!({ "project": project, "amount": amount.to_string(), "reason": why.reason,
+                                      "month": why.month.map(|m| m.to_string()) });
+    if let Some(done) = posted_before(&mut *tx, why, EntryKind::Adjustment, &request).await? {
+        return Ok(done);
+    }
     let p = reference::load_projects(&mut *tx, &[project.to_owned()])
         .await?
         .pop()
@@ -377,6 +508,5 @@ async fn adjust_in(
         reason: Some(why.reason.clone()),
         charging_rules: ChargingRules::CURRENT,
     };
-    ledger::insert(&mut *tx, std::slice::from_ref(&row), &why.author).await?;
-    Ok(posted(&row))
+    post(&mut *tx, EntryKind::Adjustment, vec![row], &request, why).await
 }

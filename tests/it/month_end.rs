@@ -40,7 +40,7 @@ fn why(reason: &str) -> Why {
     Why {
         author: "billing".into(),
         reason: reason.into(),
-        month: None,
+        ..Why::default()
     }
 }
 
@@ -231,7 +231,7 @@ async fn closing_a_month_and_what_it_refuses() {
     let posted = reverse(&db.pool, &owens("1002"), &why("duplicate"), Utc::now())
         .await
         .unwrap();
-    assert_eq!(posted[0].period.to_string(), "2026-11");
+    assert_eq!(posted.entries[0].period.to_string(), "2026-11");
     // The closed months still verify, and the audit is clean.
     assert!(verify(&db.pool, None).await.unwrap().iter().all(|c| c.holds()));
     assert!(audit(&db.pool).await.unwrap().clean());
@@ -270,8 +270,8 @@ async fn corrections_credit_back_at_most_what_was_charged() {
     .unwrap();
     assert_eq!(
         (
-            p[0].amount.to_string().as_str(),
-            p[0].quantity.normalize().to_string().as_str()
+            p.entries[0].amount.to_string().as_str(),
+            p.entries[0].quantity.normalize().to_string().as_str()
         ),
         ("-1.00", "-5")
     );
@@ -293,7 +293,7 @@ async fn corrections_credit_back_at_most_what_was_charged() {
         .await
         .unwrap();
     assert_eq!(
-        p.iter().map(|x| x.amount.to_string()).collect::<Vec<_>>(),
+        p.entries.iter().map(|x| x.amount.to_string()).collect::<Vec<_>>(),
         ["-2.40", "1.00"]
     );
     let net: Decimal = sqlx::query_scalar("SELECT sum(amount) FROM ledger_entry WHERE id = $1 OR corrects_id = $1 OR corrects_id IN (SELECT id FROM ledger_entry WHERE corrects_id = $1)")
@@ -662,4 +662,127 @@ async fn every_kind_of_tampering_is_its_own_finding() {
         );
     }
     assert_eq!(found.iter().filter(|f| f.0.is_none()).count(), 2, "{found:#?}");
+}
+
+#[tokio::test]
+async fn the_same_correction_twice_is_refused_unless_asked_and_a_key_posts_once() {
+    // Issue 20, item 3: `refund --fraction 0.5` run twice refunded 100 %.
+    let db = october().await;
+    let refund_half = |extra: &[&str]| {
+        let mut args = vec![
+            "refund",
+            "--cluster",
+            "owens",
+            "--job-id",
+            "1004",
+            "--fraction",
+            "0.5",
+            "--reason",
+            "node failure",
+        ];
+        args.extend_from_slice(extra);
+        db.cli(&args)
+    };
+    let first = ok(&refund_half(&[]));
+    // The entry ids posted are printed.
+    let id: i64 = sqlx::query_scalar("SELECT max(id) FROM ledger_entry WHERE kind = 'refund'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        first.lines().nth(2).unwrap().trim_start().starts_with(&id.to_string()),
+        "{first}"
+    );
+    let o = refund_half(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("an identical refund was posted on ")
+            && stderr(&o).contains(&format!("(entry {id}): pass --again to post another")),
+        "{}",
+        stderr(&o)
+    );
+    // A different reason, or --again, is another refund.
+    ok(&refund_half(&["--again"]));
+    let refunds = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM ledger_entry WHERE kind = 'refund'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(refunds().await, 2);
+
+    // With an idempotency key, a retried script posts once and is shown
+    // what it posted.
+    let adjust = |key: &str, amount: &str| {
+        db.cli(&[
+            "adjust",
+            "--project",
+            "PZS0708",
+            "--amount",
+            amount,
+            "--reason",
+            "award credit",
+            "--idempotency-key",
+            key,
+        ])
+    };
+    let first = ok(&adjust("award-2026-11", "-10.00"));
+    let again = ok(&adjust("award-2026-11", "-10.00"));
+    assert!(
+        again.starts_with("already posted with idempotency key \"award-2026-11\"; nothing new posted:"),
+        "{again}"
+    );
+    assert_eq!(first.lines().nth(2), again.lines().nth(3), "{first}\n{again}");
+    let adjustments: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry WHERE kind = 'adjustment'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(adjustments, 1);
+    // The same key for something else is refused.
+    let o = adjust("award-2026-11", "-20.00");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("idempotency key \"award-2026-11\" was used on ")
+            && stderr(&o).contains("for a different correction"),
+        "{}",
+        stderr(&o)
+    );
+    // Without a key, the same adjustment again is refused too.
+    let o = db.cli(&[
+        "adjust",
+        "--project",
+        "PZS0708",
+        "--amount",
+        "-10.00",
+        "--reason",
+        "award credit",
+    ]);
+    assert!(
+        stderr(&o).contains("an identical adjustment was posted on "),
+        "{}",
+        stderr(&o)
+    );
+    // A key is kept even for a reversal whose target is gone by the time the
+    // script retries: the retry shows the reversal, not "already reversed".
+    let rev = |key: &str| {
+        db.cli(&[
+            "reverse",
+            "--cluster",
+            "owens",
+            "--job-id",
+            "1002",
+            "--reason",
+            "duplicate",
+            "--idempotency-key",
+            key,
+        ])
+    };
+    ok(&rev("rev-1002"));
+    assert!(ok(&rev("rev-1002")).starts_with("already posted"), "retry");
+    let o = rev("rev-1002-b");
+    assert!(stderr(&o).contains("has no charges left to correct"), "{}", stderr(&o));
+    assert_eq!(
+        ok(&db.cli(&["audit"])).lines().next(),
+        Some("every charge recomputed in SQL matches the ledger")
+    );
 }
