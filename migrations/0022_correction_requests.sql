@@ -1,4 +1,5 @@
--- Corrections are idempotent too (issue 20, item 3).
+-- Corrections are idempotent too (issue 20, item 3), and commands can ask
+-- whether the ledger is configured (item 6).
 --
 -- `hpc-ledger refund … --fraction 0.5` run twice refunded 100 %, silently.
 -- Now a correction identical to one already posted (same kind, the same
@@ -29,6 +30,14 @@ ALTER TABLE correction_request ENABLE ALWAYS TRIGGER correction_request_no_trunc
 
 -- Finding an earlier identical correction is a lookup by the entry it
 -- corrects (an index exists) or, for adjustments, by project and month.
+
+-- Whether a center configuration has been applied (issue 20, item 6:
+-- commands refuse to read from, or record into, an unconfigured ledger). Any
+-- role may ask, also the auditor, which may not read the tables.
+CREATE FUNCTION hl_center_configured() RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM center)
+$$;
 
 DO $$
 BEGIN

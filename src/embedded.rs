@@ -186,6 +186,13 @@ impl Embedded {
         lock.lock().map_err(io(format!("locking {}", lock_path.display())))?;
         if !self.is_initialized() {
             self.init()?;
+            // Never silently: a command run from the wrong directory would
+            // otherwise answer from an empty ledger of its own.
+            tracing::warn!(
+                "created a new, empty embedded database in {} (the ledger home is --home / HPC_LEDGER_HOME; \
+                 give DATABASE_URL for a server of your own)",
+                self.root.display()
+            );
         }
         if !self.is_running() {
             self.start()?;

@@ -32,7 +32,7 @@ pub enum Cmd {
 }
 
 pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     match cmd {
         Cmd::Storage { month, dry_run, format } => {
             let outcome = bill(&pool, month, author, dry_run, Utc::now()).await?;

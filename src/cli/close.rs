@@ -112,7 +112,7 @@ fn run_with_input(cmd: &mut std::process::Command, input: &str) -> std::io::Resu
 }
 
 pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let o = close(&pool, args.month, author, Utc::now()).await?;
     // The month is closed now, whatever happens to its anchor: say how to
     // anchor it again if that fails (closing again is harmless).
@@ -179,7 +179,7 @@ pub struct VerifyArgs {
 }
 
 pub async fn run_verify(args: VerifyArgs, target: &Target) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     if args.export {
         for a in anchors(&pool).await? {
             println!("{}", serde_json::to_string(&a)?);
@@ -269,7 +269,7 @@ pub struct AuditArgs {
 }
 
 pub async fn run_audit(args: AuditArgs, target: &Target) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let report = audit(&pool).await?;
     let deep = match args.deep {
         true => Some(crate::service::deep::deep_audit(&pool).await?),

@@ -45,7 +45,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
             );
         }
         Cmd::Show { at, format } => {
-            let pool = target.open().await?;
+            let pool = target.open_configured().await?;
             let tz = crate::service::config::time_zone(&pool).await?;
             let at = super::instant(at.as_deref(), tz)?;
             let shown = service::config::show(&pool, at).await?;

@@ -92,7 +92,7 @@ async fn what(which: &Which, target: &Target) -> anyhow::Result<What> {
         (None, Some(cluster), Some(job_id)) => {
             let start = match &which.start {
                 Some(s) => {
-                    let pool = target.open().await?;
+                    let pool = target.open_configured().await?;
                     Some(super::instant(Some(s), time_zone(&pool).await?)?)
                 }
                 None => None,
@@ -156,7 +156,7 @@ fn print(c: &Correction, format: Format) -> anyhow::Result<()> {
 
 pub async fn run_reverse(a: ReverseArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let w = what(&a.which, target).await?;
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let posted = reverse(&pool, &w, &why(&a.common, author), Utc::now()).await?;
     print(&posted, a.common.format)?;
     Ok(ExitCode::SUCCESS)
@@ -169,14 +169,14 @@ pub async fn run_refund(a: RefundArgs, target: &Target, author: &str) -> anyhow:
         (None, Some(x)) => RefundBy::Amount(x),
         _ => bail!("give --fraction or --amount"),
     };
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let posted = refund(&pool, &w, by, &why(&a.common, author), Utc::now()).await?;
     print(&posted, a.common.format)?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn run_adjust(a: AdjustArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let posted = adjust(&pool, &a.project, a.amount, &why(&a.common, author), Utc::now()).await?;
     print(&posted, a.common.format)?;
     Ok(ExitCode::SUCCESS)

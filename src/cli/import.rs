@@ -81,7 +81,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     // The parsers give every record the defaults of its own import (stored
     // with a rejected line, so a retry reads it as it was read the first time).
     let mut recorder = Recorder::new(

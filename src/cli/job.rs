@@ -135,7 +135,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
         options: ReadOptions::default(),
         job: None,
     };
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let mut recorder = Recorder::new(
         pool,
         RecordOptions {

@@ -33,7 +33,7 @@ pub enum Cmd {
 }
 
 pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let tz = time_zone(&pool).await?;
     match cmd {
         Cmd::Set { project, quota, from } => {

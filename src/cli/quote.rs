@@ -47,7 +47,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let tz = time_zone(&pool).await?;
     let request = QuoteRequest {
         cluster: args.cluster,

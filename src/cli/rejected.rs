@@ -53,7 +53,7 @@ struct DismissArgs {
 }
 
 pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     if let Some(Cmd::Dismiss(d)) = args.cmd {
         let selection = Selection {
             ids: d.ids,

@@ -45,7 +45,7 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
             serve::TOKEN_ENV
         );
     }
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let listener = serve::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
     tracing::info!(

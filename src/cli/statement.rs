@@ -41,7 +41,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
-    let pool = target.open().await?;
+    let pool = target.open_configured().await?;
     let which = match &args.project {
         Some(p) => Which::Project(p),
         None => Which::All,

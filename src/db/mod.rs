@@ -52,6 +52,11 @@ pub enum DbError {
     NotMigrated { applied: usize, known: usize },
     #[error("invalid database URL: {0}")]
     BadUrl(String),
+    #[error(
+        "no center configuration in {place}: apply one with `hpc-ledger config apply center.toml` \
+         (docs/configuration.md), or point --home / HPC_LEDGER_HOME / DATABASE_URL at the ledger you meant"
+    )]
+    NoCenter { place: String },
     #[error(transparent)]
     Sql(#[from] sqlx::Error),
 }
@@ -113,6 +118,27 @@ impl Target {
         self.prepare("postgres").await?;
         recreate_database(&admin, name).await?;
         Ok((url, admin))
+    }
+
+    /// Where the ledger is, for messages: the embedded database's home, or
+    /// the server's URL without its password.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Embedded(e) => format!("the embedded database under {}", e.data_dir().display()),
+            Target::External { url } => redact(url),
+        }
+    }
+
+    /// [`Target::open`], for commands that need a configured ledger: a
+    /// database without a center is an error naming where it looked (a
+    /// command run from the wrong directory must not answer from, or record
+    /// into, an empty ledger).
+    pub async fn open_configured(&self) -> Result<PgPool, DbError> {
+        let pool = self.open().await?;
+        if !reference::center_exists(&pool).await? {
+            return Err(DbError::NoCenter { place: self.describe() });
+        }
+        Ok(pool)
     }
 
     /// A pool on the ledger database: migrated automatically on the

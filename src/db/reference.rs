@@ -578,3 +578,10 @@ pub async fn project_headers(
     .await?;
     Ok(rows.into_iter().map(|r| (r.id, r.code, r.name, r.pi)).collect())
 }
+
+/// Whether a center configuration has been applied.
+pub async fn center_exists(pool: &sqlx::PgPool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT hl_center_configured() AS "exists!""#)
+        .fetch_one(pool)
+        .await
+}

@@ -20,8 +20,17 @@ fn home(name: &str) -> PathBuf {
 async fn the_embedded_database_starts_migrates_and_stops() {
     let home = home("lifecycle");
     let env = [("HPC_LEDGER_HOME", home.to_str().unwrap())];
-    let out = ok(&cli_with_env(&["db", "start"], &env, None));
+    let o = cli_with_env(&["db", "start"], &env, None);
+    let out = ok(&o);
     assert!(out.starts_with("embedded PostgreSQL is running"), "{out}");
+    // Creating it is never silent (issue 20, item 6).
+    assert!(
+        stderr(&o).contains("created a new, empty embedded database in ")
+            && stderr(&o).contains(home.to_str().unwrap()),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&cli_with_env(&["db", "status"], &env, None)).contains("created"));
     let url = ok(&cli_with_env(&["db", "url"], &env, None)).trim().to_owned();
     assert!(
         url.starts_with("postgresql://postgres@localhost:5432/hpc_ledger?host=/"),
@@ -42,9 +51,28 @@ async fn the_embedded_database_starts_migrates_and_stops() {
     conn.close().await.unwrap();
     let status = ok(&cli_with_env(&["db", "status"], &env, None));
     assert!(status.starts_with("embedded PostgreSQL: running"), "{status}");
-    // Commands use it without any setup.
-    let out = ok(&cli_with_env(&["config", "show"], &env, None));
-    assert!(out.contains("no configuration has been applied yet"), "{out}");
+    // A command that reads the ledger, or records into it, refuses an
+    // unconfigured one and says where it looked and what to do: run from the
+    // wrong directory, it must not answer from an empty ledger.
+    for args in [
+        &["config", "show"][..],
+        &["statement", "--all", "--month", "2026-10"],
+        &["audit"],
+        &["import", "--format", "jsonl", "-"],
+    ] {
+        let o = cli_with_env(args, &env, Some(""));
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&o).contains("no center configuration in the embedded database under ")
+                && stderr(&o).contains("apply one with `hpc-ledger config apply center.toml`"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // Configured, it answers.
+    let center = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/center.toml");
+    ok(&cli_with_env(&["config", "apply", center], &env, None));
+    assert!(ok(&cli_with_env(&["config", "show"], &env, None)).contains("owens"));
     assert_eq!(ok(&cli_with_env(&["db", "stop"], &env, None)), "stopped\n");
     assert!(ok(&cli_with_env(&["db", "status"], &env, None)).starts_with("embedded PostgreSQL: stopped"));
     assert_eq!(ok(&cli_with_env(&["db", "stop"], &env, None)), "not running\n");
