@@ -9,18 +9,34 @@ use clap::Subcommand;
 use super::{Format, print_json, table};
 use crate::db::Target;
 use crate::domain::period::Month;
-use crate::service::storage::{BillOutcome, BillState, bill, runs};
+use crate::service::storage::{BillOutcome, BillState, bill, bill_through, runs, waive};
 
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Bill every project's storage quota for a month that is over (idempotent).
+    ///
+    /// Examples:
+    ///   hpc-ledger bill storage --month 2026-10 --dry-run
+    ///   hpc-ledger bill storage --through 2026-10     # every unbilled month up to October, in order
+    ///   hpc-ledger bill storage --month 2026-03 --waive "storage free during the pilot"
+    #[command(verbatim_doc_comment)]
     Storage {
         /// The month, YYYY-MM.
-        #[arg(long)]
-        month: Month,
+        #[arg(long, required_unless_present = "through", conflicts_with = "through")]
+        month: Option<Month>,
+        /// Bill every month from the first open one through this one, in
+        /// order, skipping months already billed or waived, stopping at the
+        /// first problem.
+        #[arg(long, value_name = "MONTH")]
+        through: Option<Month>,
         /// Show what would be posted, post nothing (also for a month not over yet).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "waive")]
         dry_run: bool,
+        /// Do not bill this month's storage: record the decision with this
+        /// reason (kept for good, shown to auditors). A waived month counts as
+        /// billed for closing.
+        #[arg(long, value_name = "REASON", requires = "month")]
+        waive: Option<String>,
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -34,17 +50,71 @@ pub enum Cmd {
 pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open_configured().await?;
     match cmd {
-        Cmd::Storage { month, dry_run, format } => {
+        Cmd::Storage {
+            month: Some(month),
+            waive: Some(reason),
+            format,
+            ..
+        } => {
+            let o = waive(&pool, month, &reason, author, Utc::now()).await?;
+            match format {
+                Format::Json => print_json(&o)?,
+                Format::Text => {
+                    let w = &o.waiver;
+                    let verb = if o.waived_now { "waived" } else { "was already waived" };
+                    println!(
+                        "storage for {} {verb} ({} by {}): {}; nothing is billed for it",
+                        o.month,
+                        w.waived_at.format("%Y-%m-%d %H:%M UTC"),
+                        w.author,
+                        w.reason
+                    );
+                }
+            }
+        }
+        Cmd::Storage {
+            month: Some(month),
+            dry_run,
+            format,
+            ..
+        } => {
             let outcome = bill(&pool, month, author, dry_run, Utc::now()).await?;
             match format {
                 Format::Json => print_json(&outcome)?,
                 Format::Text => print!("{}", render(&outcome)),
             }
         }
-        Cmd::Runs { format } => {
-            let runs = runs(&pool).await?;
+        Cmd::Storage {
+            through: Some(through),
+            dry_run,
+            format,
+            ..
+        } => {
+            let o = bill_through(&pool, through, author, dry_run, Utc::now()).await?;
             match format {
-                Format::Json => print_json(&runs)?,
+                Format::Json => print_json(&o)?,
+                Format::Text => {
+                    for m in &o.months {
+                        print!("{}", render(m));
+                    }
+                    if o.months.is_empty() && o.stopped.is_none() {
+                        println!("nothing to bill through {through}");
+                    }
+                }
+            }
+            if let Some(e) = o.stopped {
+                let done = o.months.last().map(|m| m.month);
+                return Err(match done {
+                    Some(d) => anyhow::Error::from(e).context(format!("stopped after {d}")),
+                    None => e.into(),
+                });
+            }
+        }
+        Cmd::Storage { .. } => unreachable!("clap requires --month or --through"),
+        Cmd::Runs { format } => {
+            let (runs, waivers) = runs(&pool).await?;
+            match format {
+                Format::Json => print_json(&serde_json::json!({ "runs": runs, "waivers": waivers }))?,
                 Format::Text => {
                     let rows: Vec<Vec<String>> = runs
                         .iter()
@@ -68,6 +138,21 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                             &rows
                         )
                     );
+                    if !waivers.is_empty() {
+                        println!("\nwaived (not billed, by decision):");
+                        let rows: Vec<Vec<String>> = waivers
+                            .iter()
+                            .map(|w| {
+                                vec![
+                                    Month::of_date(w.period).to_string(),
+                                    w.waived_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                                    w.author.clone(),
+                                    w.reason.clone(),
+                                ]
+                            })
+                            .collect();
+                        print!("{}", table::render(&["month", "waived at", "by", "reason"], &rows));
+                    }
                 }
             }
         }
@@ -90,6 +175,17 @@ pub fn render(o: &BillOutcome) -> String {
                 run.run_at.format("%Y-%m-%d %H:%M UTC"),
                 run.author
             );
+        }
+        BillState::Waived { waiver } => {
+            let _ = writeln!(
+                out,
+                "storage for {} was waived ({} by {}: {}); nothing posted",
+                o.month,
+                waiver.waived_at.format("%Y-%m-%d %H:%M UTC"),
+                waiver.author,
+                waiver.reason
+            );
+            return out;
         }
         BillState::DryRun { month_over } => {
             let _ = writeln!(

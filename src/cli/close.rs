@@ -8,16 +8,29 @@ use chrono::Utc;
 use super::{Format, print_json, table};
 use crate::db::Target;
 use crate::domain::period::Month;
-use crate::service::close::{Anchor, AuditReport, anchors, audit, close, verify, verify_against};
+use crate::service::close::{
+    Anchor, AuditReport, CloseOutcome, anchors, audit, close, close_through, verify, verify_against,
+};
 
 /// Exit code of `verify` and `audit` when they find something.
 pub const EXIT_FINDINGS: u8 = 5;
 
+/// Close a month: freeze it, number its statements, seal it.
+///
+/// Examples:
+///   hpc-ledger close --month 2026-10 --anchor-file seals.jsonl
+///   hpc-ledger close --through 2026-10     # every open month up to October, in order
 #[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
 pub struct CloseArgs {
     /// The month, YYYY-MM: the month after the last closed one, over, with its storage billed.
-    #[arg(long)]
-    month: Month,
+    #[arg(long, required_unless_present = "through", conflicts_with = "through")]
+    month: Option<Month>,
+    /// Close every open month from the first (the month after the last
+    /// closed one; with none closed, the first with entries) through this
+    /// one, in order, stopping at the first problem.
+    #[arg(long, value_name = "MONTH")]
+    through: Option<Month>,
     /// Append the month's seal to this file (one JSON line per month), kept
     /// where the database's owner cannot rewrite it: `verify --against` checks
     /// the database against it. Closing a closed month again appends it if missing.
@@ -113,51 +126,78 @@ fn run_with_input(cmd: &mut std::process::Command, input: &str) -> std::io::Resu
 
 pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open_configured().await?;
-    let o = close(&pool, args.month, author, Utc::now()).await?;
-    // The month is closed now, whatever happens to its anchor: say how to
-    // anchor it again if that fails (closing again is harmless).
-    let again = format!(
-        "{} is closed; its seal was not kept outside the database: run `hpc-ledger close --month {}` again with the anchor option",
-        o.month, o.month
-    );
-    if let Some(path) = &args.anchor_file {
-        append_anchor(path, &o.anchor()).map_err(|e| e.context(again.clone()))?;
-    }
-    if let Some(url) = &args.anchor_url {
-        post_anchor(url, &o.anchor())
-            .await
-            .map_err(|e| e.context(again.clone()))?;
+    let (done, stopped) = match (args.month, args.through) {
+        (Some(month), _) => (vec![close(&pool, month, author, Utc::now()).await?], None),
+        (None, Some(through)) => {
+            let t = close_through(&pool, through, author, Utc::now()).await?;
+            (t.months, t.stopped)
+        }
+        (None, None) => unreachable!("clap requires --month or --through"),
+    };
+    for o in &done {
+        // The month is closed now, whatever happens to its anchor: say how to
+        // anchor it again if that fails (closing again is harmless).
+        let again = format!(
+            "{} is closed; its seal was not kept outside the database: run `hpc-ledger close --month {}` again with the anchor option",
+            o.month, o.month
+        );
+        if let Some(path) = &args.anchor_file {
+            append_anchor(path, &o.anchor()).map_err(|e| e.context(again.clone()))?;
+        }
+        if let Some(url) = &args.anchor_url {
+            post_anchor(url, &o.anchor())
+                .await
+                .map_err(|e| e.context(again.clone()))?;
+        }
     }
     match args.format {
-        Format::Json => print_json(&o)?,
+        Format::Json if args.through.is_some() => print_json(&serde_json::json!({
+            "months": done,
+            "stopped": stopped.as_ref().map(ToString::to_string),
+        }))?,
+        Format::Json => print_json(&done[0])?,
         Format::Text => {
-            if o.closed_now {
-                println!(
-                    "{} closed by {}: {} entries, total {:.2}",
-                    o.month, o.closed_by, o.entry_count, o.total
-                );
-            } else {
-                println!(
-                    "{} was already closed ({} by {}): {} entries, total {:.2}",
-                    o.month,
-                    o.closed_at.format("%Y-%m-%d %H:%M UTC"),
-                    o.closed_by,
-                    o.entry_count,
-                    o.total
-                );
-            }
-            println!("seal ({}): {}", o.seal_algorithm, o.seal);
-            if !o.statements.is_empty() {
-                let rows: Vec<Vec<String>> = o
-                    .statements
-                    .iter()
-                    .map(|(p, n, t)| vec![n.to_string(), p.clone(), format!("{t:.2}")])
-                    .collect();
-                print!("{}", table::render(&["statement", "project", "total"], &rows));
+            for o in &done {
+                print!("{}", render_close(o));
             }
         }
     }
+    if let Some(e) = stopped {
+        return Err(match done.last() {
+            Some(d) => anyhow::Error::from(e).context(format!("stopped after {}", d.month)),
+            None => e.into(),
+        });
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn render_close(o: &CloseOutcome) -> String {
+    let mut out = String::new();
+    if o.closed_now {
+        out.push_str(&format!(
+            "{} closed by {}: {} entries, total {:.2}\n",
+            o.month, o.closed_by, o.entry_count, o.total
+        ));
+    } else {
+        out.push_str(&format!(
+            "{} was already closed ({} by {}): {} entries, total {:.2}\n",
+            o.month,
+            o.closed_at.format("%Y-%m-%d %H:%M UTC"),
+            o.closed_by,
+            o.entry_count,
+            o.total
+        ));
+    }
+    out.push_str(&format!("seal ({}): {}\n", o.seal_algorithm, o.seal));
+    if !o.statements.is_empty() {
+        let rows: Vec<Vec<String>> = o
+            .statements
+            .iter()
+            .map(|(p, n, t)| vec![n.to_string(), p.clone(), format!("{t:.2}")])
+            .collect();
+        out.push_str(&table::render(&["statement", "project", "total"], &rows));
+    }
+    out
 }
 
 #[derive(Debug, clap::Args)]

@@ -166,23 +166,34 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         again.recorded, again.replayed
     );
 
-    heading(5, "Bill storage, month by month (quota × rate, day by day)");
-    let months: Vec<Month> = ["2026-07", "2026-08", "2026-09", "2026-10"]
-        .iter()
-        .map(|m| m.parse().expect("a month"))
-        .collect();
-    for &m in &months {
-        let billed = storage::bill(&pool, m, "demo", false, Utc::now()).await?;
-        if m == months[3] {
-            print!("{}", super::bill::render(&billed));
+    heading(
+        5,
+        "Bill storage through October, month by month (quota × rate, day by day)",
+    );
+    let october: Month = "2026-10".parse().expect("a month");
+    // The first job is in July, but quotas started in January: closing July
+    // now would make January to June unbillable, so it is refused.
+    let early = close::close(&pool, "2026-07".parse().expect("a month"), "demo", Utc::now()).await;
+    if let Err(e) = early {
+        println!("closing July before billing is refused:\n  {e}\n");
+    } else {
+        anyhow::bail!("the demo closed July with January to June unbilled");
+    }
+    let billed = storage::bill_through(&pool, october, "demo", false, Utc::now()).await?;
+    if let Some(e) = billed.stopped {
+        return Err(anyhow::Error::from(e).context("billing storage through October"));
+    }
+    for b in &billed.months {
+        if b.month == october {
+            print!("{}", super::bill::render(b));
         } else {
             println!(
-                "storage for {m} billed: {} projects, total {:.2}",
-                billed.project_count, billed.total
+                "storage for {} billed: {} projects, total {:.2}",
+                b.month, b.project_count, b.total
             );
         }
     }
-    let again = storage::bill(&pool, months[3], "demo", false, Utc::now()).await?;
+    let again = storage::bill(&pool, october, "demo", false, Utc::now()).await?;
     println!(
         "billed October again: {}",
         match again.state {
@@ -232,7 +243,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         "PZS0708",
         "-10.00".parse()?,
         &Why {
-            month: Some(months[3]),
+            month: Some(october),
             ..why("allocation award credit")
         },
         Utc::now(),
@@ -244,18 +255,22 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         credit.period, credit.amount, credit.id
     );
 
-    heading(7, "Close July to October (in order), and October's statement");
-    for &m in &months {
-        let c = close::close(&pool, m, "billing-office", Utc::now()).await?;
+    heading(7, "Close January to October (in order), and October's statement");
+    let closed = close::close_through(&pool, october, "billing-office", Utc::now()).await?;
+    if let Some(e) = closed.stopped {
+        return Err(anyhow::Error::from(e).context("closing through October"));
+    }
+    for c in &closed.months {
         println!(
-            "{m} closed: {} entries, total {:.2}, {} statement(s), seal {}…",
+            "{} closed: {} entries, total {:.2}, {} statement(s), seal {}…",
+            c.month,
             c.entry_count,
             c.total,
             c.statements.len(),
             &c.seal[..16]
         );
     }
-    let statement = crate::service::statement::statements(&pool, months[3], Which::Project("PZS0708")).await?;
+    let statement = crate::service::statement::statements(&pool, october, Which::Project("PZS0708")).await?;
     println!();
     print!("{}", super::statement::text(&statement[0]));
 

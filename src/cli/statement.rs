@@ -11,7 +11,7 @@ use clap::ValueEnum;
 use super::print_json;
 use crate::db::Target;
 use crate::domain::period::Month;
-use crate::service::statement::{Statement, Status, Which, statements};
+use crate::service::statement::{Statement, Status, StorageBilling, Which, statements};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Output {
@@ -109,6 +109,13 @@ fn file_safe(code: &str) -> String {
     s.trim_start_matches('.').to_owned()
 }
 
+/// Whether a compute line's amount is its quantity × rate rounded once (it
+/// need not be: each job is rounded by itself, and the line adds them up).
+pub fn line_is_product(l: &crate::db::statements::JobLine) -> bool {
+    (l.quantity * l.unit_rate).round_dp_with_strategy(2, rust_decimal::RoundingStrategy::MidpointAwayFromZero)
+        == l.amount
+}
+
 fn num(d: rust_decimal::Decimal) -> String {
     d.normalize().to_string()
 }
@@ -119,9 +126,14 @@ pub fn text(s: &Statement) -> String {
     let cur = &s.currency;
     let _ = writeln!(o, "{}", s.center);
     let status = match &s.status {
-        Status::Final { number, closed_at } => {
+        Status::Final {
+            number,
+            closed_at,
+            seal_algorithm,
+            seal,
+        } => {
             format!(
-                "STATEMENT No. {number} — {} — final (closed {})",
+                "STATEMENT No. {number} — {} — final (closed {})\nMonth seal ({seal_algorithm}): {seal}",
                 s.month,
                 closed_at.format("%Y-%m-%d")
             )
@@ -142,6 +154,7 @@ pub fn text(s: &Statement) -> String {
     let _ = writeln!(o, "\nAmounts in {cur}\n");
 
     let _ = writeln!(o, "Compute");
+    let mut rounded_by_job = false;
     if s.compute.is_empty() {
         let _ = writeln!(o, "  (none)");
     } else {
@@ -149,6 +162,8 @@ pub fn text(s: &Statement) -> String {
             .compute
             .iter()
             .map(|l| {
+                let by_job = !line_is_product(l);
+                rounded_by_job |= by_job;
                 let metric = crate::domain::units::Metric::parse(&l.metric)
                     .map_or(l.metric.clone(), |m| m.unit_label().to_owned());
                 vec![
@@ -158,7 +173,7 @@ pub fn text(s: &Statement) -> String {
                     l.jobs.to_string(),
                     num(l.quantity),
                     num(l.unit_rate),
-                    format!("{:.2}", l.amount),
+                    format!("{:.2}{}", l.amount, if by_job { " *" } else { "" }),
                 ]
             })
             .collect();
@@ -171,9 +186,34 @@ pub fn text(s: &Statement) -> String {
             let _ = writeln!(o, "  {line}");
         }
     }
-    let _ = writeln!(o, "  compute subtotal: {:.2}\n", s.compute_total());
+    let _ = writeln!(o, "  compute subtotal: {:.2}", s.compute_total());
+    if rounded_by_job {
+        let _ = writeln!(
+            o,
+            "  * each job's amount is computed from its exact quantity and rounded to the cent by itself (docs/rules.md);\n    \
+             the line's amount is the sum of its jobs' amounts, which differs here from the quantity shown × rate"
+        );
+    }
+    o.push('\n');
 
     let _ = writeln!(o, "Storage (reserved quota)");
+    match &s.storage_billing {
+        StorageBilling::NotBilled => {
+            let _ = writeln!(
+                o,
+                "  storage for {} is not billed yet: this section changes when it is (hpc-ledger bill storage)",
+                s.month
+            );
+        }
+        StorageBilling::Waived { storage_waiver_reason } => {
+            let _ = writeln!(
+                o,
+                "  storage for {} is not billed: waived ({storage_waiver_reason})",
+                s.month
+            );
+        }
+        StorageBilling::Billed { .. } => {}
+    }
     if s.storage.is_empty() {
         let _ = writeln!(o, "  (none)");
     } else {
@@ -257,12 +297,37 @@ pub fn csv(list: &[Statement]) -> String {
                 l.cluster.clone(),
                 l.node_type.clone(),
                 l.metric.clone(),
-                if l.late { "late".into() } else { String::new() },
+                [
+                    if l.late { "late" } else { "" },
+                    if line_is_product(l) { "" } else { "rounded by job" },
+                ]
+                .iter()
+                .filter(|x| !x.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join("; "),
                 l.jobs.to_string(),
                 num(l.quantity),
                 num(l.unit_rate),
                 format!("{:.2}", l.amount),
             ]);
+        }
+        match &s.storage_billing {
+            StorageBilling::Billed { .. } => {}
+            StorageBilling::NotBilled | StorageBilling::Waived { .. } => row([
+                "storage".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                match &s.storage_billing {
+                    StorageBilling::Waived { storage_waiver_reason } => format!("waived: {storage_waiver_reason}"),
+                    _ => "not billed yet".into(),
+                },
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]),
         }
         for l in &s.storage {
             row([

@@ -18,6 +18,7 @@ include!(concat!(env!("OUT_DIR"), "/definitions.rs"));
 pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("billing_run", "billing_run_append_only", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_no_truncate", "hl_refuse_change", 'A'),
+    ("billing_run", "billing_run_not_waived", "hl_storage_waiver_check", 'A'),
     ("charging_rules", "charging_rules_append_only", "hl_refuse_change", 'A'),
     ("charging_rules", "charging_rules_no_truncate", "hl_refuse_change", 'A'),
     ("center", "center_guard", "hl_center_guard", 'A'),
@@ -157,6 +158,9 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "hl_refuse_truncate_when_recorded",
         'A',
     ),
+    ("storage_waiver", "storage_waiver_append_only", "hl_refuse_change", 'A'),
+    ("storage_waiver", "storage_waiver_check", "hl_storage_waiver_check", 'A'),
+    ("storage_waiver", "storage_waiver_no_truncate", "hl_refuse_change", 'A'),
 ];
 
 /// A definition that is not the one the migrations installed.

@@ -114,6 +114,78 @@ pub async fn insert_billing_run(
     .await
 }
 
+/// A month whose storage was waived: not billed, by decision (migration 0023).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Waiver {
+    pub period: NaiveDate,
+    pub reason: String,
+    pub author: String,
+    pub waived_at: DateTime<Utc>,
+}
+
+pub async fn waiver(conn: &mut PgConnection, period: NaiveDate) -> Result<Option<Waiver>, sqlx::Error> {
+    sqlx::query_as!(
+        Waiver,
+        "SELECT period, reason, author, waived_at FROM storage_waiver WHERE period = $1",
+        period
+    )
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+pub async fn waivers(conn: &mut PgConnection) -> Result<Vec<Waiver>, sqlx::Error> {
+    sqlx::query_as!(
+        Waiver,
+        "SELECT period, reason, author, waived_at FROM storage_waiver ORDER BY period"
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Record that `period`'s storage is not billed; the database refuses a
+/// month that is billed, closed or not over.
+pub async fn insert_waiver(
+    conn: &mut PgConnection,
+    period: NaiveDate,
+    reason: &str,
+    author: &str,
+) -> Result<Waiver, sqlx::Error> {
+    sqlx::query_as!(
+        Waiver,
+        "INSERT INTO storage_waiver (period, reason, author) VALUES ($1, $2, $3)
+         RETURNING period, reason, author, waived_at",
+        period,
+        reason,
+        author
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// The months before `before`, after the last closed one, that had a quota
+/// in force and were neither billed nor waived (closing `before` would make
+/// them unbillable).
+pub async fn unbilled_months(conn: &mut PgConnection, before: NaiveDate) -> Result<Vec<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT hl_unbilled_storage_months($1) AS "months!""#, before)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// The first month a month-end pass starts from: the month after the last
+/// closed one; with nothing closed, the earlier of the first month with
+/// entries and the first month a quota above zero took effect (in the
+/// billing time zone). `None` when there is neither.
+pub async fn first_open_month(conn: &mut PgConnection) -> Result<Option<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT coalesce((SELECT (max(period) + interval '1 month')::date FROM closed_period),
+                           least((SELECT min(period) FROM ledger_entry),
+                                 (SELECT date_trunc('month', min(q.effective_from AT TIME ZONE c.time_zone))::date
+                                    FROM storage_quota q CROSS JOIN center c WHERE q.quota_tb > 0))) AS "first""#
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
 /// A storage entry to post.
 pub struct StorageEntry {
     pub project_id: ProjectId,

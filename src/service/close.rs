@@ -22,6 +22,13 @@ pub enum CloseError {
     NotOver { month: Month, ends: String },
     #[error("storage for {0} has not been billed: run `hpc-ledger bill storage --month {0}` first")]
     StorageNotBilled(Month),
+    #[error(
+        "cannot close {month}: storage for {} had quotas but was never billed, and closing {month} would make it unbillable: \
+         bill it (`hpc-ledger bill storage --through {}`) or waive a month with its reason \
+         (`hpc-ledger bill storage --month {} --waive REASON`)",
+        list(.months), .months.last().expect("at least one"), .months[0]
+    )]
+    UnbilledStorage { month: Month, months: Vec<Month> },
     #[error("close {first} first: months are closed in order, and {first} holds entries")]
     EarlierMonthOpen { first: Month },
     #[error("{0}")]
@@ -36,6 +43,24 @@ impl From<sqlx::Error> for CloseError {
             Some(m) => CloseError::Refused(m),
             None => CloseError::Db(e.into()),
         }
+    }
+}
+
+/// Months as a reader lists them: `2026-01, 2026-02 and 2026-03`; a long
+/// list shows its first three and its last, with the count.
+fn list(months: &[Month]) -> String {
+    let names: Vec<String> = months.iter().map(Month::to_string).collect();
+    if names.len() > 6 {
+        return format!(
+            "{}, … and {} ({} months)",
+            names[..3].join(", "),
+            names[names.len() - 1],
+            names.len()
+        );
+    }
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => names.join(""),
     }
 }
 
@@ -209,7 +234,16 @@ async fn close_in(
             first: Month::of_date(first),
         });
     }
-    if stdb::billing_run(&mut *tx, "storage", period).await?.is_none() {
+    let unbilled = stdb::unbilled_months(&mut *tx, period).await?;
+    if !unbilled.is_empty() {
+        return Err(CloseError::UnbilledStorage {
+            month,
+            months: unbilled.into_iter().map(Month::of_date).collect(),
+        });
+    }
+    if stdb::billing_run(&mut *tx, "storage", period).await?.is_none()
+        && stdb::waiver(&mut *tx, period).await?.is_none()
+    {
         return Err(CloseError::StorageNotBilled(month));
     }
     let closed = periods::close(&mut *tx, period, author).await?;
@@ -222,6 +256,53 @@ async fn close_in(
         .collect();
     statements.sort_by_key(|s| s.1);
     Ok(outcome(closed, true, statements))
+}
+
+/// What `close --through` did: the months it closed (or found closed), in
+/// order, and the problem it stopped at.
+#[derive(Debug, Serialize)]
+pub struct CloseThrough {
+    pub months: Vec<CloseOutcome>,
+    #[serde(serialize_with = "crate::service::error_text")]
+    pub stopped: Option<CloseError>,
+}
+
+/// Close every month from the month after the last closed one (with
+/// nothing closed, the first month with entries) through `through`, in
+/// order, each in its own transaction. Stops at the first problem.
+pub async fn close_through(
+    pool: &PgPool,
+    through: Month,
+    author: &str,
+    now: DateTime<Utc>,
+) -> Result<CloseThrough, CloseError> {
+    let first = {
+        let mut conn = pool.acquire().await.map_err(DbError::from)?;
+        let last = ledger::last_closed(&mut conn).await?.map(Month::of_date);
+        match last {
+            Some(l) => Some(l.next()),
+            None => periods::earlier_open_month(&mut conn, through.next().first_day())
+                .await?
+                .map(Month::of_date),
+        }
+    };
+    let mut months = Vec::new();
+    let mut month = first.map_or(through, |f| f.min(through));
+    loop {
+        match close(pool, month, author, now).await {
+            Ok(o) => months.push(o),
+            Err(e) => {
+                return Ok(CloseThrough {
+                    months,
+                    stopped: Some(e),
+                });
+            }
+        }
+        if month >= through {
+            return Ok(CloseThrough { months, stopped: None });
+        }
+        month = month.next();
+    }
 }
 
 /// Recompute the seals (and entry counts and totals) of closed months.

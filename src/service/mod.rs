@@ -17,6 +17,15 @@ use sqlx::{Postgres, Transaction};
 
 use crate::db::DbError;
 
+/// Serialise an optional error as its message (`null` when there is none):
+/// a batch that stops at a problem reports it in JSON too.
+pub fn error_text<S: serde::Serializer, E: std::fmt::Display>(e: &Option<E>, s: S) -> Result<S::Ok, S::Error> {
+    match e {
+        Some(e) => s.serialize_some(&e.to_string()),
+        None => s.serialize_none(),
+    }
+}
+
 /// End a use case's transaction: commit when it succeeded, roll back at once
 /// when it failed. (A transaction that is merely dropped keeps its locks until
 /// its connection is used again.)

@@ -1,8 +1,9 @@
 //! Statements: what a project owes for a month, derived from the ledger
 //! alone — compute lines by cluster, node type, metric and rate; storage;
 //! then every correction. The total is the sum of the entries' rounded
-//! amounts. A statement of an open month is provisional; a closed month's
-//! carries its number.
+//! amounts. A statement of an open month is provisional (and says whether
+//! the month's storage is billed yet); a closed month's carries its number
+//! and the month's seal.
 
 use std::collections::HashMap;
 
@@ -44,8 +45,27 @@ pub struct ProjectHeader {
 pub enum Status {
     /// The month is open: entries may still be posted into it.
     Provisional,
-    /// The month is closed.
-    Final { number: i64, closed_at: DateTime<Utc> },
+    /// The month is closed: the statement's number, and the month's seal
+    /// (hex) that covers it.
+    Final {
+        number: i64,
+        closed_at: DateTime<Utc>,
+        seal_algorithm: String,
+        seal: String,
+    },
+}
+
+/// Whether the month's storage has been billed (a provisional statement
+/// says so: its storage section is empty until the run).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "storage_billing", rename_all = "snake_case")]
+pub enum StorageBilling {
+    /// Billed by this run.
+    Billed { storage_run: i64 },
+    /// Not billed, by decision.
+    Waived { storage_waiver_reason: String },
+    /// Not billed yet: the statement's storage will change.
+    NotBilled,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,6 +76,8 @@ pub struct Statement {
     pub project: ProjectHeader,
     #[serde(flatten)]
     pub status: Status,
+    #[serde(flatten)]
+    pub storage_billing: StorageBilling,
     pub compute: Vec<JobLine>,
     pub storage: Vec<StorageLine>,
     pub corrections: Vec<CorrectionLine>,
@@ -100,6 +122,15 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
     };
     let headers: HashMap<ProjectId, ProjectHeader> = project_headers(&mut conn, &ids).await?;
     let closed = crate::db::periods::closed_period(&mut conn, period).await?;
+    let storage_billing = match crate::db::storage::billing_run(&mut conn, "storage", period).await? {
+        Some(run) => StorageBilling::Billed { storage_run: run.id.0 },
+        None => match crate::db::storage::waiver(&mut conn, period).await? {
+            Some(w) => StorageBilling::Waived {
+                storage_waiver_reason: w.reason,
+            },
+            None => StorageBilling::NotBilled,
+        },
+    };
     let issued: HashMap<ProjectId, Issued> = sdb::issued(&mut conn, &ids, period).await?.into_iter().collect();
     let mut compute: HashMap<ProjectId, Vec<JobLine>> = HashMap::new();
     for l in sdb::job_lines(&mut conn, &ids, period).await? {
@@ -126,6 +157,8 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
                 (Some(c), Some(i)) => Status::Final {
                     number: i.number,
                     closed_at: c.closed_at,
+                    seal_algorithm: c.seal_algorithm.clone(),
+                    seal: hex::encode(&c.seal),
                 },
                 _ => Status::Provisional,
             };
@@ -139,6 +172,7 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
                 month,
                 project: headers[id].clone(),
                 status,
+                storage_billing: storage_billing.clone(),
                 compute,
                 storage,
                 corrections,

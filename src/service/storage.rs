@@ -10,7 +10,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::db::storage::{self as sdb, BillingRun, Segment, StorageEntry};
+use crate::db::storage::{self as sdb, BillingRun, Segment, StorageEntry, Waiver};
 use crate::db::{DbError, ledger, reference};
 use crate::domain::period::Month;
 use crate::domain::pricing::ChargingRules;
@@ -62,6 +62,8 @@ pub enum BillState {
     Posted { run: BillingRunId },
     /// Already billed before: nothing posted.
     AlreadyBilled { run: BillingRun },
+    /// The month's storage was waived: nothing is billed for it.
+    Waived { waiver: Waiver },
     /// Nothing posted: a preview.
     DryRun { month_over: bool },
 }
@@ -141,6 +143,17 @@ async fn bill_in(
             entry_count: run.entry_count as usize,
             total: run.total,
             state: BillState::AlreadyBilled { run },
+            projects: Vec::new(),
+        });
+    }
+
+    if let Some(waiver) = sdb::waiver(&mut *tx, month.first_day()).await? {
+        return Ok(BillOutcome {
+            month,
+            project_count: 0,
+            entry_count: 0,
+            total: Decimal::ZERO,
+            state: BillState::Waived { waiver },
             projects: Vec::new(),
         });
     }
@@ -237,6 +250,108 @@ async fn bill_in(
     Ok(outcome)
 }
 
+/// What `bill storage --through` did: the months it went through, in
+/// order, and the problem it stopped at (months after it are untouched).
+#[derive(Debug, Serialize)]
+pub struct ThroughOutcome {
+    pub months: Vec<BillOutcome>,
+    #[serde(serialize_with = "crate::service::error_text")]
+    pub stopped: Option<StorageBillError>,
+}
+
+/// Bill every month from the first open one (see
+/// [`sdb::first_open_month`]) through `through`, in order, each in its own
+/// transaction; months already billed or waived are reported and skipped.
+/// Stops at the first problem.
+pub async fn bill_through(
+    pool: &PgPool,
+    through: Month,
+    author: &str,
+    dry_run: bool,
+    now: DateTime<Utc>,
+) -> Result<ThroughOutcome, StorageBillError> {
+    let first = {
+        let mut conn = pool.acquire().await.map_err(DbError::from)?;
+        sdb::first_open_month(&mut conn).await?.map(Month::of_date)
+    };
+    let mut months = Vec::new();
+    let mut month = first.map_or(through, |f| f.min(through));
+    loop {
+        match bill(pool, month, author, dry_run, now).await {
+            Ok(o) => months.push(o),
+            Err(e) => {
+                return Ok(ThroughOutcome {
+                    months,
+                    stopped: Some(e),
+                });
+            }
+        }
+        if month >= through {
+            return Ok(ThroughOutcome { months, stopped: None });
+        }
+        month = month.next();
+    }
+}
+
+/// What `bill storage --waive` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaiveOutcome {
+    pub month: Month,
+    /// False when the month was waived before (nothing recorded now).
+    pub waived_now: bool,
+    pub waiver: Waiver,
+}
+
+/// Record that `month`'s storage is not billed, with the reason: refused
+/// for a month that is billed, closed or not over. Waiving a waived month
+/// again answers with the first waiver.
+pub async fn waive(
+    pool: &PgPool,
+    month: Month,
+    reason: &str,
+    author: &str,
+    now: DateTime<Utc>,
+) -> Result<WaiveOutcome, StorageBillError> {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(StorageBillError::Refused(
+            "a waiver needs a reason (--waive REASON)".into(),
+        ));
+    }
+    let mut tx = pool.begin().await?;
+    let result = async {
+        sdb::lock_billing(&mut tx).await?;
+        let center = reference::load_center(&mut tx).await?.ok_or(StorageBillError::NoConfig)?;
+        let tz = center.time_zone;
+        if now < month.end(tz) {
+            return Err(StorageBillError::NotOver {
+                month,
+                ends: month.end(tz).with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string(),
+            });
+        }
+        if let Some(waiver) = sdb::waiver(&mut tx, month.first_day()).await? {
+            return Ok(WaiveOutcome { month, waived_now: false, waiver });
+        }
+        if let Some(run) = sdb::billing_run(&mut tx, "storage", month.first_day()).await? {
+            return Err(StorageBillError::Refused(format!(
+                "storage for {month} is billed (run {}, {} by {}): it cannot be waived; correct it with `hpc-ledger adjust`",
+                run.id,
+                run.run_at.format("%Y-%m-%d %H:%M UTC"),
+                run.author
+            )));
+        }
+        if let Some(closed) = ledger::last_closed(&mut tx).await?.map(Month::of_date)
+            && month <= closed
+        {
+            return Err(StorageBillError::Closed(month));
+        }
+        let waiver = sdb::insert_waiver(&mut tx, month.first_day(), reason, author).await?;
+        Ok(WaiveOutcome { month, waived_now: true, waiver })
+    }
+    .await;
+    crate::service::finish(tx, result).await
+}
+
 /// Parse a quota as written: `10`, `10TB`, `2.5T` (TB, the unit of the
 /// storage price).
 pub fn parse_quota(s: &str) -> Result<Decimal, String> {
@@ -326,9 +441,10 @@ pub async fn quota_report(pool: &PgPool, code: &str, at: DateTime<Utc>) -> Resul
     })
 }
 
-pub async fn runs(pool: &PgPool) -> Result<Vec<BillingRun>, DbError> {
+/// Every billing run, and every month whose storage was waived.
+pub async fn runs(pool: &PgPool) -> Result<(Vec<BillingRun>, Vec<Waiver>), DbError> {
     let mut conn = pool.acquire().await?;
-    Ok(sdb::billing_runs(&mut conn).await?)
+    Ok((sdb::billing_runs(&mut conn).await?, sdb::waivers(&mut conn).await?))
 }
 
 #[cfg(test)]

@@ -241,11 +241,14 @@ pub async fn import_file(
 }
 
 /// Close `period` (first day, `YYYY-MM-01`) straight in SQL, as a fixture:
-/// a storage billing run is recorded for it first (none is posted), then the
-/// database's close procedure runs on the insert (migration 0018).
+/// earlier months with quotas never billed are waived, a storage billing run
+/// is recorded for it (none is posted), then the database's close procedure
+/// runs on the insert (migration 0018).
 pub async fn close_by_hand(pool: &PgPool, period: &str) {
     sqlx::raw_sql(&format!(
-        "INSERT INTO billing_run (kind, period, author, project_count, entry_count, total)
+        "INSERT INTO storage_waiver (period, reason, author)
+         SELECT m, 'test fixture', 't' FROM unnest(hl_unbilled_storage_months('{period}')) m;
+         INSERT INTO billing_run (kind, period, author, project_count, entry_count, total)
          VALUES ('storage', '{period}', 't', 0, 0, 0) ON CONFLICT DO NOTHING;
          INSERT INTO closed_period (period, closed_by) VALUES ('{period}', 't')"
     ))

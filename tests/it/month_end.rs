@@ -6,10 +6,10 @@ use std::path::Path;
 use chrono::Utc;
 use hpc_ledger::domain::period::Month;
 use hpc_ledger::ingest::Format;
-use hpc_ledger::service::close::{audit, close, verify};
+use hpc_ledger::service::close::{audit, close, close_through, verify};
 use hpc_ledger::service::correct::{RefundBy, Target, Why, adjust, refund, reverse};
 use hpc_ledger::service::statement::{Status, Which, statements};
-use hpc_ledger::service::storage::bill;
+use hpc_ledger::service::storage::bill_through;
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 
@@ -19,7 +19,8 @@ fn m(s: &str) -> Month {
     s.parse().unwrap()
 }
 
-/// The example center with its sample jobs recorded and July–October storage billed.
+/// The example center with its sample jobs recorded and its storage billed
+/// from its first quota (January) through October.
 async fn october() -> TestDb {
     let db = TestDb::with_example().await;
     for (file, format, cluster) in [
@@ -30,9 +31,11 @@ async fn october() -> TestDb {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
         import_file(&db.pool, &path, file, format, cluster).await;
     }
-    for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
-        bill(&db.pool, m(month), "billing", false, Utc::now()).await.unwrap();
-    }
+    let billed = bill_through(&db.pool, m("2026-10"), "billing", false, Utc::now())
+        .await
+        .unwrap();
+    assert!(billed.stopped.is_none(), "{:?}", billed.stopped);
+    assert_eq!(billed.months.len(), 10);
     db
 }
 
@@ -54,9 +57,8 @@ fn owens(job: &str) -> Target {
 }
 
 async fn close_through_october(pool: &PgPool) {
-    for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
-        close(pool, m(month), "billing", Utc::now()).await.unwrap();
-    }
+    let closed = close_through(pool, m("2026-10"), "billing", Utc::now()).await.unwrap();
+    assert!(closed.stopped.is_none(), "{:?}", closed.stopped);
 }
 
 #[tokio::test]
@@ -178,7 +180,9 @@ async fn a_statement_matches_the_hand_computed_one() {
         .await
         .unwrap();
     assert_eq!(numbers, (1..=numbers.len() as i64).collect::<Vec<_>>());
-    assert_eq!(numbers.len(), 3 + 3 + 3 + 4);
+    // January–February: two projects with quotas; March–June: three (storage
+    // only); July–October: 3, 3, 3 and 4 with jobs.
+    assert_eq!(numbers.len(), 2 + 2 + 3 * 4 + 3 + 3 + 3 + 4);
     assert!(audit(&db.pool).await.unwrap().clean());
 }
 
@@ -188,15 +192,32 @@ async fn closing_a_month_and_what_it_refuses() {
     let e = close(&db.pool, m("2026-10"), "b", Utc::now()).await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "close 2026-07 first: months are closed in order, and 2026-07 holds entries"
+        "close 2026-01 first: months are closed in order, and 2026-01 holds entries"
     );
     let e = close(&db.pool, m("2026-11"), "b", Utc::now()).await.unwrap_err();
     assert!(e.to_string().starts_with("2026-11 is not over yet"), "{e}");
-    for month in ["2026-07", "2026-08", "2026-09"] {
-        close(&db.pool, m(month), "b", Utc::now()).await.unwrap();
-    }
-    // Storage not billed: refused, and saying so.
+    let through = close_through(&db.pool, m("2026-09"), "b", Utc::now()).await.unwrap();
+    assert!(through.stopped.is_none(), "{:?}", through.stopped);
+    assert_eq!(
+        through.months.iter().map(|c| c.month.to_string()).collect::<Vec<_>>(),
+        [
+            "2026-01", "2026-02", "2026-03", "2026-04", "2026-05", "2026-06", "2026-07", "2026-08", "2026-09"
+        ]
+    );
+    // Storage not billed: refused, and saying so (here every month since the
+    // first quota in January).
     let fresh = TestDb::with_example().await;
+    let e = close(&fresh.pool, m("2026-10"), "b", Utc::now()).await.unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "cannot close 2026-10: storage for 2026-01, 2026-02, 2026-03, … and 2026-09 (9 months) had quotas but was never billed"
+        ),
+        "{e}"
+    );
+    bill_through(&fresh.pool, m("2026-09"), "b", false, Utc::now())
+        .await
+        .unwrap();
+    close_through(&fresh.pool, m("2026-09"), "b", Utc::now()).await.unwrap();
     let e = close(&fresh.pool, m("2026-10"), "b", Utc::now()).await.unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -465,11 +486,20 @@ async fn statements_and_month_end_from_the_command_line() {
     assert!(stdout(&o).trim_end().ends_with("total -0.09"), "{}", stdout(&o));
     let o = db.cli(&["adjust", "--project", "PAS1234", "--amount", "-1.234", "--reason", "x"]);
     assert!(stderr(&o).contains("at most 2 decimal places"), "{}", stderr(&o));
-    for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
-        ok(&db.cli(&["close", "--month", month, "--author", "billing"]));
-    }
+    ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
     let out = ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-10"]));
     assert!(out.contains("— 2026-10 — final (closed "), "{out}");
+    // Issue 20, item 8: six owens jobs of 33.666666666667 core-hours at 0.012
+    // are 0.404 rounded once, but each job is rounded by itself: 0.41, said
+    // in a footnote.
+    assert!(
+        out.contains("  owens    regular    core-hours     6  33.666666666667   0.012  0.41 *\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  * each job's amount is computed from its exact quantity and rounded to the cent by itself"),
+        "{out}"
+    );
     assert!(out.contains("slow disk"), "{out}");
     // Every project at once: one CSV, and files in a directory.
     let csv = ok(&db.cli(&["statement", "--all", "--month", "2026-10", "--format", "csv"]));
@@ -528,7 +558,7 @@ async fn statements_and_month_end_from_the_command_line() {
         ),
         "{audit}"
     );
-    assert!(audit.ends_with("\n4 closed month(s): every seal holds\n"), "{audit}");
+    assert!(audit.ends_with("\n10 closed month(s): every seal holds\n"), "{audit}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -785,4 +815,222 @@ async fn the_same_correction_twice_is_refused_unless_asked_and_a_key_posts_once(
         ok(&db.cli(&["audit"])).lines().next(),
         Some("every charge recomputed in SQL matches the ledger")
     );
+}
+
+/// Issue 20, item 5: the first close may not make earlier storage
+/// unbillable; a waiver is a recorded decision; month end runs in one pass.
+#[tokio::test]
+async fn a_close_never_makes_earlier_storage_unbillable() {
+    let db = TestDb::with_example().await;
+    // The example's quotas start in January; bill July alone and try to close it.
+    ok(&db.cli(&["bill", "storage", "--month", "2026-07"]));
+    let o = db.cli(&["close", "--month", "2026-07"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains(
+            "cannot close 2026-07: storage for 2026-01, 2026-02, 2026-03, 2026-04, 2026-05 and 2026-06 had quotas \
+             but was never billed, and closing 2026-07 would make it unbillable: bill it \
+             (`hpc-ledger bill storage --through 2026-06`) or waive a month with its reason \
+             (`hpc-ledger bill storage --month 2026-01 --waive REASON`)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    // The database refuses it too, whoever inserts the month.
+    let e = sqlx::query("INSERT INTO closed_period (period, closed_by) VALUES ('2026-07-01', 'x')")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "storage for 2026-01, 2026-02, 2026-03, 2026-04, 2026-05, 2026-06 had quotas but was never billed"
+        ),
+        "{e}"
+    );
+
+    // A waiver: recorded once, with its reason; not for a billed or unfinished month.
+    let out = ok(&db.cli(&[
+        "bill",
+        "storage",
+        "--month",
+        "2026-01",
+        "--waive",
+        "free during the pilot",
+        "--author",
+        "ops",
+    ]));
+    assert!(
+        out.starts_with("storage for 2026-01 waived (") && out.contains(" by ops): free during the pilot"),
+        "{out}"
+    );
+    let out = ok(&db.cli(&["bill", "storage", "--month", "2026-01", "--waive", "again"]));
+    assert!(
+        out.contains("storage for 2026-01 was already waived") && out.contains("free during the pilot"),
+        "{out}"
+    );
+    let o = db.cli(&["bill", "storage", "--month", "2026-07", "--waive", "too late"]);
+    assert!(
+        stderr(&o).contains("storage for 2026-07 is billed (run "),
+        "{}",
+        stderr(&o)
+    );
+    let o = db.cli(&["bill", "storage", "--month", "2099-01", "--waive", "future"]);
+    assert!(stderr(&o).contains("2099-01 is not over yet"), "{}", stderr(&o));
+    let o = db.cli(&["bill", "storage", "--month", "2026-02", "--waive", "  "]);
+    assert!(stderr(&o).contains("a waiver needs a reason"), "{}", stderr(&o));
+    // A waived month is not billed, by the CLI or in SQL; the waiver is never changed.
+    let out = ok(&db.cli(&["bill", "storage", "--month", "2026-01"]));
+    assert!(
+        out.contains("storage for 2026-01 was waived") && out.contains("nothing posted"),
+        "{out}"
+    );
+    let e = sqlx::query(
+        "INSERT INTO billing_run (kind, period, author, project_count, entry_count, total)
+         VALUES ('storage', '2026-01-01', 'x', 0, 0, 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("storage for 2026-01 was waived: it cannot be billed"),
+        "{e}"
+    );
+    let e = sqlx::query("UPDATE storage_waiver SET reason = 'changed'")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("append-only") || e.to_string().contains("cannot"),
+        "{e}"
+    );
+
+    // A provisional statement says whether its storage is billed yet.
+    let out = ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-02"]));
+    assert!(
+        out.contains("storage for 2026-02 is not billed yet: this section changes when it is"),
+        "{out}"
+    );
+    let out = ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-01"]));
+    assert!(
+        out.contains("storage for 2026-01 is not billed: waived (free during the pilot)"),
+        "{out}"
+    );
+    let csv = ok(&db.cli(&[
+        "statement",
+        "--project",
+        "PAS1234",
+        "--month",
+        "2026-02",
+        "--format",
+        "csv",
+    ]));
+    assert!(
+        csv.contains("PAS1234,2026-02,provisional,,storage,,,,not billed yet,,,,\n"),
+        "{csv}"
+    );
+    // One pass: every month through October, skipping what is billed or waived.
+    let out = ok(&db.cli(&["bill", "storage", "--through", "2026-10", "--author", "billing"]));
+    assert!(out.contains("storage for 2026-01 was waived"), "{out}");
+    assert!(out.contains("storage for 2026-02 billed (run "), "{out}");
+    assert!(out.contains("storage for 2026-07 was already billed"), "{out}");
+    assert!(out.contains("storage for 2026-10 billed (run "), "{out}");
+    let runs: serde_json::Value = serde_json::from_str(&ok(&db.cli(&["bill", "runs", "--format", "json"]))).unwrap();
+    let months: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["period"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        months,
+        [
+            "2026-02-01",
+            "2026-03-01",
+            "2026-04-01",
+            "2026-05-01",
+            "2026-06-01",
+            "2026-07-01",
+            "2026-08-01",
+            "2026-09-01",
+            "2026-10-01"
+        ]
+    );
+    assert_eq!(runs["waivers"][0]["reason"], "free during the pilot");
+    assert_eq!(runs["waivers"][0]["author"], "ops");
+    // February's bill is PAS1234's 10 TB and PAA0042's 2.5 TB at 5.00 for the whole month.
+    let feb: Decimal = sqlx::query_scalar("SELECT total FROM billing_run WHERE period = '2026-02-01'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(feb, "62.50".parse::<Decimal>().unwrap());
+    // Going past the months that are over stops at the first one that is not,
+    // with the earlier ones reported.
+    let o = db.cli(&["bill", "storage", "--through", "2099-12"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is not over yet"), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("storage for 2026-10 was already billed"),
+        "{}",
+        stdout(&o)
+    );
+
+    // Close through September: February (the first month with entries) on.
+    let out = ok(&db.cli(&["close", "--through", "2026-09", "--author", "billing"]));
+    assert!(!out.contains("2026-01 closed"), "{out}");
+    assert!(
+        out.starts_with("2026-02 closed by billing: 2 entries, total 62.50"),
+        "{out}"
+    );
+    assert!(out.contains("2026-09 closed by billing"), "{out}");
+    let waivers: Vec<(chrono::NaiveDate, String)> = sqlx::query_as("SELECT period, reason FROM audit.storage_waivers")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(waivers.len(), 1);
+    assert_eq!(waivers[0].1, "free during the pilot");
+    // A final statement prints its number and the month's seal.
+    let out = ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-02"]));
+    let seal: String = sqlx::query_scalar("SELECT encode(seal, 'hex') FROM closed_period WHERE period = '2026-02-01'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(out.contains("STATEMENT No. 2 — 2026-02 — final (closed "), "{out}");
+    assert!(
+        out.contains(&format!("\nMonth seal (sha256-chain-v2): {seal}\n")),
+        "{out}"
+    );
+    assert!(!out.contains("not billed"), "{out}");
+    assert!(audit(&db.pool).await.unwrap().clean());
+}
+
+/// `close --through` stops at the first month it cannot close, with the fix,
+/// after closing the months before it.
+#[tokio::test]
+async fn close_through_stops_at_the_first_problem() {
+    let db = TestDb::with_example().await;
+    ok(&db.cli(&["bill", "storage", "--through", "2026-09"]));
+    let o = db.cli(&["close", "--through", "2026-10"]);
+    assert!(!o.status.success());
+    let out = stdout(&o);
+    assert!(out.starts_with("2026-01 closed by "), "{out}");
+    assert!(out.contains("2026-09 closed by "), "{out}");
+    assert!(!out.contains("2026-10 closed"), "{out}");
+    assert!(
+        stderr(&o).contains("stopped after 2026-09")
+            && stderr(&o).contains(
+                "storage for 2026-10 has not been billed: run `hpc-ledger bill storage --month 2026-10` first"
+            ),
+        "{}",
+        stderr(&o)
+    );
+    // Again, once billed: the closed months are reported, October closes.
+    ok(&db.cli(&["bill", "storage", "--month", "2026-10"]));
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&db.cli(&["close", "--through", "2026-10", "--format", "json"]))).unwrap();
+    let months = json["months"].as_array().unwrap();
+    assert_eq!(months.len(), 1, "{json}");
+    assert_eq!(months[0]["month"], "2026-10");
+    assert_eq!(months[0]["closed_now"], true);
+    assert!(json["stopped"].is_null());
 }

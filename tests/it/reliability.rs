@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use hpc_ledger::domain::period::Month;
-use hpc_ledger::service::close::close;
-use hpc_ledger::service::storage::bill;
+use hpc_ledger::service::close::{close, close_through};
+use hpc_ledger::service::storage::bill_through;
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 
@@ -184,7 +184,12 @@ async fn postgresql_stopped_during_an_import_is_a_clear_error_and_a_rerun_comple
 async fn concurrent_closes_of_one_month_take_effect_once() {
     let db = TestDb::with_example().await;
     let m: Month = "2026-06".parse().unwrap();
-    bill(&db.pool, m, "t", false, Utc::now()).await.unwrap();
+    let billed = bill_through(&db.pool, m, "t", false, Utc::now()).await.unwrap();
+    assert!(billed.stopped.is_none());
+    let earlier = close_through(&db.pool, "2026-05".parse().unwrap(), "t", Utc::now())
+        .await
+        .unwrap();
+    assert!(earlier.stopped.is_none());
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let pool = db.pool.clone();
@@ -197,11 +202,13 @@ async fn concurrent_closes_of_one_month_take_effect_once() {
         }
     }
     assert_eq!(now, 1);
-    let (closed, statements): (i64, i64) =
-        sqlx::query_as("SELECT (SELECT count(*) FROM closed_period), (SELECT count(*) FROM statement)")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let (closed, statements): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM closed_period WHERE period = '2026-06-01'),
+                (SELECT count(*) FROM statement WHERE period = '2026-06-01')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert_eq!((closed, statements), (1, 3));
 }
 

@@ -394,6 +394,6 @@ async fn quota_and_bill_from_the_command_line() {
         stderr(&o)
     );
     let json: serde_json::Value = serde_json::from_str(&ok(&db.cli(&["bill", "runs", "--format", "json"]))).unwrap();
-    assert_eq!(json[0]["author"], "billing");
-    assert_eq!(json[0]["period"], "2026-05-01");
+    assert_eq!(json["runs"][0]["author"], "billing");
+    assert_eq!(json["runs"][0]["period"], "2026-05-01");
 }
