@@ -23,6 +23,9 @@ pub const EXIT_REJECTED: u8 = 4;
 pub enum Cmd {
     /// Record one finished job, from flags or one JSON object on stdin (--json).
     Record(Box<RecordArgs>),
+    /// Show a recorded job: its runs, records, how its charge was reached,
+    /// every entry posted for it or against it.
+    Show(super::explain::ShowArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -89,7 +92,10 @@ fn time(v: &Option<String>) -> Option<Scalar> {
 }
 
 pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
-    let Cmd::Record(a) = cmd;
+    let a = match cmd {
+        Cmd::Record(a) => a,
+        Cmd::Show(args) => return super::explain::run_show(args, target).await,
+    };
     let (raw, raw_bytes, format) = if a.json {
         let mut bytes = Vec::new();
         std::io::stdin()

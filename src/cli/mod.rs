@@ -8,6 +8,7 @@ mod config;
 mod correct;
 mod db;
 mod demo;
+mod explain;
 mod import;
 mod job;
 mod quota;
@@ -108,6 +109,8 @@ pub enum Command {
     Verify(close::VerifyArgs),
     /// Check every charge again in SQL, and every seal; non-zero exit on any finding.
     Audit(close::AuditArgs),
+    /// List a project's ledger entries of a month, with their ids.
+    Entries(explain::EntriesArgs),
     /// Reverse charges: exact negatives linked to them, at most once.
     Reverse(correct::ReverseArgs),
     /// Refund part of a charge, by fraction or amount, with a reason.
@@ -118,6 +121,15 @@ pub enum Command {
     Demo(demo::Args),
     /// Measure speed against PostgreSQL's own on this machine (scratch database).
     Bench(bench::Args),
+}
+
+/// A CSV cell: quoted when it holds a comma, a quote or a line break.
+pub(crate) fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_owned()
+    }
 }
 
 /// Output format of commands that print data.
@@ -152,6 +164,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(cmd) => config::run(cmd, &target, by).await,
         Command::Quote(args) => quote::run(args, &target).await,
         Command::Job(cmd) => job::run(cmd, &target, by).await,
+        Command::Entries(args) => explain::run_entries(args, &target).await,
         Command::Import(args) => import::run(args, &target, by).await,
         Command::Serve(args) => serve::run(args, &target, by).await,
         Command::Rejected(args) => rejected::run(args, &target, by).await,

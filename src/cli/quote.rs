@@ -7,7 +7,7 @@ use clap::ValueEnum;
 
 use super::{Format, print_json, table};
 use crate::db::Target;
-use crate::domain::pricing::{ChargeBasis, ChargingRules};
+use crate::domain::pricing::{ChargeBasis, ChargingRules, JobPrice, RateCard};
 use crate::domain::rules::Scheduler;
 use crate::service::config::time_zone;
 use crate::service::quote::{Quote, QuoteRequest, quote};
@@ -75,7 +75,6 @@ fn hms(seconds: i64) -> String {
 
 /// A quote's whole breakdown, as a person reads it.
 pub fn render(q: &Quote, tz: chrono_tz::Tz) -> String {
-    let p = &q.price;
     let card = &q.rate_card.value;
     let mut out = String::new();
     let queue = q.queue.as_ref().map(|q| format!(" (queue {q})")).unwrap_or_default();
@@ -87,6 +86,15 @@ pub fn render(q: &Quote, tz: chrono_tz::Tz) -> String {
         q.rate_card_id,
         q.rate_card.valid_from.with_timezone(&tz).format("%Y-%m-%d")
     );
+    out.push_str(&breakdown(&q.price, card, &q.currency));
+    out
+}
+
+/// How a price was reached, as `quote` shows it (also `job show`): the
+/// card's prices, every intermediate value, and per metric the quantity,
+/// rate, exact amount and rounded amount, then the total.
+pub fn breakdown(p: &JobPrice, card: &RateCard, currency: &str) -> String {
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "  {} per core-hour, {} per GPU-hour, {} memory per core, {} cores per node\n",
@@ -156,6 +164,6 @@ pub fn render(q: &Quote, tz: chrono_tz::Tz) -> String {
         &["metric", "quantity", "rate", "exact amount", "amount"],
         &rows,
     ));
-    let _ = writeln!(out, "total: {} {:.2}", q.currency, p.total());
+    let _ = writeln!(out, "total: {currency} {:.2}", p.total());
     out
 }

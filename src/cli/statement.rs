@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 
-use super::print_json;
+use super::{csv_field, print_json};
 use crate::db::Target;
 use crate::domain::period::Month;
 use crate::service::statement::{Statement, Status, StorageBilling, Which, statements};
@@ -260,14 +260,6 @@ pub fn text(s: &Statement) -> String {
     let _ = writeln!(o, "  corrections subtotal: {:.2}\n", s.corrections_total());
     let _ = writeln!(o, "TOTAL {cur} {:.2}", s.total);
     o
-}
-
-fn csv_field(v: &str) -> String {
-    if v.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", v.replace('"', "\"\""))
-    } else {
-        v.to_owned()
-    }
 }
 
 /// One row per statement line, every statement in one table.

@@ -8,6 +8,7 @@ pub mod corrections;
 pub mod deep;
 pub mod definitions;
 pub mod errors;
+pub mod explain;
 pub mod follow;
 pub mod jobs;
 pub mod kinds;

@@ -5,6 +5,7 @@ pub mod close;
 pub mod config;
 pub mod correct;
 pub mod deep;
+pub mod explain;
 pub mod follow;
 pub mod import;
 pub mod quote;

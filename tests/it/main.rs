@@ -11,6 +11,7 @@ mod config_apply;
 mod deep;
 mod embedded;
 mod examples;
+mod explain;
 mod fixtures;
 mod follow;
 mod import;
