@@ -37,7 +37,10 @@ pub struct Common {
     /// Why (recorded with the entry and shown on the statement).
     #[arg(long)]
     reason: String,
-    /// The open month to post into (default: the month of what it corrects if open, else the first open month).
+    /// The open month to post into. Default: for a reversal or refund, the
+    /// month of what it corrects if open, else the first open month; for an
+    /// adjustment, the month that last ended if open (the month being
+    /// closed), else the first open month after it.
     #[arg(long)]
     month: Option<Month>,
     /// Post it even though an identical correction (same kind, charges or

@@ -113,7 +113,9 @@ pub struct Posted {
 
 /// The open month a correction goes to: the one asked for (it must be open
 /// and not in the future), else the month of what it corrects if still open,
-/// else the first open month.
+/// else the first open month. An adjustment corrects no entry: it goes to
+/// the month that last ended while that is open (the month being closed),
+/// else to the first open month after it.
 async fn target_month(
     conn: &mut PgConnection,
     original: Option<Month>,
@@ -129,7 +131,7 @@ async fn target_month(
         ))),
         Some(m) if m > current => invalid(format!("{m} has not begun")),
         Some(m) => Ok((m, false)),
-        None => Ok(posting_period(original.unwrap_or(current), last_closed)),
+        None => Ok(posting_period(original.unwrap_or(current.prev()), last_closed)),
     }
 }
 

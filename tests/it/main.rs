@@ -9,6 +9,7 @@ mod bench;
 mod cli;
 mod config_apply;
 mod deep;
+mod docs;
 mod embedded;
 mod examples;
 mod explain;
