@@ -62,6 +62,10 @@ pub struct Args {
     /// (each read with the options it was first read with).
     #[arg(long, conflicts_with_all = ["files", "format", "cluster", "default_project", "fields", "delimiter", "project_from"])]
     retry_rejected: bool,
+    /// With --retry-rejected: only these rejections (the ids `hpc-ledger
+    /// rejected` lists; each must be open). Repeat for several.
+    #[arg(long = "id", value_name = "ID", requires = "retry_rejected")]
+    ids: Vec<i64>,
     /// Follow a PBS accounting directory (`server_priv/accounting`): record
     /// each job as its end record is written, move on to the next day's file,
     /// and resume where the last follower stopped. Runs until SIGTERM/Ctrl-C.
@@ -93,7 +97,7 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
     );
     let mut summary = Summary::default();
     if args.retry_rejected {
-        retry_rejected(&pool, &mut recorder, &mut summary).await?;
+        retry_rejected(&pool, &mut recorder, &mut summary, &args.ids).await?;
     } else {
         let Some(format) = args.format else {
             anyhow::bail!("give --format slurm|pbs|jsonl|jobcomp|sacct-json (or --retry-rejected)");

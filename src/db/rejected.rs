@@ -68,12 +68,15 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
             SET source_ref = EXCLUDED.source_ref, read_options = EXCLUDED.read_options, kind = EXCLUDED.kind,
                 reason = EXCLUDED.reason, job_key = EXCLUDED.job_key, last_seen_at = now(),
                 times_seen = rejected_record.times_seen + 1,
-                -- Read again: open again, unless it was dismissed.
-                resolved_at = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolved_at END,
-                resolution = CASE WHEN rejected_record.resolution = 'dismissed' THEN 'dismissed' END,
+                -- Read again: open again, unless it was dismissed or its run
+                -- was recorded by another path (migration 0024).
+                resolved_at = CASE WHEN rejected_record.resolution IN ('dismissed', 'recorded_elsewhere')
+                                   THEN rejected_record.resolved_at END,
+                resolution = CASE WHEN rejected_record.resolution IN ('dismissed', 'recorded_elsewhere')
+                                  THEN rejected_record.resolution END,
                 resolved_by = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolved_by END,
                 resolution_note = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolution_note END,
-                resolved_record_id = CASE WHEN rejected_record.resolution = 'dismissed'
+                resolved_record_id = CASE WHEN rejected_record.resolution IN ('dismissed', 'recorded_elsewhere')
                                           THEN rejected_record.resolved_record_id END",
         &format as &[SourceFormat],
         &source as &[&str],
@@ -115,6 +118,50 @@ pub async fn resolve(
         raw_sha256,
         resolution as &[&str],
         record,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// An open rejection of one of the jobs just recorded (by job key).
+#[derive(Debug, Clone)]
+pub struct OpenOfJob {
+    pub id: i64,
+    pub source_format: SourceFormat,
+    pub read_options: serde_json::Value,
+    pub raw: String,
+    pub raw_bytes: Option<Vec<u8>>,
+    pub job_key: String,
+}
+
+/// The open rejections whose job key is one of `keys` (compared ignoring case).
+pub async fn open_of_jobs(conn: &mut PgConnection, keys: &[String]) -> Result<Vec<OpenOfJob>, sqlx::Error> {
+    let lower: Vec<String> = keys.iter().map(|k| k.to_lowercase()).collect();
+    sqlx::query_as!(
+        OpenOfJob,
+        r#"SELECT id, source_format AS "source_format: SourceFormat", read_options, raw, raw_bytes,
+                  job_key AS "job_key!"
+             FROM rejected_record
+            WHERE resolved_at IS NULL AND lower(job_key) = ANY($1)"#,
+        &lower
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Resolve rejections as `recorded_elsewhere`: their run is charged by the
+/// job record named (from another source or other bytes). The database
+/// checks the record is of the same job (migration 0024).
+pub async fn resolve_elsewhere(conn: &mut PgConnection, ids: &[i64], records: &[i64]) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query!(
+        "UPDATE rejected_record r SET resolved_at = now(), resolution = 'recorded_elsewhere', resolved_record_id = u.rec
+           FROM UNNEST($1::bigint[], $2::bigint[]) AS u(id, rec)
+          WHERE r.id = u.id AND r.resolved_at IS NULL
+            AND hl_resolution_check(r.id, r.source_format, r.raw_sha256, r.job_key, 'recorded_elsewhere', u.rec,
+                                    r.resolved_by, r.resolution_note)",
+        ids,
+        records
     )
     .execute(&mut *conn)
     .await?;
@@ -172,6 +219,30 @@ pub async fn list(conn: &mut PgConnection, after_id: i64, limit: i64, all: bool)
         after_id,
         limit,
         all
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Open rejections after `after_id`, oldest first; only those of `ids`
+/// when it is not empty.
+pub async fn list_open(
+    conn: &mut PgConnection,
+    after_id: i64,
+    limit: i64,
+    ids: &[i64],
+) -> Result<Vec<Rejected>, sqlx::Error> {
+    sqlx::query_as!(
+        Rejected,
+        r#"SELECT id, source_format AS "source_format: SourceFormat", source_ref, read_options, raw, raw_bytes, kind, reason,
+                job_key, first_seen_at, last_seen_at,
+                times_seen, resolved_at, resolution, resolved_by, resolution_note
+           FROM rejected_record
+          WHERE id > $1 AND resolved_at IS NULL AND (cardinality($3::bigint[]) = 0 OR id = ANY ($3))
+          ORDER BY id LIMIT $2"#,
+        after_id,
+        limit,
+        ids
     )
     .fetch_all(&mut *conn)
     .await

@@ -461,14 +461,34 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-/// Re-process the rejected records that are still open: read each again
-/// with the options it was read with, and record it with today's rules
-/// (and `--supersede`, if the recorder has it).
-pub async fn retry_rejected(pool: &PgPool, recorder: &mut Recorder, summary: &mut Summary) -> Result<(), ImportError> {
+/// Re-process the rejected records that are still open (all, or those of
+/// `ids`, which must all be open): read each again with the options it was
+/// read with, and record it with today's rules (and `--supersede`, if the
+/// recorder has it).
+pub async fn retry_rejected(
+    pool: &PgPool,
+    recorder: &mut Recorder,
+    summary: &mut Summary,
+    ids: &[i64],
+) -> Result<(), ImportError> {
+    if !ids.is_empty() {
+        let mut conn = pool.acquire().await.map_err(RecordError::Connection)?;
+        let closed = rejected::not_open(&mut conn, ids).await.map_err(RecordError::Db)?;
+        if !closed.is_empty() {
+            let list: Vec<String> = closed.iter().map(i64::to_string).collect();
+            return Err(ImportError::Options(format!(
+                "rejection{} {} {} not open (unknown, or already resolved or dismissed): nothing was retried \
+                 (`hpc-ledger rejected --all` lists every one)",
+                if closed.len() == 1 { "" } else { "s" },
+                list.join(", "),
+                if closed.len() == 1 { "is" } else { "are" }
+            )));
+        }
+    }
     let mut after = 0;
     loop {
         let mut conn = pool.acquire().await.map_err(RecordError::Connection)?;
-        let page = rejected::list(&mut conn, after, BATCH as i64, false)
+        let page = rejected::list_open(&mut conn, after, BATCH as i64, ids)
             .await
             .map_err(RecordError::Db)?;
         drop(conn);

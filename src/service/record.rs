@@ -312,7 +312,7 @@ impl Recorder {
             pending = later;
         }
         rejected::upsert(&mut *tx, &rejections).await?;
-        resolve_rejections(&mut *tx, jobs, &outcomes, &records).await?;
+        resolve_rejections(&mut *tx, jobs, &outcomes, &records, catalog).await?;
         Ok(outcomes
             .into_iter()
             .map(|o| o.expect("every job has an outcome"))
@@ -351,12 +351,14 @@ fn rejection_row(source: &Source, kind: RejectKind, reason: &str, job_key: Optio
     }
 }
 
-/// Lines rejected before and recorded now are resolved.
+/// Lines rejected before and recorded now are resolved; so are open
+/// rejections of the same runs read from another source (other bytes).
 async fn resolve_rejections(
     conn: &mut PgConnection,
     jobs: &[Submission],
     outcomes: &[Option<Outcome>],
     records: &[Option<JobRecordId>],
+    catalog: &Catalog,
 ) -> Result<(), sqlx::Error> {
     if !rejected::any_to_resolve(conn).await? {
         return Ok(());
@@ -382,6 +384,52 @@ async fn resolve_rejections(
         proofs.push(record.0);
     }
     rejected::resolve(conn, &formats, &hashes, &resolutions, &proofs).await?;
+
+    // The same runs, rejected when read from elsewhere: read each again and
+    // compare the run (cluster, job id, array index, start).
+    let recorded: Vec<(&Submission, JobRecordId)> = jobs
+        .iter()
+        .zip(records)
+        .filter_map(|(job, record)| record.map(|r| (job, r)))
+        .collect();
+    if recorded.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<String> = recorded.iter().map(|(job, _)| job.input.key()).collect();
+    let open = rejected::open_of_jobs(conn, &keys).await?;
+    if open.is_empty() {
+        return Ok(());
+    }
+    let start = |input: &crate::domain::posting::JobInput| -> Option<chrono::DateTime<Utc>> {
+        let center = catalog.center.as_ref()?;
+        let cluster = catalog.cluster(input.cluster.as_deref()?)?;
+        let (started, _, _) =
+            crate::domain::posting::instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()?;
+        Some(started)
+    };
+    let mut ids = Vec::new();
+    let mut proofs = Vec::new();
+    for o in &open {
+        let options: ReadOptions = serde_json::from_value(o.read_options.clone()).unwrap_or_default();
+        let Ok(crate::ingest::Item::Job(input)) =
+            crate::ingest::reread(o.source_format, &options, &o.raw, o.raw_bytes.as_deref())
+        else {
+            continue;
+        };
+        let Some(started) = start(&input) else { continue };
+        let same = recorded.iter().find(|(job, _)| {
+            job.input.key().eq_ignore_ascii_case(&o.job_key)
+                && job.input.array_index == input.array_index
+                && start(&job.input) == Some(started)
+        });
+        if let Some((_, record)) = same {
+            ids.push(o.id);
+            proofs.push(record.0);
+        }
+    }
+    if !ids.is_empty() {
+        rejected::resolve_elsewhere(conn, &ids, &proofs).await?;
+    }
     Ok(())
 }
 

@@ -436,7 +436,7 @@ async fn a_changed_record_is_a_conflict_until_superseded() {
         },
     );
     let mut s = Summary::default();
-    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    retry_rejected(&db.pool, &mut recorder, &mut s, &[]).await.unwrap();
     // The malformed lines of both files stay rejected.
     assert_eq!(
         (s.superseded, s.rejected_total(), s.rejected[&RejectKind::Malformed]),
@@ -481,7 +481,7 @@ async fn a_changed_record_is_a_conflict_until_superseded() {
     assert_eq!(resolved, "superseded");
     // Superseding again is a replay, not a second reversal.
     let mut s = Summary::default();
-    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    retry_rejected(&db.pool, &mut recorder, &mut s, &[]).await.unwrap();
     assert_eq!((s.lines, s.superseded, s.replayed), (7, 0, 0));
     let again = import_fixture(&db, "xdmod_slurm_sacct_parsable2_edgecases.log", true).await;
     assert_eq!((again.superseded, again.replayed), (0, 4));
@@ -648,7 +648,7 @@ async fn rejected_records_are_recorded_once_the_cause_is_fixed() {
     // Re-processing before the fix changes nothing.
     let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
-    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    retry_rejected(&db.pool, &mut recorder, &mut s, &[]).await.unwrap();
     assert_eq!((s.recorded, s.rejected_total()), (0, 2));
     let seen: i32 = sqlx::query_scalar("SELECT max(times_seen) FROM rejected_record")
         .fetch_one(&db.pool)
@@ -668,7 +668,7 @@ async fn rejected_records_are_recorded_once_the_cause_is_fixed() {
         .unwrap();
     let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
-    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    retry_rejected(&db.pool, &mut recorder, &mut s, &[]).await.unwrap();
     assert_eq!((s.recorded, s.rejected_total()), (2, 0), "{s:#?}");
     let open: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record WHERE resolved_at IS NULL")
         .fetch_one(&db.pool)
@@ -897,7 +897,7 @@ async fn a_retry_reads_each_rejected_line_with_the_options_of_its_own_import() {
         .unwrap();
     let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
-    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    retry_rejected(&db.pool, &mut recorder, &mut s, &[]).await.unwrap();
     assert_eq!(s.recorded, 2, "{s:#?}");
     let clusters: Vec<String> =
         sqlx::query_scalar("SELECT c.name FROM job j JOIN cluster c ON c.id = j.cluster_id ORDER BY 1")

@@ -107,3 +107,109 @@ async fn a_junk_import_is_dismissed_without_sql_and_stays_dismissed() {
     assert!(out.contains("recorded:    1"), "{out}");
     assert!(open(&db).is_empty());
 }
+
+/// Issue 20, item 4: retry one rejection by id; a rejection is resolved when
+/// the same run is recorded by another path, and stays resolved when its
+/// line is read again.
+#[tokio::test]
+async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run() {
+    let db = crate::harness::TestDb::with_example().await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("elsewhere-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("feed.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            // owens/1002 as sacct has it (10:00–20:00 on 6 October), but in a partition nobody mapped.
+            r#"{"cluster":"owens","job_id":"1002","project":"PAS1234","queue":"nosuch","cores":1,"start":"2026-10-06T10:00:00-04:00","end":"2026-10-06T20:00:00-04:00"}"#,
+            "\n",
+            // Another run of the same job id (an earlier start): not the run sacct records.
+            r#"{"cluster":"owens","job_id":"1002","project":"PAS1234","queue":"nosuch","cores":1,"start":"2026-10-05T10:00:00-04:00","end":"2026-10-05T11:00:00-04:00"}"#,
+            "\n",
+            r#"{"cluster":"owens","job_id":"7777","project":"NOPE","queue":"batch","cores":1,"start":"2026-10-05T10:00:00-04:00","end":"2026-10-05T11:00:00-04:00"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let o = db.cli(&["import", "--format", "jsonl", f]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM rejected_record ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 3);
+    let (same_run, other_run, nope) = (ids[0], ids[1], ids[2]);
+    let seen = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i32>("SELECT times_seen FROM rejected_record ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+
+    // Retry one id: only it is read again (still an unknown project).
+    let o = db.cli(&["import", "--retry-rejected", "--id", &nope.to_string()]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stdout(&o).contains("lines read:  1\n"), "{}", stdout(&o));
+    assert_eq!(seen(db.pool.clone()).await, [1, 1, 2]);
+    let o = db.cli(&["import", "--retry-rejected", "--id", "999999"]);
+    assert!(
+        stderr(&o)
+            .contains("rejection 999999 is not open (unknown, or already resolved or dismissed): nothing was retried"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(seen(db.pool.clone()).await, [1, 1, 2]);
+
+    // sacct records owens/1002: the jobcomp-less path's rejection of that very
+    // run is resolved, naming the record; the other run's stays open.
+    let sacct = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs/owens-sacct.txt");
+    ok(&db.cli(&["import", "--format", "slurm", sacct.to_str().unwrap()]));
+    let rows: Vec<(i64, Option<String>, Option<i64>, Option<bool>)> = sqlx::query_as(
+        "SELECT x.id, x.resolution, x.resolved_record_id, a.resolution_holds
+           FROM rejected_record x JOIN audit.rejections a ON a.id = x.id ORDER BY x.id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let record: i64 = sqlx::query_scalar(
+        "SELECT r.id FROM job_record r JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id = '1002'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows[0],
+        (same_run, Some("recorded_elsewhere".into()), Some(record), Some(true))
+    );
+    assert_eq!(rows[1], (other_run, None, None, None));
+    assert_eq!(rows[2].1, None);
+
+    // Read again, the resolved line is rejected again but stays resolved.
+    let o = db.cli(&["import", "--format", "jsonl", f]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let open = ok(&db.cli(&["rejected"]));
+    let open_ids: Vec<&str> = open
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(open_ids, [other_run.to_string(), nope.to_string()]);
+    let all = ok(&db.cli(&["rejected", "--all"]));
+    assert!(all.contains("recorded_elsewhere"), "{all}");
+    // The database refuses a resolution that names another job's record.
+    let e = sqlx::query(
+        "UPDATE rejected_record SET resolved_at = now(), resolution = 'recorded_elsewhere', resolved_record_id =
+                (SELECT r.id FROM job_record r JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id = '1001')
+          WHERE id = $1",
+    )
+    .bind(other_run)
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("cannot be resolved as recorded_elsewhere"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

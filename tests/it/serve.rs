@@ -309,7 +309,7 @@ async fn re_sent_changes_bad_documents_and_credentials_get_the_right_reply() {
     // Kept records are read again as jobcomp documents: still the same reasons.
     let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     let mut s = Summary::default();
-    retry_rejected(&db.pool, &mut recorder, &mut s).await.unwrap();
+    retry_rejected(&db.pool, &mut recorder, &mut s, &[]).await.unwrap();
     assert_eq!(
         (
             s.rejected[&RejectKind::Conflict],
