@@ -165,7 +165,8 @@ async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run
     // run is resolved, naming the record; the other run's stays open.
     let sacct = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs/owens-sacct.txt");
     ok(&db.cli(&["import", "--format", "slurm", sacct.to_str().unwrap()]));
-    let rows: Vec<(i64, Option<String>, Option<i64>, Option<bool>)> = sqlx::query_as(
+    type Row = (i64, Option<String>, Option<i64>, Option<bool>);
+    let rows: Vec<Row> = sqlx::query_as(
         "SELECT x.id, x.resolution, x.resolved_record_id, a.resolution_holds
            FROM rejected_record x JOIN audit.rejections a ON a.id = x.id ORDER BY x.id",
     )
