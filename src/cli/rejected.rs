@@ -27,6 +27,26 @@ enum Cmd {
     ///
     /// Example: hpc-ledger rejected dismiss --file /tmp/core.dump --reason "binary file imported by mistake"
     Dismiss(DismissArgs),
+    /// Charge a rejected job whose account was mistyped (an unknown project)
+    /// to the project it belongs to: the decision is kept with who and why,
+    /// the raw record as the scheduler wrote it; the job is then recorded.
+    ///
+    /// Example: hpc-ledger rejected reassign 7 --project PAS1234 --reason "account mistyped as PAS1243"
+    Reassign(ReassignArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ReassignArgs {
+    /// The rejection's id (the first column of `hpc-ledger rejected`).
+    id: i64,
+    /// The project to charge it to.
+    #[arg(long)]
+    project: String,
+    /// Why (kept with the reassignment, shown to auditors).
+    #[arg(long)]
+    reason: String,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
 }
 
 #[derive(Debug, clap::Args)]
@@ -54,6 +74,40 @@ struct DismissArgs {
 
 pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open_configured().await?;
+    if let Some(Cmd::Reassign(a)) = args.cmd {
+        let done = rejected::reassign(&pool, a.id, &a.project, author, &a.reason).await?;
+        let mut recorder = crate::service::record::Recorder::new(
+            pool.clone(),
+            crate::service::record::RecordOptions {
+                supersede: false,
+                author: author.to_owned(),
+            },
+        );
+        let mut summary = crate::service::import::Summary::default();
+        crate::service::import::retry_rejected(&pool, &mut recorder, &mut summary, &[a.id]).await?;
+        match a.format {
+            Format::Json => print_json(&serde_json::json!({ "reassigned": done, "retry": summary }))?,
+            Format::Text => {
+                println!(
+                    "rejection {}{}: account {} reassigned to {} by {}: {}",
+                    done.rejection,
+                    done.job.as_ref().map(|j| format!(" ({j})")).unwrap_or_default(),
+                    done.from_account
+                        .as_deref()
+                        .map_or("(none)".to_owned(), |a| format!("{a:?}")),
+                    done.project,
+                    author,
+                    a.reason.trim()
+                );
+                print!("{}", super::import::render(&summary));
+            }
+        }
+        return Ok(if summary.rejected_total() > 0 {
+            ExitCode::from(super::job::EXIT_REJECTED)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
     if let Some(Cmd::Dismiss(d)) = args.cmd {
         let selection = Selection {
             ids: d.ids,

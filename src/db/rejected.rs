@@ -168,6 +168,101 @@ pub async fn resolve_elsewhere(conn: &mut PgConnection, ids: &[i64], records: &[
     Ok(done.rows_affected())
 }
 
+/// The projects records were reassigned to (migration 0025), for the ones
+/// among `(format, sha256)` that have one: (format, sha256, project code).
+pub async fn reassigned(
+    conn: &mut PgConnection,
+    formats: &[SourceFormat],
+    hashes: &[Vec<u8>],
+) -> Result<Vec<(SourceFormat, Vec<u8>, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT a.source_format AS "source_format!: SourceFormat", a.raw_sha256 AS "raw_sha256!", p.code AS "code!"
+             FROM UNNEST($1::text[], $2::bytea[]) AS u(f, h)
+             JOIN project_reassignment a ON a.source_format = u.f AND a.raw_sha256 = u.h
+             JOIN project p ON p.id = a.project_id"#,
+        formats as &[SourceFormat],
+        hashes
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.source_format, r.raw_sha256, r.code))
+        .collect())
+}
+
+/// A reassignment as `audit --deep` reads it: the record (format, sha256
+/// in hex), the account it names, the project it is charged to.
+#[derive(Debug, Clone)]
+pub struct Reassignment {
+    pub source_format: String,
+    pub raw_sha256: String,
+    pub from_account: Option<String>,
+    pub project: String,
+}
+
+/// Every reassignment (through the audit view: auditors may read it).
+pub async fn reassignments(conn: &mut PgConnection) -> Result<Vec<Reassignment>, sqlx::Error> {
+    sqlx::query_as!(
+        Reassignment,
+        r#"SELECT source_format AS "source_format!", raw_sha256 AS "raw_sha256!", from_account,
+                  project AS "project!"
+             FROM audit.project_reassignments"#
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Record that an open rejection for an unknown project is charged to
+/// `project` instead (the database checks the rejection and its record).
+#[allow(clippy::too_many_arguments)]
+pub async fn insert_reassignment(
+    conn: &mut PgConnection,
+    rejection: i64,
+    source_format: SourceFormat,
+    raw_sha256: &[u8],
+    from_account: Option<&str>,
+    project: crate::ids::ProjectId,
+    author: &str,
+    reason: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        "INSERT INTO project_reassignment (rejected_record_id, source_format, raw_sha256, from_account, project_id,
+                                           author, reason)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        rejection,
+        source_format as SourceFormat,
+        raw_sha256,
+        from_account,
+        project.0,
+        author,
+        reason
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// One rejection with what a reassignment needs, when it is open.
+pub async fn open_one(conn: &mut PgConnection, id: i64) -> Result<Option<Rejected>, sqlx::Error> {
+    sqlx::query_as!(
+        Rejected,
+        r#"SELECT id, source_format AS "source_format: SourceFormat", source_ref, read_options, raw, raw_bytes, kind, reason,
+                job_key, first_seen_at, last_seen_at,
+                times_seen, resolved_at, resolution, resolved_by, resolution_note
+           FROM rejected_record WHERE id = $1 AND resolved_at IS NULL FOR UPDATE"#,
+        id
+    )
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+/// The hash a rejection is kept under.
+pub async fn raw_sha256(conn: &mut PgConnection, id: i64) -> Result<Vec<u8>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT raw_sha256 FROM rejected_record WHERE id = $1", id)
+        .fetch_one(&mut *conn)
+        .await
+}
+
 /// Mark rejected records resolved as skipped: read again, they hold nothing
 /// to charge.
 pub async fn resolve_skipped(conn: &mut PgConnection, ids: &[i64], by: &str) -> Result<u64, sqlx::Error> {

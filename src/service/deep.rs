@@ -62,6 +62,13 @@ impl DeepReport {
 pub async fn deep_audit(pool: &PgPool) -> Result<DeepReport, DbError> {
     let mut report = DeepReport::default();
     let mut conn = pool.acquire().await?;
+    // Records charged to another project than the unknown account they name,
+    // by a recorded decision (`rejected reassign`): read as the recorder reads them.
+    let reassigned: Reassignments = crate::db::rejected::reassignments(&mut conn)
+        .await?
+        .into_iter()
+        .map(|a| ((a.source_format, a.raw_sha256), (a.from_account, a.project)))
+        .collect();
     let mut after = 0;
     loop {
         let page = deep::records(&mut conn, after, PAGE).await?;
@@ -69,7 +76,7 @@ pub async fn deep_audit(pool: &PgPool) -> Result<DeepReport, DbError> {
         after = last.record_id;
         for r in &page {
             report.records += 1;
-            match compare(r) {
+            match compare(r, &reassigned) {
                 Ok(d) => report.differences.extend(d),
                 Err(u) => report.unverifiable.push(u),
             }
@@ -104,9 +111,13 @@ fn key(cluster: &str, job_id: &str, index: Option<i32>) -> String {
     }
 }
 
+/// Reassignments by (source format, sha256 of the record's bytes in hex):
+/// the account the record names, the project it is charged to.
+pub type Reassignments = std::collections::HashMap<(String, String), (Option<String>, String)>;
+
 /// Compare one record with its raw record read again: the differences, or
 /// why a record kept before read options were kept cannot be verified.
-pub fn compare(r: &KeptRecord) -> Result<Vec<Difference>, Difference> {
+pub fn compare(r: &KeptRecord, reassigned: &Reassignments) -> Result<Vec<Difference>, Difference> {
     let job = key(&r.cluster, &r.scheduler_job_id, r.array_index);
     let mut out = Vec::new();
     let mut differ = |field: &str, stored: String, reread: String| {
@@ -141,7 +152,18 @@ pub fn compare(r: &KeptRecord) -> Result<Vec<Difference>, Difference> {
         }
     };
     let not_a_job = match crate::ingest::reread(r.source_format, &options, &r.raw, r.raw_bytes.as_deref()) {
-        Ok(Item::Job(input)) => {
+        Ok(Item::Job(mut input)) => {
+            if !reassigned.is_empty() {
+                use sha2::Digest;
+                let bytes = r.raw_bytes.as_deref().unwrap_or(r.raw.as_bytes());
+                let hash = hex::encode(sha2::Sha256::digest(bytes));
+                if let Some((from, to)) = reassigned.get(&(r.source_format.as_str().to_owned(), hash)) {
+                    let named = input.project.as_deref().or(options.default_project.as_deref());
+                    if named.map(str::to_lowercase) == from.as_deref().map(str::to_lowercase) {
+                        input.project = Some(to.clone());
+                    }
+                }
+            }
             compare_input(r, &input, &options, &mut differ);
             None
         }

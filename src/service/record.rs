@@ -282,19 +282,60 @@ impl Recorder {
             .map(|(source, reason)| rejection_row(source, RejectKind::Malformed, reason, source.job.clone()))
             .collect();
         let mut pending: Vec<(usize, ResolvedJob)> = Vec::with_capacity(jobs.len());
+        let mut unknown_project: Vec<(usize, Rejection)> = Vec::new();
+        let mut refused: Vec<(usize, Rejection)> = Vec::new();
         for (i, job) in jobs.iter().enumerate() {
             match resolve(&job.input, catalog, &self.projects, now) {
                 Ok(r) => pending.push((i, r)),
-                Err(Rejection { kind, reason }) => {
-                    let key = job.input.key();
-                    rejections.push(rejection_row(&job.source, kind, &reason, Some(key.clone())));
-                    outcomes[i] = Some(Outcome::Rejected {
-                        job: Some(key),
-                        kind,
-                        reason,
-                    });
+                Err(r) if r.kind == RejectKind::UnknownProject => unknown_project.push((i, r)),
+                Err(r) => refused.push((i, r)),
+            }
+        }
+        // A record whose unknown account was reassigned to a project
+        // (`rejected reassign`, migration 0025) is charged to that project.
+        if !unknown_project.is_empty() {
+            let formats: Vec<SourceFormat> = unknown_project.iter().map(|(i, _)| jobs[*i].source.format).collect();
+            let hashes: Vec<Vec<u8>> = unknown_project
+                .iter()
+                .map(|(i, _)| jobs[*i].source.raw_sha256())
+                .collect();
+            let found: HashMap<(SourceFormat, Vec<u8>), String> = rejected::reassigned(&mut *tx, &formats, &hashes)
+                .await?
+                .into_iter()
+                .map(|(f, h, code)| ((f, h), code))
+                .collect();
+            let codes: Vec<String> = found
+                .values()
+                .filter(|c| !self.projects.contains_key(&c.to_lowercase()))
+                .cloned()
+                .collect();
+            if !codes.is_empty() {
+                for p in reference::load_projects(&mut *tx, &codes).await? {
+                    self.projects.insert(p.code.to_lowercase(), p.id);
                 }
             }
+            for ((i, rejection), (format, hash)) in unknown_project.into_iter().zip(formats.into_iter().zip(hashes)) {
+                let Some(code) = found.get(&(format, hash)) else {
+                    refused.push((i, rejection));
+                    continue;
+                };
+                let mut input = jobs[i].input.clone();
+                input.project = Some(code.clone());
+                match resolve(&input, catalog, &self.projects, now) {
+                    Ok(r) => pending.push((i, r)),
+                    Err(r) => refused.push((i, r)),
+                }
+            }
+        }
+        for (i, Rejection { kind, reason }) in refused {
+            let job = &jobs[i];
+            let key = job.input.key();
+            rejections.push(rejection_row(&job.source, kind, &reason, Some(key.clone())));
+            outcomes[i] = Some(Outcome::Rejected {
+                job: Some(key),
+                kind,
+                reason,
+            });
         }
         // A run that appears twice in a batch is decided in a second round,
         // against what the first round recorded.

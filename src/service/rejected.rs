@@ -21,6 +21,18 @@ pub enum RejectedError {
     UnknownSource(String),
     #[error("{} {} not an open rejection (unknown, or already resolved or dismissed): nothing was dismissed", plural_ids(.0), if .0.len() == 1 { "is" } else { "are" })]
     NotOpen(Vec<i64>),
+    #[error(
+        "rejection {0} is not open (unknown, or already resolved or dismissed): `hpc-ledger rejected --all` lists every one"
+    )]
+    NotOpenOne(i64),
+    #[error(
+        "rejection {id} is {kind}, not an unknown project: only a record whose account is unknown can be reassigned"
+    )]
+    NotUnknownProject { id: i64, kind: String },
+    #[error("unknown project {0:?}: reassign to a project of the center's configuration")]
+    UnknownProject(String),
+    #[error("rejection {id} cannot be read again: {reason}")]
+    Unreadable { id: i64, reason: String },
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -94,5 +106,72 @@ pub async fn dismiss(
         let _ = tx.rollback().await;
         return result;
     }
+    super::finish(tx, result).await
+}
+
+/// A reassignment as recorded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Reassigned {
+    pub rejection: i64,
+    pub job: Option<String>,
+    /// The account the record names.
+    pub from_account: Option<String>,
+    pub project: String,
+    pub reassignment: i64,
+}
+
+/// Charge an open rejection for an unknown project (a mistyped account) to
+/// `project`: the decision is kept with who and why (migration 0025), the
+/// raw record as it was; recording it is then a retry of that rejection
+/// (the recorder applies the reassignment whenever the record is read).
+pub async fn reassign(
+    pool: &PgPool,
+    id: i64,
+    project: &str,
+    author: &str,
+    reason: &str,
+) -> Result<Reassigned, RejectedError> {
+    if reason.trim().is_empty() {
+        return Err(RejectedError::NoReason);
+    }
+    let mut tx = pool.begin().await?;
+    let result = async {
+        let r = rejected::open_one(&mut tx, id)
+            .await?
+            .ok_or(RejectedError::NotOpenOne(id))?;
+        if r.kind != RejectKind::UnknownProject.as_str() {
+            return Err(RejectedError::NotUnknownProject { id, kind: r.kind });
+        }
+        let target = crate::db::reference::load_projects(&mut tx, &[project.to_owned()])
+            .await?
+            .pop()
+            .ok_or_else(|| RejectedError::UnknownProject(project.to_owned()))?;
+        let options: crate::ingest::ReadOptions = serde_json::from_value(r.read_options.clone()).unwrap_or_default();
+        let from_account = match crate::ingest::reread(r.source_format, &options, &r.raw, r.raw_bytes.as_deref()) {
+            Ok(crate::ingest::Item::Job(job)) => job.project.clone(),
+            Ok(_) => None,
+            Err(reason) => return Err(RejectedError::Unreadable { id, reason }),
+        };
+        let hash = rejected::raw_sha256(&mut tx, id).await?;
+        let reassignment = rejected::insert_reassignment(
+            &mut tx,
+            id,
+            r.source_format,
+            &hash,
+            from_account.as_deref(),
+            target.id,
+            author,
+            reason.trim(),
+        )
+        .await?;
+        Ok(Reassigned {
+            rejection: id,
+            job: r.job_key,
+            from_account,
+            project: target.code,
+            reassignment,
+        })
+    }
+    .await;
     super::finish(tx, result).await
 }
