@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
+    git_commit();
     let mut files: Vec<std::path::PathBuf> = std::fs::read_dir("migrations")
         .expect("the migrations directory")
         .map(|e| e.expect("a directory entry").path())
@@ -171,4 +172,23 @@ fn first_dollar_quoted(s: &str) -> Option<&str> {
     let open = s.find("$$")?;
     let close = s[open + 2..].find("$$")?;
     Some(&s[open + 2..open + 2 + close])
+}
+
+/// The commit this binary is built from, for `hpc-ledger --version`
+/// ("unknown" outside a git checkout).
+fn git_commit() {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned());
+    println!("cargo:rustc-env=HPC_LEDGER_COMMIT={commit}");
+    for path in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
+        if std::path::Path::new(path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
 }

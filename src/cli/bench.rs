@@ -47,7 +47,9 @@ pub struct Args {
     /// to re-run an import by hand) afterwards; both are removed by default.
     #[arg(long)]
     keep: bool,
-    #[arg(long, value_enum, default_value_t)]
+    /// How to print the report: text for people, json for programs
+    /// (`--output` is the old name).
+    #[arg(long = "format", alias = "output", value_enum, default_value_t)]
     output: Format,
 }
 

@@ -37,11 +37,17 @@ pub enum Cmd {
         /// billed for closing.
         #[arg(long, value_name = "REASON", requires = "month")]
         waive: Option<String>,
+        /// How to print it: text for people, json for programs.
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
     /// List the billing runs: when, by whom, how many projects, the total.
+    ///
+    /// Example:
+    ///   hpc-ledger bill runs --format json
+    #[command(verbatim_doc_comment)]
     Runs {
+        /// How to print it: text for people, json for programs.
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },

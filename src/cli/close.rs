@@ -40,6 +40,7 @@ pub struct CloseArgs {
     /// through curl).
     #[arg(long, env = "HPC_LEDGER_ANCHOR_URL", value_name = "URL")]
     anchor_url: Option<String>,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -214,6 +215,7 @@ pub struct VerifyArgs {
     /// file for months closed before one was kept.
     #[arg(long, conflicts_with_all = ["month", "against"])]
     export: bool,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -304,6 +306,7 @@ pub struct AuditArgs {
     /// without records and charging records without charges.
     #[arg(long)]
     deep: bool,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }

@@ -13,15 +13,26 @@ use crate::service::{self, config::InForce};
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Load a center configuration file (TOML). Idempotent; all or nothing.
+    ///
+    /// Examples:
+    ///   hpc-ledger config apply examples/center.toml
+    ///   hpc-ledger config apply center.toml --dry-run   # what would change; nothing written
+    #[command(verbatim_doc_comment)]
     Apply {
         /// The configuration file (see examples/center.toml).
         file: PathBuf,
     },
     /// Show the configuration in force.
+    ///
+    /// Examples:
+    ///   hpc-ledger config show
+    ///   hpc-ledger config show --at 2026-03-01 --format json
+    #[command(verbatim_doc_comment)]
     Show {
         /// The instant: 2026-07-01 (midnight, billing time zone) or RFC 3339; default now.
         #[arg(long)]
         at: Option<String>,
+        /// How to print it: text for people, json for programs.
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },

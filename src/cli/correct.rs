@@ -25,6 +25,7 @@ pub struct Which {
     /// The job's scheduler id (without the array index).
     #[arg(long, requires = "cluster")]
     job_id: Option<String>,
+    /// The array task's index, for an array job.
     #[arg(long, requires = "job_id")]
     array_index: Option<u32>,
     /// The run's start, when the job was requeued (several runs).
@@ -51,6 +52,7 @@ pub struct Common {
     /// posted the first time and posts nothing (for scripts that retry).
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }

@@ -10,14 +10,34 @@ use crate::db::{self, MIGRATOR, Target, redact};
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Start the embedded PostgreSQL (created on first use) and apply migrations.
+    ///
+    /// Example:
+    ///   hpc-ledger db start --home /srv/hpc-ledger
+    #[command(verbatim_doc_comment)]
     Start,
     /// Stop the embedded PostgreSQL.
+    ///
+    /// Example:
+    ///   hpc-ledger db stop
+    #[command(verbatim_doc_comment)]
     Stop,
     /// Show where the database is and whether it runs.
+    ///
+    /// Example:
+    ///   hpc-ledger db status
+    #[command(verbatim_doc_comment)]
     Status,
     /// Print the ledger database's URL (starting the embedded server if needed).
+    ///
+    /// Example:
+    ///   psql "$(hpc-ledger db url)"
+    #[command(verbatim_doc_comment)]
     Url,
     /// Apply the schema migrations to the database.
+    ///
+    /// Example:
+    ///   DATABASE_URL=postgres://owner@db/hpc_ledger hpc-ledger db migrate
+    #[command(verbatim_doc_comment)]
     Migrate,
 }
 

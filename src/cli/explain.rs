@@ -34,6 +34,7 @@ pub struct ShowArgs {
     /// Also print each record as the scheduler wrote it.
     #[arg(long)]
     raw: bool,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: super::Format,
 }
@@ -229,6 +230,7 @@ pub struct EntriesArgs {
     /// Only entries of this kind.
     #[arg(long, value_parser = ["job", "storage", "reversal", "refund", "adjustment"])]
     kind: Option<String>,
+    /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Output,
 }

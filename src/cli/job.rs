@@ -22,9 +22,20 @@ pub const EXIT_REJECTED: u8 = 4;
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Record one finished job, from flags or one JSON object on stdin (--json).
+    ///
+    /// Examples:
+    ///   hpc-ledger job record --cluster owens --job-id 1234 --project PAS1234 --queue batch \
+    ///       --cores 4 --memory 16GB --start 2026-10-05T09:10:00-04:00 --end 2026-10-05T11:10:00-04:00
+    ///   echo '{"cluster":"owens","job_id":"1234",…}' | hpc-ledger job record --json
+    #[command(verbatim_doc_comment)]
     Record(Box<RecordArgs>),
     /// Show a recorded job: its runs, records, how its charge was reached,
     /// every entry posted for it or against it.
+    ///
+    /// Examples:
+    ///   hpc-ledger job show owens/1004
+    ///   hpc-ledger job show owens/1234_7 --raw      # an array task, with the scheduler's record
+    #[command(verbatim_doc_comment)]
     Show(super::explain::ShowArgs),
 }
 
@@ -33,18 +44,22 @@ pub struct RecordArgs {
     /// Read the job as one JSON object from stdin (the JSON lines format).
     #[arg(long, conflicts_with_all = ["cluster", "job_id", "project", "cores", "start", "end"])]
     json: bool,
+    /// The cluster (its name in the center configuration).
     #[arg(long)]
     cluster: Option<String>,
     /// The scheduler's job id (without the array index).
     #[arg(long)]
     job_id: Option<String>,
+    /// The array task's index, for an array job.
     #[arg(long)]
     array_index: Option<u32>,
     /// The project code (the scheduler's account).
     #[arg(long)]
     project: Option<String>,
+    /// Who ran it (kept with the record; does not change the charge).
     #[arg(long)]
     user: Option<String>,
+    /// The job's name (kept; does not change the charge).
     #[arg(long)]
     job_name: Option<String>,
     /// Queue or partition (decides the node type).
@@ -69,17 +84,22 @@ pub struct RecordArgs {
     /// Times: RFC 3339 (2026-10-05T09:00:00-04:00), the cluster's local time, or epoch seconds.
     #[arg(long)]
     submit: Option<String>,
+    /// When it started (same forms as --submit).
     #[arg(long)]
     start: Option<String>,
+    /// When it ended: decides its accounting month (same forms as --submit).
     #[arg(long)]
     end: Option<String>,
+    /// The scheduler's final state, e.g. COMPLETED, TIMEOUT (kept; does not change the charge).
     #[arg(long)]
     state: Option<String>,
+    /// The exit code, e.g. 0 or 1:0 (kept; does not change the charge).
     #[arg(long)]
     exit_code: Option<String>,
     /// If the job is recorded with a different charge, reverse the old charges and post these.
     #[arg(long)]
     supersede: bool,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }

@@ -30,7 +30,14 @@ use crate::db::Target;
 /// A charge-back ledger for HPC centers: finished jobs and storage quotas in,
 /// priced immutable ledger entries out.
 #[derive(Debug, Parser)]
-#[command(name = "hpc-ledger", version, propagate_version = true)]
+#[command(
+    name = "hpc-ledger",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("HPC_LEDGER_COMMIT"), ")"),
+    propagate_version = true,
+    after_help = "Examples:\n  hpc-ledger config apply examples/center.toml\n  hpc-ledger import --format slurm sacct.txt\n  \
+                  hpc-ledger bill storage --through 2026-10 && hpc-ledger close --through 2026-10\n\n\
+                  Docs: README.md and docs/ in the source; `hpc-ledger man` writes the manual pages."
+)]
 pub struct Cli {
     /// PostgreSQL URL of the ledger database. Without it, hpc-ledger starts
     /// and uses its own embedded PostgreSQL under --home.
@@ -38,6 +45,7 @@ pub struct Cli {
         long,
         env = "DATABASE_URL",
         global = true,
+        help_heading = "Database",
         hide_env_values = true,
         value_name = "URL"
     )]
@@ -50,6 +58,7 @@ pub struct Cli {
         long,
         env = "HPC_LEDGER_DATABASE_URL_FILE",
         global = true,
+        help_heading = "Database",
         hide_env_values = true,
         value_name = "FILE",
         conflicts_with = "database_url"
@@ -61,6 +70,7 @@ pub struct Cli {
         long,
         env = "HPC_LEDGER_HOME",
         global = true,
+        help_heading = "Database",
         default_value = ".hpc-ledger",
         value_name = "DIR"
     )]
@@ -85,15 +95,35 @@ pub enum Command {
     #[command(subcommand)]
     Config(config::Cmd),
     /// What would this job cost? Prices a request with the rules in force; records nothing.
+    ///
+    /// Examples:
+    ///   hpc-ledger quote --cluster pitzer --queue batch --resources 'nodes=1:ppn=1,mem=12GB' --walltime 2:00:00
+    ///   hpc-ledger quote --cluster owens --queue gpu --resources '-n 8 --gres=gpu:2' --walltime 1:30:00 --format json
+    #[command(verbatim_doc_comment)]
     Quote(quote::Args),
     /// Record one finished job (for a scheduler's epilogue).
     #[command(subcommand)]
     Job(job::Cmd),
     /// Record many jobs from Slurm sacct output, PBS accounting logs or JSON lines.
+    ///
+    /// Examples:
+    ///   hpc-ledger import --format slurm sacct-2026-10.txt
+    ///   hpc-ledger import --format pbs --cluster pitzer /var/spool/pbs/server_priv/accounting/202610*
+    ///   hpc-ledger import --retry-rejected --id 7
+    #[command(verbatim_doc_comment)]
     Import(import::Args),
     /// Take finished jobs over HTTP: Slurm's jobcomp/elasticsearch push, or JSON jobs.
+    ///
+    /// Example:
+    ///   HPC_LEDGER_SERVE_BASIC_FILE=/etc/hpc-ledger/serve-basic hpc-ledger serve --listen 0.0.0.0:8080
+    #[command(verbatim_doc_comment)]
     Serve(serve::Args),
     /// List the records that could not be charged, and why.
+    ///
+    /// Examples:
+    ///   hpc-ledger rejected
+    ///   hpc-ledger rejected --all --format json
+    #[command(verbatim_doc_comment)]
     Rejected(rejected::Args),
     /// Set and show projects' storage quotas.
     #[command(subcommand)]
@@ -102,25 +132,90 @@ pub enum Command {
     #[command(subcommand)]
     Bill(bill::Cmd),
     /// Print a project's statement of a month (or every project's).
+    ///
+    /// Examples:
+    ///   hpc-ledger statement --project PAS1234 --month 2026-10
+    ///   hpc-ledger statement --all --month 2026-10 --out statements/
+    #[command(verbatim_doc_comment)]
     Statement(statement::Args),
     /// Close a month: freeze it, number its statements, seal it.
+    ///
+    /// Examples:
+    ///   hpc-ledger close --month 2026-10 --anchor-file seals.jsonl
+    ///   hpc-ledger close --through 2026-10     # every open month up to October, in order
+    #[command(verbatim_doc_comment)]
     Close(close::CloseArgs),
     /// Recompute the seals of closed months and report any difference.
+    ///
+    /// Examples:
+    ///   hpc-ledger verify
+    ///   hpc-ledger verify --against seals.jsonl
+    #[command(verbatim_doc_comment)]
     Verify(close::VerifyArgs),
     /// Check every charge again in SQL, and every seal; non-zero exit on any finding.
+    ///
+    /// Examples:
+    ///   hpc-ledger audit
+    ///   hpc-ledger audit --deep --format json
+    #[command(verbatim_doc_comment)]
     Audit(close::AuditArgs),
     /// List a project's ledger entries of a month, with their ids.
+    ///
+    /// Examples:
+    ///   hpc-ledger entries --project PAS1234 --month 2026-10
+    ///   hpc-ledger entries --project PAS1234 --month 2026-10 --kind storage --format csv
+    #[command(verbatim_doc_comment)]
     Entries(explain::EntriesArgs),
     /// Reverse charges: exact negatives linked to them, at most once.
+    ///
+    /// Examples:
+    ///   hpc-ledger reverse --entry 42 --reason "charged twice by hand"
+    ///   hpc-ledger reverse --cluster owens --job-id 1009 --reason "debug partition is free"
+    #[command(verbatim_doc_comment)]
     Reverse(correct::ReverseArgs),
     /// Refund part of a charge, by fraction or amount, with a reason.
+    ///
+    /// Examples:
+    ///   hpc-ledger refund --cluster owens --job-id 1004 --fraction 0.5 --reason "node failure"
+    ///   hpc-ledger refund --entry 42 --amount 1.50 --reason "goodwill"
+    #[command(verbatim_doc_comment)]
     Refund(correct::RefundArgs),
     /// Credit (negative) or debit a project, with a reason.
+    ///
+    /// Example:
+    ///   hpc-ledger adjust --project PZS0708 --amount -10.00 --reason "allocation award credit"
+    #[command(verbatim_doc_comment)]
     Adjust(correct::AdjustArgs),
     /// Run the whole flow on sample data in a fresh demo database.
+    ///
+    /// Example:
+    ///   cargo run --release -- demo
+    #[command(verbatim_doc_comment)]
     Demo(demo::Args),
     /// Measure speed against PostgreSQL's own on this machine (scratch database).
+    ///
+    /// Examples:
+    ///   hpc-ledger bench
+    ///   hpc-ledger bench --full --format json
+    #[command(verbatim_doc_comment)]
     Bench(bench::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// Example: hpc-ledger completions bash > /etc/bash_completion.d/hpc-ledger
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (roff), generated from these definitions.
+    ///
+    /// Example: hpc-ledger man --out /usr/local/share/man/man1
+    Man {
+        /// Directory for hpc-ledger.1 and one page per command (default: print
+        /// hpc-ledger.1 on stdout).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 /// A CSV cell: quoted when it holds a comma, a quote or a line break.
@@ -179,6 +274,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Adjust(args) => correct::run_adjust(args, &target, by).await,
         Command::Demo(args) => demo::run(args, &target).await,
         Command::Bench(args) => bench::run(args, &target).await,
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "hpc-ledger", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { out } => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            match out {
+                None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?,
+                Some(dir) => {
+                    std::fs::create_dir_all(&dir)?;
+                    clap_mangen::generate_to(cmd, &dir)?;
+                    println!("manual pages written to {}", dir.display());
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -213,4 +325,47 @@ pub(crate) async fn stop_signal() {
         _ = tokio::signal::ctrl_c() => {}
     }
     tracing::info!("stopping: finishing what is in flight");
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    /// Every command a user can run, with its path (`bill storage`).
+    fn leaves(cmd: &clap::Command, path: String, out: &mut Vec<(String, clap::Command)>) {
+        let subs: Vec<&clap::Command> = cmd.get_subcommands().filter(|c| c.get_name() != "help").collect();
+        if subs.is_empty() || cmd.is_args_conflicts_with_subcommands_set() {
+            out.push((path.clone(), cmd.clone()));
+        }
+        for s in subs {
+            leaves(s, format!("{path} {}", s.get_name()).trim().to_owned(), out);
+        }
+    }
+
+    /// Issue 20, item 7: every `--help` has an example, every flag a description.
+    #[test]
+    fn every_command_has_an_example_and_every_flag_a_description() {
+        let root = super::Cli::command();
+        let mut all = Vec::new();
+        leaves(&root, String::new(), &mut all);
+        let mut missing = Vec::new();
+        for (path, cmd) in &all {
+            let mut cmd = cmd.clone();
+            let help = cmd.render_long_help().to_string();
+            if !help.contains("Example") {
+                missing.push(format!("`{path}`: no example in --help"));
+            }
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") || arg.is_hide_set() {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("`{path}` {id}: no description"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{} missing:\n{}", missing.len(), missing.join("\n"));
+        assert!(all.len() >= 30, "only {} commands found", all.len());
+    }
 }

@@ -12,6 +12,10 @@ use crate::service::storage::{parse_quota, quota_report, set_quota};
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Set a project's quota from an instant on (a new row; history is never rewritten).
+    ///
+    /// Example:
+    ///   hpc-ledger quota set PAS1234 30TB --from 2026-12-01
+    #[command(verbatim_doc_comment)]
     Set {
         /// The project code.
         project: String,
@@ -22,11 +26,17 @@ pub enum Cmd {
         from: String,
     },
     /// Show a project's quota history and the quota in force.
+    ///
+    /// Example:
+    ///   hpc-ledger quota show PAS1234 --at 2026-10-20
+    #[command(verbatim_doc_comment)]
     Show {
+        /// The project code.
         project: String,
         /// The instant (default: now).
         #[arg(long)]
         at: Option<String>,
+        /// How to print it: text for people, json for programs.
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },

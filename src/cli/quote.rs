@@ -42,6 +42,7 @@ pub struct Args {
     /// The request's syntax (default: the cluster's scheduler; Slurm when it starts with '-').
     #[arg(long, value_enum)]
     dialect: Option<Dialect>,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }

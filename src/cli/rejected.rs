@@ -16,6 +16,7 @@ pub struct Args {
     /// Also list the ones resolved or dismissed since, with who dismissed them and why.
     #[arg(long)]
     all: bool,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -45,6 +46,7 @@ struct ReassignArgs {
     /// Why (kept with the reassignment, shown to auditors).
     #[arg(long)]
     reason: String,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -68,6 +70,7 @@ struct DismissArgs {
     /// Show what would be dismissed; change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }

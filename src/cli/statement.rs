@@ -32,6 +32,7 @@ pub struct Args {
     /// The month, YYYY-MM.
     #[arg(long)]
     month: Month,
+    /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Output,
     /// With --all: write one file per project into this directory (CSV: one

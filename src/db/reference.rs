@@ -453,6 +453,13 @@ pub struct ProjectRow {
     pub pi: String,
 }
 
+/// Every project code (for suggesting one when a code is mistyped).
+pub async fn all_project_codes(conn: &mut PgConnection) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT code FROM project ORDER BY code")
+        .fetch_all(&mut *conn)
+        .await
+}
+
 /// Projects whose codes (ignoring case) are among `codes`.
 pub async fn load_projects(conn: &mut PgConnection, codes: &[String]) -> Result<Vec<ProjectRow>, sqlx::Error> {
     let lower: Vec<String> = codes.iter().map(|c| c.to_lowercase()).collect();

@@ -104,6 +104,15 @@ impl Catalog {
         self.clusters.iter().find(|c| c.name.eq_ignore_ascii_case(name))
     }
 
+    /// What to say about an unknown cluster name: `known: a, b`, preceded by
+    /// `did you mean a?` when the name looks like a typo of one.
+    pub fn clusters_known(&self, name: &str) -> String {
+        match crate::domain::names::closest(name, self.clusters.iter().map(|c| c.name.as_str())) {
+            Some(c) => format!("did you mean {c}? known: {}", self.cluster_names()),
+            None => format!("known: {}", self.cluster_names()),
+        }
+    }
+
     pub fn cluster_names(&self) -> String {
         let names: Vec<&str> = self.clusters.iter().map(|c| c.name.as_str()).collect();
         if names.is_empty() {

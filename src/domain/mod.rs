@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod entries;
 pub mod kinds;
+pub mod names;
 pub mod period;
 pub mod posting;
 pub mod pricing;

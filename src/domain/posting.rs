@@ -229,7 +229,10 @@ pub fn resolve(
         None => {
             return reject(
                 RejectKind::UnknownCluster,
-                format!("unknown cluster {cluster_name:?} (known: {})", catalog.cluster_names()),
+                format!(
+                    "unknown cluster {cluster_name:?} ({})",
+                    catalog.clusters_known(cluster_name)
+                ),
             );
         }
     };

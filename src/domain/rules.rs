@@ -71,8 +71,12 @@ pub const GPU_NODE_TYPE: &str = "gpu";
 /// Why a job's node type cannot be decided.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeTypeError {
-    #[error("unknown queue {queue:?} on cluster {cluster}: map it to a node type in the center configuration")]
-    UnknownQueue { cluster: String, queue: String },
+    #[error("unknown queue {queue:?} on cluster {cluster}{hint}: map it to a node type in the center configuration")]
+    UnknownQueue {
+        cluster: String,
+        queue: String,
+        hint: String,
+    },
     #[error("unknown node type {node_type:?} on cluster {cluster}")]
     UnknownNodeType { cluster: String, node_type: String },
     #[error("the job names neither a queue nor a node type")]
@@ -110,6 +114,7 @@ pub fn resolve_node_type<'a>(
         Some(q) => Err(NodeTypeError::UnknownQueue {
             cluster: cluster.to_owned(),
             queue: q.to_owned(),
+            hint: crate::domain::names::did_you_mean(q, queue_map.keys().map(String::as_str)),
         }),
         None => Err(NodeTypeError::Missing),
     }
@@ -185,7 +190,8 @@ mod tests {
             resolve(Some("debug"), None, 0),
             Err(NodeTypeError::UnknownQueue {
                 cluster: "c1".into(),
-                queue: "debug".into()
+                queue: "debug".into(),
+                hint: String::new(),
             })
         );
         assert_eq!(resolve(None, None, 0), Err(NodeTypeError::Missing));

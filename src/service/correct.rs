@@ -489,10 +489,9 @@ async fn adjust_in(
     if let Some(done) = posted_before(&mut *tx, why, EntryKind::Adjustment, &request).await? {
         return Ok(done);
     }
-    let p = reference::load_projects(&mut *tx, &[project.to_owned()])
+    let p = crate::service::project(&mut *tx, project)
         .await?
-        .pop()
-        .ok_or_else(|| CorrectError::Invalid(format!("unknown project {project:?}")))?;
+        .map_err(|named| CorrectError::Invalid(format!("unknown project {named}")))?;
     let (period, _) = target_month(&mut *tx, None, why.month, now).await?;
     let row = NewEntry {
         period: period.first_day(),

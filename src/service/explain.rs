@@ -27,11 +27,11 @@ pub enum ExplainError {
     NoConfig,
     #[error("{0:?} is not CLUSTER/JOBID (e.g. owens/1004, or owens/1234_7 for an array task)")]
     BadJob(String),
-    #[error("unknown cluster {name:?} (known: {known})")]
+    #[error("unknown cluster {name:?} ({known})")]
     UnknownCluster { name: String, known: String },
     #[error("no run of job {0} is recorded (`hpc-ledger rejected` lists what could not be charged)")]
     NoSuchJob(String),
-    #[error("unknown project {0:?}")]
+    #[error("unknown project {0}")]
     UnknownProject(String),
     #[error(transparent)]
     Db(#[from] DbError),
@@ -120,7 +120,7 @@ pub async fn show_job(pool: &PgPool, name: &JobName, raw: bool) -> Result<JobRep
         .cluster(&name.cluster)
         .ok_or_else(|| ExplainError::UnknownCluster {
             name: name.cluster.clone(),
-            known: catalog.cluster_names(),
+            known: catalog.clusters_known(&name.cluster),
         })?;
     let runs = edb::runs(&mut conn, &cluster.name, &name.job_id, name.array_index).await?;
     if runs.is_empty() {
@@ -237,11 +237,8 @@ pub async fn entries(
     kind: Option<&str>,
 ) -> Result<Vec<EntryRow>, ExplainError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    if reference::load_projects(&mut conn, &[project.to_owned()])
+    crate::service::project(&mut conn, project)
         .await?
-        .is_empty()
-    {
-        return Err(ExplainError::UnknownProject(project.to_owned()));
-    }
+        .map_err(ExplainError::UnknownProject)?;
     Ok(edb::entries_of_project(&mut conn, project, month.first_day(), kind).await?)
 }

@@ -18,6 +18,26 @@ use sqlx::{Postgres, Transaction};
 
 use crate::db::DbError;
 
+/// A project by code (ignoring case); when there is none, `Err` holds the
+/// code as the error shows it, with the closest known code suggested:
+/// `"PAS1243" (did you mean PAS1234?)`.
+pub(crate) async fn project(
+    conn: &mut sqlx::PgConnection,
+    code: &str,
+) -> Result<Result<crate::db::reference::ProjectRow, String>, sqlx::Error> {
+    if let Some(p) = crate::db::reference::load_projects(conn, &[code.to_owned()])
+        .await?
+        .pop()
+    {
+        return Ok(Ok(p));
+    }
+    let codes = crate::db::reference::all_project_codes(conn).await?;
+    Ok(Err(format!(
+        "{code:?}{}",
+        crate::domain::names::did_you_mean(code, codes.iter().map(String::as_str))
+    )))
+}
+
 /// Serialise an optional error as its message (`null` when there is none):
 /// a batch that stops at a problem reports it in JSON too.
 pub fn error_text<S: serde::Serializer, E: std::fmt::Display>(e: &Option<E>, s: S) -> Result<S::Ok, S::Error> {

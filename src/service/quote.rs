@@ -41,16 +41,22 @@ pub struct Quote {
     pub request: ResourceRequest,
     pub shape: JobShape,
     pub price: JobPrice,
+    /// What the job would cost: the sum of the price's rounded lines.
+    pub total: rust_decimal::Decimal,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum QuoteError {
     #[error("no center configuration has been applied yet: run `hpc-ledger config apply FILE`")]
     NoConfig,
-    #[error("unknown cluster {name:?} (known: {known})")]
+    #[error("unknown cluster {name:?} ({known})")]
     UnknownCluster { name: String, known: String },
     #[error(transparent)]
     Request(#[from] RequestError),
+    #[error(
+        "{error}; this looks like a PBS request, and cluster {cluster} runs Slurm: give --dialect pbs to read it as one"
+    )]
+    PbsOnSlurm { cluster: String, error: RequestError },
     #[error(transparent)]
     NodeType(#[from] NodeTypeError),
     #[error("no rate card for node type {node_type:?} on cluster {cluster} is in force at {at}")]
@@ -81,7 +87,7 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
     let center = catalog.center.clone().ok_or(QuoteError::NoConfig)?;
     let cluster = catalog.cluster(&q.cluster).ok_or_else(|| QuoteError::UnknownCluster {
         name: q.cluster.clone(),
-        known: catalog.cluster_names(),
+        known: catalog.clusters_known(&q.cluster),
     })?;
     let dialect = q.dialect.unwrap_or(if q.resources.trim_start().starts_with('-') {
         Scheduler::Slurm
@@ -90,7 +96,17 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
     });
     let request = match dialect {
         Scheduler::Pbs => parse_pbs(&q.resources)?,
-        Scheduler::Slurm => parse_slurm(&q.resources)?,
+        Scheduler::Slurm => match parse_slurm(&q.resources) {
+            Ok(r) => r,
+            // `nodes=1:ppn=4`, `select=2:ncpus=8` given to a Slurm cluster.
+            Err(error) if q.dialect.is_none() && parse_pbs(&q.resources).is_ok() => {
+                return Err(QuoteError::PbsOnSlurm {
+                    cluster: cluster.name.clone(),
+                    error,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        },
     };
     let asks_for_gpus = match request.gpus {
         GpuSpec::Total(g) | GpuSpec::PerNode(g) => g,
@@ -124,6 +140,7 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
         rate_card: card.period.clone(),
         request,
         shape,
+        total: price.total(),
         price,
     })
 }

@@ -29,7 +29,7 @@ pub enum RejectedError {
         "rejection {id} is {kind}, not an unknown project: only a record whose account is unknown can be reassigned"
     )]
     NotUnknownProject { id: i64, kind: String },
-    #[error("unknown project {0:?}: reassign to a project of the center's configuration")]
+    #[error("unknown project {0}: reassign to a project of the center's configuration")]
     UnknownProject(String),
     #[error("rejection {id} cannot be read again: {reason}")]
     Unreadable { id: i64, reason: String },
@@ -142,10 +142,9 @@ pub async fn reassign(
         if r.kind != RejectKind::UnknownProject.as_str() {
             return Err(RejectedError::NotUnknownProject { id, kind: r.kind });
         }
-        let target = crate::db::reference::load_projects(&mut tx, &[project.to_owned()])
+        let target = crate::service::project(&mut tx, project)
             .await?
-            .pop()
-            .ok_or_else(|| RejectedError::UnknownProject(project.to_owned()))?;
+            .map_err(RejectedError::UnknownProject)?;
         let options: crate::ingest::ReadOptions = serde_json::from_value(r.read_options.clone()).unwrap_or_default();
         let from_account = match crate::ingest::reread(r.source_format, &options, &r.raw, r.raw_bytes.as_deref()) {
             Ok(crate::ingest::Item::Job(job)) => job.project.clone(),

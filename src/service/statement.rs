@@ -21,7 +21,7 @@ use crate::ids::ProjectId;
 pub enum StatementError {
     #[error("no center configuration has been applied yet")]
     NoConfig,
-    #[error("unknown project {0:?}")]
+    #[error("unknown project {0}")]
     UnknownProject(String),
     #[error(transparent)]
     Db(#[from] DbError),
@@ -112,10 +112,9 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
     let period = month.first_day();
     let ids: Vec<ProjectId> = match which {
         Which::Project(code) => {
-            let p = reference::load_projects(&mut conn, &[code.to_owned()])
+            let p = crate::service::project(&mut conn, code)
                 .await?
-                .pop()
-                .ok_or_else(|| StatementError::UnknownProject(code.to_owned()))?;
+                .map_err(StatementError::UnknownProject)?;
             vec![p.id]
         }
         Which::All => sdb::projects_with_entries(&mut conn, period).await?,

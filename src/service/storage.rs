@@ -29,7 +29,7 @@ pub enum StorageBillError {
     Closed(Month),
     #[error("project {project}: {error}; add a storage rate for those days to the center configuration")]
     Pricing { project: String, error: StorageError },
-    #[error("unknown project {0:?}")]
+    #[error("unknown project {0}")]
     UnknownProject(String),
     #[error("{0}")]
     Refused(String),
@@ -397,10 +397,9 @@ async fn set_quota_in(
     from: DateTime<Utc>,
     author: &str,
 ) -> Result<(), StorageBillError> {
-    let project = reference::load_projects(&mut *tx, &[code.to_owned()])
+    let project = crate::service::project(&mut *tx, code)
         .await?
-        .pop()
-        .ok_or_else(|| StorageBillError::UnknownProject(code.to_owned()))?;
+        .map_err(StorageBillError::UnknownProject)?;
     let history = sdb::quota_history(&mut *tx, project.id).await?;
     if let Some(same) = history.iter().find(|q| q.effective_from == from) {
         return Err(StorageBillError::Refused(format!(
@@ -424,10 +423,9 @@ pub struct QuotaReport {
 
 pub async fn quota_report(pool: &PgPool, code: &str, at: DateTime<Utc>) -> Result<QuotaReport, StorageBillError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    let project = reference::load_projects(&mut conn, &[code.to_owned()])
+    let project = crate::service::project(&mut conn, code)
         .await?
-        .pop()
-        .ok_or_else(|| StorageBillError::UnknownProject(code.to_owned()))?;
+        .map_err(StorageBillError::UnknownProject)?;
     let history = sdb::quota_history(&mut conn, project.id).await?;
     let quota_tb = history
         .iter()

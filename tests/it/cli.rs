@@ -175,6 +175,7 @@ async fn quote_prints_the_whole_breakdown() {
     // 12 core-hours × 0.01 + 3 GPU-hours × 0.20
     assert_eq!(q["price"]["lines"][0]["amount"], "0.12");
     assert_eq!(q["price"]["lines"][1]["amount"], "0.60");
+    assert_eq!(q["total"], "0.72");
 }
 
 #[tokio::test]
@@ -195,6 +196,66 @@ async fn quote_errors_say_what_to_fix() {
         "1:00:00",
     ]);
     assert!(e.contains("unknown cluster \"nowhere\" (known: owens, pitzer)"), "{e}");
+    // Issue 20, item 7: the closest known name, and the dialect to use.
+    let e = err(&[
+        "quote",
+        "--cluster",
+        "owen",
+        "--resources",
+        "-n 1",
+        "--walltime",
+        "1:00:00",
+    ]);
+    assert!(
+        e.contains("unknown cluster \"owen\" (did you mean owens? known: owens, pitzer)"),
+        "{e}"
+    );
+    let e = err(&[
+        "quote",
+        "--cluster",
+        "owens",
+        "--resources",
+        "-n 1",
+        "--walltime",
+        "1:00:00",
+        "--queue",
+        "bath",
+    ]);
+    assert!(
+        e.contains("unknown queue \"bath\" on cluster owens (did you mean batch?)"),
+        "{e}"
+    );
+    let e = err(&[
+        "quote",
+        "--cluster",
+        "owens",
+        "--resources",
+        "nodes=1:ppn=4",
+        "--walltime",
+        "1:00:00",
+        "--queue",
+        "batch",
+    ]);
+    assert!(
+        e.contains("this looks like a PBS request, and cluster owens runs Slurm: give --dialect pbs"),
+        "{e}"
+    );
+    let out = ok(&db.cli(&[
+        "quote",
+        "--cluster",
+        "owens",
+        "--resources",
+        "nodes=1:ppn=4",
+        "--walltime",
+        "1:00:00",
+        "--queue",
+        "batch",
+        "--dialect",
+        "pbs",
+    ]));
+    assert!(out.contains("total: USD 0.05"), "{out}");
+    let e = err(&["statement", "--project", "PAS1243", "--month", "2026-10"]);
+    assert!(e.contains("unknown project \"PAS1243\" (did you mean PAS1234?)"), "{e}");
     let e = err(&[
         "quote",
         "--cluster",

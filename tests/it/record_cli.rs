@@ -261,7 +261,7 @@ async fn absurd_and_damaged_input_is_refused_with_its_reason_and_loses_nothing_e
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(stdout(&o).contains("recorded:    3996 "), "{}", stdout(&o));
     let kinds: Vec<(String, String)> = sqlx::query_as(
-        "SELECT kind, split_part(reason, ' (known', 1) FROM rejected_record WHERE source_ref LIKE '%jobs.jsonl:%'
+        "SELECT kind, split_part(split_part(reason, ' (known', 1), ' (did you mean', 1) FROM rejected_record WHERE source_ref LIKE '%jobs.jsonl:%'
           ORDER BY length(source_ref), source_ref",
     )
     .fetch_all(&db.pool)
