@@ -55,6 +55,7 @@ pub enum Cmd {
 
 pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open_configured().await?;
+    let tz = crate::service::config::time_zone(&pool).await?;
     match cmd {
         Cmd::Storage {
             month: Some(month),
@@ -71,7 +72,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                     println!(
                         "storage for {} {verb} ({} by {}): {}; nothing is billed for it",
                         o.month,
-                        w.waived_at.format("%Y-%m-%d %H:%M UTC"),
+                        super::local_time(w.waived_at, tz),
                         w.author,
                         w.reason
                     );
@@ -87,7 +88,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
             let outcome = bill(&pool, month, author, dry_run, Utc::now()).await?;
             match format {
                 Format::Json => print_json(&outcome)?,
-                Format::Text => print!("{}", render(&outcome)),
+                Format::Text => print!("{}", render(&outcome, tz)),
             }
         }
         Cmd::Storage {
@@ -101,7 +102,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                 Format::Json => print_json(&o)?,
                 Format::Text => {
                     for m in &o.months {
-                        print!("{}", render(m));
+                        print!("{}", render(m, tz));
                     }
                     if o.months.is_empty() && o.stopped.is_none() {
                         println!("nothing to bill through {through}");
@@ -129,7 +130,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                                 r.id.to_string(),
                                 r.kind.clone(),
                                 Month::of_date(r.period).to_string(),
-                                r.run_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                                super::local_time(r.run_at, tz),
                                 r.author.clone(),
                                 r.project_count.to_string(),
                                 r.entry_count.to_string(),
@@ -151,7 +152,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                             .map(|w| {
                                 vec![
                                     Month::of_date(w.period).to_string(),
-                                    w.waived_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                                    super::local_time(w.waived_at, tz),
                                     w.author.clone(),
                                     w.reason.clone(),
                                 ]
@@ -166,7 +167,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn render(o: &BillOutcome) -> String {
+pub fn render(o: &BillOutcome, tz: chrono_tz::Tz) -> String {
     let mut out = String::new();
     match &o.state {
         BillState::Posted { run } => {
@@ -178,7 +179,7 @@ pub fn render(o: &BillOutcome) -> String {
                 "storage for {} was already billed (run {}, {} by {}); nothing posted",
                 o.month,
                 run.id,
-                run.run_at.format("%Y-%m-%d %H:%M UTC"),
+                super::local_time(run.run_at, tz),
                 run.author
             );
         }
@@ -187,7 +188,7 @@ pub fn render(o: &BillOutcome) -> String {
                 out,
                 "storage for {} was waived ({} by {}: {}); nothing posted",
                 o.month,
-                waiver.waived_at.format("%Y-%m-%d %H:%M UTC"),
+                super::local_time(waiver.waived_at, tz),
                 waiver.author,
                 waiver.reason
             );

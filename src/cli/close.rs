@@ -158,8 +158,9 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
         }))?,
         Format::Json => print_json(&done[0])?,
         Format::Text => {
+            let tz = crate::service::config::time_zone(&pool).await?;
             for o in &done {
-                print!("{}", render_close(o));
+                print!("{}", render_close(o, tz));
             }
         }
     }
@@ -172,7 +173,7 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-fn render_close(o: &CloseOutcome) -> String {
+fn render_close(o: &CloseOutcome, tz: chrono_tz::Tz) -> String {
     let mut out = String::new();
     if o.closed_now {
         out.push_str(&format!(
@@ -183,7 +184,7 @@ fn render_close(o: &CloseOutcome) -> String {
         out.push_str(&format!(
             "{} was already closed ({} by {}): {} entries, total {:.2}\n",
             o.month,
-            o.closed_at.format("%Y-%m-%d %H:%M UTC"),
+            super::local_time(o.closed_at, tz),
             o.closed_by,
             o.entry_count,
             o.total

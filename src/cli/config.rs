@@ -21,6 +21,10 @@ pub enum Cmd {
     Apply {
         /// The configuration file (see examples/center.toml).
         file: PathBuf,
+        /// Show what would change, with every check the database makes
+        /// (history that may not be rewritten, …), and write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Show the configuration in force.
     ///
@@ -40,18 +44,22 @@ pub enum Cmd {
 
 pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     match cmd {
-        Cmd::Apply { file } => {
+        Cmd::Apply { file, dry_run } => {
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             let config = crate::config::parse(&text).with_context(|| format!("in {}", file.display()))?;
             let pool = target.open().await?;
-            let report = service::config::apply(&pool, &config, author).await?;
+            let report = if dry_run {
+                service::config::apply_dry_run(&pool, &config, author).await?
+            } else {
+                service::config::apply(&pool, &config, author).await?
+            };
             print!("{report}");
             println!(
                 "{}",
-                if report.changed() {
-                    "configuration applied"
-                } else {
-                    "nothing to change"
+                match (report.changed(), dry_run) {
+                    (true, false) => "configuration applied",
+                    (true, true) => "dry run: these changes would be applied; nothing was written",
+                    (false, _) => "nothing to change",
                 }
             );
         }

@@ -185,7 +185,10 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     }
     for b in &billed.months {
         if b.month == october {
-            print!("{}", super::bill::render(b));
+            print!(
+                "{}",
+                super::bill::render(b, crate::service::config::time_zone(&pool).await?)
+            );
         } else {
             println!(
                 "storage for {} billed: {} projects, total {:.2}",

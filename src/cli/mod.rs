@@ -218,6 +218,12 @@ pub enum Command {
     },
 }
 
+/// An instant as printed to people: in the center's billing time zone, with
+/// the zone shown (`2026-11-30 17:04 EST`).
+pub(crate) fn local_time(t: DateTime<Utc>, tz: Tz) -> String {
+    t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string()
+}
+
 /// A CSV cell: quoted when it holds a comma, a quote or a line break.
 pub(crate) fn csv_field(v: &str) -> String {
     if v.contains([',', '"', '\n', '\r']) {

@@ -77,7 +77,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                                     .format("%Y-%m-%d %H:%M %Z")
                                     .to_string(),
                                 q.quota_tb.normalize().to_string(),
-                                q.recorded_at.format("%Y-%m-%d %H:%M UTC").to_string(),
+                                super::local_time(q.recorded_at, tz),
                                 q.recorded_by.clone(),
                             ]
                         })

@@ -114,6 +114,16 @@ pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result
     Ok(report)
 }
 
+/// What applying `config` would change, with every check the database
+/// makes, and nothing written (`config apply --dry-run`): the same
+/// transaction as [`apply`], rolled back.
+pub async fn apply_dry_run(pool: &PgPool, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = apply_in(&mut tx, config, author).await;
+    let _ = tx.rollback().await;
+    result
+}
+
 async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
     db::lock_rules(&mut *tx).await?;
     let mut report = ApplyReport::default();

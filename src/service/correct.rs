@@ -199,6 +199,13 @@ fn posted(id: LedgerEntryId, e: &NewEntry) -> Posted {
 
 /// The correction a repeated idempotency key already posted, if any (a key
 /// used for a different correction is refused).
+/// The center's billing time zone, in which times are shown.
+async fn center_zone(conn: &mut PgConnection) -> Result<chrono_tz::Tz, CorrectError> {
+    Ok(reference::load_center(conn)
+        .await?
+        .map_or(chrono_tz::Tz::UTC, |c| c.time_zone))
+}
+
 async fn posted_before(
     tx: &mut PgConnection,
     why: &Why,
@@ -213,9 +220,10 @@ async fn posted_before(
         return Ok(None);
     };
     if r.kind != kind.as_str() || &r.request != request {
+        let tz = center_zone(&mut *tx).await?;
         return Err(CorrectError::Refused(format!(
             "idempotency key {key:?} was used on {} by {} for a different correction ({} {}); use another key",
-            r.requested_at.format("%Y-%m-%d %H:%M UTC"),
+            r.requested_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"),
             r.author,
             r.kind,
             r.request
@@ -260,10 +268,11 @@ async fn post(
         if !rows.is_empty() && same.len() == rows.len() {
             let ids: Vec<String> = same.iter().map(|(id, ..)| id.to_string()).collect();
             let (_, at, by) = &same[0];
+            let tz = center_zone(&mut *tx).await?;
             return Err(CorrectError::Refused(format!(
                 "an identical {kind} was posted on {} by {by} (entr{} {}): pass --again to post another, or \
                  --idempotency-key to make a retried script safe",
-                at.format("%Y-%m-%d %H:%M UTC"),
+                at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"),
                 if ids.len() == 1 { "y" } else { "ies" },
                 ids.join(", ")
             )));

@@ -336,7 +336,7 @@ pub async fn waive(
             return Err(StorageBillError::Refused(format!(
                 "storage for {month} is billed (run {}, {} by {}): it cannot be waived; correct it with `hpc-ledger adjust`",
                 run.id,
-                run.run_at.format("%Y-%m-%d %H:%M UTC"),
+                run.run_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"),
                 run.author
             )));
         }

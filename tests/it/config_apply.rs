@@ -215,3 +215,49 @@ async fn the_currency_and_time_zone_are_fixed_once_charges_exist() {
         ["the currency and billing time zone cannot change once charges are posted"]
     );
 }
+
+/// Issue 20, item 7: `config apply --dry-run` shows what would change and
+/// writes nothing.
+#[tokio::test]
+async fn a_dry_run_shows_the_changes_and_writes_nothing() {
+    let db = TestDb::new().await;
+    let example = crate::harness::example_path();
+    let out = crate::harness::ok(&db.cli(&["config", "apply", example.to_str().unwrap(), "--dry-run"]));
+    assert!(
+        out.ends_with("dry run: these changes would be applied; nothing was written\n"),
+        "{out}"
+    );
+    let centers: i64 = sqlx::query_scalar("SELECT count(*) FROM center")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(centers, 0);
+    apply_text(&db.pool, EXAMPLE).await.unwrap();
+    // An edit, previewed: the report names it; the database keeps the old price.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dry-{}", db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let edited = dir.join("center.toml");
+    std::fs::write(&edited, EXAMPLE.replace("core_hour = 0.0160", "core_hour = 0.0170")).unwrap();
+    let preview = hpc_ledger::service::config::apply_dry_run(
+        &db.pool,
+        &parse(&std::fs::read_to_string(&edited).unwrap()).unwrap(),
+        "t",
+    )
+    .await
+    .unwrap();
+    assert_eq!(preview.rate_cards, counts(0, 1, 0, 7));
+    let out = crate::harness::ok(&db.cli(&["config", "apply", edited.to_str().unwrap(), "--dry-run"]));
+    assert!(out.contains("dry run: these changes would be applied"), "{out}");
+    let price: rust_decimal::Decimal = sqlx::query_scalar(
+        "SELECT core_hour_price FROM rate_card r JOIN node_type n ON n.id = r.node_type_id
+          JOIN cluster c ON c.id = n.cluster_id WHERE c.name = 'pitzer' AND n.name = 'hugememory'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(price.to_string(), "0.0160000000");
+    // Unchanged: nothing to change, dry run or not.
+    let out = crate::harness::ok(&db.cli(&["config", "apply", example.to_str().unwrap(), "--dry-run"]));
+    assert!(out.ends_with("nothing to change\n"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

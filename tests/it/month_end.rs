@@ -823,7 +823,7 @@ async fn the_same_correction_twice_is_refused_unless_asked_and_a_key_posts_once(
 async fn a_close_never_makes_earlier_storage_unbillable() {
     let db = TestDb::with_example().await;
     // The example's quotas start in January; bill July alone and try to close it.
-    ok(&db.cli(&["bill", "storage", "--month", "2026-07"]));
+    ok(&db.cli(&["bill", "storage", "--month", "2026-07", "--author", "billing"]));
     let o = db.cli(&["close", "--month", "2026-07"]);
     assert!(!o.status.success());
     assert!(
@@ -934,6 +934,11 @@ async fn a_close_never_makes_earlier_storage_unbillable() {
     assert!(out.contains("storage for 2026-01 was waived"), "{out}");
     assert!(out.contains("storage for 2026-02 billed (run "), "{out}");
     assert!(out.contains("storage for 2026-07 was already billed"), "{out}");
+    // Times in the center's zone, the zone shown (item 7).
+    assert!(
+        out.contains(" EST by billing") || out.contains(" EDT by billing"),
+        "{out}"
+    );
     assert!(out.contains("storage for 2026-10 billed (run "), "{out}");
     let runs: serde_json::Value = serde_json::from_str(&ok(&db.cli(&["bill", "runs", "--format", "json"]))).unwrap();
     let months: Vec<&str> = runs["runs"]
