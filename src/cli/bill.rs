@@ -47,9 +47,9 @@ pub enum Cmd {
     ///   hpc-ledger bill runs --format json
     #[command(verbatim_doc_comment)]
     Runs {
-        /// How to print it: text for people, json for programs.
+        /// How to print it: text for people, csv or json for programs.
         #[arg(long, value_enum, default_value_t)]
-        format: Format,
+        format: super::ListFormat,
     },
 }
 
@@ -121,8 +121,49 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
         Cmd::Runs { format } => {
             let (runs, waivers) = runs(&pool).await?;
             match format {
-                Format::Json => print_json(&serde_json::json!({ "runs": runs, "waivers": waivers }))?,
-                Format::Text => {
+                super::ListFormat::Json => print_json(&serde_json::json!({ "runs": runs, "waivers": waivers }))?,
+                super::ListFormat::Csv => {
+                    // One table: runs, then waivers (kind "storage waived", the reason in place of counts).
+                    let mut rows: Vec<Vec<String>> = runs
+                        .iter()
+                        .map(|r| {
+                            vec![
+                                r.id.to_string(),
+                                r.kind.clone(),
+                                Month::of_date(r.period).to_string(),
+                                r.run_at.to_rfc3339(),
+                                r.author.clone(),
+                                r.project_count.to_string(),
+                                r.entry_count.to_string(),
+                                format!("{:.2}", r.total),
+                                String::new(),
+                            ]
+                        })
+                        .collect();
+                    rows.extend(waivers.iter().map(|w| {
+                        vec![
+                            String::new(),
+                            "storage waived".into(),
+                            Month::of_date(w.period).to_string(),
+                            w.waived_at.to_rfc3339(),
+                            w.author.clone(),
+                            "0".into(),
+                            "0".into(),
+                            "0.00".into(),
+                            w.reason.clone(),
+                        ]
+                    }));
+                    print!(
+                        "{}",
+                        table::csv(
+                            &[
+                                "run", "kind", "month", "run_at", "by", "projects", "entries", "total", "reason"
+                            ],
+                            &rows
+                        )
+                    );
+                }
+                super::ListFormat::Text => {
                     let rows: Vec<Vec<String>> = runs
                         .iter()
                         .map(|r| {

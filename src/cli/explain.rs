@@ -10,15 +10,6 @@ use crate::db::explain::EntryRow;
 use crate::domain::period::Month;
 use crate::service::explain::{JobName, JobReport, entries, show_job};
 
-/// Output of `entries`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
-pub enum Output {
-    #[default]
-    Text,
-    Csv,
-    Json,
-}
-
 /// Everything recorded and posted for one job.
 ///
 /// Examples:
@@ -232,7 +223,7 @@ pub struct EntriesArgs {
     kind: Option<String>,
     /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
-    format: Output,
+    format: super::ListFormat,
 }
 
 pub async fn run_entries(args: EntriesArgs, target: &Target) -> anyhow::Result<ExitCode> {
@@ -245,17 +236,9 @@ pub async fn run_entries(args: EntriesArgs, target: &Target) -> anyhow::Result<E
             .map_or(chrono_tz::UTC, |c| c.time_zone)
     };
     match args.format {
-        Output::Json => print_json(&list)?,
-        Output::Csv => {
-            let mut o = ENTRY_HEADER.join(",") + "\n";
-            for row in entry_rows(&list, tz) {
-                let cells: Vec<String> = row.iter().map(|c| super::csv_field(c)).collect();
-                o.push_str(&cells.join(","));
-                o.push('\n');
-            }
-            print!("{o}");
-        }
-        Output::Text => {
+        super::ListFormat::Json => print_json(&list)?,
+        super::ListFormat::Csv => print!("{}", table::csv(&ENTRY_HEADER, &entry_rows(&list, tz))),
+        super::ListFormat::Text => {
             print!("{}", entry_table(&list, tz));
             let total: rust_decimal::Decimal = list.iter().map(|e| e.amount).sum();
             println!(

@@ -233,6 +233,15 @@ pub(crate) fn csv_field(v: &str) -> String {
     }
 }
 
+/// Output format of commands that print a list: also CSV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum ListFormat {
+    #[default]
+    Text,
+    Csv,
+    Json,
+}
+
 /// Output format of commands that print data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Format {

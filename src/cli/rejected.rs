@@ -16,9 +16,9 @@ pub struct Args {
     /// Also list the ones resolved or dismissed since, with who dismissed them and why.
     #[arg(long)]
     all: bool,
-    /// How to print it: text for people, json for programs.
+    /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
-    format: Format,
+    format: super::ListFormat,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -147,36 +147,36 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
         return Ok(ExitCode::SUCCESS);
     }
     let rows = rejected::list(&pool, args.all).await?;
+    if args.format == super::ListFormat::Json {
+        print_json(&rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let lines: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let status = match (&r.resolution, &r.resolved_by) {
+                (None, _) => "open".to_owned(),
+                (Some(res), Some(by)) if res == "dismissed" => format!("dismissed by {by}"),
+                (Some(res), _) => res.clone(),
+            };
+            let reason = match &r.resolution_note {
+                Some(note) => format!("{} (dismissed: {note})", r.reason),
+                None => r.reason.clone(),
+            };
+            vec![
+                r.id.to_string(),
+                r.source_ref.clone(),
+                r.job_key.clone().unwrap_or_default(),
+                r.kind.clone(),
+                status,
+                reason,
+            ]
+        })
+        .collect();
+    let header = ["id", "where", "job", "kind", "status", "reason"];
     match args.format {
-        Format::Json => print_json(&rows)?,
-        Format::Text => {
-            let lines: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    let status = match (&r.resolution, &r.resolved_by) {
-                        (None, _) => "open".to_owned(),
-                        (Some(res), Some(by)) if res == "dismissed" => format!("dismissed by {by}"),
-                        (Some(res), _) => res.clone(),
-                    };
-                    let reason = match &r.resolution_note {
-                        Some(note) => format!("{} (dismissed: {note})", r.reason),
-                        None => r.reason.clone(),
-                    };
-                    vec![
-                        r.id.to_string(),
-                        r.source_ref.clone(),
-                        r.job_key.clone().unwrap_or_default(),
-                        r.kind.clone(),
-                        status,
-                        reason,
-                    ]
-                })
-                .collect();
-            print!(
-                "{}",
-                table::render(&["id", "where", "job", "kind", "status", "reason"], &lines)
-            );
-        }
+        super::ListFormat::Csv => print!("{}", table::csv(&header, &lines)),
+        _ => print!("{}", table::render(&header, &lines)),
     }
     Ok(ExitCode::SUCCESS)
 }

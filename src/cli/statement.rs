@@ -6,20 +6,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use clap::ValueEnum;
 
 use super::{csv_field, print_json};
 use crate::db::Target;
 use crate::domain::period::Month;
 use crate::service::statement::{Statement, Status, StorageBilling, Which, statements};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Output {
-    #[default]
-    Text,
-    Csv,
-    Json,
-}
+use super::ListFormat as Output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

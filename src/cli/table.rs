@@ -1,5 +1,18 @@
 //! Plain-text tables for terminal output.
 
+/// The same table as CSV (RFC 4180: a cell with a comma, quote or line
+/// break is quoted), for a spreadsheet.
+pub fn csv(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut out = header.join(",");
+    out.push('\n');
+    for r in rows {
+        let cells: Vec<String> = r.iter().map(|c| super::csv_field(c)).collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
 /// Columns aligned by width; numbers (cells starting with a digit or sign)
 /// are right-aligned.
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {

@@ -963,6 +963,16 @@ async fn a_close_never_makes_earlier_storage_unbillable() {
     );
     assert_eq!(runs["waivers"][0]["reason"], "free during the pilot");
     assert_eq!(runs["waivers"][0]["author"], "ops");
+    let csv = ok(&db.cli(&["bill", "runs", "--format", "csv"]));
+    assert!(
+        csv.starts_with("run,kind,month,run_at,by,projects,entries,total,reason\n"),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), 1 + 9 + 1, "{csv}");
+    assert!(
+        csv.contains(",storage waived,2026-01,") && csv.ends_with(",ops,0,0,0.00,free during the pilot\n"),
+        "{csv}"
+    );
     // February's bill is PAS1234's 10 TB and PAA0042's 2.5 TB at 5.00 for the whole month.
     let feb: Decimal = sqlx::query_scalar("SELECT total FROM billing_run WHERE period = '2026-02-01'")
         .fetch_one(&db.pool)

@@ -199,6 +199,13 @@ async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run
         .collect();
     assert_eq!(open_ids, [other_run.to_string(), nope.to_string()]);
     let all = ok(&db.cli(&["rejected", "--all"]));
+    let csv = ok(&db.cli(&["rejected", "--format", "csv"]));
+    assert!(csv.starts_with("id,where,job,kind,status,reason\n"), "{csv}");
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(
+        csv.contains(&format!("\n{nope},")) && csv.contains("owens/7777,unknown_project,open,"),
+        "{csv}"
+    );
     assert!(all.contains("recorded_elsewhere"), "{all}");
     // The database refuses a resolution that names another job's record.
     let e = sqlx::query(
