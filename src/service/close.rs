@@ -286,23 +286,9 @@ pub async fn close_through(
                 .map(Month::of_date),
         }
     };
-    let mut months = Vec::new();
-    let mut month = first.map_or(through, |f| f.min(through));
-    loop {
-        match close(pool, month, author, now).await {
-            Ok(o) => months.push(o),
-            Err(e) => {
-                return Ok(CloseThrough {
-                    months,
-                    stopped: Some(e),
-                });
-            }
-        }
-        if month >= through {
-            return Ok(CloseThrough { months, stopped: None });
-        }
-        month = month.next();
-    }
+    let (months, stopped) =
+        crate::service::month_by_month(first, through, |month| close(pool, month, author, now)).await;
+    Ok(CloseThrough { months, stopped })
 }
 
 /// Recompute the seals (and entry counts and totals) of closed months.

@@ -38,6 +38,32 @@ pub(crate) async fn project(
     )))
 }
 
+/// Run `step` on every month from `first` (`through` when there is none, or
+/// when it is later) through `through`, in order, stopping at the first
+/// error: what was done, and that error. Month end in one pass (`bill
+/// storage --through`, `close --through`).
+pub(crate) async fn month_by_month<T, E, Fut>(
+    first: Option<crate::domain::period::Month>,
+    through: crate::domain::period::Month,
+    mut step: impl FnMut(crate::domain::period::Month) -> Fut,
+) -> (Vec<T>, Option<E>)
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut done = Vec::new();
+    let mut month = first.map_or(through, |f| f.min(through));
+    loop {
+        match step(month).await {
+            Ok(t) => done.push(t),
+            Err(e) => return (done, Some(e)),
+        }
+        if month >= through {
+            return (done, None);
+        }
+        month = month.next();
+    }
+}
+
 /// Serialise an optional error as its message (`null` when there is none):
 /// a batch that stops at a problem reports it in JSON too.
 pub fn error_text<S: serde::Serializer, E: std::fmt::Display>(e: &Option<E>, s: S) -> Result<S::Ok, S::Error> {

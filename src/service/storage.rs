@@ -274,23 +274,9 @@ pub async fn bill_through(
         let mut conn = pool.acquire().await.map_err(DbError::from)?;
         sdb::first_open_month(&mut conn).await?.map(Month::of_date)
     };
-    let mut months = Vec::new();
-    let mut month = first.map_or(through, |f| f.min(through));
-    loop {
-        match bill(pool, month, author, dry_run, now).await {
-            Ok(o) => months.push(o),
-            Err(e) => {
-                return Ok(ThroughOutcome {
-                    months,
-                    stopped: Some(e),
-                });
-            }
-        }
-        if month >= through {
-            return Ok(ThroughOutcome { months, stopped: None });
-        }
-        month = month.next();
-    }
+    let (months, stopped) =
+        crate::service::month_by_month(first, through, |month| bill(pool, month, author, dry_run, now)).await;
+    Ok(ThroughOutcome { months, stopped })
 }
 
 /// What `bill storage --waive` did.
