@@ -216,9 +216,9 @@ pub struct VerifyArgs {
     /// file for months closed before one was kept.
     #[arg(long, conflicts_with_all = ["month", "against"])]
     export: bool,
-    /// How to print it: text for people, json for programs.
+    /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
-    format: Format,
+    format: super::ListFormat,
 }
 
 pub async fn run_verify(args: VerifyArgs, target: &Target) -> anyhow::Result<ExitCode> {
@@ -242,8 +242,29 @@ pub async fn run_verify(args: VerifyArgs, target: &Target) -> anyhow::Result<Exi
         let checks = verify_against(&pool, &kept).await?;
         let bad = checks.iter().filter(|c| !c.holds()).count();
         match args.format {
-            Format::Json => print_json(&checks)?,
-            Format::Text => {
+            super::ListFormat::Json => print_json(&checks)?,
+            super::ListFormat::Csv => {
+                let rows: Vec<Vec<String>> = checks
+                    .iter()
+                    .map(|c| {
+                        vec![
+                            c.month.to_string(),
+                            c.holds().to_string(),
+                            c.anchored_seal.clone().unwrap_or_default(),
+                            c.recorded_seal.clone().unwrap_or_default(),
+                            c.recomputed_seal.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    table::csv(
+                        &["month", "holds", "anchored_seal", "recorded_seal", "recomputed_seal"],
+                        &rows
+                    )
+                );
+            }
+            super::ListFormat::Text => {
                 for c in &checks {
                     let line = match (&c.anchored_seal, &c.recorded_seal) {
                         _ if c.holds() => format!("{}: matches its anchor", c.month),
@@ -269,8 +290,41 @@ pub async fn run_verify(args: VerifyArgs, target: &Target) -> anyhow::Result<Exi
     let checks = verify(&pool, args.month).await?;
     let broken = checks.iter().filter(|c| !c.holds()).count();
     match args.format {
-        Format::Json => print_json(&checks)?,
-        Format::Text => {
+        super::ListFormat::Json => print_json(&checks)?,
+        super::ListFormat::Csv => {
+            let rows: Vec<Vec<String>> = checks
+                .iter()
+                .map(|c| {
+                    vec![
+                        Month::of_date(c.period).to_string(),
+                        c.holds().to_string(),
+                        c.entries.to_string(),
+                        c.recorded_entries.to_string(),
+                        format!("{:.2}", c.total),
+                        format!("{:.2}", c.recorded_total),
+                        c.recorded_seal.clone(),
+                        c.recomputed_seal.clone(),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table::csv(
+                    &[
+                        "month",
+                        "holds",
+                        "entries",
+                        "recorded_entries",
+                        "total",
+                        "recorded_total",
+                        "recorded_seal",
+                        "recomputed_seal"
+                    ],
+                    &rows
+                )
+            );
+        }
+        super::ListFormat::Text => {
             for c in &checks {
                 let month = Month::of_date(c.period);
                 if c.holds() {
@@ -307,9 +361,9 @@ pub struct AuditArgs {
     /// without records and charging records without charges.
     #[arg(long)]
     deep: bool,
-    /// How to print it: text for people, json for programs.
+    /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
-    format: Format,
+    format: super::ListFormat,
 }
 
 pub async fn run_audit(args: AuditArgs, target: &Target) -> anyhow::Result<ExitCode> {
@@ -320,14 +374,15 @@ pub async fn run_audit(args: AuditArgs, target: &Target) -> anyhow::Result<ExitC
         false => None,
     };
     match args.format {
-        Format::Json => {
+        super::ListFormat::Json => {
             let mut value = serde_json::to_value(&report)?;
             if let (Some(d), Some(map)) = (&deep, value.as_object_mut()) {
                 map.insert("deep".into(), serde_json::to_value(d)?);
             }
             print_json(&value)?
         }
-        Format::Text => {
+        super::ListFormat::Csv => print!("{}", findings_csv(&report, deep.as_ref())),
+        super::ListFormat::Text => {
             print!("{}", render(&report));
             if let Some(d) = &deep {
                 print!("{}", render_deep(d));
@@ -393,6 +448,74 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
         ));
     }
     o
+}
+
+/// Every finding of an audit as one CSV table (a header alone when it is
+/// clean): altered definitions, discrepancies, broken seals, and with
+/// `--deep` the differences between raw records and the ledger.
+fn findings_csv(r: &AuditReport, deep: Option<&crate::service::deep::DeepReport>) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for d in &r.definitions {
+        rows.push(vec![
+            "definition".into(),
+            String::new(),
+            d.kind.to_owned(),
+            String::new(),
+            String::new(),
+            d.name.clone(),
+            "the migrations' definition".into(),
+            d.problem.clone(),
+        ]);
+    }
+    for d in &r.discrepancies {
+        rows.push(vec![
+            "discrepancy".into(),
+            d.entry_id.map_or(String::new(), |e| e.to_string()),
+            d.kind.clone(),
+            d.period.map_or(String::new(), |p| Month::of_date(p).to_string()),
+            d.project.clone().unwrap_or_default(),
+            d.field.clone(),
+            d.expected.clone().unwrap_or_default(),
+            d.recorded.clone().unwrap_or_default(),
+        ]);
+    }
+    for s in r.seals.iter().filter(|s| !s.holds()) {
+        rows.push(vec![
+            "seal".into(),
+            String::new(),
+            "month".into(),
+            Month::of_date(s.period).to_string(),
+            String::new(),
+            "seal".into(),
+            s.recomputed_seal.clone(),
+            s.recorded_seal.clone(),
+        ]);
+    }
+    for d in deep.map(|d| d.differences.as_slice()).unwrap_or_default() {
+        rows.push(vec![
+            "raw record".into(),
+            d.record_id.map_or(String::new(), |r| r.to_string()),
+            "job record".into(),
+            String::new(),
+            d.job.clone(),
+            d.field.clone(),
+            d.reread.clone(),
+            d.stored.clone(),
+        ]);
+    }
+    table::csv(
+        &[
+            "finding",
+            "id",
+            "kind",
+            "month",
+            "project_or_job",
+            "field",
+            "expected",
+            "recorded",
+        ],
+        &rows,
+    )
 }
 
 pub fn render(r: &AuditReport) -> String {

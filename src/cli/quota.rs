@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::{Format, print_json, table};
+use super::{print_json, table};
 use crate::db::Target;
 use crate::service::config::time_zone;
 use crate::service::storage::{parse_quota, quota_report, set_quota};
@@ -36,9 +36,9 @@ pub enum Cmd {
         /// The instant (default: now).
         #[arg(long)]
         at: Option<String>,
-        /// How to print it: text for people, json for programs.
+        /// How to print it: text for people, csv or json for programs.
         #[arg(long, value_enum, default_value_t)]
-        format: Format,
+        format: super::ListFormat,
     },
 }
 
@@ -58,30 +58,31 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
         Cmd::Show { project, at, format } => {
             let at = super::instant(at.as_deref(), tz)?;
             let r = quota_report(&pool, &project, at).await?;
+            let rows: Vec<Vec<String>> = r
+                .history
+                .iter()
+                .map(|q| {
+                    vec![
+                        q.effective_from
+                            .with_timezone(&tz)
+                            .format("%Y-%m-%d %H:%M %Z")
+                            .to_string(),
+                        q.quota_tb.normalize().to_string(),
+                        super::local_time(q.recorded_at, tz),
+                        q.recorded_by.clone(),
+                    ]
+                })
+                .collect();
             match format {
-                Format::Json => print_json(&r)?,
-                Format::Text => {
+                super::ListFormat::Json => print_json(&r)?,
+                super::ListFormat::Csv => print!("{}", table::csv(&["from", "tb", "recorded", "by"], &rows)),
+                super::ListFormat::Text => {
                     println!(
                         "{}: {} at {}",
                         r.project,
                         r.quota_tb.map_or("no quota".into(), |q| format!("{q} TB")),
                         at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z")
                     );
-                    let rows: Vec<Vec<String>> = r
-                        .history
-                        .iter()
-                        .map(|q| {
-                            vec![
-                                q.effective_from
-                                    .with_timezone(&tz)
-                                    .format("%Y-%m-%d %H:%M %Z")
-                                    .to_string(),
-                                q.quota_tb.normalize().to_string(),
-                                super::local_time(q.recorded_at, tz),
-                                q.recorded_by.clone(),
-                            ]
-                        })
-                        .collect();
                     print!("{}", table::render(&["from", "TB", "recorded", "by"], &rows));
                 }
             }

@@ -107,6 +107,14 @@ async fn a_job_shows_how_its_charge_was_reached_and_what_corrected_it() {
         .unwrap();
     let out = ok(&db.cli(&["job", "show", "owens/1004"]));
     assert!(out.contains("THE CHARGE ENTRIES BELOW DIFFER from this"), "{out}");
+    // The audit finds it, also as CSV.
+    let o = db.cli(&["audit", "--format", "csv"]);
+    assert_eq!(o.status.code(), Some(5));
+    assert!(
+        stdout(&o).contains(&format!("\ndiscrepancy,{charge},job,2026-10,PZS0708,")),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[tokio::test]

@@ -1017,6 +1017,25 @@ async fn a_close_never_makes_earlier_storage_unbillable() {
     );
     assert!(!out.contains("not billed"), "{out}");
     assert!(audit(&db.pool).await.unwrap().clean());
+    // The same as CSV (item 7): a clean audit is its header alone.
+    let csv = ok(&db.cli(&["audit", "--format", "csv"]));
+    assert_eq!(csv, "finding,id,kind,month,project_or_job,field,expected,recorded\n");
+    let csv = ok(&db.cli(&["verify", "--format", "csv"]));
+    assert_eq!(csv.lines().count(), 1 + 8, "{csv}");
+    assert!(
+        csv.lines().skip(1).all(|l| l.split(',').nth(1) == Some("true")),
+        "{csv}"
+    );
+    assert!(
+        csv.contains(&format!("\n2026-02,true,2,2,62.50,62.50,{seal},{seal}\n")),
+        "{csv}"
+    );
+    let csv = ok(&db.cli(&["quota", "show", "PAS1234", "--format", "csv"]));
+    assert!(
+        csv.starts_with("from,tb,recorded,by\n2026-01-01 00:00 EST,10,"),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), 3, "{csv}");
 }
 
 /// `close --through` stops at the first month it cannot close, with the fix,
