@@ -17,6 +17,7 @@ mod rejected;
 mod serve;
 mod statement;
 mod table;
+mod usage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -159,6 +160,16 @@ pub enum Command {
     ///   hpc-ledger audit --deep --format json
     #[command(verbatim_doc_comment)]
     Audit(close::AuditArgs),
+    /// What a project used and spent over months, by user, cluster, node type or month.
+    ///
+    /// Jobs, core-hours, GPU-hours, TB-months and the net amount (corrections
+    /// included, counted where what they correct counts), from the ledger.
+    ///
+    /// Examples:
+    ///   hpc-ledger usage --project PAS1234 --from 2026-07 --to 2026-10 --by user
+    ///   hpc-ledger usage --all --from 2026-01 --to 2026-10 --by month --format csv
+    #[command(verbatim_doc_comment)]
+    Usage(usage::Args),
     /// List a project's ledger entries of a month, with their ids.
     ///
     /// Examples:
@@ -275,6 +286,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Quote(args) => quote::run(args, &target).await,
         Command::Job(cmd) => job::run(cmd, &target, by).await,
         Command::Entries(args) => explain::run_entries(args, &target).await,
+        Command::Usage(args) => usage::run(args, &target).await,
         Command::Import(args) => import::run(args, &target, by).await,
         Command::Serve(args) => serve::run(args, &target, by).await,
         Command::Rejected(args) => rejected::run(args, &target, by).await,

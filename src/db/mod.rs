@@ -18,6 +18,7 @@ pub mod reference;
 pub mod rejected;
 pub mod statements;
 pub mod storage;
+pub mod usage;
 
 use std::path::Path;
 use std::time::Duration;

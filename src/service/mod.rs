@@ -13,6 +13,7 @@ pub mod record;
 pub mod rejected;
 pub mod statement;
 pub mod storage;
+pub mod usage;
 
 use sqlx::{Postgres, Transaction};
 

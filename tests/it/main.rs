@@ -28,3 +28,4 @@ mod serve;
 mod storage;
 mod tamper;
 mod tidy;
+mod usage;

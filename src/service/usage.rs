@@ -1,0 +1,71 @@
+//! Usage reports (issue 18, item 2): what a project — or every project —
+//! used and spent over a range of months, by user, cluster, node type or
+//! month, from the ledger and the job records alone.
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::DbError;
+use crate::db::usage::{self as udb, UsageRow};
+use crate::domain::period::Month;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("unknown project {0}")]
+    UnknownProject(String),
+    #[error("--from {from} is after --to {to}")]
+    Range { from: Month, to: Month },
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for UsageError {
+    fn from(e: sqlx::Error) -> Self {
+        UsageError::Db(e.into())
+    }
+}
+
+/// How to group a usage report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum By {
+    User,
+    Cluster,
+    NodeType,
+    Month,
+}
+
+impl By {
+    fn as_str(self) -> &'static str {
+        match self {
+            By::User => "user",
+            By::Cluster => "cluster",
+            By::NodeType => "node-type",
+            By::Month => "month",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Usage {
+    pub from: Month,
+    pub to: Month,
+    pub by: By,
+    pub rows: Vec<UsageRow>,
+}
+
+/// The usage of `project` (`None`: every project) from `from` to `to`
+/// (months, inclusive), grouped by `by`.
+pub async fn usage(pool: &PgPool, project: Option<&str>, from: Month, to: Month, by: By) -> Result<Usage, UsageError> {
+    if from > to {
+        return Err(UsageError::Range { from, to });
+    }
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    if let Some(code) = project {
+        crate::service::project(&mut conn, code)
+            .await?
+            .map_err(UsageError::UnknownProject)?;
+    }
+    let rows = udb::usage(&mut conn, project, from.first_day(), to.first_day(), by.as_str()).await?;
+    Ok(Usage { from, to, by, rows })
+}
