@@ -404,6 +404,32 @@ pub(super) async fn busiest_project(pool: &PgPool, month: Month) -> Result<Strin
 }
 
 /// Median time of `calls` statements of one project (after one warm-up).
+/// The median time of one project's usage report by user over `from..=to`
+/// (`hpc-ledger usage`), over `calls` calls.
+pub(super) async fn usage_time(
+    pool: &PgPool,
+    code: &str,
+    from: Month,
+    to: Month,
+    calls: u32,
+) -> Result<(Duration, usize)> {
+    use crate::service::usage::{By, usage};
+    let first = usage(pool, Some(code), from, to, By::User).await?;
+    if first.rows.is_empty() {
+        fail!("no usage for {code}");
+    }
+    let mut times = Vec::new();
+    for _ in 0..calls.max(1) {
+        let t = Instant::now();
+        let u = usage(pool, Some(code), from, to, By::User).await?;
+        times.push(t.elapsed());
+        if u.rows.len() != first.rows.len() {
+            fail!("the usage report changed under the bench");
+        }
+    }
+    Ok((median(times), first.rows.len()))
+}
+
 pub(super) async fn statement_time(pool: &PgPool, month: Month, code: &str, calls: u32) -> Result<Duration> {
     let first = service::statement::statements(pool, month, Which::Project(code)).await?;
     if first.is_empty() {

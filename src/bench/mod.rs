@@ -15,6 +15,7 @@
 //! | `job record` as its own process | `psql -c` inserting one row |
 //! | storage billing of every project | `INSERT … SELECT` of the same rows into bare tables |
 //! | one project's statement, before and after the ledger grows | – |
+//! | one project's usage report by user over a year of the grown ledger | its statement |
 //! | `audit` of the grown ledger | a sequential scan of the ledger |
 //! | `audit --deep`: every raw record read again | the import's jobs/s |
 //! | peak RSS of the import | – |
@@ -48,7 +49,7 @@ use baselines::{
 };
 use measure::{
     HOSTILE, SENDERS, busiest_project, fresh_month_end, import, one_job, serve_posts, serve_under_attack,
-    statement_time,
+    statement_time, usage_time,
 };
 use report::{count, millis, per_second, secs};
 pub use report::{grouped, render};
@@ -96,6 +97,7 @@ from_errors!(
     crate::service::close::CloseError,
     crate::service::record::RecordError,
     crate::service::statement::StatementError,
+    crate::service::usage::UsageError,
     crate::serve::ServeError,
     tokio::task::JoinError,
     std::num::TryFromIntError,
@@ -483,6 +485,24 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         ratio: Some(growth),
         target: "≤ 10 ms; ≤ 1.5 × the smaller ledger's".into(),
         pass: after <= Duration::from_millis(10) && growth <= 1.5,
+    });
+    // A year of one project's usage, by user, on the grown ledger (its copies
+    // reach back about 35 days × the growth factor).
+    let mut from = month;
+    for _ in 0..12 {
+        from = from.prev();
+    }
+    let (usage, groups) = usage_time(&pool, &code, from, month, sizes.calls).await?;
+    figures.push(Figure {
+        figure: format!(
+            "one project's usage report by user, {from} to {month} ({groups} users), at {} entries",
+            grouped(large)
+        ),
+        measured: millis(usage),
+        baseline: format!("its statement: {}", millis(after)),
+        ratio: Some(usage.as_secs_f64() / after.as_secs_f64()),
+        target: "≤ 10 ms".into(),
+        pass: usage <= Duration::from_millis(10),
     });
 
     // 5. The audit against a sequential scan.

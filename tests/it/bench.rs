@@ -35,7 +35,7 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 12, "{names:#?}");
+    assert_eq!(names.len(), 13, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
     // A twentieth of the jobs again, posted to `serve`, all recorded.
     assert_eq!(names[2], "`serve`: 30 jobcomp posts from 16 concurrent senders");
@@ -73,8 +73,15 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         copies.is_multiple_of(2) && copies >= 2 * 632 && copies < 2 * small,
         "{small} -> {large}"
     );
+    // A year of the busiest project's usage by user, on the grown ledger.
+    let grown = names[9].split(" at ").nth(1).unwrap();
+    assert!(
+        names[10].starts_with("one project's usage report by user, 2025-10 to 2026-10 (")
+            && names[10].ends_with(&format!(" at {grown}")),
+        "{names:#?}"
+    );
     assert_eq!(
-        names[10],
+        names[11],
         format!(
             "audit of {} entries (clean)",
             names[9].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
@@ -94,10 +101,10 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     assert!((630..700).contains(&deep), "{deep}");
     // The month end of a center just set up, in a second scratch database.
     assert_eq!(
-        names[11],
+        names[12],
         "month end of a fresh center of 70 projects: bill storage, close, audit"
     );
-    let end = figures[11]["measured"].as_str().unwrap();
+    let end = figures[12]["measured"].as_str().unwrap();
     assert!(
         end.starts_with("bill ") && end.contains(", close ") && end.contains(", audit "),
         "{end}"
