@@ -38,6 +38,9 @@ DECLARE
     month_end timestamptz;
     run bigint;
 BEGIN
+    -- The checks below read what committed before the lock was granted: only
+    -- at READ COMMITTED do they see a run or waiver committed meanwhile.
+    PERFORM hl_require_read_committed(format('billing or waiving storage for %s', to_char(NEW.period, 'YYYY-MM')));
     PERFORM pg_advisory_xact_lock(hl_storage_lock_key());
     IF TG_TABLE_NAME = 'billing_run' THEN
         IF NEW.kind = 'storage' AND EXISTS (SELECT 1 FROM storage_waiver w WHERE w.period = NEW.period) THEN

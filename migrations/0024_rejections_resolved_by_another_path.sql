@@ -7,8 +7,11 @@
 -- again and those that describe this very run (cluster, job id, array index,
 -- start) are resolved as `recorded_elsewhere`, naming the job record that
 -- charges the run. The database checks that the record is of the same job;
--- the start is compared by the recorder, which can read the raw record. A
--- line resolved so is not reopened when it is read (and rejected) again.
+-- the start, the end and what the run held are compared by the recorder,
+-- which can read the raw record. A line resolved so is not reopened when it
+-- is read (and rejected) again for the same reason. A conflict (the same run
+-- with another charge) is never resolved so: it stays open until superseded
+-- or dismissed.
 
 ALTER TABLE rejected_record DROP CONSTRAINT rejected_record_resolution_check;
 ALTER TABLE rejected_record ADD CONSTRAINT rejected_record_resolution_check
@@ -35,6 +38,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
               FROM job_record r WHERE r.id = record_id), false)
         WHEN resolution = 'recorded_elsewhere' THEN coalesce((
             SELECT job_key IS NOT NULL AND lower(job_key) = lower(hl_record_job_key(r.id))
+                   AND NOT EXISTS (SELECT 1 FROM rejected_record x WHERE x.id = rejection_id AND x.kind = 'conflict')
                    AND NOT (r.source_format = hl_resolution_check.source_format
                             AND sha256(coalesce(r.raw_bytes, convert_to(r.raw, 'UTF8'))) = hl_resolution_check.raw_sha256)
               FROM job_record r WHERE r.id = record_id), false)

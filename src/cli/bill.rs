@@ -9,7 +9,7 @@ use clap::Subcommand;
 use super::{Format, print_json, table};
 use crate::db::Target;
 use crate::domain::period::Month;
-use crate::service::storage::{BillOutcome, BillState, bill, bill_through, runs, waive};
+use crate::service::storage::{BillOutcome, BillState, bill, bill_through, runs, waive, waive_through};
 
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
@@ -19,6 +19,7 @@ pub enum Cmd {
     ///   hpc-ledger bill storage --month 2026-10 --dry-run
     ///   hpc-ledger bill storage --through 2026-10     # every unbilled month up to October, in order
     ///   hpc-ledger bill storage --month 2026-03 --waive "storage free during the pilot"
+    ///   hpc-ledger bill storage --through 2026-06 --waive "before the ledger started"
     #[command(verbatim_doc_comment)]
     Storage {
         /// The month, YYYY-MM.
@@ -34,8 +35,9 @@ pub enum Cmd {
         dry_run: bool,
         /// Do not bill this month's storage: record the decision with this
         /// reason (kept for good, shown to auditors). A waived month counts as
-        /// billed for closing.
-        #[arg(long, value_name = "REASON", requires = "month")]
+        /// billed for closing. With --through: every month from the first open
+        /// one through that one that is not billed yet.
+        #[arg(long, value_name = "REASON")]
         waive: Option<String>,
         /// How to print it: text for people, json for programs.
         #[arg(long, value_enum, default_value_t)]
@@ -77,6 +79,32 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                         w.reason
                     );
                 }
+            }
+        }
+        Cmd::Storage {
+            through: Some(through),
+            waive: Some(reason),
+            format,
+            ..
+        } => {
+            let (done, stopped) = waive_through(&pool, through, &reason, author, Utc::now()).await?;
+            match format {
+                Format::Json => print_json(&serde_json::json!({
+                    "waived": done,
+                    "stopped": stopped.as_ref().map(ToString::to_string),
+                }))?,
+                Format::Text => {
+                    for o in &done {
+                        let verb = if o.waived_now { "waived" } else { "was already waived" };
+                        println!("storage for {} {verb}: {}", o.month, o.waiver.reason);
+                    }
+                    if done.is_empty() && stopped.is_none() {
+                        println!("nothing to waive through {through}: every month is billed or waived");
+                    }
+                }
+            }
+            if let Some(e) = stopped {
+                return Err(e.into());
             }
         }
         Cmd::Storage {

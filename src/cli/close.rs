@@ -437,6 +437,23 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
             ));
         }
     }
+    if !d.reassigned.is_empty() {
+        o.push_str(&format!(
+            "deep: {} record(s) charged to another project than the account they name, by a recorded decision \
+             (audit.project_reassignments):\n",
+            d.reassigned.len()
+        ));
+        for r in d.reassigned.iter().take(DEEP_SHOWN) {
+            o.push_str(&format!(
+                "  {}: {} -> {} by {}: {}\n",
+                r.job.as_deref().unwrap_or("?"),
+                r.from_account.as_deref().unwrap_or("(no account)"),
+                r.project,
+                r.by,
+                r.reason
+            ));
+        }
+    }
     if !d.unverifiable.is_empty() {
         o.push_str(&format!(
             "deep: {} not verifiable, from before migration 0020 (records that cannot be read without the read options \

@@ -70,13 +70,21 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
                 times_seen = rejected_record.times_seen + 1,
                 -- Read again: open again, unless it was dismissed or its run
                 -- was recorded by another path (migration 0024).
-                resolved_at = CASE WHEN rejected_record.resolution IN ('dismissed', 'recorded_elsewhere')
+                -- (only while it is rejected for the same reason: a line that
+                -- now conflicts, say, is open again).
+                resolved_at = CASE WHEN rejected_record.resolution = 'dismissed'
+                                     OR (rejected_record.resolution = 'recorded_elsewhere'
+                                         AND EXCLUDED.kind = rejected_record.kind AND EXCLUDED.kind <> 'conflict')
                                    THEN rejected_record.resolved_at END,
-                resolution = CASE WHEN rejected_record.resolution IN ('dismissed', 'recorded_elsewhere')
+                resolution = CASE WHEN rejected_record.resolution = 'dismissed'
+                                    OR (rejected_record.resolution = 'recorded_elsewhere'
+                                        AND EXCLUDED.kind = rejected_record.kind AND EXCLUDED.kind <> 'conflict')
                                   THEN rejected_record.resolution END,
                 resolved_by = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolved_by END,
                 resolution_note = CASE WHEN rejected_record.resolution = 'dismissed' THEN rejected_record.resolution_note END,
-                resolved_record_id = CASE WHEN rejected_record.resolution IN ('dismissed', 'recorded_elsewhere')
+                resolved_record_id = CASE WHEN rejected_record.resolution = 'dismissed'
+                                            OR (rejected_record.resolution = 'recorded_elsewhere'
+                                                AND EXCLUDED.kind = rejected_record.kind AND EXCLUDED.kind <> 'conflict')
                                           THEN rejected_record.resolved_record_id END",
         &format as &[SourceFormat],
         &source as &[&str],
@@ -135,7 +143,9 @@ pub struct OpenOfJob {
     pub job_key: String,
 }
 
-/// The open rejections whose job key is one of `keys` (compared ignoring case).
+/// The open rejections whose job key is one of `keys` (compared ignoring
+/// case), but for conflicts: a conflict is the same run with another
+/// charge, open until it is superseded or dismissed.
 pub async fn open_of_jobs(conn: &mut PgConnection, keys: &[String]) -> Result<Vec<OpenOfJob>, sqlx::Error> {
     let lower: Vec<String> = keys.iter().map(|k| k.to_lowercase()).collect();
     sqlx::query_as!(
@@ -143,7 +153,7 @@ pub async fn open_of_jobs(conn: &mut PgConnection, keys: &[String]) -> Result<Ve
         r#"SELECT id, source_format AS "source_format: SourceFormat", read_options, raw, raw_bytes,
                   job_key AS "job_key!"
              FROM rejected_record
-            WHERE resolved_at IS NULL AND lower(job_key) = ANY($1)"#,
+            WHERE resolved_at IS NULL AND lower(job_key) = ANY($1) AND kind <> 'conflict'"#,
         &lower
     )
     .fetch_all(&mut *conn)
@@ -199,6 +209,9 @@ pub struct Reassignment {
     pub raw_sha256: String,
     pub from_account: Option<String>,
     pub project: String,
+    pub job_key: Option<String>,
+    pub author: String,
+    pub reason: String,
 }
 
 /// Every reassignment (through the audit view: auditors may read it).
@@ -206,8 +219,8 @@ pub async fn reassignments(conn: &mut PgConnection) -> Result<Vec<Reassignment>,
     sqlx::query_as!(
         Reassignment,
         r#"SELECT source_format AS "source_format!", raw_sha256 AS "raw_sha256!", from_account,
-                  project AS "project!"
-             FROM audit.project_reassignments"#
+                  project AS "project!", job_key, author AS "author!", reason AS "reason!"
+             FROM audit.project_reassignments ORDER BY id"#
     )
     .fetch_all(&mut *conn)
     .await

@@ -50,6 +50,20 @@ pub struct DeepReport {
     /// were (migration 0020) that cannot be read without them, and runs
     /// left then for jobs whose only records were refused.
     pub unverifiable: Vec<Difference>,
+    /// Records charged to another project than the (unknown) account they
+    /// name, by a recorded decision (`rejected reassign`): read as charged,
+    /// and listed here, not findings.
+    pub reassigned: Vec<Reassigned>,
+}
+
+/// A reassignment `audit --deep` read records through.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Reassigned {
+    pub job: Option<String>,
+    pub from_account: Option<String>,
+    pub project: String,
+    pub by: String,
+    pub reason: String,
 }
 
 impl DeepReport {
@@ -64,8 +78,18 @@ pub async fn deep_audit(pool: &PgPool) -> Result<DeepReport, DbError> {
     let mut conn = pool.acquire().await?;
     // Records charged to another project than the unknown account they name,
     // by a recorded decision (`rejected reassign`): read as the recorder reads them.
-    let reassigned: Reassignments = crate::db::rejected::reassignments(&mut conn)
-        .await?
+    let kept = crate::db::rejected::reassignments(&mut conn).await?;
+    report.reassigned = kept
+        .iter()
+        .map(|a| Reassigned {
+            job: a.job_key.clone(),
+            from_account: a.from_account.clone(),
+            project: a.project.clone(),
+            by: a.author.clone(),
+            reason: a.reason.clone(),
+        })
+        .collect();
+    let reassigned: Reassignments = kept
         .into_iter()
         .map(|a| ((a.source_format, a.raw_sha256), (a.from_account, a.project)))
         .collect();

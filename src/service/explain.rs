@@ -122,7 +122,22 @@ pub async fn show_job(pool: &PgPool, name: &JobName, raw: bool) -> Result<JobRep
             name: name.cluster.clone(),
             known: catalog.clusters_known(&name.cluster),
         })?;
-    let runs = edb::runs(&mut conn, &cluster.name, &name.job_id, name.array_index).await?;
+    let mut runs = edb::runs(&mut conn, &cluster.name, &name.job_id, name.array_index).await?;
+    let mut name = name.clone();
+    if runs.is_empty()
+        && let Some(i) = name.array_index
+    {
+        // `run_2` may be a job id of its own rather than an array task.
+        let whole = format!("{}_{i}", name.job_id);
+        runs = edb::runs(&mut conn, &cluster.name, &whole, None).await?;
+        if !runs.is_empty() {
+            name = JobName {
+                job_id: whole,
+                array_index: None,
+                ..name
+            };
+        }
+    }
     if runs.is_empty() {
         return Err(ExplainError::NoSuchJob(format!(
             "{}/{}{}",

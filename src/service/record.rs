@@ -441,13 +441,13 @@ async fn resolve_rejections(
     if open.is_empty() {
         return Ok(());
     }
-    let start = |input: &crate::domain::posting::JobInput| -> Option<chrono::DateTime<Utc>> {
+    let instants = |input: &crate::domain::posting::JobInput| {
         let center = catalog.center.as_ref()?;
         let cluster = catalog.cluster(input.cluster.as_deref()?)?;
-        let (started, _, _) =
-            crate::domain::posting::instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()?;
-        Some(started)
+        crate::domain::posting::instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()
     };
+    let start = |input: &crate::domain::posting::JobInput| instants(input).map(|(s, _, _)| s);
+    let end = |input: &crate::domain::posting::JobInput| instants(input).map(|(_, e, _)| e);
     let mut ids = Vec::new();
     let mut proofs = Vec::new();
     for o in &open {
@@ -458,10 +458,19 @@ async fn resolve_rejections(
             continue;
         };
         let Some(started) = start(&input) else { continue };
+        // The same run, holding the same: what the rejected line says it
+        // held and when it ended agree with the record (a line that says
+        // otherwise is another account of the run, left open for a person).
         let same = recorded.iter().find(|(job, _)| {
             job.input.key().eq_ignore_ascii_case(&o.job_key)
                 && job.input.array_index == input.array_index
                 && start(&job.input) == Some(started)
+                && end(&job.input).is_some()
+                && end(&job.input) == end(&input)
+                && job.input.cores == input.cores
+                && job.input.gpus.unwrap_or(0) == input.gpus.unwrap_or(0)
+                && (job.input.nodes.is_none() || input.nodes.is_none() || job.input.nodes == input.nodes)
+                && (job.input.memory.is_none() || input.memory.is_none() || job.input.memory == input.memory)
         });
         if let Some((_, record)) = same {
             ids.push(o.id);

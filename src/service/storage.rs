@@ -279,6 +279,35 @@ pub async fn bill_through(
     Ok(ThroughOutcome { months, stopped })
 }
 
+/// Waive every month from the first open one through `through` whose
+/// storage is neither billed nor waived (`bill storage --through M --waive
+/// REASON`: the months before a center's ledger started, say); billed and
+/// waived months are left as they are. Stops at the first problem.
+pub async fn waive_through(
+    pool: &PgPool,
+    through: Month,
+    reason: &str,
+    author: &str,
+    now: DateTime<Utc>,
+) -> Result<(Vec<WaiveOutcome>, Option<StorageBillError>), StorageBillError> {
+    let first = {
+        let mut conn = pool.acquire().await.map_err(DbError::from)?;
+        sdb::first_open_month(&mut conn).await?.map(Month::of_date)
+    };
+    let (done, stopped) = crate::service::month_by_month(first, through, |month| async move {
+        let billed = {
+            let mut conn = pool.acquire().await.map_err(DbError::from)?;
+            sdb::billing_run(&mut conn, "storage", month.first_day()).await?
+        };
+        match billed {
+            Some(_) => Ok(None),
+            None => waive(pool, month, reason, author, now).await.map(Some),
+        }
+    })
+    .await;
+    Ok((done.into_iter().flatten().collect(), stopped))
+}
+
 /// What `bill storage --waive` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct WaiveOutcome {

@@ -85,6 +85,10 @@ fn commands(text: &str) -> Vec<String> {
         if !in_sh {
             continue;
         }
+        // A comment line (an apostrophe in it is not a quote).
+        if pending.is_empty() && t.starts_with('#') {
+            continue;
+        }
         let joined = format!("{pending}{line}");
         // A single-quoted string running on to the next line.
         let code = joined.split(" #").next().unwrap_or(&joined);
@@ -183,7 +187,7 @@ fn run(dir: &Path, db: &TestDb, command: &str) -> std::process::Output {
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     Command::new("bash")
         .arg("-c")
-        .arg(format!("set -o pipefail\n{command}"))
+        .arg(format!("set -eo pipefail\n{command}"))
         .current_dir(dir)
         .env("PATH", path)
         .env("DATABASE_URL", &db.url)
@@ -238,6 +242,16 @@ async fn prepare(dir: &Path, db: &TestDb, page: &str, start: Start) {
 
 #[tokio::test]
 async fn every_command_in_the_docs_runs_as_written() {
+    // Every page is run: a new page under docs/ must be given its start here.
+    let mut pages: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .unwrap()
+        .map(|e| format!("docs/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|p| p.ends_with(".md"))
+        .collect();
+    pages.push("README.md".into());
+    for p in &pages {
+        assert!(PAGES.iter().any(|(page, _)| page == p), "{p} is not in PAGES");
+    }
     let mut ran = 0;
     let mut checked = 0;
     let mut not_run = Vec::new();
@@ -246,7 +260,14 @@ async fn every_command_in_the_docs_runs_as_written() {
         let db = TestDb::new().await;
         let dir = sandbox(page);
         prepare(&dir, &db, page, start).await;
-        for command in commands(&text) {
+        let found = commands(&text);
+        // A page that shows hpc-ledger in a shell block yields its commands.
+        let shown = text
+            .split("```sh")
+            .skip(1)
+            .any(|b| b.split("```").next().unwrap_or("").contains("hpc-ledger"));
+        assert!(!shown || !found.is_empty(), "{page}: no command extracted");
+        for command in found {
             let code = command.split(" #").next().unwrap_or(&command);
             if let Some((_, why)) = NOT_RUN.iter().find(|(what, _)| code.contains(what)) {
                 not_run.push(format!("{page}: {command}  [{why}]"));
@@ -316,7 +337,7 @@ async fn every_command_in_the_docs_runs_as_written() {
 
 #[test]
 fn the_extraction_joins_continued_lines_and_skips_comments() {
-    let text = "```sh\n# a comment\nhpc-ledger quote --cluster a \\\n    --walltime 1:00:00   # why\nls\necho '{\n}' | hpc-ledger job record --json\n```\nhpc-ledger outside\n```sql\nSELECT 1; -- one\nSELECT 2\n```\n";
+    let text = "```sh\n# a comment's apostrophe\nhpc-ledger quote --cluster a \\\n    --walltime 1:00:00   # why\nls\necho '{\n}' | hpc-ledger job record --json\n```\nhpc-ledger outside\n```sql\nSELECT 1; -- one\nSELECT 2\n```\n";
     assert_eq!(
         commands(text),
         [

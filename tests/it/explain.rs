@@ -91,9 +91,29 @@ async fn a_job_shows_how_its_charge_was_reached_and_what_corrected_it() {
     assert_eq!(json["runs"][0]["charge"]["charging_rules"], 2);
     assert_eq!(json["runs"][0]["entries"][1]["corrects_id"], charge);
 
-    // An array task, named as Slurm names it.
+    // An array task, named as Slurm names it; a job id that only looks like one.
     let out = ok(&db.cli(&["job", "show", "owens/1006_0"]));
     assert!(out.contains("Run 1 (array task 0): started "), "{out}");
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "owens",
+        "--job-id",
+        "run_2",
+        "--project",
+        "PAS1234",
+        "--queue",
+        "batch",
+        "--cores",
+        "1",
+        "--start",
+        "2026-10-05T09:00:00-04:00",
+        "--end",
+        "2026-10-05T10:00:00-04:00",
+    ]));
+    let out = ok(&db.cli(&["job", "show", "owens/run_2"]));
+    assert!(out.starts_with("owens/run_2: 1 run recorded"), "{out}");
 
     // An entry changed behind the ledger's back no longer matches its price.
     sqlx::raw_sql("ALTER TABLE ledger_entry DISABLE TRIGGER ALL")

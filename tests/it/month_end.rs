@@ -1038,6 +1038,39 @@ async fn a_close_never_makes_earlier_storage_unbillable() {
     assert_eq!(csv.lines().count(), 3, "{csv}");
 }
 
+/// A center starting its ledger in July waives the months before in one go.
+#[tokio::test]
+async fn the_months_before_the_ledger_are_waived_in_one_pass() {
+    let db = TestDb::with_example().await;
+    ok(&db.cli(&["bill", "storage", "--month", "2026-03"]));
+    let out = ok(&db.cli(&[
+        "bill",
+        "storage",
+        "--through",
+        "2026-06",
+        "--waive",
+        "before the ledger started",
+    ]));
+    // March is billed and stays so; the other five are waived.
+    assert_eq!(
+        out,
+        "storage for 2026-01 waived: before the ledger started\nstorage for 2026-02 waived: before the ledger started\n\
+         storage for 2026-04 waived: before the ledger started\nstorage for 2026-05 waived: before the ledger started\n\
+         storage for 2026-06 waived: before the ledger started\n"
+    );
+    let out = ok(&db.cli(&["bill", "storage", "--through", "2026-06", "--waive", "again"]));
+    assert!(
+        out.contains("storage for 2026-01 was already waived: before the ledger started"),
+        "{out}"
+    );
+    ok(&db.cli(&["bill", "storage", "--through", "2026-10"]));
+    let out = ok(&db.cli(&["close", "--through", "2026-10"]));
+    assert!(out.starts_with("2026-03 closed by "), "{out}");
+    assert!(out.contains("2026-10 closed by "), "{out}");
+    let o = db.cli(&["bill", "storage", "--through", "2099-01", "--waive", "x"]);
+    assert!(stderr(&o).contains("is not over yet"), "{}", stderr(&o));
+}
+
 /// `close --through` stops at the first month it cannot close, with the fix,
 /// after closing the months before it.
 #[tokio::test]

@@ -129,6 +129,9 @@ async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run
             r#"{"cluster":"owens","job_id":"1002","project":"PAS1234","queue":"nosuch","cores":1,"start":"2026-10-05T10:00:00-04:00","end":"2026-10-05T11:00:00-04:00"}"#,
             "\n",
             r#"{"cluster":"owens","job_id":"7777","project":"NOPE","queue":"batch","cores":1,"start":"2026-10-05T10:00:00-04:00","end":"2026-10-05T11:00:00-04:00"}"#,
+            "\n",
+            // The run sacct records, but said to hold 2 cores: another account of it, for a person.
+            r#"{"cluster":"owens","job_id":"1002","project":"PAS1234","queue":"nosuch","cores":2,"start":"2026-10-06T10:00:00-04:00","end":"2026-10-06T20:00:00-04:00"}"#,
             "\n"
         ),
     )
@@ -140,8 +143,8 @@ async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run
         .fetch_all(&db.pool)
         .await
         .unwrap();
-    assert_eq!(ids.len(), 3);
-    let (same_run, other_run, nope) = (ids[0], ids[1], ids[2]);
+    assert_eq!(ids.len(), 4);
+    let (same_run, other_run, nope, other_cores) = (ids[0], ids[1], ids[2], ids[3]);
     let seen = |pool: sqlx::PgPool| async move {
         sqlx::query_scalar::<_, i32>("SELECT times_seen FROM rejected_record ORDER BY id")
             .fetch_all(&pool)
@@ -153,7 +156,7 @@ async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run
     let o = db.cli(&["import", "--retry-rejected", "--id", &nope.to_string()]);
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(stdout(&o).contains("lines read:  1\n"), "{}", stdout(&o));
-    assert_eq!(seen(db.pool.clone()).await, [1, 1, 2]);
+    assert_eq!(seen(db.pool.clone()).await, [1, 1, 2, 1]);
     let o = db.cli(&["import", "--retry-rejected", "--id", "999999"]);
     assert!(
         stderr(&o)
@@ -161,7 +164,7 @@ async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run
         "{}",
         stderr(&o)
     );
-    assert_eq!(seen(db.pool.clone()).await, [1, 1, 2]);
+    assert_eq!(seen(db.pool.clone()).await, [1, 1, 2, 1]);
 
     // sacct records owens/1002: the jobcomp-less path's rejection of that very
     // run is resolved, naming the record; the other run's stays open.
@@ -187,6 +190,11 @@ async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run
     );
     assert_eq!(rows[1], (other_run, None, None, None));
     assert_eq!(rows[2].1, None);
+    assert_eq!(
+        rows[3],
+        (other_cores, None, None, None),
+        "a line that says the run held more stays open"
+    );
 
     // Read again, the resolved line is rejected again but stays resolved.
     let o = db.cli(&["import", "--format", "jsonl", f]);
@@ -197,11 +205,32 @@ async fn one_rejection_is_retried_and_another_paths_record_resolves_the_same_run
         .skip(2)
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(open_ids, [other_run.to_string(), nope.to_string()]);
+    assert_eq!(
+        open_ids,
+        [other_run.to_string(), nope.to_string(), other_cores.to_string()]
+    );
+
+    // A conflict (the same run, another charge) is never resolved by the
+    // record it conflicts with, however often that record is read again.
+    let conflict = dir.join("conflict.jsonl");
+    std::fs::write(
+        &conflict,
+        r#"{"cluster":"owens","job_id":"1002","project":"PAS1234","queue":"serial","cores":4,"start":"2026-10-06T10:00:00-04:00","end":"2026-10-06T20:00:00-04:00"}"#,
+    )
+    .unwrap();
+    let o = db.cli(&["import", "--format", "jsonl", conflict.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(4), "{}", stdout(&o));
+    ok(&db.cli(&["import", "--format", "slurm", sacct.to_str().unwrap()]));
+    let open_conflicts: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM rejected_record WHERE kind = 'conflict' AND resolved_at IS NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(open_conflicts, 1);
     let all = ok(&db.cli(&["rejected", "--all"]));
     let csv = ok(&db.cli(&["rejected", "--format", "csv"]));
     assert!(csv.starts_with("id,where,job,kind,status,reason\n"), "{csv}");
-    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert_eq!(csv.lines().count(), 5, "{csv}");
     assert!(
         csv.contains(&format!("\n{nope},")) && csv.contains("owens/7777,unknown_project,open,"),
         "{csv}"
@@ -336,5 +365,12 @@ async fn a_mistyped_account_is_reassigned_with_a_reason_and_the_raw_record_kept(
     // The audit, and the deep audit reading the raw record again, are clean.
     let o = db.cli(&["audit", "--deep"]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    // … and says which records are charged to another project than they name.
+    assert!(
+        stdout(&o).contains("deep: 1 record(s) charged to another project than the account they name")
+            && stdout(&o).contains("  owens/8801: PAS1243 -> PAS1234 by billing: account mistyped as PAS1243\n"),
+        "{}",
+        stdout(&o)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
