@@ -155,17 +155,9 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                     let mut rows: Vec<Vec<String>> = runs
                         .iter()
                         .map(|r| {
-                            vec![
-                                r.id.to_string(),
-                                r.kind.clone(),
-                                Month::of_date(r.period).to_string(),
-                                r.run_at.to_rfc3339(),
-                                r.author.clone(),
-                                r.project_count.to_string(),
-                                r.entry_count.to_string(),
-                                format!("{:.2}", r.total),
-                                String::new(),
-                            ]
+                            let mut row = run_row(r, r.run_at.to_rfc3339());
+                            row.push(String::new());
+                            row
                         })
                         .collect();
                     rows.extend(waivers.iter().map(|w| {
@@ -194,18 +186,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
                 super::ListFormat::Text => {
                     let rows: Vec<Vec<String>> = runs
                         .iter()
-                        .map(|r| {
-                            vec![
-                                r.id.to_string(),
-                                r.kind.clone(),
-                                Month::of_date(r.period).to_string(),
-                                super::local_time(r.run_at, tz),
-                                r.author.clone(),
-                                r.project_count.to_string(),
-                                r.entry_count.to_string(),
-                                format!("{:.2}", r.total),
-                            ]
-                        })
+                        .map(|r| run_row(r, super::local_time(r.run_at, tz)))
                         .collect();
                     print!(
                         "{}",
@@ -234,6 +215,20 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A billing run as a table row (its time as given).
+fn run_row(r: &crate::db::storage::BillingRun, at: String) -> Vec<String> {
+    vec![
+        r.id.to_string(),
+        r.kind.clone(),
+        Month::of_date(r.period).to_string(),
+        at,
+        r.author.clone(),
+        r.project_count.to_string(),
+        r.entry_count.to_string(),
+        format!("{:.2}", r.total),
+    ]
 }
 
 pub fn render(o: &BillOutcome, tz: chrono_tz::Tz) -> String {

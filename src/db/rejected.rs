@@ -314,30 +314,13 @@ pub struct Rejected {
     pub resolution_note: Option<String>,
 }
 
-/// Rejected records after `after_id`, oldest first; unresolved only unless `all`.
-pub async fn list(conn: &mut PgConnection, after_id: i64, limit: i64, all: bool) -> Result<Vec<Rejected>, sqlx::Error> {
-    sqlx::query_as!(
-        Rejected,
-        r#"SELECT id, source_format AS "source_format: SourceFormat", source_ref, read_options, raw, raw_bytes, kind, reason,
-                job_key, first_seen_at, last_seen_at,
-                times_seen, resolved_at, resolution, resolved_by, resolution_note
-           FROM rejected_record
-          WHERE id > $1 AND ($3 OR resolved_at IS NULL)
-          ORDER BY id LIMIT $2"#,
-        after_id,
-        limit,
-        all
-    )
-    .fetch_all(&mut *conn)
-    .await
-}
-
-/// Open rejections after `after_id`, oldest first; only those of `ids`
-/// when it is not empty.
-pub async fn list_open(
+/// Rejected records after `after_id`, oldest first; unresolved only unless
+/// `all`; only those of `ids` when it is not empty.
+pub async fn list(
     conn: &mut PgConnection,
     after_id: i64,
     limit: i64,
+    all: bool,
     ids: &[i64],
 ) -> Result<Vec<Rejected>, sqlx::Error> {
     sqlx::query_as!(
@@ -346,10 +329,11 @@ pub async fn list_open(
                 job_key, first_seen_at, last_seen_at,
                 times_seen, resolved_at, resolution, resolved_by, resolution_note
            FROM rejected_record
-          WHERE id > $1 AND resolved_at IS NULL AND (cardinality($3::bigint[]) = 0 OR id = ANY ($3))
+          WHERE id > $1 AND ($3 OR resolved_at IS NULL) AND (cardinality($4::bigint[]) = 0 OR id = ANY ($4))
           ORDER BY id LIMIT $2"#,
         after_id,
         limit,
+        all,
         ids
     )
     .fetch_all(&mut *conn)

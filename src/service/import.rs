@@ -488,7 +488,7 @@ pub async fn retry_rejected(
     let mut after = 0;
     loop {
         let mut conn = pool.acquire().await.map_err(RecordError::Connection)?;
-        let page = rejected::list_open(&mut conn, after, BATCH as i64, ids)
+        let page = rejected::list(&mut conn, after, BATCH as i64, false, ids)
             .await
             .map_err(RecordError::Db)?;
         drop(conn);

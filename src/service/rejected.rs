@@ -52,7 +52,7 @@ pub async fn list(pool: &PgPool, all: bool) -> Result<Vec<Rejected>, sqlx::Error
     let mut rows = Vec::new();
     let mut after = 0;
     loop {
-        let page = rejected::list(&mut conn, after, 10_000, all).await?;
+        let page = rejected::list(&mut conn, after, 10_000, all, &[]).await?;
         let Some(last) = page.last() else { break };
         after = last.id;
         rows.extend(page);
