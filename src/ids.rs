@@ -31,4 +31,8 @@ id!(
     JobRecordId,
     LedgerEntryId,
     BillingRunId,
+    /// A set of prices (internal, academic, commercial, ...).
+    RateClassId,
+    /// A dated percentage discount of a project or a class.
+    DiscountId,
 );

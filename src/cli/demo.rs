@@ -113,6 +113,8 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                 queue: queue.map(Into::into),
                 node_type: None,
                 at: Utc::now(),
+                project: None,
+                class: None,
             },
         )
         .await?;

@@ -42,6 +42,12 @@ pub struct Args {
     /// The request's syntax (default: the cluster's scheduler; Slurm when it starts with '-').
     #[arg(long, value_enum)]
     dialect: Option<Dialect>,
+    /// Price for this project: the cards of its rate class, and its discount.
+    #[arg(long, conflicts_with = "class")]
+    project: Option<String>,
+    /// Price by the cards of this rate class (and its discount); default: the default class.
+    #[arg(long)]
+    class: Option<String>,
     /// How to print it: text for people, json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -61,6 +67,8 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         queue: args.queue,
         node_type: args.node_type,
         at: super::instant(args.at.as_deref(), tz)?,
+        project: args.project,
+        class: args.class,
     };
     let q = quote(&pool, &request).await?;
     match args.format {
@@ -80,14 +88,25 @@ pub fn render(q: &Quote, tz: chrono_tz::Tz) -> String {
     let mut out = String::new();
     let queue = q.queue.as_ref().map(|q| format!(" (queue {q})")).unwrap_or_default();
     let _ = writeln!(out, "Quote: cluster {}, node type {}{queue}", q.cluster, q.node_type);
+    let whom = match &q.project {
+        Some(p) => format!("project {p}, rate class {}", q.rate_class),
+        None => format!("rate class {}", q.rate_class),
+    };
     let _ = writeln!(
         out,
-        "Rules in force at {}: rate card #{} since {}",
+        "Rules in force at {} for {whom}: rate card #{} since {}",
         q.at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"),
         q.rate_card_id,
         q.rate_card.valid_from.with_timezone(&tz).format("%Y-%m-%d")
     );
     out.push_str(&breakdown(&q.price, card, &q.currency));
+    if let Some(d) = &q.discount {
+        let _ = writeln!(
+            out,
+            "  discount {} % ({}): {:.2} {}\n  net: {:.2} {}",
+            d.percent, d.reason, d.amount, q.currency, q.total, q.currency
+        );
+    }
     out
 }
 

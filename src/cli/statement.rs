@@ -145,6 +145,9 @@ pub fn text(s: &Statement) -> String {
     if !s.project.pi.is_empty() {
         let _ = write!(o, " (PI: {})", s.project.pi);
     }
+    if s.project.rate_class.iter().any(|c| c != "default") {
+        let _ = write!(o, "\nRate class: {}", s.project.rate_class.join(", then "));
+    }
     let _ = writeln!(o, "\nAmounts in {cur}\n");
 
     let _ = writeln!(o, "Compute");
@@ -228,6 +231,35 @@ pub fn text(s: &Statement) -> String {
         }
     }
     let _ = writeln!(o, "  storage subtotal: {:.2}\n", s.storage_total());
+
+    if !s.discounts.is_empty() {
+        let _ = writeln!(o, "Discounts");
+        let rows: Vec<Vec<String>> = s
+            .discounts
+            .iter()
+            .map(|d| {
+                vec![
+                    d.on.clone(),
+                    format!("{} %", d.percent.normalize()),
+                    d.scope.clone(),
+                    d.reason.clone(),
+                    format!("{:.2}", d.list_amount),
+                    format!("{:.2}", d.amount),
+                ]
+            })
+            .collect();
+        for line in super::table::render(&["on", "percent", "for", "reason", "list price", "discount"], &rows).lines() {
+            let _ = writeln!(o, "  {line}");
+        }
+        let list = s.compute_total() + s.storage_total();
+        let _ = writeln!(
+            o,
+            "  list price {:.2}, discounts {:.2}, net {:.2}\n",
+            list,
+            s.discounts_total(),
+            list + s.discounts_total()
+        );
+    }
 
     let _ = writeln!(o, "Corrections");
     if s.corrections.is_empty() {
@@ -326,6 +358,26 @@ pub fn csv(list: &[Statement]) -> String {
                 num(l.quantity),
                 num(l.unit_rate),
                 format!("{:.2}", l.amount),
+            ]);
+        }
+        for d in &s.discounts {
+            row([
+                "discount".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!(
+                    "{} % on {} ({}: {}), list price {:.2}",
+                    d.percent.normalize(),
+                    d.on,
+                    d.scope,
+                    d.reason,
+                    d.list_amount
+                ),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("{:.2}", d.amount),
             ]);
         }
         for c in &s.corrections {

@@ -1,6 +1,7 @@
 //! The center configuration file: one declarative TOML document holding the
 //! currency, billing time zone, clusters (node types, queue map, dated rate
-//! cards), dated storage rates, projects and their quota history.
+//! cards), dated storage rates, rate classes, projects with their quota and
+//! class history, and discounts.
 //!
 //! [`parse`] reads and validates it without touching the database; every
 //! problem is reported with the key it concerns. `docs/configuration.md`
@@ -28,8 +29,48 @@ use crate::domain::units::Bytes;
 pub struct CenterConfig {
     pub center: Center,
     pub clusters: Vec<ClusterConfig>,
-    pub storage_rates: Vec<Dated<Decimal>>,
+    pub storage_rates: Vec<StorageRateConfig>,
     pub projects: Vec<ProjectConfig>,
+    /// Rate classes (docs/rules.md R7).
+    pub classes: Vec<ClassConfig>,
+    /// Discounts (docs/rules.md R8).
+    pub discounts: Vec<DiscountConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClassConfig {
+    pub name: String,
+    pub description: String,
+}
+
+/// A storage rate of a class (`None`: the default class).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StorageRateConfig {
+    pub class: Option<String>,
+    pub rate: Dated<Decimal>,
+}
+
+/// A project's class from an instant on (`None`: the default class).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProjectClassConfig {
+    pub effective_from: DateTime<Utc>,
+    pub class: Option<String>,
+}
+
+/// Whom a discount is for: a project code or a class name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiscountFor {
+    Project(String),
+    Class(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiscountConfig {
+    pub scope: DiscountFor,
+    pub percent: Decimal,
+    pub period: Dated<()>,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -67,6 +108,8 @@ pub struct NodeTypeConfig {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RateCardConfig {
     pub node_type: String,
+    /// The rate class it prices; `None` = the default class.
+    pub class: Option<String>,
     pub card: Dated<RateCard>,
 }
 
@@ -76,6 +119,7 @@ pub struct ProjectConfig {
     pub name: String,
     pub pi: String,
     pub quotas: Vec<QuotaChange>,
+    pub classes: Vec<ProjectClassConfig>,
 }
 
 fn serialize_tz<S: serde::Serializer>(tz: &Tz, s: S) -> Result<S::Ok, S::Error> {
@@ -145,6 +189,8 @@ const NAME_HINT: &str = "letters, digits, '.', '_' and '-', starting with a lett
 #[derive(Default)]
 struct Validator {
     problems: Vec<String>,
+    /// The rate classes the file defines.
+    classes: Vec<String>,
 }
 
 impl Validator {
@@ -176,6 +222,28 @@ impl Validator {
             time_zone: tz,
         };
 
+        let mut classes: Vec<ClassConfig> = Vec::new();
+        for (i, c) in file.rate_classes.into_iter().enumerate() {
+            let key = format!("rate_class[{i}] ({:?})", c.name);
+            if !valid_class(&c.name) {
+                self.bad(
+                    &key,
+                    "a class name is 1 to 64 lower-case letters, digits, '_' or '-', starting with a letter, and not \"default\"",
+                );
+            }
+            if classes.iter().any(|o| o.name == c.name) {
+                self.bad(&key, "defined twice");
+            }
+            if c.description.len() > 500 {
+                self.bad(format!("{key}.description"), "must be at most 500 characters");
+            }
+            classes.push(ClassConfig {
+                name: c.name,
+                description: c.description,
+            });
+        }
+        self.classes = classes.iter().map(|c| c.name.clone()).collect();
+
         let mut seen = BTreeSet::new();
         let clusters: Vec<ClusterConfig> = file
             .clusters
@@ -206,18 +274,100 @@ impl Validator {
             })
             .collect();
 
+        let discounts = self.discounts(file.discounts, tz);
+
         if self.problems.is_empty() {
             Ok(CenterConfig {
                 center,
                 clusters,
                 storage_rates,
                 projects,
+                classes,
+                discounts,
             })
         } else {
             Err(ConfigError {
                 problems: self.problems,
             })
         }
+    }
+
+    /// A `class` key: a class the file defines (`None` for none, or for
+    /// "default" where `default_ok`).
+    fn class_ref(&mut self, key: &str, class: Option<String>, default_ok: bool) -> Option<String> {
+        let name = class?;
+        if default_ok && name == "default" {
+            return None;
+        }
+        if !self.classes.contains(&name) {
+            let known = if self.classes.is_empty() {
+                "none".to_owned()
+            } else {
+                self.classes.join(", ")
+            };
+            self.bad(
+                key,
+                format!("unknown rate class {name:?} (define it with [[rate_class]]; this file defines: {known})"),
+            );
+        }
+        Some(name)
+    }
+
+    fn discounts(&mut self, discounts: Vec<raw::Discount>, tz: Tz) -> Vec<DiscountConfig> {
+        let mut out: Vec<(usize, DiscountConfig)> = Vec::new();
+        for (i, d) in discounts.into_iter().enumerate() {
+            let key = format!("discount[{i}]");
+            let scope = match (d.project, d.class) {
+                (Some(p), None) => DiscountFor::Project(p.trim().to_owned()),
+                (None, Some(c)) => DiscountFor::Class(
+                    self.class_ref(&format!("{key}.class"), Some(c), false)
+                        .unwrap_or_default(),
+                ),
+                _ => {
+                    self.bad(&key, "give exactly one of `project` and `class`");
+                    continue;
+                }
+            };
+            let percent = d.percent.0;
+            if percent <= Decimal::ZERO || percent > Decimal::ONE_HUNDRED || percent.scale() > 4 {
+                self.bad(
+                    format!("{key}.percent"),
+                    format!("{percent} is not a percentage above 0 and at most 100 with at most 4 decimal places"),
+                );
+            }
+            if d.reason.trim().is_empty() || d.reason.len() > 2000 {
+                self.bad(format!("{key}.reason"), "must be 1 to 2000 characters");
+            }
+            let from = self.instant(&format!("{key}.from"), &d.from, tz);
+            let until = d
+                .until
+                .as_deref()
+                .and_then(|u| self.instant(&format!("{key}.until"), u, tz));
+            if let (Some(f), Some(u)) = (from, until)
+                && u <= f
+            {
+                self.bad(format!("{key}.until"), "must be after `from`");
+            }
+            let Some(from) = from else { continue };
+            let period = Dated {
+                valid_from: from,
+                valid_until: until,
+                value: (),
+            };
+            if let Some((j, _)) = out.iter().find(|(_, o)| o.scope == scope && o.period.overlaps(&period)) {
+                self.bad(&key, format!("overlaps discount[{j}] for the same project or class"));
+            }
+            out.push((
+                i,
+                DiscountConfig {
+                    scope,
+                    percent,
+                    period,
+                    reason: d.reason.trim().to_owned(),
+                },
+            ));
+        }
+        out.into_iter().map(|(_, d)| d).collect()
     }
 
     fn instant(&mut self, key: &str, s: &str, tz: Tz) -> Option<DateTime<Utc>> {
@@ -341,6 +491,7 @@ impl Validator {
                     Bytes(1)
                 }
             };
+            let class = self.class_ref(&format!("{rkey}.class"), r.class, false);
             let cores_per_node = r.cores_per_node.or(node.map(|n| n.cores_per_node)).unwrap_or(1);
             if cores_per_node == 0 || cores_per_node > 1_000_000 {
                 self.bad(format!("{rkey}.cores_per_node"), "must be between 1 and 1000000");
@@ -350,6 +501,7 @@ impl Validator {
                     i,
                     RateCardConfig {
                         node_type: r.node_type,
+                        class,
                         card: Dated {
                             valid_from: from,
                             valid_until: until,
@@ -379,14 +531,16 @@ impl Validator {
     }
 
     /// Give open-ended cards the next card's start as their end, and report
-    /// overlaps, per node type.
+    /// overlaps, per node type and class.
     fn settle_periods(&mut self, key: &str, mut cards: Vec<(usize, RateCardConfig, bool)>) -> Vec<RateCardConfig> {
-        cards.sort_by(|a, b| (&a.1.node_type, a.1.card.valid_from).cmp(&(&b.1.node_type, b.1.card.valid_from)));
+        cards.sort_by(|a, b| {
+            (&a.1.node_type, &a.1.class, a.1.card.valid_from).cmp(&(&b.1.node_type, &b.1.class, b.1.card.valid_from))
+        });
         for i in 1..cards.len() {
             let (prev, next) = cards.split_at_mut(i);
             let (pi, p, p_explicit) = prev.last_mut().expect("i >= 1");
             let (ni, n, _) = &next[0];
-            if p.node_type != n.node_type {
+            if p.node_type != n.node_type || p.class != n.class {
                 continue;
             }
             if !*p_explicit {
@@ -396,8 +550,9 @@ impl Validator {
                 self.bad(
                     format!("{key}.rate_card[{ni}]"),
                     format!(
-                        "overlaps rate_card[{pi}] for node type {:?} ({} until {})",
+                        "overlaps rate_card[{pi}] for node type {:?}{} ({} until {})",
                         p.node_type,
+                        p.class.as_ref().map_or(String::new(), |c| format!(" and class {c:?}")),
                         p.card.valid_from,
                         p.card
                             .valid_until
@@ -419,11 +574,12 @@ impl Validator {
         }
     }
 
-    fn storage_rates(&mut self, rates: Vec<raw::StorageRate>, tz: Tz) -> Vec<Dated<Decimal>> {
-        let mut out: Vec<(usize, Dated<Decimal>, bool)> = Vec::new();
+    fn storage_rates(&mut self, rates: Vec<raw::StorageRate>, tz: Tz) -> Vec<StorageRateConfig> {
+        let mut out: Vec<(usize, StorageRateConfig, bool)> = Vec::new();
         for (i, r) in rates.into_iter().enumerate() {
             let key = format!("storage_rate[{i}]");
             self.price(&format!("{key}.tb_month"), r.tb_month.0);
+            let class = self.class_ref(&format!("{key}.class"), r.class, false);
             let from = self.instant(&format!("{key}.from"), &r.from, tz);
             let until = r
                 .until
@@ -437,24 +593,30 @@ impl Validator {
             if let Some(from) = from {
                 out.push((
                     i,
-                    Dated {
-                        valid_from: from,
-                        valid_until: until,
-                        value: r.tb_month.0,
+                    StorageRateConfig {
+                        class,
+                        rate: Dated {
+                            valid_from: from,
+                            valid_until: until,
+                            value: r.tb_month.0,
+                        },
                     },
                     until.is_some(),
                 ));
             }
         }
-        out.sort_by_key(|(_, d, _)| d.valid_from);
+        out.sort_by(|(_, a, _), (_, b, _)| (&a.class, a.rate.valid_from).cmp(&(&b.class, b.rate.valid_from)));
         for i in 1..out.len() {
             let (prev, next) = out.split_at_mut(i);
             let (pi, p, explicit) = prev.last_mut().expect("i >= 1");
             let (ni, n, _) = &next[0];
-            if !*explicit {
-                p.valid_until = Some(n.valid_from);
+            if p.class != n.class {
+                continue;
             }
-            if p.overlaps(n) || p.valid_from == n.valid_from {
+            if !*explicit {
+                p.rate.valid_until = Some(n.rate.valid_from);
+            }
+            if p.rate.overlaps(&n.rate) || p.rate.valid_from == n.rate.valid_from {
                 self.bad(format!("storage_rate[{ni}]"), format!("overlaps storage_rate[{pi}]"));
             }
         }
@@ -499,11 +661,28 @@ impl Validator {
             });
         }
         quotas.sort_by_key(|q| q.effective_from);
+        let mut classes: Vec<ProjectClassConfig> = Vec::new();
+        for (i, c) in p.class.into_iter().enumerate() {
+            let ckey = format!("{key}.class[{i}]");
+            let class = self.class_ref(&format!("{ckey}.name"), Some(c.name), true);
+            let Some(from) = self.instant(&format!("{ckey}.from"), &c.from, tz) else {
+                continue;
+            };
+            if classes.iter().any(|o| o.effective_from == from) {
+                self.bad(&ckey, format!("a class from {from} is already given"));
+            }
+            classes.push(ProjectClassConfig {
+                effective_from: from,
+                class,
+            });
+        }
+        classes.sort_by_key(|c| c.effective_from);
         ProjectConfig {
             code,
             name: p.name,
             pi: p.pi,
             quotas,
+            classes,
         }
     }
 }
@@ -520,6 +699,10 @@ fn valid_name(s: &str) -> bool {
     matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric())
         && s.len() <= 64
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn valid_class(s: &str) -> bool {
+    valid_node_type(s) && s != "default"
 }
 
 fn valid_node_type(s: &str) -> bool {

@@ -17,6 +17,32 @@ pub struct File {
     pub storage_rates: Vec<StorageRate>,
     #[serde(default, rename = "project")]
     pub projects: Vec<Project>,
+    #[serde(default, rename = "rate_class")]
+    pub rate_classes: Vec<RateClass>,
+    #[serde(default, rename = "discount")]
+    pub discounts: Vec<Discount>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateClass {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Discount {
+    #[serde(default)]
+    pub project: Option<String>,
+    #[serde(default)]
+    pub class: Option<String>,
+    pub percent: Dec,
+    pub from: When,
+    #[serde(default)]
+    pub until: Option<When>,
+    pub reason: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,6 +102,9 @@ pub struct RateCard {
     pub memory_per_core: String,
     #[serde(default)]
     pub cores_per_node: Option<u32>,
+    /// The rate class it prices; none = the default class.
+    #[serde(default)]
+    pub class: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +114,9 @@ pub struct StorageRate {
     #[serde(default)]
     pub until: Option<When>,
     pub tb_month: Dec,
+    /// The rate class it prices; none = the default class.
+    #[serde(default)]
+    pub class: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -97,6 +129,17 @@ pub struct Project {
     pub pi: String,
     #[serde(default)]
     pub quota: Vec<Quota>,
+    /// The project's rate class history.
+    #[serde(default)]
+    pub class: Vec<ProjectClass>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectClass {
+    pub from: When,
+    /// A rate class, or "default".
+    pub name: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -29,7 +29,10 @@ fn the_shipped_example_is_valid() {
     assert_eq!(regular[1].card.value.core_hour, dec!(0.0120));
     assert_eq!(regular[0].card.value.memory_per_core, Bytes(4 << 30));
     assert_eq!(regular[0].card.value.cores_per_node, 28, "defaults to the node type's");
-    assert_eq!(c.storage_rates[0].valid_until, Some(c.storage_rates[1].valid_from));
+    assert_eq!(
+        c.storage_rates[0].rate.valid_until,
+        Some(c.storage_rates[1].rate.valid_from)
+    );
     let genomics = c.projects.iter().find(|p| p.code == "PAA0042").unwrap();
     assert_eq!(genomics.quotas[0].quota_tb, dec!(2.5));
     assert_eq!(genomics.quotas[1].effective_from, at("2026-10-31T16:00:00Z"));

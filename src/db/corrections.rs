@@ -9,7 +9,7 @@ use crate::domain::entries::{NewEntry, PostedEntry};
 use crate::domain::kinds::EntryKind;
 use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
-use crate::ids::{JobId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
+use crate::ids::{DiscountId, JobId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
 /// A posted entry, for corrections.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -29,6 +29,7 @@ pub struct EntryRow {
     /// Already reversed.
     pub reversed: bool,
     pub charging_rules: ChargingRules,
+    pub discount_id: Option<DiscountId>,
 }
 
 impl EntryRow {
@@ -45,6 +46,7 @@ impl EntryRow {
             amount_exact: self.amount_exact,
             amount: self.amount,
             charging_rules: self.charging_rules,
+            discount_id: self.discount_id,
         }
     }
 }
@@ -56,7 +58,7 @@ pub async fn entries_by_id(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<E
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
                   e.rate_card_id AS "rate_card_id: RateCardId", e.corrects_id AS "corrects_id: LedgerEntryId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal') AS "reversed!",
-                  e.charging_rules AS "charging_rules: ChargingRules"
+                  e.charging_rules AS "charging_rules: ChargingRules", e.discount_id AS "discount_id: DiscountId"
              FROM ledger_entry e WHERE e.id = ANY($1) ORDER BY e.id"#,
         ids
     )
@@ -72,10 +74,10 @@ pub async fn open_job_entries(conn: &mut PgConnection, job: JobId) -> Result<Vec
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
                   e.rate_card_id AS "rate_card_id: RateCardId", e.corrects_id AS "corrects_id: LedgerEntryId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   false AS "reversed!",
-                  e.charging_rules AS "charging_rules: ChargingRules"
+                  e.charging_rules AS "charging_rules: ChargingRules", e.discount_id AS "discount_id: DiscountId"
              FROM ledger_entry e
             WHERE (e.kind = 'job' AND e.job_record_id IN (SELECT id FROM job_record WHERE job_id = $1)
-                   OR e.kind = 'refund' AND e.corrects_id IN (SELECT x.id FROM ledger_entry x JOIN job_record r ON r.id = x.job_record_id
+                   OR e.kind IN ('refund', 'discount') AND e.corrects_id IN (SELECT x.id FROM ledger_entry x JOIN job_record r ON r.id = x.job_record_id
                                                                WHERE r.job_id = $1 AND x.kind = 'job'))
               AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')
             ORDER BY e.id"#,
@@ -85,17 +87,17 @@ pub async fn open_job_entries(conn: &mut PgConnection, job: JobId) -> Result<Vec
     .await
 }
 
-/// The unreversed refunds of these entries.
-pub async fn open_refunds_of(conn: &mut PgConnection, entries: &[i64]) -> Result<Vec<EntryRow>, sqlx::Error> {
+/// The unreversed refunds and discount lines of these entries.
+pub async fn open_credits_of(conn: &mut PgConnection, entries: &[i64]) -> Result<Vec<EntryRow>, sqlx::Error> {
     sqlx::query_as!(
         EntryRow,
         r#"SELECT e.id AS "id: LedgerEntryId", e.period, e.project_id AS "project_id: ProjectId", e.kind AS "kind: EntryKind",
                   e.metric AS "metric: Metric", e.job_record_id AS "job_record_id: JobRecordId",
                   e.rate_card_id AS "rate_card_id: RateCardId", e.corrects_id AS "corrects_id: LedgerEntryId", e.quantity, e.unit_rate, e.amount_exact, e.amount,
                   false AS "reversed!",
-                  e.charging_rules AS "charging_rules: ChargingRules"
+                  e.charging_rules AS "charging_rules: ChargingRules", e.discount_id AS "discount_id: DiscountId"
              FROM ledger_entry e
-            WHERE e.kind = 'refund' AND e.corrects_id = ANY($1)
+            WHERE e.kind IN ('refund', 'discount') AND e.corrects_id = ANY($1)
               AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')
             ORDER BY e.id"#,
         entries
@@ -104,14 +106,27 @@ pub async fn open_refunds_of(conn: &mut PgConnection, entries: &[i64]) -> Result
     .await
 }
 
-/// What has been credited back on an entry so far (refunds and reversal,
-/// less reversed refunds), as a positive amount.
+/// What has been credited back on an entry so far (refunds, reversal and
+/// discount, less reversed refunds and discounts), as a positive amount.
 pub async fn credited(conn: &mut PgConnection, entry: LedgerEntryId) -> Result<Decimal, sqlx::Error> {
     sqlx::query_scalar!(
         r#"SELECT (coalesce((SELECT sum(-c.amount_exact) FROM ledger_entry c
-                             WHERE c.corrects_id = $1 AND c.kind IN ('refund', 'reversal')), 0)
+                             WHERE c.corrects_id = $1 AND c.kind IN ('refund', 'reversal', 'discount')), 0)
                  - coalesce((SELECT sum(r.amount_exact) FROM ledger_entry f JOIN ledger_entry r ON r.corrects_id = f.id
-                             WHERE f.corrects_id = $1 AND f.kind = 'refund' AND r.kind = 'reversal'), 0)) AS "credited!""#,
+                             WHERE f.corrects_id = $1 AND f.kind IN ('refund', 'discount') AND r.kind = 'reversal'), 0))
+                 AS "credited!""#,
+        entry as LedgerEntryId
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// The amount (exact, ≤ 0) of an entry's unreversed discount line; 0 for none.
+pub async fn discounted(conn: &mut PgConnection, entry: LedgerEntryId) -> Result<Decimal, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT coalesce(sum(d.amount_exact), 0) AS "discounted!" FROM ledger_entry d
+            WHERE d.corrects_id = $1 AND d.kind = 'discount'
+              AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = d.id AND r.kind = 'reversal')"#,
         entry as LedgerEntryId
     )
     .fetch_one(&mut *conn)

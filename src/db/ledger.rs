@@ -8,7 +8,7 @@ use sqlx::PgConnection;
 use crate::domain::kinds::EntryKind;
 use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
-use crate::ids::{JobRecordId, LedgerEntryId, ProjectId, RateCardId};
+use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
 /// Hold the posting locks for this transaction: closing a month waits for
 /// it, and it waits for a month being closed (and for a configuration being
@@ -66,14 +66,16 @@ pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str)
     let late: Vec<bool> = entries.iter().map(|e| e.late).collect();
     let reason: Vec<Option<String>> = entries.iter().map(|e| e.reason.clone()).collect();
     let rules: Vec<ChargingRules> = entries.iter().map(|e| e.charging_rules).collect();
+    let discount: Vec<Option<i64>> = entries.iter().map(|e| e.discount_id.map(|d| d.0)).collect();
     let done = sqlx::query!(
         "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
-                                   quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
-         SELECT p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, $14
+                                   quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author,
+                                   discount_id)
+         SELECT p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, $14, d
            FROM UNNEST($1::date[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
                        $8::numeric[], $9::numeric[], $10::numeric[], $11::numeric[], $12::bool[], $13::text[],
-                       $15::smallint[])
-                WITH ORDINALITY AS u(p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, i)
+                       $15::smallint[], $16::bigint[])
+                WITH ORDINALITY AS u(p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, d, i)
           ORDER BY i",
         &period,
         &project,
@@ -90,6 +92,7 @@ pub async fn insert(conn: &mut PgConnection, entries: &[NewEntry], author: &str)
         &reason as &[Option<String>],
         author,
         &rules as &[ChargingRules],
+        &discount as &[Option<i64>],
     )
     .execute(&mut *conn)
     .await?;
@@ -119,14 +122,16 @@ pub async fn insert_returning(
     let late: Vec<bool> = entries.iter().map(|e| e.late).collect();
     let reason: Vec<Option<String>> = entries.iter().map(|e| e.reason.clone()).collect();
     let rules: Vec<ChargingRules> = entries.iter().map(|e| e.charging_rules).collect();
+    let discount: Vec<Option<i64>> = entries.iter().map(|e| e.discount_id.map(|d| d.0)).collect();
     let mut ids = sqlx::query_scalar!(
         r#"INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
-                                     quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
-           SELECT p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, $14
+                                     quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author,
+                                     discount_id)
+           SELECT p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, $14, d
              FROM UNNEST($1::date[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
                          $8::numeric[], $9::numeric[], $10::numeric[], $11::numeric[], $12::bool[], $13::text[],
-                         $15::smallint[])
-                  WITH ORDINALITY AS u(p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, i)
+                         $15::smallint[], $16::bigint[])
+                  WITH ORDINALITY AS u(p, pr, k, m, jr, rc, c, q, r, x, a, l, re, v, d, i)
             ORDER BY i
            RETURNING id AS "id: LedgerEntryId""#,
         &period,
@@ -144,6 +149,7 @@ pub async fn insert_returning(
         &reason as &[Option<String>],
         author,
         &rules as &[ChargingRules],
+        &discount as &[Option<i64>],
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -152,8 +158,49 @@ pub async fn insert_returning(
     Ok(ids)
 }
 
-/// The charges of these job records, and refunds of them, not yet reversed
-/// (reversing both leaves nothing of the old charge).
+/// Post the discount lines of job charges posted before in this
+/// transaction, in one statement: each names its charge by job record and
+/// metric (one charge per record and metric), which links it.
+pub async fn insert_job_discounts(
+    conn: &mut PgConnection,
+    entries: &[NewEntry],
+    author: &str,
+) -> Result<u64, sqlx::Error> {
+    if entries.is_empty() {
+        return Ok(0);
+    }
+    let period: Vec<NaiveDate> = entries.iter().map(|e| e.period).collect();
+    let metric: Vec<Option<Metric>> = entries.iter().map(|e| e.metric).collect();
+    let record: Vec<Option<i64>> = entries.iter().map(|e| e.job_record_id.map(|r| r.0)).collect();
+    let exact: Vec<Decimal> = entries.iter().map(|e| e.amount_exact).collect();
+    let amount: Vec<Decimal> = entries.iter().map(|e| e.amount).collect();
+    let late: Vec<bool> = entries.iter().map(|e| e.late).collect();
+    let discount: Vec<Option<i64>> = entries.iter().map(|e| e.discount_id.map(|d| d.0)).collect();
+    let done = sqlx::query!(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                   quantity, unit_rate, amount_exact, amount, late, charging_rules, author, discount_id)
+         SELECT u.p, c.project_id, 'discount', c.metric, c.job_record_id, c.rate_card_id, c.id,
+                0, 0, u.x, u.a, u.l, c.charging_rules, $8, u.d
+           FROM UNNEST($1::date[], $2::text[], $3::bigint[], $4::numeric[], $5::numeric[], $6::bool[], $7::bigint[])
+                WITH ORDINALITY AS u(p, m, jr, x, a, l, d, i)
+           JOIN ledger_entry c ON c.job_record_id = u.jr AND c.metric = u.m AND c.kind = 'job'
+          ORDER BY u.i",
+        &period,
+        &metric as &[Option<Metric>],
+        &record as &[Option<i64>],
+        &exact,
+        &amount,
+        &late,
+        &discount as &[Option<i64>],
+        author,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The charges of these job records, and their refunds and discount
+/// lines, not yet reversed (reversing all leaves nothing of the old charge).
 pub async fn unreversed_charges(conn: &mut PgConnection, records: &[JobRecordId]) -> Result<Vec<Posted>, sqlx::Error> {
     let ids: Vec<i64> = records.iter().map(|r| r.0).collect();
     sqlx::query_as!(
@@ -161,9 +208,9 @@ pub async fn unreversed_charges(conn: &mut PgConnection, records: &[JobRecordId]
         r#"SELECT e.id AS "id: LedgerEntryId", e.project_id AS "project_id: ProjectId", e.metric AS "metric: Metric",
                   e.job_record_id AS "job_record_id: JobRecordId", e.rate_card_id AS "rate_card_id: RateCardId",
                   e.quantity, e.unit_rate, e.amount_exact, e.amount,
-                  e.charging_rules AS "charging_rules: ChargingRules"
+                  e.charging_rules AS "charging_rules: ChargingRules", e.discount_id AS "discount_id: DiscountId"
              FROM ledger_entry e
-            WHERE e.job_record_id = ANY($1) AND e.kind IN ('job', 'refund')
+            WHERE e.job_record_id = ANY($1) AND e.kind IN ('job', 'refund', 'discount')
               AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = e.id AND r.kind = 'reversal')
             ORDER BY e.id"#,
         &ids

@@ -1,19 +1,22 @@
 //! Reference data: the center, clusters, node types, queue maps, rate cards,
-//! storage rates, projects and quota history.
+//! storage rates, rate classes, projects with their quota and class history,
+//! and discounts.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
-use crate::domain::catalog::{CardRow, Catalog, CenterInfo, ClusterInfo, NodeTypeInfo};
+use crate::domain::catalog::{
+    CardRow, Catalog, CenterInfo, ClassChange, ClusterInfo, DiscountRow, DiscountScope, NodeTypeInfo, RateClass,
+};
 use crate::domain::pricing::RateCard;
 use crate::domain::rules::{Dated, Scheduler};
 use crate::domain::storage::{QuotaChange, StoragePrice};
 use crate::domain::units::Bytes;
-use crate::ids::{ClusterId, NodeTypeId, ProjectId, RateCardId, StorageRateId};
+use crate::ids::{ClusterId, DiscountId, NodeTypeId, ProjectId, RateCardId, RateClassId, StorageRateId};
 
 fn tz(name: &str) -> Result<Tz, sqlx::Error> {
     name.parse()
@@ -44,7 +47,7 @@ pub async fn load_center(conn: &mut PgConnection) -> Result<Option<CenterInfo>, 
 
 pub async fn load_rate_cards(conn: &mut PgConnection) -> Result<Vec<(ClusterId, CardRow)>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT r.id, r.cluster_id, r.node_type_id, r.valid_from, r.valid_until, r.core_hour_price,
+        r#"SELECT r.id, r.cluster_id, r.node_type_id, r.rate_class_id, r.valid_from, r.valid_until, r.core_hour_price,
                   r.gpu_hour_price, r.memory_per_core_bytes, r.cores_per_node
              FROM rate_card r
             ORDER BY r.node_type_id, r.valid_from"#
@@ -59,6 +62,7 @@ pub async fn load_rate_cards(conn: &mut PgConnection) -> Result<Vec<(ClusterId, 
                 CardRow {
                     id: RateCardId(r.id),
                     node_type_id: NodeTypeId(r.node_type_id),
+                    class: r.rate_class_id.map(RateClassId),
                     period: Dated {
                         valid_from: r.valid_from,
                         valid_until: r.valid_until,
@@ -111,9 +115,12 @@ pub async fn used_storage_rates(conn: &mut PgConnection) -> Result<HashSet<Stora
 pub async fn load_storage_rates(
     conn: &mut PgConnection,
 ) -> Result<Vec<Dated<StoragePrice<StorageRateId>>>, sqlx::Error> {
-    let rows = sqlx::query!("SELECT id, valid_from, valid_until, tb_month_price FROM storage_rate ORDER BY valid_from")
-        .fetch_all(&mut *conn)
-        .await?;
+    let rows = sqlx::query!(
+        "SELECT id, rate_class_id, valid_from, valid_until, tb_month_price FROM storage_rate
+          ORDER BY rate_class_id NULLS FIRST, valid_from"
+    )
+    .fetch_all(&mut *conn)
+    .await?;
     Ok(rows
         .into_iter()
         .map(|r| Dated {
@@ -122,6 +129,7 @@ pub async fn load_storage_rates(
             value: StoragePrice {
                 key: StorageRateId(r.id),
                 tb_month: r.tb_month_price.normalize(),
+                class: r.rate_class_id.map(RateClassId),
             },
         })
         .collect())
@@ -148,6 +156,9 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
     .await?;
     let cards = load_rate_cards(conn).await?;
     let storage_rates = load_storage_rates(conn).await?;
+    let classes = load_classes(conn).await?;
+    let project_classes = load_project_classes(conn).await?;
+    let discounts = load_discounts(conn).await?;
 
     let mut out = Vec::with_capacity(clusters.len());
     for c in clusters {
@@ -185,7 +196,175 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
         center,
         clusters: out,
         storage_rates,
+        classes,
+        project_classes,
+        discounts,
     })
+}
+
+pub async fn load_classes(conn: &mut PgConnection) -> Result<Vec<RateClass>, sqlx::Error> {
+    sqlx::query_as!(
+        RateClass,
+        r#"SELECT id AS "id: RateClassId", name, description FROM rate_class ORDER BY name"#
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Every project's class changes, oldest first.
+pub async fn load_project_classes(
+    conn: &mut PgConnection,
+) -> Result<HashMap<ProjectId, Vec<ClassChange>>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT project_id AS "project_id: ProjectId", rate_class_id AS "class: RateClassId", effective_from
+             FROM project_class ORDER BY project_id, effective_from"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out: HashMap<ProjectId, Vec<ClassChange>> = HashMap::new();
+    for r in rows {
+        out.entry(r.project_id).or_default().push(ClassChange {
+            effective_from: r.effective_from,
+            class: r.class,
+        });
+    }
+    Ok(out)
+}
+
+pub async fn load_discounts(conn: &mut PgConnection) -> Result<Vec<DiscountRow>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: DiscountId", project_id AS "project_id: ProjectId", rate_class_id AS "class: RateClassId",
+                  percent, valid_from, valid_until, reason
+             FROM discount ORDER BY valid_from, id"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            let scope = match (r.project_id, r.class) {
+                (Some(p), None) => DiscountScope::Project(p),
+                (None, Some(c)) => DiscountScope::Class(c),
+                _ => {
+                    return Err(sqlx::Error::Decode(
+                        format!("discount {} has no single scope", r.id).into(),
+                    ));
+                }
+            };
+            Ok(DiscountRow {
+                id: r.id,
+                scope,
+                percent: r.percent.normalize(),
+                period: Dated {
+                    valid_from: r.valid_from,
+                    valid_until: r.valid_until,
+                    value: (),
+                },
+                reason: r.reason,
+            })
+        })
+        .collect()
+}
+
+/// Add a rate class, or set its description; its id.
+pub async fn upsert_class(conn: &mut PgConnection, name: &str, description: &str) -> Result<RateClassId, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO rate_class (name, description) VALUES ($1, $2)
+           ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description
+           RETURNING id AS "id: RateClassId""#,
+        name,
+        description
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// Append class changes of projects in one statement.
+pub async fn insert_project_classes(
+    conn: &mut PgConnection,
+    changes: &[(ProjectId, ClassChange)],
+    author: &str,
+) -> Result<u64, sqlx::Error> {
+    let ids: Vec<i64> = changes.iter().map(|(p, _)| p.0).collect();
+    let froms: Vec<DateTime<Utc>> = changes.iter().map(|(_, c)| c.effective_from).collect();
+    let classes: Vec<Option<i64>> = changes.iter().map(|(_, c)| c.class.map(|c| c.0)).collect();
+    let done = sqlx::query!(
+        "INSERT INTO project_class (project_id, effective_from, rate_class_id, author)
+         SELECT p, f, c, $4 FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[]) AS u(p, f, c)",
+        &ids,
+        &froms,
+        &classes as &[Option<i64>],
+        author
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// A discount to record.
+pub struct NewDiscount<'a> {
+    pub scope: DiscountScope,
+    pub percent: Decimal,
+    pub period: &'a Dated<()>,
+    pub reason: &'a str,
+}
+
+pub async fn insert_discount(
+    conn: &mut PgConnection,
+    d: &NewDiscount<'_>,
+    author: &str,
+) -> Result<DiscountId, sqlx::Error> {
+    let (project, class) = match d.scope {
+        DiscountScope::Project(p) => (Some(p.0), None),
+        DiscountScope::Class(c) => (None, Some(c.0)),
+    };
+    sqlx::query_scalar!(
+        r#"INSERT INTO discount (project_id, rate_class_id, percent, valid_from, valid_until, reason, author)
+           VALUES ($1, $2, $3, $4, $5, $6, $7)
+           RETURNING id AS "id: DiscountId""#,
+        project,
+        class,
+        d.percent,
+        d.period.valid_from,
+        d.period.valid_until,
+        d.reason,
+        author
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// Change a discount's end; the database refuses one that would leave out
+/// a charge it discounted, or cover one posted before.
+pub async fn set_discount_until(
+    conn: &mut PgConnection,
+    id: DiscountId,
+    until: Option<DateTime<Utc>>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE discount SET valid_until = $2 WHERE id = $1",
+        id as DiscountId,
+        until
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Remove a discount that has discounted nothing (the database refuses others).
+pub async fn delete_discount(conn: &mut PgConnection, id: DiscountId) -> Result<(), sqlx::Error> {
+    sqlx::query!("DELETE FROM discount WHERE id = $1", id as DiscountId)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The discounts that have discounted a charge.
+pub async fn used_discounts(conn: &mut PgConnection) -> Result<Vec<DiscountId>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT discount_id AS "id!: DiscountId" FROM ledger_entry WHERE discount_id IS NOT NULL"#
+    )
+    .fetch_all(&mut *conn)
+    .await
 }
 
 /// Insert or update the center row; whether anything changed.
@@ -366,13 +545,14 @@ pub async fn insert_rate_card(
     conn: &mut PgConnection,
     cluster: ClusterId,
     node_type: NodeTypeId,
+    class: Option<RateClassId>,
     card: &Dated<RateCard>,
 ) -> Result<RateCardId, sqlx::Error> {
     let v = &card.value;
     sqlx::query_scalar!(
-        r#"INSERT INTO rate_card (cluster_id, node_type_id, valid_from, valid_until, core_hour_price,
+        r#"INSERT INTO rate_card (cluster_id, node_type_id, rate_class_id, valid_from, valid_until, core_hour_price,
                                   gpu_hour_price, memory_per_core_bytes, cores_per_node)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+           VALUES ($1, $2, $9, $3, $4, $5, $6, $7, $8)
            RETURNING id AS "id: RateCardId""#,
         cluster as ClusterId,
         node_type as NodeTypeId,
@@ -382,6 +562,7 @@ pub async fn insert_rate_card(
         v.gpu_hour,
         i64::try_from(v.memory_per_core.0).unwrap_or(i64::MAX),
         i32::try_from(v.cores_per_node).unwrap_or(i32::MAX),
+        class.map(|c| c.0),
     )
     .fetch_one(&mut *conn)
     .await
@@ -412,13 +593,18 @@ pub async fn delete_rate_card(conn: &mut PgConnection, id: RateCardId) -> Result
     Ok(())
 }
 
-pub async fn insert_storage_rate(conn: &mut PgConnection, rate: &Dated<Decimal>) -> Result<StorageRateId, sqlx::Error> {
+pub async fn insert_storage_rate(
+    conn: &mut PgConnection,
+    class: Option<RateClassId>,
+    rate: &Dated<Decimal>,
+) -> Result<StorageRateId, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"INSERT INTO storage_rate (valid_from, valid_until, tb_month_price) VALUES ($1, $2, $3)
+        r#"INSERT INTO storage_rate (rate_class_id, valid_from, valid_until, tb_month_price) VALUES ($4, $1, $2, $3)
            RETURNING id AS "id: StorageRateId""#,
         rate.valid_from,
         rate.valid_until,
-        rate.value
+        rate.value,
+        class.map(|c| c.0)
     )
     .fetch_one(&mut *conn)
     .await

@@ -131,6 +131,48 @@ pub async fn storage_lines(
     .await
 }
 
+/// A statement's discount line: one discount, on compute or on storage.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DiscountLine {
+    #[serde(skip)]
+    pub project_id: ProjectId,
+    /// `compute` or `storage`: what it discounts.
+    pub on: String,
+    pub percent: Decimal,
+    pub reason: String,
+    /// `project` or `class NAME`: whose discount it is.
+    pub scope: String,
+    /// The list amount of the charges it discounts.
+    pub list_amount: Decimal,
+    pub amount: Decimal,
+}
+
+pub async fn discount_lines(
+    conn: &mut PgConnection,
+    projects: &[ProjectId],
+    period: NaiveDate,
+) -> Result<Vec<DiscountLine>, sqlx::Error> {
+    let ids: Vec<i64> = projects.iter().map(|p| p.0).collect();
+    sqlx::query_as!(
+        DiscountLine,
+        r#"SELECT e.project_id AS "project_id: ProjectId",
+                  CASE WHEN o.kind = 'job' THEN 'compute' ELSE 'storage' END AS "on!",
+                  d.percent, d.reason, CASE WHEN d.project_id IS NOT NULL THEN 'project' ELSE 'class ' || rc.name END AS "scope!",
+                  sum(o.amount) AS "list_amount!", sum(e.amount) AS "amount!"
+             FROM ledger_entry e
+             JOIN ledger_entry o ON o.id = e.corrects_id
+             JOIN discount d ON d.id = e.discount_id
+             LEFT JOIN rate_class rc ON rc.id = d.rate_class_id
+            WHERE e.period = $1 AND e.project_id = ANY($2) AND e.kind = 'discount'
+            GROUP BY e.project_id, o.kind, d.id, d.percent, d.reason, d.project_id, rc.name
+            ORDER BY e.project_id, o.kind, d.id"#,
+        period,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
 /// A statement's correction line: one entry.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CorrectionLine {

@@ -7,7 +7,7 @@ use sqlx::PgConnection;
 
 use crate::domain::pricing::ChargingRules;
 use crate::domain::storage::QuotaChange;
-use crate::ids::{BillingRunId, LedgerEntryId, ProjectId, StorageRateId};
+use crate::ids::{BillingRunId, DiscountId, LedgerEntryId, ProjectId, StorageRateId};
 
 /// Hold the storage-billing lock (exclusive) for this transaction.
 pub async fn lock_billing(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
@@ -237,6 +237,47 @@ pub async fn insert_entries(
         .into_iter()
         .map(|r| (r.project_id, r.storage_rate_id, r.id))
         .collect())
+}
+
+/// The discount line of a storage charge posted by this run (docs/rules.md R8).
+pub struct StorageDiscountLine {
+    pub charge: LedgerEntryId,
+    pub discount_id: DiscountId,
+    pub amount_exact: Decimal,
+    pub amount: Decimal,
+}
+
+/// Post the discount lines of storage charges, in one statement: each
+/// copies its charge's month, project, metric, rate, run and rules.
+pub async fn insert_discounts(
+    conn: &mut PgConnection,
+    lines: &[StorageDiscountLine],
+    author: &str,
+) -> Result<u64, sqlx::Error> {
+    if lines.is_empty() {
+        return Ok(0);
+    }
+    let charge: Vec<i64> = lines.iter().map(|l| l.charge.0).collect();
+    let discount: Vec<i64> = lines.iter().map(|l| l.discount_id.0).collect();
+    let exact: Vec<Decimal> = lines.iter().map(|l| l.amount_exact).collect();
+    let amount: Vec<Decimal> = lines.iter().map(|l| l.amount).collect();
+    let done = sqlx::query!(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, storage_rate_id, billing_run_id, corrects_id,
+                                   quantity, unit_rate, amount_exact, amount, charging_rules, author, discount_id)
+         SELECT c.period, c.project_id, 'discount', c.metric, c.storage_rate_id, c.billing_run_id, c.id,
+                0, 0, u.x, u.a, c.charging_rules, $5, u.d
+           FROM UNNEST($1::bigint[], $2::bigint[], $3::numeric[], $4::numeric[]) WITH ORDINALITY AS u(e, d, x, a, i)
+           JOIN ledger_entry c ON c.id = u.e
+          ORDER BY u.i",
+        &charge,
+        &discount,
+        &exact,
+        &amount,
+        author
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// A segment of days behind a storage entry.

@@ -1,17 +1,19 @@
 //! The reference data in force: clusters, node types, queue maps, dated rate
-//! cards and storage rates. Loaded once, consulted per job without I/O.
+//! cards and storage rates, rate classes, the projects' class history and
+//! discounts. Loaded once, consulted per job without I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use rust_decimal::Decimal;
 use serde::Serialize;
 
 use super::pricing::RateCard;
 use super::rules::{Dated, NodeTypeError, Scheduler, resolve_node_type};
 use super::storage::StoragePrice;
 use super::units::Bytes;
-use crate::ids::{ClusterId, NodeTypeId, RateCardId, StorageRateId};
+use crate::ids::{ClusterId, DiscountId, NodeTypeId, ProjectId, RateCardId, RateClassId, StorageRateId};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CenterInfo {
@@ -40,6 +42,8 @@ pub struct NodeTypeInfo {
 pub struct CardRow {
     pub id: RateCardId,
     pub node_type_id: NodeTypeId,
+    /// The rate class it prices (docs/rules.md R7); `None` = the default class.
+    pub class: Option<RateClassId>,
     pub period: Dated<RateCard>,
 }
 
@@ -81,11 +85,12 @@ impl ClusterInfo {
         Ok(self.node_type(name).expect("resolved names are known"))
     }
 
-    /// The rate card of a node type in force at `t` (docs/rules.md D5).
-    pub fn rate_card(&self, node_type: NodeTypeId, t: DateTime<Utc>) -> Option<&CardRow> {
+    /// The rate card of a node type and rate class in force at `t`
+    /// (docs/rules.md D5, R7): only the class's own cards.
+    pub fn rate_card(&self, node_type: NodeTypeId, class: Option<RateClassId>, t: DateTime<Utc>) -> Option<&CardRow> {
         self.rate_cards
             .iter()
-            .find(|c| c.node_type_id == node_type && c.period.in_force_at(t))
+            .find(|c| c.node_type_id == node_type && c.class == class && c.period.in_force_at(t))
     }
 }
 
@@ -96,9 +101,109 @@ pub struct Catalog {
     pub center: Option<CenterInfo>,
     pub clusters: Vec<ClusterInfo>,
     pub storage_rates: Vec<Dated<StoragePrice<StorageRateId>>>,
+    /// Rate classes by id (docs/rules.md R7).
+    pub classes: Vec<RateClass>,
+    /// Each classed project's class changes, oldest first; a project not
+    /// here is in the default class.
+    #[serde(skip)]
+    pub project_classes: HashMap<ProjectId, Vec<ClassChange>>,
+    pub discounts: Vec<DiscountRow>,
+}
+
+/// A rate class: a name for a set of rate cards and storage rates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RateClass {
+    pub id: RateClassId,
+    pub name: String,
+    pub description: String,
+}
+
+/// A project's class from an instant on (`None`: back to the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ClassChange {
+    pub effective_from: DateTime<Utc>,
+    pub class: Option<RateClassId>,
+}
+
+/// The class in force at `t` given a project's changes (oldest first): the
+/// last change at or before `t`.
+pub fn class_at(changes: &[ClassChange], t: DateTime<Utc>) -> Option<RateClassId> {
+    changes
+        .iter()
+        .rev()
+        .find(|c| c.effective_from <= t)
+        .and_then(|c| c.class)
+}
+
+/// Whom a discount is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiscountScope {
+    Project(ProjectId),
+    Class(RateClassId),
+}
+
+/// A dated percentage discount (docs/rules.md R8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiscountRow {
+    pub id: DiscountId,
+    pub scope: DiscountScope,
+    pub percent: Decimal,
+    pub period: Dated<()>,
+    pub reason: String,
 }
 
 impl Catalog {
+    /// A project's rate class at `t` (docs/rules.md R7); `None` = the default.
+    pub fn class_of(&self, project: ProjectId, t: DateTime<Utc>) -> Option<RateClassId> {
+        self.project_classes.get(&project).and_then(|c| class_at(c, t))
+    }
+
+    /// The name of a class, `default` for none.
+    pub fn class_name(&self, class: Option<RateClassId>) -> &str {
+        class
+            .and_then(|id| self.classes.iter().find(|c| c.id == id))
+            .map_or("default", |c| c.name.as_str())
+    }
+
+    /// A class by name; `Ok(None)` for `default`.
+    pub fn class_named(&self, name: &str) -> Result<Option<RateClassId>, String> {
+        if name.eq_ignore_ascii_case("default") {
+            return Ok(None);
+        }
+        match self.classes.iter().find(|c| c.name.eq_ignore_ascii_case(name)) {
+            Some(c) => Ok(Some(c.id)),
+            None => {
+                let names: Vec<&str> = std::iter::once("default")
+                    .chain(self.classes.iter().map(|c| c.name.as_str()))
+                    .collect();
+                let hint = crate::domain::names::closest(name, names.iter().copied())
+                    .map(|c| format!("did you mean {c}? "))
+                    .unwrap_or_default();
+                Err(format!(
+                    "unknown rate class {name:?} ({hint}known: {})",
+                    names.join(", ")
+                ))
+            }
+        }
+    }
+
+    /// The discount of a charge of `project` priced at `t`, in class
+    /// `class` then (docs/rules.md R8): the project's own, else its class's.
+    pub fn discount_for(
+        &self,
+        project: ProjectId,
+        class: Option<RateClassId>,
+        t: DateTime<Utc>,
+    ) -> Option<&DiscountRow> {
+        let in_force = |scope: DiscountScope| {
+            self.discounts
+                .iter()
+                .find(|d| d.scope == scope && d.period.in_force_at(t))
+        };
+        in_force(DiscountScope::Project(project)).or_else(|| class.and_then(|c| in_force(DiscountScope::Class(c))))
+    }
+
     /// A cluster by name, ignoring case.
     pub fn cluster(&self, name: &str) -> Option<&ClusterInfo> {
         self.clusters.iter().find(|c| c.name.eq_ignore_ascii_case(name))

@@ -9,7 +9,7 @@ use super::kinds::EntryKind;
 use super::period::Month;
 use super::pricing::ChargingRules;
 use super::units::{Metric, negate};
-use crate::ids::{JobRecordId, LedgerEntryId, ProjectId, RateCardId};
+use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
 /// An entry to post.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +32,8 @@ pub struct NewEntry {
     /// The charging rules its arithmetic follows (a correction: those of
     /// the entry it corrects).
     pub charging_rules: ChargingRules,
+    /// A discount line (and its reversal): the discount it applies.
+    pub discount_id: Option<DiscountId>,
 }
 
 /// A posted entry, as much of it as a correction of it needs.
@@ -47,6 +49,7 @@ pub struct PostedEntry {
     pub amount_exact: Decimal,
     pub amount: Decimal,
     pub charging_rules: ChargingRules,
+    pub discount_id: Option<DiscountId>,
 }
 
 /// The exact negative of `of`, linked to it, posted into `period`, citing
@@ -68,7 +71,16 @@ pub fn reversal(of: &PostedEntry, period: Month, late: bool, cites: Option<JobRe
         late,
         reason: Some(reason),
         charging_rules: of.charging_rules,
+        discount_id: of.discount_id,
     }
+}
+
+/// The discount line of a charge of `amount` (docs/rules.md R8): minus
+/// `percent` % of the amount as posted, exactly, and that rounded half away
+/// from zero to cents. `(amount_exact, amount)`.
+pub fn discount_amounts(amount: Decimal, percent: Decimal) -> (Decimal, Decimal) {
+    let exact = negate(amount * percent / Decimal::ONE_HUNDRED);
+    (exact, negate(super::units::round_money(-exact)))
 }
 
 #[cfg(test)]
@@ -90,6 +102,7 @@ mod tests {
             amount_exact: dec!(0.10625),
             amount: dec!(0.11),
             charging_rules: ChargingRules::V1,
+            discount_id: None,
         };
         let month: Month = "2026-11".parse().unwrap();
         let r = reversal(&charge, month, true, Some(JobRecordId(12)), "superseded".into());

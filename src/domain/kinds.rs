@@ -70,6 +70,8 @@ named! {
         Reversal => "reversal",
         Refund => "refund",
         Adjustment => "adjustment",
+        /// A discount of a job or storage charge (docs/rules.md R8).
+        Discount => "discount",
     }
 }
 
@@ -108,7 +110,7 @@ mod tests {
         assert_eq!(EntryKind::parse("Job"), None);
         let e = serde_json::from_str::<EntryKind>("\"charge\"").unwrap_err().to_string();
         assert!(
-            e.contains("unknown EntryKind \"charge\" (one of job, storage, reversal, refund, adjustment)"),
+            e.contains("unknown EntryKind \"charge\" (one of job, storage, reversal, refund, adjustment, discount)"),
             "{e}"
         );
     }

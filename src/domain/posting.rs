@@ -14,13 +14,13 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::catalog::{Catalog, ClusterInfo};
-use super::entries::NewEntry;
+use super::entries::{NewEntry, discount_amounts};
 use super::kinds::EntryKind;
 use super::period::{LocalTimeError, Month, local_to_utc};
 use super::pricing::{JobPrice, JobShape, check_memory_per_node, price_job, validate};
 use super::rules::{NodeTypeError, pricing_instant};
 use super::units::{Bytes, Priced};
-use crate::ids::{ClusterId, JobRecordId, NodeTypeId, ProjectId, RateCardId};
+use crate::ids::{ClusterId, DiscountId, JobRecordId, NodeTypeId, ProjectId, RateCardId, RateClassId};
 
 /// An instant as a scheduler wrote it: with a zone, or local wall-clock time
 /// of the cluster.
@@ -145,6 +145,10 @@ pub struct ResolvedJob {
     pub state: String,
     pub exit_code: Option<String>,
     pub rate_card_id: RateCardId,
+    /// Its project's rate class at the pricing instant (docs/rules.md R7).
+    pub class: Option<RateClassId>,
+    /// The discount of its charges, and its percent (docs/rules.md R8).
+    pub discount: Option<(DiscountId, Decimal)>,
     pub price: JobPrice,
     /// The month it ended in, in the billing time zone (docs/rules.md D6).
     pub natural_period: Month,
@@ -311,17 +315,23 @@ pub fn resolve(
             reason: e.to_string(),
         })?;
     let at = pricing_instant(submitted_at, started_at);
-    let Some(card) = cluster.rate_card(node_type.id, at) else {
+    let class = catalog.class_of(project_id, at);
+    let Some(card) = cluster.rate_card(node_type.id, class, at) else {
         return reject(
             RejectKind::NoRateCard,
             format!(
-                "no rate card for node type {:?} on cluster {} is in force at {at} (the job's {} time)",
+                "no rate card for node type {:?} on cluster {}{} is in force at {at} (the job's {} time)",
                 node_type.name,
                 cluster.name,
+                match class {
+                    Some(_) => format!(" and rate class {} (project {code})", catalog.class_name(class)),
+                    None => String::new(),
+                },
                 if submitted_at.is_some() { "submit" } else { "start" }
             ),
         );
     };
+    let discount = catalog.discount_for(project_id, class, at).map(|d| (d.id, d.percent));
     let card_value = &card.period.value;
     let mut shape = held_shape(input, card_value.cores_per_node);
     let refuse_new_charge = match input.gpus {
@@ -391,6 +401,8 @@ pub fn resolve(
         state: truncate(&input.state, 256),
         exit_code: input.exit_code.as_deref().map(|e| truncate(e, 64)),
         rate_card_id: card.id,
+        class,
+        discount,
         price,
         natural_period: Month::of_instant(ended_at, center.time_zone),
         charge_fingerprint,
@@ -636,6 +648,40 @@ pub fn charge_entries(job: &ResolvedJob, record: JobRecordId, period: Month, lat
             late,
             reason: None,
             charging_rules: job.price.rules,
+            discount_id: None,
+        })
+        .collect()
+}
+
+/// The discount lines of `job`'s charges (docs/rules.md R8), one per
+/// charge line, in the same order; none without a discount. Each names its
+/// charge by record and metric: the database links it (`corrects_id`).
+pub fn discount_entries(job: &ResolvedJob, record: JobRecordId, period: Month, late: bool) -> Vec<NewEntry> {
+    let Some((discount, percent)) = job.discount else {
+        return Vec::new();
+    };
+    job.price
+        .lines
+        .iter()
+        .map(|l| {
+            let (amount_exact, amount) = discount_amounts(l.amount, percent);
+            NewEntry {
+                period: period.first_day(),
+                project_id: job.charge.project_id,
+                kind: EntryKind::Discount,
+                metric: Some(l.metric),
+                job_record_id: Some(record),
+                rate_card_id: Some(job.rate_card_id),
+                corrects_id: None,
+                quantity: Decimal::ZERO,
+                unit_rate: Decimal::ZERO,
+                amount_exact,
+                amount,
+                late,
+                reason: None,
+                charging_rules: job.price.rules,
+                discount_id: Some(discount),
+            }
         })
         .collect()
 }

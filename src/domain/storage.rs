@@ -5,6 +5,9 @@
 //! amount = Σ_days quota_TB(d) × rate(d) / days_in_month
 //! ```
 //!
+//! `rate(d)` is the storage rate of the project's rate class at the end of
+//! day `d` (R7): a class has only its own rates.
+//!
 //! The month's days are grouped into segments of equal quota and rate, and
 //! into one charge line per storage rate row:
 //! `TB-months = Σ quota(d) / days_in_month` (12 places, exact division),
@@ -16,9 +19,11 @@ use chrono_tz::Tz;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
+use super::catalog::{ClassChange, class_at};
 use super::period::{Month, start_of_day};
-use super::rules::{Dated, in_force_at};
+use super::rules::Dated;
 use super::units::{Cut, EXACT_SCALE, Metric, Priced, QUANTITY_SCALE, Quantity, Rate, TbMonth, div_round, ratio};
+use crate::ids::RateClassId;
 
 /// A project's quota from an instant on, until the next change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -32,6 +37,8 @@ pub struct QuotaChange {
 pub struct StoragePrice<K> {
     pub key: K,
     pub tb_month: Decimal,
+    /// The rate class it prices; `None` = the default class.
+    pub class: Option<RateClassId>,
 }
 
 /// Consecutive days at one quota and one rate.
@@ -70,8 +77,14 @@ impl<K> StorageCharge<K> {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
-    #[error("a quota of {} TB is in force on {day} but no storage rate is", .quota_tb.normalize())]
-    NoRate { day: NaiveDate, quota_tb: Decimal },
+    #[error("a quota of {} TB is in force on {day} but no storage rate{} is", .quota_tb.normalize(),
+            .class.as_ref().map_or(String::new(), |c| format!(" of rate class {c}")))]
+    NoRate {
+        day: NaiveDate,
+        quota_tb: Decimal,
+        /// The project's rate class then, when not the default.
+        class: Option<String>,
+    },
     #[error("negative quota {0} TB")]
     NegativeQuota(Decimal),
     #[error("the storage charge is too large to compute exactly (more than 28 significant digits)")]
@@ -88,11 +101,14 @@ fn quota_at_end(quotas: &[QuotaChange], next_day_start: DateTime<Utc>) -> Decima
         .map_or(Decimal::ZERO, |q| q.quota_tb)
 }
 
-/// Price a project's storage for `month`, days read in `tz`.
+/// Price a project's storage for `month`, days read in `tz`, by the rates
+/// of its class at each day's end (`classes`: its class changes, oldest
+/// first; empty = the default class throughout).
 pub fn price_storage<K: Copy + Eq>(
     month: Month,
     tz: Tz,
     quotas: &[QuotaChange],
+    classes: &[ClassChange],
     rates: &[Dated<StoragePrice<K>>],
 ) -> Result<StorageCharge<K>, StorageError> {
     if let Some(q) = quotas
@@ -109,8 +125,16 @@ pub fn price_storage<K: Copy + Eq>(
             continue;
         }
         // The last microsecond of the day: the database's time resolution.
-        let rate = in_force_at(rates, end - TimeDelta::microseconds(1))
-            .ok_or(StorageError::NoRate { day, quota_tb })?
+        let last = end - TimeDelta::microseconds(1);
+        let class = class_at(classes, last);
+        let rate = rates
+            .iter()
+            .find(|r| r.value.class == class && r.in_force_at(last))
+            .ok_or_else(|| StorageError::NoRate {
+                day,
+                quota_tb,
+                class: class.map(|c| format!("#{c}")),
+            })?
             .value;
         match segments.last_mut() {
             Some(s) if s.last_day.succ_opt() == Some(day) && s.quota_tb == quota_tb && s.rate.key == rate.key => {

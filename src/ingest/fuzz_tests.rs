@@ -187,6 +187,7 @@ fn catalog() -> Catalog {
     let card = |id, nt, gpu: rust_decimal::Decimal| CardRow {
         id: RateCardId(id),
         node_type_id: NodeTypeId(nt),
+        class: None,
         period: Dated {
             valid_from: "1990-01-01T00:00:00Z".parse().unwrap(),
             valid_until: None,
@@ -233,6 +234,9 @@ fn catalog() -> Catalog {
         }),
         clusters: vec![cluster(1, "fuzz")],
         storage_rates: vec![],
+        classes: vec![],
+        project_classes: Default::default(),
+        discounts: vec![],
     }
 }
 

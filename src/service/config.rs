@@ -11,15 +11,14 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 
-use crate::config::{CenterConfig, ClusterConfig, NodeTypeConfig};
+use crate::config::{CenterConfig, ClusterConfig, DiscountFor, NodeTypeConfig, StorageRateConfig};
 use crate::db::{self, DbError, reference};
-use crate::domain::catalog::CardRow;
-use crate::domain::catalog::Catalog;
+use crate::domain::catalog::{CardRow, Catalog, ClassChange, DiscountRow, DiscountScope};
 use crate::domain::pricing::RateCard;
 use crate::domain::rules::Dated;
 use crate::domain::storage::QuotaChange;
 use crate::domain::storage::StoragePrice;
-use crate::ids::{ClusterId, NodeTypeId, ProjectId, RateCardId, StorageRateId};
+use crate::ids::{ClusterId, NodeTypeId, ProjectId, RateCardId, RateClassId, StorageRateId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -59,6 +58,9 @@ pub struct ApplyReport {
     pub storage_rates: Counts,
     pub projects: Counts,
     pub quotas: Counts,
+    pub classes: Counts,
+    pub project_classes: Counts,
+    pub discounts: Counts,
     /// Things kept that the file does not mention.
     pub notes: Vec<String>,
 }
@@ -73,6 +75,9 @@ impl ApplyReport {
             self.storage_rates,
             self.projects,
             self.quotas,
+            self.classes,
+            self.project_classes,
+            self.discounts,
         ];
         self.center_changed || all.iter().any(|c| c.added + c.updated + c.removed > 0)
     }
@@ -92,6 +97,9 @@ impl fmt::Display for ApplyReport {
         writeln!(f, "storage rates: {}", self.storage_rates)?;
         writeln!(f, "projects:      {}", self.projects)?;
         writeln!(f, "quota changes: {}", self.quotas)?;
+        writeln!(f, "rate classes:  {}", self.classes)?;
+        writeln!(f, "class changes: {}", self.project_classes)?;
+        writeln!(f, "discounts:     {}", self.discounts)?;
         for n in &self.notes {
             writeln!(f, "note: {n}")?;
         }
@@ -132,6 +140,7 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
     let c = &config.center;
     report.center_changed = reference::upsert_center(&mut *tx, &c.name, &c.currency, c.time_zone.name()).await?;
 
+    let classes = apply_classes(&mut *tx, config, &mut report).await?;
     let existing = reference::load_clusters(&mut *tx).await?;
     let used = reference::used_rate_cards(&mut *tx).await?;
     let mut rate_cards: Vec<(ClusterId, CardUse)> = reference::load_rate_cards(&mut *tx)
@@ -170,7 +179,7 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
             .extract_if(.., |(cid, _)| *cid == id)
             .map(|(_, u)| u)
             .collect();
-        apply_cluster(&mut *tx, &key, id, c, cards, &mut report, &mut refused).await?;
+        apply_cluster(&mut *tx, &key, id, c, cards, &classes, &mut report, &mut refused).await?;
     }
     let mentioned: Vec<String> = config.clusters.iter().map(|c| c.name.to_lowercase()).collect();
     let others = existing
@@ -183,8 +192,9 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
         ));
     }
 
-    apply_storage_rates(&mut *tx, &config.storage_rates, &mut report, &mut refused).await?;
-    apply_projects(&mut *tx, config, author, &mut report, &mut refused).await?;
+    apply_storage_rates(&mut *tx, &config.storage_rates, &classes, &mut report, &mut refused).await?;
+    let projects = apply_projects(&mut *tx, config, author, &classes, &mut report, &mut refused).await?;
+    apply_discounts(&mut *tx, config, author, &classes, &projects, &mut report, &mut refused).await?;
 
     if !refused.is_empty() {
         return Err(ApplyError::Refused(refused));
@@ -192,12 +202,59 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
     Ok(report)
 }
 
+/// Rate classes by name (ids of those the file names, and of those only
+/// the database holds).
+type Classes = BTreeMap<String, RateClassId>;
+
+fn class_id(classes: &Classes, name: Option<&String>) -> Option<RateClassId> {
+    name.map(|n| classes[n])
+}
+
+/// Add the file's classes, update their descriptions; classes are never
+/// removed (their prices and projects refer to them).
+async fn apply_classes(
+    tx: &mut PgConnection,
+    config: &CenterConfig,
+    report: &mut ApplyReport,
+) -> Result<Classes, ApplyError> {
+    let existing = reference::load_classes(tx).await?;
+    let mut out: Classes = existing.iter().map(|c| (c.name.clone(), c.id)).collect();
+    for c in &config.classes {
+        match existing.iter().find(|e| e.name == c.name) {
+            Some(e) if e.description == c.description => report.classes.unchanged += 1,
+            found => {
+                let id = reference::upsert_class(tx, &c.name, &c.description).await?;
+                if found.is_some() {
+                    report.classes.updated += 1;
+                } else {
+                    report.classes.added += 1;
+                }
+                out.insert(c.name.clone(), id);
+            }
+        }
+    }
+    let others: Vec<&str> = existing
+        .iter()
+        .filter(|e| !config.classes.iter().any(|c| c.name == e.name))
+        .map(|e| e.name.as_str())
+        .collect();
+    if !others.is_empty() {
+        report.notes.push(format!(
+            "rate class(es) {} are not in the file; they were kept",
+            others.join(", ")
+        ));
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn apply_cluster(
     tx: &mut PgConnection,
     key: &str,
     cluster: ClusterId,
     c: &ClusterConfig,
     existing_cards: Vec<CardUse>,
+    classes: &Classes,
     report: &mut ApplyReport,
     refused: &mut Vec<String>,
 ) -> Result<(), ApplyError> {
@@ -205,7 +262,7 @@ async fn apply_cluster(
     let node_types = reference::load_node_types(tx, cluster).await?;
     let queues = reference::load_queue_map(tx, cluster).await?;
     // Plan.
-    let plan = plan_cluster(key, c, &node_types, &queues, &existing_cards, report);
+    let plan = plan_cluster(key, c, &node_types, &queues, &existing_cards, classes, report);
     if !plan.refused.is_empty() {
         // The whole apply is rolled back: nothing of a refused plan is written.
         refused.extend(plan.refused);
@@ -235,8 +292,8 @@ async fn apply_cluster(
     for e in ends {
         reference::set_rate_card_until(tx, e.id, e.new).await?;
     }
-    for (node_type, card) in plan.insert_cards {
-        reference::insert_rate_card(tx, cluster, ids[node_type], card).await?;
+    for (node_type, class, card) in plan.insert_cards {
+        reference::insert_rate_card(tx, cluster, ids[node_type], class, card).await?;
     }
     Ok(())
 }
@@ -252,8 +309,9 @@ struct ClusterPlan<'c> {
     remove_queues: Vec<String>,
     delete_cards: Vec<RateCardId>,
     end_cards: Vec<End<RateCardId>>,
-    /// Cards to insert (new, or replacing an unused card whose values changed), by node type name.
-    insert_cards: Vec<(&'c str, &'c Dated<RateCard>)>,
+    /// Cards to insert (new, or replacing an unused card whose values
+    /// changed), by node type name, with their class.
+    insert_cards: Vec<(&'c str, Option<RateClassId>, &'c Dated<RateCard>)>,
     refused: Vec<String>,
 }
 
@@ -263,6 +321,7 @@ fn plan_cluster<'c>(
     node_types: &[reference::NodeTypeRow],
     queues: &BTreeMap<String, NodeTypeId>,
     existing_cards: &[CardUse],
+    classes: &Classes,
     report: &mut ApplyReport,
 ) -> ClusterPlan<'c> {
     let mut plan = ClusterPlan::default();
@@ -321,15 +380,25 @@ fn plan_cluster<'c>(
         report.queues.removed += 1;
     }
 
-    // Rate cards, matched by node type and start.
-    let mut desired: Vec<(&str, &Dated<RateCard>)> =
-        c.rate_cards.iter().map(|r| (r.node_type.as_str(), &r.card)).collect();
+    // Rate cards, matched by node type, class and start.
+    let mut desired: Vec<(&str, Option<RateClassId>, &Dated<RateCard>)> = c
+        .rate_cards
+        .iter()
+        .map(|r| (r.node_type.as_str(), class_id(classes, r.class.as_ref()), &r.card))
+        .collect();
     for e in existing_cards {
         let row = &e.row;
-        let name = name_of(row.node_type_id).unwrap_or("?");
+        let type_name = name_of(row.node_type_id).unwrap_or("?");
+        let name = match row.class {
+            None => type_name.to_owned(),
+            Some(id) => {
+                let class = classes.iter().find(|(_, c)| **c == id).map_or("?", |(n, _)| n.as_str());
+                format!("{type_name} ({class})")
+            }
+        };
         let matching = desired
             .iter()
-            .position(|(t, d)| *t == name && d.valid_from == row.period.valid_from);
+            .position(|(t, k, d)| *t == type_name && *k == row.class && d.valid_from == row.period.valid_from);
         let Some(i) = matching else {
             if e.used {
                 plan.refused.push(format!(
@@ -342,7 +411,7 @@ fn plan_cluster<'c>(
             }
             continue;
         };
-        let (node_type, d) = desired.remove(i);
+        let (node_type, class, d) = desired.remove(i);
         if d.value != row.period.value {
             if e.used {
                 plan.refused.push(format!(
@@ -351,7 +420,7 @@ fn plan_cluster<'c>(
                 ));
             } else {
                 plan.delete_cards.push(row.id);
-                plan.insert_cards.push((node_type, d));
+                plan.insert_cards.push((node_type, class, d));
                 report.rate_cards.updated += 1;
             }
         } else if d.valid_until != row.period.valid_until {
@@ -424,7 +493,8 @@ impl<K> End<K> {
 
 async fn apply_storage_rates(
     tx: &mut PgConnection,
-    desired: &[Dated<Decimal>],
+    desired: &[StorageRateConfig],
+    classes: &Classes,
     report: &mut ApplyReport,
     refused: &mut Vec<String>,
 ) -> Result<(), ApplyError> {
@@ -437,14 +507,20 @@ async fn apply_storage_rates(
             rate,
         })
         .collect();
-    let mut desired: Vec<&Dated<Decimal>> = desired.iter().collect();
+    let mut desired: Vec<(Option<RateClassId>, &Dated<Decimal>)> = desired
+        .iter()
+        .map(|d| (class_id(classes, d.class.as_ref()), &d.rate))
+        .collect();
     let mut ends = Vec::new();
     let mut reinserts = Vec::new();
     let mut deletes = Vec::new();
     let refused_before = refused.len();
     for e in &existing {
         let r = &e.rate;
-        let Some(i) = desired.iter().position(|d| d.valid_from == r.valid_from) else {
+        let Some(i) = desired
+            .iter()
+            .position(|(k, d)| *k == r.value.class && d.valid_from == r.valid_from)
+        else {
             if e.used {
                 refused.push(format!(
                     "the storage rate from {} has priced charges and is missing from the file; keep it there",
@@ -456,7 +532,7 @@ async fn apply_storage_rates(
             }
             continue;
         };
-        let d = desired.remove(i);
+        let (class, d) = desired.remove(i);
         if d.value != r.value.tb_month {
             if e.used {
                 refused.push(format!(
@@ -465,7 +541,7 @@ async fn apply_storage_rates(
                 ));
             } else {
                 deletes.push(r.value.key);
-                reinserts.push(d);
+                reinserts.push((class, d));
                 report.storage_rates.updated += 1;
             }
         } else if d.valid_until != r.valid_until {
@@ -489,23 +565,26 @@ async fn apply_storage_rates(
     for e in ends {
         reference::set_storage_rate_until(tx, e.id, e.new).await?;
     }
-    for d in reinserts {
-        reference::insert_storage_rate(tx, d).await?;
+    for (class, d) in reinserts {
+        reference::insert_storage_rate(tx, class, d).await?;
     }
-    for d in desired {
-        reference::insert_storage_rate(tx, d).await?;
+    for (class, d) in desired {
+        reference::insert_storage_rate(tx, class, d).await?;
         report.storage_rates.added += 1;
     }
     Ok(())
 }
 
+/// The file's projects, their quota changes and class changes; the ids of
+/// the projects, by lower-case code.
 async fn apply_projects(
     tx: &mut PgConnection,
     config: &CenterConfig,
     author: &str,
+    classes: &Classes,
     report: &mut ApplyReport,
     refused: &mut Vec<String>,
-) -> Result<(), ApplyError> {
+) -> Result<BTreeMap<String, ProjectId>, ApplyError> {
     let codes: Vec<String> = config.projects.iter().map(|p| p.code.clone()).collect();
     let names: Vec<String> = config.projects.iter().map(|p| p.name.clone()).collect();
     let pis: Vec<String> = config.projects.iter().map(|p| p.pi.clone()).collect();
@@ -546,6 +625,153 @@ async fn apply_projects(
         }
     }
     report.quotas.added = reference::insert_quotas(tx, &new, author).await?;
+
+    // Class history: appended, never rewritten, like quotas.
+    let existing = reference::load_project_classes(tx).await?;
+    let mut new = Vec::new();
+    for p in &config.projects {
+        let id = id_of[&p.code.to_lowercase()];
+        let have = existing.get(&id).map_or(&[][..], Vec::as_slice);
+        for c in &p.classes {
+            let class = class_id(classes, c.class.as_ref());
+            match have.iter().find(|h| h.effective_from == c.effective_from) {
+                Some(h) if h.class == class => report.project_classes.unchanged += 1,
+                Some(_) => refused.push(format!(
+                    "project {:?}: another class from {} is already recorded; class history is never rewritten (add a new dated change instead)",
+                    p.code, c.effective_from
+                )),
+                None => new.push((
+                    id,
+                    ClassChange {
+                        effective_from: c.effective_from,
+                        class,
+                    },
+                )),
+            }
+        }
+        let extra = have
+            .iter()
+            .filter(|h| !p.classes.iter().any(|c| c.effective_from == h.effective_from))
+            .count();
+        if extra > 0 {
+            report.notes.push(format!(
+                "project {:?}: {extra} recorded class change(s) are not in the file; they were kept",
+                p.code
+            ));
+        }
+    }
+    report.project_classes.added = reference::insert_project_classes(tx, &new, author).await?;
+    Ok(id_of)
+}
+
+/// Discounts, matched by whom they are for and their start: one that has
+/// discounted a charge keeps its percent and reason and may only end
+/// (the database refuses an end before what it discounted, and any period
+/// that would cover a charge posted before it).
+#[allow(clippy::too_many_arguments)]
+async fn apply_discounts(
+    tx: &mut PgConnection,
+    config: &CenterConfig,
+    author: &str,
+    classes: &Classes,
+    projects: &BTreeMap<String, ProjectId>,
+    report: &mut ApplyReport,
+    refused: &mut Vec<String>,
+) -> Result<(), ApplyError> {
+    let mut codes: Vec<String> = config
+        .discounts
+        .iter()
+        .filter_map(|d| match &d.scope {
+            DiscountFor::Project(p) if !projects.contains_key(&p.to_lowercase()) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    codes.sort();
+    codes.dedup();
+    let mut ids = projects.clone();
+    for p in reference::load_projects(tx, &codes).await? {
+        ids.insert(p.code.to_lowercase(), p.id);
+    }
+    let mut desired = Vec::new();
+    for d in &config.discounts {
+        let scope = match &d.scope {
+            DiscountFor::Project(p) => match ids.get(&p.to_lowercase()) {
+                Some(id) => DiscountScope::Project(*id),
+                None => {
+                    refused.push(format!(
+                        "a discount is for project {p:?}, which is not in the ledger or the file"
+                    ));
+                    continue;
+                }
+            },
+            DiscountFor::Class(c) => DiscountScope::Class(classes[c]),
+        };
+        desired.push((scope, d));
+    }
+    let used = reference::used_discounts(tx).await?;
+    let existing = reference::load_discounts(tx).await?;
+    let describe = |row: &DiscountRow| format!("the discount of {} % from {}", row.percent, row.period.valid_from);
+    let mut ends = Vec::new();
+    let mut deletes = Vec::new();
+    let mut inserts = Vec::new();
+    for row in &existing {
+        let used = used.contains(&row.id);
+        let Some(i) = desired
+            .iter()
+            .position(|(scope, d)| *scope == row.scope && d.period.valid_from == row.period.valid_from)
+        else {
+            if used {
+                refused.push(format!(
+                    "{} has discounted charges and is missing from the file; keep it there (end it with `until`)",
+                    describe(row)
+                ));
+            } else {
+                deletes.push(row.id);
+                report.discounts.removed += 1;
+            }
+            continue;
+        };
+        let (scope, d) = desired.remove(i);
+        if d.percent != row.percent || d.reason != row.reason {
+            if used {
+                refused.push(format!(
+                    "{} has discounted charges; its percent and reason cannot change (end it and add a new one)",
+                    describe(row)
+                ));
+            } else {
+                deletes.push(row.id);
+                inserts.push((scope, d));
+                report.discounts.updated += 1;
+            }
+        } else if d.period.valid_until != row.period.valid_until {
+            ends.push(End {
+                id: row.id,
+                old: row.period.valid_until,
+                new: d.period.valid_until,
+            });
+            report.discounts.updated += 1;
+        } else {
+            report.discounts.unchanged += 1;
+        }
+    }
+    report.discounts.added += desired.len() as u64;
+    inserts.extend(desired);
+    for id in deletes {
+        reference::delete_discount(tx, id).await?;
+    }
+    ends.sort_by_key(End::lengthens);
+    for e in ends {
+        reference::set_discount_until(tx, e.id, e.new).await?;
+    }
+    for (scope, d) in inserts {
+        let new = reference::NewDiscount {
+            scope,
+            percent: d.percent,
+            period: &d.period,
+            reason: &d.reason,
+        };
+        reference::insert_discount(tx, &new, author).await?;
+    }
     Ok(())
 }
 

@@ -329,9 +329,16 @@ async fn reverse_in(
         if e.reversed {
             return Err(CorrectError::Refused(format!("entry {id} is already reversed")));
         }
-        // Its refunds go too, or the reversal would credit more than it charged.
-        let refunds = sdb::open_refunds_of(&mut *tx, &[id.0]).await?;
-        entries.extend(refunds);
+        if e.kind == EntryKind::Discount {
+            return invalid(format!(
+                "entry {id} is a discount line: it goes with its charge (reverse entry {})",
+                e.corrects_id.map_or("?".to_owned(), |c| c.to_string())
+            ));
+        }
+        // Its refunds and discount go too, or the reversal would credit
+        // more than it charged.
+        let credits = sdb::open_credits_of(&mut *tx, &[id.0]).await?;
+        entries.extend(credits);
     }
     let original = entries.iter().map(|e| Month::of_date(e.period)).min();
     let (period, late) = target_month(&mut *tx, original, why.month, now).await?;
@@ -427,13 +434,13 @@ async fn refund_in(
         }
         .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
         // By the rules of the charge: version 1 prices the refunded quantity
-        // at the rate; version 2 takes the share of the exact amount (an
-        // amount refund is that amount exactly).
+        // at the rate; version 2 takes the share of the exact amount net of
+        // its discount (docs/rules.md R8; an amount refund is that amount
+        // exactly).
+        let net = e.amount_exact + sdb::discounted(&mut *tx, e.id).await?;
         let exact = match (e.charging_rules, by) {
             (ChargingRules::V1, _) => exact_mul(negate(quantity), e.unit_rate),
-            (_, RefundBy::Fraction(f)) => {
-                ratio(&[f, e.amount_exact], &[Decimal::ONE], EXACT_SCALE, Cut::Truncate).map(negate)
-            }
+            (_, RefundBy::Fraction(f)) => ratio(&[f, net], &[Decimal::ONE], EXACT_SCALE, Cut::Truncate).map(negate),
             (_, RefundBy::Amount(a)) => Some(negate(a)),
         }
         .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
@@ -461,6 +468,7 @@ async fn refund_in(
             late,
             reason: Some(why.reason.clone()),
             charging_rules: e.charging_rules,
+            discount_id: None,
         });
     }
     post(&mut *tx, EntryKind::Refund, rows, &request, why).await
@@ -517,6 +525,7 @@ async fn adjust_in(
         late: false,
         reason: Some(why.reason.clone()),
         charging_rules: ChargingRules::CURRENT,
+        discount_id: None,
     };
     post(&mut *tx, EntryKind::Adjustment, vec![row], &request, why).await
 }

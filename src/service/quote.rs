@@ -1,11 +1,14 @@
 //! `quote`: what would this job cost? Prices a request as a user writes it
-//! with the rules in force at a date. Records nothing.
+//! with the rules in force at a date, for the default rate class, a class,
+//! or a project (its class and discount). Records nothing.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::db::{DbError, reference};
+use crate::domain::catalog::DiscountScope;
+use crate::domain::entries::discount_amounts;
 use crate::domain::pricing::{JobPrice, JobShape, PricingError, RateCard, check_memory_per_node, price_job};
 use crate::domain::request::{
     GpuSpec, RequestError, ResourceRequest, parse_pbs, parse_slurm, pbs_duration, slurm_duration,
@@ -27,6 +30,20 @@ pub struct QuoteRequest {
     pub queue: Option<String>,
     pub node_type: Option<String>,
     pub at: DateTime<Utc>,
+    /// Price for this project: its rate class and discount at `at`.
+    pub project: Option<String>,
+    /// Price for this rate class (`default` for the default one) and its
+    /// discount; instead of a project's.
+    pub class: Option<String>,
+}
+
+/// The discount a quote applies (docs/rules.md R8).
+#[derive(Debug, Clone, Serialize)]
+pub struct QuoteDiscount {
+    pub percent: rust_decimal::Decimal,
+    pub reason: String,
+    /// The sum of the lines' discount amounts (negative).
+    pub amount: rust_decimal::Decimal,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -41,7 +58,14 @@ pub struct Quote {
     pub request: ResourceRequest,
     pub shape: JobShape,
     pub price: JobPrice,
-    /// What the job would cost: the sum of the price's rounded lines.
+    /// The project priced for, if one was named.
+    pub project: Option<String>,
+    /// The rate class whose card priced it.
+    pub rate_class: String,
+    /// The sum of the price's rounded lines: the list price.
+    pub list_total: rust_decimal::Decimal,
+    pub discount: Option<QuoteDiscount>,
+    /// What the job would cost: the list price less the discount.
     pub total: rust_decimal::Decimal,
 }
 
@@ -59,12 +83,18 @@ pub enum QuoteError {
     PbsOnSlurm { cluster: String, error: RequestError },
     #[error(transparent)]
     NodeType(#[from] NodeTypeError),
-    #[error("no rate card for node type {node_type:?} on cluster {cluster} is in force at {at}")]
+    #[error("no rate card for node type {node_type:?}{class} on cluster {cluster} is in force at {at}")]
     NoRateCard {
         cluster: String,
         node_type: String,
+        /// ` and rate class NAME`, or nothing for the default class.
+        class: String,
         at: DateTime<Utc>,
     },
+    #[error("{0}")]
+    Unknown(String),
+    #[error("give --project or --class, not both")]
+    ProjectAndClass,
     #[error("no wall time: give --walltime, or walltime=/-t in the request")]
     NoWalltime,
     #[error("bad --walltime: {0}")]
@@ -112,11 +142,26 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
         GpuSpec::Total(g) | GpuSpec::PerNode(g) => g,
     };
     let node_type = cluster.resolve_node_type(q.queue.as_deref(), q.node_type.as_deref(), asks_for_gpus)?;
+    let (project, class) = match (&q.project, &q.class) {
+        (Some(_), Some(_)) => return Err(QuoteError::ProjectAndClass),
+        (Some(code), None) => {
+            let p = crate::service::project(&mut conn, code)
+                .await?
+                .map_err(|named| QuoteError::Unknown(format!("unknown project {named}")))?;
+            let class = catalog.class_of(p.id, q.at);
+            (Some(p), class)
+        }
+        (None, Some(name)) => (None, catalog.class_named(name).map_err(QuoteError::Unknown)?),
+        (None, None) => (None, None),
+    };
     let card = cluster
-        .rate_card(node_type.id, q.at)
+        .rate_card(node_type.id, class, q.at)
         .ok_or_else(|| QuoteError::NoRateCard {
             cluster: cluster.name.clone(),
             node_type: node_type.name.clone(),
+            class: class.map_or(String::new(), |_| {
+                format!(" and rate class {}", catalog.class_name(class))
+            }),
             at: q.at,
         })?;
     let shape = request.shape(card.period.value.cores_per_node)?;
@@ -130,6 +175,24 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
     };
     check_memory_per_node(&shape)?;
     let price = price_job(&shape, wall, &card.period.value)?;
+    let discount = match (&project, class) {
+        (Some(p), _) => catalog.discount_for(p.id, class, q.at),
+        (None, Some(c)) => catalog
+            .discounts
+            .iter()
+            .find(|d| d.scope == DiscountScope::Class(c) && d.period.in_force_at(q.at)),
+        (None, None) => None,
+    }
+    .map(|d| QuoteDiscount {
+        percent: d.percent,
+        reason: d.reason.clone(),
+        amount: price
+            .lines
+            .iter()
+            .map(|l| discount_amounts(l.amount, d.percent).1)
+            .sum(),
+    });
+    let list_total = price.total();
     Ok(Quote {
         cluster: cluster.name.clone(),
         node_type: node_type.name.clone(),
@@ -140,7 +203,11 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
         rate_card: card.period.clone(),
         request,
         shape,
-        total: price.total(),
+        project: project.map(|p| p.code),
+        rate_class: catalog.class_name(class).to_owned(),
+        total: list_total + discount.as_ref().map_or(rust_decimal::Decimal::ZERO, |d| d.amount),
+        list_total,
+        discount,
         price,
     })
 }

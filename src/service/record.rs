@@ -23,7 +23,7 @@ use crate::domain::kinds::SourceFormat;
 use crate::domain::period::Month;
 use crate::domain::posting::{
     Existing, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, charge_entries, decide,
-    posting_period, resolve,
+    discount_entries, posting_period, resolve,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::ReadOptions;
@@ -630,6 +630,7 @@ impl Posting<'_> {
             }
         }
         let mut entries = Vec::new();
+        let mut discounts = Vec::new();
         for p in &plans {
             let record_id = record_ids[&(p.job, p.revision)];
             records[p.index] = Some(record_id);
@@ -645,6 +646,7 @@ impl Posting<'_> {
             let charges = charge_entries(p.resolved, record_id, period, late);
             let count = charges.len();
             entries.extend(charges);
+            discounts.extend(discount_entries(p.resolved, record_id, period, late));
             let amount = p.resolved.total();
             outcomes[p.index] = Some(match p.replaces {
                 None => Outcome::Recorded {
@@ -675,6 +677,8 @@ impl Posting<'_> {
             });
         }
         ledger::insert(tx, &entries, self.author).await?;
+        // Discount lines name their charge, which must exist first.
+        ledger::insert_job_discounts(tx, &discounts, self.author).await?;
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! Statements: what a project owes for a month, derived from the ledger
 //! alone — compute lines by cluster, node type, metric and rate; storage;
-//! then every correction. The total is the sum of the entries' rounded
+//! discounts (list price, discount, net); then every correction. The total is the sum of the entries' rounded
 //! amounts. A statement of an open month is provisional (and says whether
 //! the month's storage is billed yet); a closed month's carries its number
 //! and the month's seal.
@@ -12,8 +12,9 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::db::statements::{self as sdb, CorrectionLine, Issued, JobLine, StorageLine};
+use crate::db::statements::{self as sdb, CorrectionLine, DiscountLine, Issued, JobLine, StorageLine};
 use crate::db::{DbError, reference};
+use crate::domain::catalog::class_at;
 use crate::domain::period::Month;
 use crate::ids::ProjectId;
 
@@ -38,6 +39,9 @@ pub struct ProjectHeader {
     pub code: String,
     pub name: String,
     pub pi: String,
+    /// Its rate class during the month, in order (one unless it changed
+    /// during the month): `default` for the default class.
+    pub rate_class: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -80,6 +84,8 @@ pub struct Statement {
     pub storage_billing: StorageBilling,
     pub compute: Vec<JobLine>,
     pub storage: Vec<StorageLine>,
+    /// Discounts of the compute and storage charges (docs/rules.md R8).
+    pub discounts: Vec<DiscountLine>,
     pub corrections: Vec<CorrectionLine>,
     pub total: Decimal,
 }
@@ -93,6 +99,9 @@ impl Statement {
     }
     pub fn corrections_total(&self) -> Decimal {
         self.corrections.iter().map(|l| l.amount).sum()
+    }
+    pub fn discounts_total(&self) -> Decimal {
+        self.discounts.iter().map(|l| l.amount).sum()
     }
 }
 
@@ -119,7 +128,28 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
         }
         Which::All => sdb::projects_with_entries(&mut conn, period).await?,
     };
-    let headers: HashMap<ProjectId, ProjectHeader> = project_headers(&mut conn, &ids).await?;
+    let mut headers: HashMap<ProjectId, ProjectHeader> = project_headers(&mut conn, &ids).await?;
+    let classes = reference::load_classes(&mut conn).await?;
+    let history = reference::load_project_classes(&mut conn).await?;
+    let (start, end) = (month.start(center.time_zone), month.end(center.time_zone));
+    for (id, h) in &mut headers {
+        let changes = history.get(id).map_or(&[][..], Vec::as_slice);
+        let mut during = vec![class_at(changes, start)];
+        during.extend(
+            changes
+                .iter()
+                .filter(|c| c.effective_from > start && c.effective_from < end)
+                .map(|c| c.class),
+        );
+        during.dedup();
+        h.rate_class = during
+            .into_iter()
+            .map(|c| {
+                c.and_then(|c| classes.iter().find(|k| k.id == c))
+                    .map_or("default".to_owned(), |k| k.name.clone())
+            })
+            .collect();
+    }
     let closed = crate::db::periods::closed_period(&mut conn, period).await?;
     let storage_billing = match crate::db::storage::billing_run(&mut conn, "storage", period).await? {
         Some(run) => StorageBilling::Billed { storage_run: run.id.0 },
@@ -139,6 +169,11 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
     for l in sdb::storage_lines(&mut conn, &ids, period).await? {
         storage.entry(l.project_id).or_default().push(l);
     }
+    let mut discounts: HashMap<ProjectId, Vec<DiscountLine>> = HashMap::new();
+    for mut l in sdb::discount_lines(&mut conn, &ids, period).await? {
+        l.percent = l.percent.normalize();
+        discounts.entry(l.project_id).or_default().push(l);
+    }
     let mut corrections: HashMap<ProjectId, Vec<CorrectionLine>> = HashMap::new();
     for l in sdb::correction_lines(&mut conn, &ids, period).await? {
         corrections.entry(l.project_id).or_default().push(l);
@@ -149,8 +184,10 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
             let compute = compute.remove(id).unwrap_or_default();
             let storage = storage.remove(id).unwrap_or_default();
             let corrections = corrections.remove(id).unwrap_or_default();
+            let discounts = discounts.remove(id).unwrap_or_default();
             let total = compute.iter().map(|l| l.amount).sum::<Decimal>()
                 + storage.iter().map(|l| l.amount).sum::<Decimal>()
+                + discounts.iter().map(|l| l.amount).sum::<Decimal>()
                 + corrections.iter().map(|l| l.amount).sum::<Decimal>();
             let status = match (&closed, issued.get(id)) {
                 (Some(c), Some(i)) => Status::Final {
@@ -174,6 +211,7 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
                 storage_billing: storage_billing.clone(),
                 compute,
                 storage,
+                discounts,
                 corrections,
                 total,
             }
@@ -190,6 +228,16 @@ async fn project_headers(
     Ok(crate::db::reference::project_headers(conn, ids)
         .await?
         .into_iter()
-        .map(|(id, code, name, pi)| (id, ProjectHeader { code, name, pi }))
+        .map(|(id, code, name, pi)| {
+            (
+                id,
+                ProjectHeader {
+                    code,
+                    name,
+                    pi,
+                    rate_class: Vec::new(),
+                },
+            )
+        })
         .collect())
 }

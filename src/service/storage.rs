@@ -12,10 +12,11 @@ use sqlx::PgPool;
 
 use crate::db::storage::{self as sdb, BillingRun, Segment, StorageEntry, Waiver};
 use crate::db::{DbError, ledger, reference};
+use crate::domain::entries::discount_amounts;
 use crate::domain::period::Month;
 use crate::domain::pricing::ChargingRules;
 use crate::domain::storage::{QuotaChange, StorageCharge, StorageError, price_storage};
-use crate::ids::{BillingRunId, ProjectId, StorageRateId};
+use crate::ids::{BillingRunId, DiscountId, ProjectId, StorageRateId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageBillError {
@@ -51,7 +52,22 @@ impl From<sqlx::Error> for StorageBillError {
 pub struct ProjectStorage {
     pub project: String,
     pub charge: StorageCharge<StorageRateId>,
+    /// The discount of its charge lines (docs/rules.md R8), one amount per
+    /// line, with the discount and its percent; `None` without one.
+    pub discount: Option<StorageDiscount>,
+    /// What the project pays: the lines less the discount.
     pub total: Decimal,
+}
+
+/// The discount of a project's storage lines.
+#[derive(Debug, Clone, Serialize)]
+pub struct StorageDiscount {
+    pub discount_id: DiscountId,
+    pub percent: Decimal,
+    /// `(amount_exact, amount)` per charge line, in the charge's order.
+    #[serde(skip)]
+    pub lines: Vec<(Decimal, Decimal)>,
+    pub amount: Decimal,
 }
 
 /// What a billing run did (or would do).
@@ -110,6 +126,27 @@ pub async fn bill(
     Ok(outcome)
 }
 
+/// A missing storage rate's class, by name.
+fn name_class(error: StorageError, catalog: &crate::domain::catalog::Catalog) -> StorageError {
+    match error {
+        StorageError::NoRate { day, quota_tb, class } => {
+            let named = class.map(|c| {
+                c.strip_prefix('#')
+                    .and_then(|id| id.parse().ok())
+                    .map_or(c.clone(), |id| {
+                        catalog.class_name(Some(crate::ids::RateClassId(id))).to_owned()
+                    })
+            });
+            StorageError::NoRate {
+                day,
+                quota_tb,
+                class: named,
+            }
+        }
+        other => other,
+    }
+}
+
 async fn bill_in(
     tx: &mut sqlx::PgConnection,
     month: Month,
@@ -165,25 +202,47 @@ async fn bill_in(
     let ids: Vec<ProjectId> = quotas.keys().copied().collect();
     let codes: HashMap<ProjectId, String> = sdb::project_codes(&mut *tx, &ids).await?.into_iter().collect();
     let mut projects = Vec::new();
+    // A storage charge is priced, for its discount, at its month's last instant.
+    let priced_at = month.end(tz) - chrono::TimeDelta::microseconds(1);
     for (project, history) in &quotas {
-        let charge =
-            price_storage(month, tz, history, &catalog.storage_rates).map_err(|error| StorageBillError::Pricing {
+        let classes = catalog.project_classes.get(project).map_or(&[][..], Vec::as_slice);
+        let charge = price_storage(month, tz, history, classes, &catalog.storage_rates).map_err(|error| {
+            StorageBillError::Pricing {
                 project: codes[project].clone(),
-                error,
-            })?;
+                error: name_class(error, &catalog),
+            }
+        })?;
         if charge.lines.is_empty() {
             continue;
         }
+        let class = catalog.class_of(*project, priced_at);
+        let discount = catalog.discount_for(*project, class, priced_at).map(|d| {
+            let lines: Vec<(Decimal, Decimal)> = charge
+                .lines
+                .iter()
+                .map(|l| discount_amounts(l.priced.amount, d.percent))
+                .collect();
+            StorageDiscount {
+                discount_id: d.id,
+                percent: d.percent,
+                amount: lines.iter().map(|(_, a)| *a).sum(),
+                lines,
+            }
+        });
         projects.push((
             *project,
             ProjectStorage {
                 project: codes[project].clone(),
-                total: charge.total(),
+                total: charge.total() + discount.as_ref().map_or(Decimal::ZERO, |d| d.amount),
+                discount,
                 charge,
             },
         ));
     }
-    let entry_count: usize = projects.iter().map(|(_, p)| p.charge.lines.len()).sum();
+    let entry_count: usize = projects
+        .iter()
+        .map(|(_, p)| p.charge.lines.len() * if p.discount.is_some() { 2 } else { 1 })
+        .sum();
     let total: Decimal = projects.iter().map(|(_, p)| p.total).sum();
     let mut outcome = BillOutcome {
         month,
@@ -245,6 +304,25 @@ async fn bill_in(
         })
         .collect();
     sdb::insert_segments(&mut *tx, &segments).await?;
+    let discounts: Vec<sdb::StorageDiscountLine> = projects
+        .iter()
+        .flat_map(|(id, p)| {
+            let ids = &ids;
+            p.discount.iter().flat_map(move |d| {
+                p.charge
+                    .lines
+                    .iter()
+                    .zip(&d.lines)
+                    .map(move |(l, (exact, amount))| sdb::StorageDiscountLine {
+                        charge: ids[&(*id, l.rate_key)],
+                        discount_id: d.discount_id,
+                        amount_exact: *exact,
+                        amount: *amount,
+                    })
+            })
+        })
+        .collect();
+    sdb::insert_discounts(&mut *tx, &discounts, author).await?;
     outcome.state = BillState::Posted { run };
     outcome.projects = projects.into_iter().map(|(_, p)| p).collect();
     Ok(outcome)

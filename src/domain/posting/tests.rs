@@ -29,6 +29,7 @@ fn catalog() -> Catalog {
     let card = |id, nt, from: &str, until: Option<&str>, core, gpu_price, mem_gib| CardRow {
         id: RateCardId(id),
         node_type_id: nt,
+        class: None,
         period: Dated {
             valid_from: at(from),
             valid_until: until.map(at),
@@ -83,6 +84,9 @@ fn catalog() -> Catalog {
             ],
         }],
         storage_rates: vec![],
+        classes: vec![],
+        project_classes: Default::default(),
+        discounts: vec![],
     }
 }
 

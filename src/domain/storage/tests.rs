@@ -24,7 +24,11 @@ fn rate(key: u8, from: &str, until: Option<&str>, price: Decimal) -> Dated<Stora
     Dated {
         valid_from: at(from),
         valid_until: until.map(at),
-        value: StoragePrice { key, tb_month: price },
+        value: StoragePrice {
+            key,
+            tb_month: price,
+            class: None,
+        },
     }
 }
 
@@ -47,7 +51,7 @@ fn d(s: &str) -> Decimal {
 
 fn check(name: &str, month: &str, tz: Tz, quotas: &[QuotaChange], rates: &[Dated<StoragePrice<u8>>], e: Expect) {
     let month: Month = month.parse().unwrap();
-    let c = price_storage(month, tz, quotas, rates).unwrap_or_else(|err| panic!("{name}: {err}"));
+    let c = price_storage(month, tz, quotas, &[], rates).unwrap_or_else(|err| panic!("{name}: {err}"));
     let lines: Vec<(u8, Decimal, Decimal, Decimal)> = c
         .lines
         .iter()
@@ -88,6 +92,7 @@ fn a_constant_quota_costs_exactly_quota_times_rate_in_months_of_every_length() {
             month.parse().unwrap(),
             Tz::UTC,
             &[quota("2020-01-01T00:00:00Z", dec!(10))],
+            &[],
             &flat(),
         )
         .unwrap();
@@ -280,13 +285,14 @@ fn days_are_local_days_of_the_billing_time_zone() {
 
 #[test]
 fn no_quota_means_no_charge_and_a_quota_without_a_rate_is_an_error() {
-    let c = price_storage("2026-04".parse().unwrap(), Tz::UTC, &[], &flat()).unwrap();
+    let c = price_storage("2026-04".parse().unwrap(), Tz::UTC, &[], &[], &flat()).unwrap();
     assert!(c.lines.is_empty());
     let no_rates: &[Dated<StoragePrice<u8>>] = &[];
     let c = price_storage(
         "2026-04".parse().unwrap(),
         Tz::UTC,
         &[quota("2026-01-01T00:00:00Z", dec!(0))],
+        &[],
         no_rates,
     )
     .unwrap();
@@ -295,6 +301,7 @@ fn no_quota_means_no_charge_and_a_quota_without_a_rate_is_an_error() {
         "2026-04".parse().unwrap(),
         Tz::UTC,
         &[quota("2026-01-01T00:00:00Z", dec!(2))],
+        &[],
         &[rate(1, "2026-04-10T00:00:00Z", None, dec!(5))],
     )
     .unwrap_err();
