@@ -95,11 +95,34 @@ pub fn render(s: &InForce) -> String {
     let _ = writeln!(out, "currency {}, billing time zone {}", center.currency, tz.name());
     for cl in &c.clusters {
         let _ = writeln!(out, "\ncluster {} ({})", cl.name, cl.scheduler.as_str());
-        let rows: Vec<Vec<String>> = cl
+        // The default class's card per node type, then every other class's.
+        let mut listed: Vec<(
+            String,
+            &crate::domain::catalog::NodeTypeInfo,
+            Option<&crate::domain::catalog::CardRow>,
+        )> = cl
             .node_types
             .iter()
             .map(|t| {
-                let card = cl.rate_cards.iter().find(|r| r.node_type_id == t.id);
+                let card = cl
+                    .rate_cards
+                    .iter()
+                    .find(|r| r.node_type_id == t.id && r.class.is_none());
+                (t.name.clone(), t, card)
+            })
+            .collect();
+        for t in &cl.node_types {
+            for r in cl
+                .rate_cards
+                .iter()
+                .filter(|r| r.node_type_id == t.id && r.class.is_some())
+            {
+                listed.push((format!("{} ({})", t.name, c.class_name(r.class)), t, Some(r)));
+            }
+        }
+        let rows: Vec<Vec<String>> = listed
+            .into_iter()
+            .map(|(label, t, card)| {
                 let queues: Vec<&str> = cl
                     .queues
                     .iter()
@@ -108,7 +131,7 @@ pub fn render(s: &InForce) -> String {
                     .collect();
                 match card {
                     Some(r) => vec![
-                        t.name.clone(),
+                        label,
                         r.period.value.core_hour.to_string(),
                         r.period.value.gpu_hour.to_string(),
                         r.period.value.memory_per_core.to_string(),
@@ -119,7 +142,7 @@ pub fn render(s: &InForce) -> String {
                         queues.join(","),
                     ],
                     None => vec![
-                        t.name.clone(),
+                        label,
                         "(no rate card in force)".into(),
                         String::new(),
                         String::new(),
@@ -147,7 +170,7 @@ pub fn render(s: &InForce) -> String {
             &rows,
         ));
     }
-    match c.storage_rates.first() {
+    match c.storage_rates.iter().find(|r| r.value.class.is_none()) {
         Some(r) => {
             let _ = writeln!(
                 out,
@@ -159,6 +182,49 @@ pub fn render(s: &InForce) -> String {
         }
         None => out.push_str("\nstorage: no storage rate in force\n"),
     }
+    for r in c.storage_rates.iter().filter(|r| r.value.class.is_some()) {
+        let _ = writeln!(
+            out,
+            "storage ({}): {} {} per TB-month (since {})",
+            c.class_name(r.value.class),
+            r.value.tb_month,
+            center.currency,
+            since(r.valid_from, tz)
+        );
+    }
+    if !c.classes.is_empty() {
+        let names: Vec<String> = c
+            .classes
+            .iter()
+            .map(|k| {
+                if k.description.is_empty() {
+                    k.name.clone()
+                } else {
+                    format!("{} ({})", k.name, k.description)
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "rate classes: default, {}", names.join(", "));
+    }
+    for d in &c.discounts {
+        let whom = match d.scope {
+            crate::domain::catalog::DiscountScope::Project(p) => s
+                .project_codes
+                .get(&p)
+                .map_or(format!("project #{p}"), |code| format!("project {code}")),
+            crate::domain::catalog::DiscountScope::Class(k) => format!("class {}", c.class_name(Some(k))),
+        };
+        let _ = writeln!(
+            out,
+            "discount: {} % for {whom} (since {}{}): {}",
+            d.percent,
+            since(d.period.valid_from, tz),
+            d.period
+                .valid_until
+                .map_or(String::new(), |u| format!(", until {}", since(u, tz))),
+            d.reason
+        );
+    }
     if !s.projects.is_empty() {
         out.push('\n');
         let rows: Vec<Vec<String>> = s
@@ -168,12 +234,13 @@ pub fn render(s: &InForce) -> String {
                 vec![
                     p.code.clone(),
                     p.quota_tb.map_or("-".into(), |q| q.normalize().to_string()),
+                    p.rate_class.clone(),
                     p.name.clone(),
                     p.pi.clone(),
                 ]
             })
             .collect();
-        out.push_str(&table::render(&["project", "quota TB", "name", "PI"], &rows));
+        out.push_str(&table::render(&["project", "quota TB", "class", "name", "PI"], &rows));
     }
     out
 }

@@ -219,7 +219,7 @@ pub struct EntriesArgs {
     #[arg(long)]
     month: Month,
     /// Only entries of this kind.
-    #[arg(long, value_parser = ["job", "storage", "reversal", "refund", "adjustment"])]
+    #[arg(long, value_parser = ["job", "storage", "reversal", "refund", "adjustment", "discount"])]
     kind: Option<String>,
     /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]

@@ -160,7 +160,7 @@ pub enum Command {
     ///   hpc-ledger audit --deep --format json
     #[command(verbatim_doc_comment)]
     Audit(close::AuditArgs),
-    /// What a project used and spent over months, by user, cluster, node type or month.
+    /// What a project used and spent over months, by user, cluster, node type, month or rate class.
     ///
     /// Jobs, core-hours, GPU-hours, TB-months and the net amount (corrections
     /// included, counted where what they correct counts), from the ledger.

@@ -1,5 +1,5 @@
 //! `hpc-ledger usage`: what a project used and spent over months, by user,
-//! cluster, node type or month.
+//! cluster, node type, month or rate class.
 
 use std::process::ExitCode;
 
@@ -15,6 +15,7 @@ pub enum Group {
     Cluster,
     NodeType,
     Month,
+    Class,
 }
 
 /// The arguments of `usage` (its help is on the command, in cli/mod.rs).
@@ -32,7 +33,7 @@ pub struct Args {
     /// The last month, YYYY-MM (default: the first).
     #[arg(long)]
     to: Option<Month>,
-    /// Group by user, cluster, node type (cluster/node type) or month.
+    /// Group by user, cluster, node type (cluster/node type), month, or rate class (of the card or storage rate that priced each charge).
     #[arg(long, value_enum)]
     by: Group,
     /// How to print it: text for people, csv or json for programs.
@@ -47,6 +48,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         Group::Cluster => By::Cluster,
         Group::NodeType => By::NodeType,
         Group::Month => By::Month,
+        Group::Class => By::Class,
     };
     let to = args.to.unwrap_or(args.from);
     let report = usage(&pool, args.project.as_deref(), args.from, to, by).await?;
@@ -55,6 +57,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         By::Cluster => "cluster",
         By::NodeType => "node type",
         By::Month => "month",
+        By::Class => "class",
     };
     let rows: Vec<Vec<String>> = report
         .rows

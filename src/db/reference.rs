@@ -739,17 +739,23 @@ pub struct ProjectAt {
     pub name: String,
     pub pi: String,
     pub quota_tb: Option<Decimal>,
+    /// Its rate class then; `default` for the default class.
+    pub rate_class: String,
 }
 
 pub async fn projects_at(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<Vec<ProjectAt>, sqlx::Error> {
     sqlx::query_as!(
         ProjectAt,
-        r#"SELECT p.code, p.name, p.pi, q.quota_tb AS "quota_tb?"
+        r#"SELECT p.code, p.name, p.pi, q.quota_tb AS "quota_tb?", coalesce(k.name, 'default') AS "rate_class!"
              FROM project p
              LEFT JOIN LATERAL (
                   SELECT quota_tb FROM storage_quota
                    WHERE project_id = p.id AND effective_from <= $1
                    ORDER BY effective_from DESC LIMIT 1) q ON true
+             LEFT JOIN LATERAL (
+                  SELECT rc.name FROM project_class pc LEFT JOIN rate_class rc ON rc.id = pc.rate_class_id
+                   WHERE pc.project_id = p.id AND pc.effective_from <= $1
+                   ORDER BY pc.effective_from DESC LIMIT 1) k ON true
             ORDER BY lower(p.code)"#,
         at
     )

@@ -1,6 +1,6 @@
 //! Usage reports (`hpc-ledger usage`): a project's (or every project's)
 //! ledger over a range of months, summed by user, cluster, node type or
-//! month. Corrections count where what they correct counts (a refund of a
+//! month, or rate class. Corrections and discounts count where what they correct counts (a refund of a
 //! job of ada's on owens is ada's, owens'), so every sum is net.
 
 use chrono::NaiveDate;
@@ -23,7 +23,9 @@ pub struct UsageRow {
 }
 
 /// The rows for projects (`None`: every project) between two months
-/// (first days, inclusive), by `by`: `user`, `cluster`, `node-type` or `month`.
+/// (first days, inclusive), by `by`: `user`, `cluster`, `node-type`,
+/// `month` or `class` (the rate class of the card or storage rate that
+/// priced each charge).
 pub async fn usage(
     conn: &mut PgConnection,
     project: Option<&str>,
@@ -39,6 +41,13 @@ pub async fn usage(
                       WHEN 'user' THEN CASE WHEN r.id IS NULL THEN '(' || coalesce(o.kind, e.kind) || ')'
                                             ELSE coalesce(nullif(r.user_name, ''), '(no user)') END
                       WHEN 'cluster' THEN coalesce(c.name, '(' || coalesce(o.kind, e.kind) || ')')
+                      -- The class of the card or storage rate that priced it.
+                      WHEN 'class' THEN coalesce(
+                          (SELECT coalesce(k.name, 'default') FROM rate_card rc LEFT JOIN rate_class k ON k.id = rc.rate_class_id
+                            WHERE rc.id = coalesce(e.rate_card_id, o.rate_card_id)),
+                          (SELECT coalesce(k.name, 'default') FROM storage_rate sr LEFT JOIN rate_class k ON k.id = sr.rate_class_id
+                            WHERE sr.id = coalesce(e.storage_rate_id, o.storage_rate_id)),
+                          '(' || coalesce(o.kind, e.kind) || ')')
                       ELSE coalesce(c.name || '/' || n.name, '(' || coalesce(o.kind, e.kind) || ')')
                   END AS "key!",
                   count(DISTINCT j.id) FILTER (WHERE e.kind = 'job') AS "jobs!",

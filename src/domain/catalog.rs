@@ -227,3 +227,97 @@ impl Catalog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rust_decimal::dec;
+
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn catalog() -> Catalog {
+        let period = |from: &str, until: Option<&str>| Dated {
+            valid_from: at(from),
+            valid_until: until.map(at),
+            value: (),
+        };
+        Catalog {
+            center: None,
+            clusters: vec![],
+            storage_rates: vec![],
+            classes: vec![RateClass {
+                id: RateClassId(1),
+                name: "commercial".into(),
+                description: String::new(),
+            }],
+            project_classes: HashMap::from([(
+                ProjectId(5),
+                vec![
+                    ClassChange {
+                        effective_from: at("2026-01-01T00:00:00Z"),
+                        class: Some(RateClassId(1)),
+                    },
+                    ClassChange {
+                        effective_from: at("2026-07-01T00:00:00Z"),
+                        class: None,
+                    },
+                ],
+            )]),
+            discounts: vec![
+                DiscountRow {
+                    id: DiscountId(10),
+                    scope: DiscountScope::Class(RateClassId(1)),
+                    percent: dec!(10),
+                    period: period("2026-01-01T00:00:00Z", None),
+                    reason: "partners".into(),
+                },
+                DiscountRow {
+                    id: DiscountId(11),
+                    scope: DiscountScope::Project(ProjectId(5)),
+                    percent: dec!(50),
+                    period: period("2026-03-01T00:00:00Z", Some("2026-04-01T00:00:00Z")),
+                    reason: "subsidy".into(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_project_has_the_class_of_its_last_change_and_its_own_discount_wins() {
+        let c = catalog();
+        let p = ProjectId(5);
+        let class = |t: &str| c.class_of(p, at(t));
+        assert_eq!(
+            class("2025-12-31T23:59:59Z"),
+            None,
+            "before the first change: the default class"
+        );
+        assert_eq!(
+            class("2026-01-01T00:00:00Z"),
+            Some(RateClassId(1)),
+            "a change counts from its instant"
+        );
+        assert_eq!(class("2026-07-01T00:00:00Z"), None, "back to the default");
+        assert_eq!(c.class_of(ProjectId(6), at("2026-02-01T00:00:00Z")), None);
+        let discount = |t: &str| c.discount_for(p, class(t), at(t)).map(|d| d.id);
+        assert_eq!(discount("2026-02-01T00:00:00Z"), Some(DiscountId(10)), "the class's");
+        assert_eq!(discount("2026-03-15T00:00:00Z"), Some(DiscountId(11)), "its own wins");
+        assert_eq!(
+            discount("2026-04-01T00:00:00Z"),
+            Some(DiscountId(10)),
+            "its own has ended"
+        );
+        assert_eq!(discount("2026-08-01T00:00:00Z"), None, "no longer in the class");
+        assert_eq!(c.class_named("Commercial"), Ok(Some(RateClassId(1))));
+        assert_eq!(c.class_named("default"), Ok(None));
+        assert!(
+            c.class_named("comercial")
+                .unwrap_err()
+                .contains("did you mean commercial?")
+        );
+        assert_eq!(c.class_name(None), "default");
+    }
+}

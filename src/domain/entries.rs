@@ -139,4 +139,22 @@ mod tests {
         );
         assert_eq!(zero.amount.to_string(), "0");
     }
+
+    #[test]
+    fn a_discount_is_the_percent_of_the_posted_amount_rounded_once_away_from_zero() {
+        // 1.07 at 50 %: exactly -0.535, a tie, posted -0.54.
+        assert_eq!(discount_amounts(dec!(1.07), dec!(50)), (dec!(-0.535), dec!(-0.54)));
+        // 0.08 at 10 %: -0.008 -> -0.01; 0.04 at 10 %: -0.004 -> 0.
+        assert_eq!(discount_amounts(dec!(0.08), dec!(10)), (dec!(-0.008), dec!(-0.01)));
+        let (exact, amount) = discount_amounts(dec!(0.04), dec!(10));
+        assert_eq!((exact, amount.to_string()), (dec!(-0.004), "0.00".to_owned()));
+        // 100 % takes all of it; 33.3333 % of 10.00 is exact to 6 places.
+        assert_eq!(discount_amounts(dec!(12.34), dec!(100)), (dec!(-12.34), dec!(-12.34)));
+        assert_eq!(
+            discount_amounts(dec!(10.00), dec!(33.3333)),
+            (dec!(-3.33333), dec!(-3.33))
+        );
+        // Nothing charged, nothing discounted (and never -0).
+        assert_eq!(discount_amounts(Decimal::ZERO, dec!(50)).1.to_string(), "0");
+    }
 }

@@ -781,6 +781,8 @@ pub struct InForce {
     pub at: DateTime<Utc>,
     pub catalog: Catalog,
     pub projects: Vec<reference::ProjectAt>,
+    /// The codes of the projects the discounts in force are for.
+    pub project_codes: std::collections::HashMap<ProjectId, String>,
 }
 
 /// The configuration in force at `at`: rate cards and storage rates not in
@@ -792,8 +794,27 @@ pub async fn show(pool: &PgPool, at: DateTime<Utc>) -> Result<InForce, DbError> 
         c.rate_cards.retain(|r| r.period.in_force_at(at));
     }
     catalog.storage_rates.retain(|r| r.in_force_at(at));
+    catalog.discounts.retain(|d| d.period.in_force_at(at));
     let projects = reference::projects_at(&mut conn, at).await?;
-    Ok(InForce { at, catalog, projects })
+    let ids: Vec<ProjectId> = catalog
+        .discounts
+        .iter()
+        .filter_map(|d| match d.scope {
+            DiscountScope::Project(p) => Some(p),
+            DiscountScope::Class(_) => None,
+        })
+        .collect();
+    let project_codes = reference::project_headers(&mut conn, &ids)
+        .await?
+        .into_iter()
+        .map(|(id, code, _, _)| (id, code))
+        .collect();
+    Ok(InForce {
+        at,
+        catalog,
+        projects,
+        project_codes,
+    })
 }
 
 /// The billing time zone; UTC before any configuration is applied.

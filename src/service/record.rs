@@ -644,10 +644,12 @@ impl Posting<'_> {
             }
             let (period, late) = posting_period(p.resolved.natural_period, self.last_closed);
             let charges = charge_entries(p.resolved, record_id, period, late);
-            let count = charges.len();
+            let discounted = discount_entries(p.resolved, record_id, period, late);
+            // What the job costs: its charges less their discount.
+            let count = charges.len() + discounted.len();
+            let amount = p.resolved.total() + discounted.iter().map(|d| d.amount).sum::<Decimal>();
             entries.extend(charges);
-            discounts.extend(discount_entries(p.resolved, record_id, period, late));
-            let amount = p.resolved.total();
+            discounts.extend(discounted);
             outcomes[p.index] = Some(match p.replaces {
                 None => Outcome::Recorded {
                     job: key,

@@ -1,6 +1,6 @@
 //! Usage reports (issue 18, item 2): what a project — or every project —
-//! used and spent over a range of months, by user, cluster, node type or
-//! month, from the ledger and the job records alone.
+//! used and spent over a range of months, by user, cluster, node type,
+//! month or rate class, from the ledger and the job records alone.
 
 use serde::Serialize;
 use sqlx::PgPool;
@@ -33,6 +33,8 @@ pub enum By {
     Cluster,
     NodeType,
     Month,
+    /// The rate class of the card or storage rate that priced each charge.
+    Class,
 }
 
 impl By {
@@ -42,6 +44,7 @@ impl By {
             By::Cluster => "cluster",
             By::NodeType => "node-type",
             By::Month => "month",
+            By::Class => "class",
         }
     }
 }

@@ -71,6 +71,10 @@ quota = [{ from = 2020-01-01, tb = 10 }]
 code = "MOVER"
 quota = [{ from = 2020-01-01, tb = 10 }]
 class = [{ from = 2026-04-16, name = "commercial" }]
+[[project]]
+code = "NOON"
+quota = [{ from = 2020-01-01, tb = 10 }]
+class = [{ from = 2026-04-20T12:00:00, name = "commercial" }]
 
 [[discount]]
 project = "NEWFAC"
@@ -249,7 +253,10 @@ async fn jobs_are_priced_by_their_class_and_discounted_by_rule() {
     let o = hpc_ledger::service::storage::bill(&db.pool, "2026-04".parse().unwrap(), "t", false, now())
         .await
         .unwrap();
-    assert_eq!(o.total, dec("137.50"), "50 - 25 + 125 - 12.50");
+    // NOON turns commercial at noon on the 20th: that day ends commercial.
+    // Days 1-19: 10 × 5 × 19/30 = 31.666… = 31.67; days 20-30: 10 × 20 ×
+    // 11/30 = 73.333… = 73.33; 10 % of each: -3.17 (3.167), -7.33 (7.333).
+    assert_eq!(o.total, dec("232.00"), "50 - 25 + 125 - 12.50 + 105 - 10.50");
     let storage: Vec<(String, String, Decimal)> = sqlx::query_as(
         "SELECT p.code, e.kind, e.amount FROM ledger_entry e JOIN project p ON p.id = e.project_id
           WHERE e.kind IN ('storage', 'discount') AND e.billing_run_id IS NOT NULL ORDER BY p.code, e.id",
@@ -267,6 +274,10 @@ async fn jobs_are_priced_by_their_class_and_discounted_by_rule() {
             ("MOVER", "discount", "-10.00"),
             ("NEWFAC", "storage", "50.00"),
             ("NEWFAC", "discount", "-25.00"),
+            ("NOON", "storage", "31.67"),
+            ("NOON", "storage", "73.33"),
+            ("NOON", "discount", "-3.17"),
+            ("NOON", "discount", "-7.33"),
         ]
         .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned()))
     );
@@ -301,6 +312,33 @@ async fn jobs_are_priced_by_their_class_and_discounted_by_rule() {
     .unwrap();
     assert_eq!(sum.to_string(), "25.53");
 
+    // Usage by class: what each class's prices charged, net of discounts
+    // (MOVER: 1.07 + 25.00 - 2.50 default; 5.00 - 0.50 + 100.00 - 10.00 commercial).
+    let u: serde_json::Value = serde_json::from_str(&ok(&db.cli(&[
+        "usage",
+        "--project",
+        "MOVER",
+        "--from",
+        "2026-04",
+        "--by",
+        "class",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    let rows: Vec<(String, String)> = u["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_owned(),
+                r["amount"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, pairs(&[("commercial", "94.50"), ("default", "23.57")]));
+
     // `audit` from the command line is clean, and lists the discounts.
     let o = db.cli(&["audit"]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
@@ -309,7 +347,7 @@ async fn jobs_are_priced_by_their_class_and_discounted_by_rule() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    assert_eq!(n, 6, "3 job discounts and 3 storage discounts, each recomputed");
+    assert_eq!(n, 8, "3 job discounts and 5 storage discounts, each recomputed");
 }
 
 #[tokio::test]
@@ -563,4 +601,71 @@ async fn quote_prices_for_a_project_or_a_class() {
     ]));
     assert!(text.contains("for project IND, rate class commercial"), "{text}");
     assert!(text.contains("discount 10 % (partner agreement): -0.50 USD"), "{text}");
+}
+
+#[tokio::test]
+async fn a_refunded_job_can_be_superseded() {
+    // Before migration 0026 a supersede reversed the refund of the old
+    // charge citing the new record, which the reversal guard refused (it
+    // took a supersede's reversal only of a job charge): the re-sent record
+    // became a `database` rejection.
+    let db = db().await;
+    ok(&record(&db, "A1", "ACAD", 10, &[]));
+    ok(&db.cli(&[
+        "refund",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "A1",
+        "--fraction",
+        "0.5",
+        "--reason",
+        "node failure",
+    ]));
+    let o = ok(&record(&db, "A1", "ACAD", 10, &["--cores", "50", "--supersede"]));
+    assert!(o.contains("2 entries reversed"), "{o}");
+    assert_eq!(
+        amounts(&entries(&db, "A1").await),
+        pairs(&[
+            ("job", "1.07"),
+            ("refund", "-0.54"),
+            ("job", "2.14"),
+            ("reversal", "-1.07"),
+            ("reversal", "0.54"),
+        ])
+    );
+    assert_eq!(findings(&db).await, []);
+}
+
+#[tokio::test]
+async fn config_show_lists_classes_their_prices_and_discounts() {
+    let db = db().await;
+    let s = ok(&db.cli(&["config", "show", "--at", "2026-04-20"]));
+    for want in [
+        "regular (commercial)",
+        "storage (commercial): 20 USD per TB-month",
+        "rate classes: default, commercial (Industry partners)",
+        "discount: 50 % for project NEWFAC (since 2026-01-01, until 2027-01-01): new faculty subsidy",
+        "discount: 10 % for class commercial (since 2026-01-01): partner agreement",
+    ] {
+        assert!(s.contains(want), "{want:?} in\n{s}");
+    }
+    let mover = s.lines().find(|l| l.starts_with("MOVER")).unwrap();
+    assert!(mover.contains("commercial"), "{mover}");
+    let before = ok(&db.cli(&["config", "show", "--at", "2026-04-10"]));
+    let mover = before.lines().find(|l| l.starts_with("MOVER")).unwrap();
+    assert!(mover.contains("default"), "{mover}");
+    // Applying the same file again changes nothing.
+    let again = hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(CENTER).unwrap(), "t")
+        .await
+        .unwrap();
+    assert!(!again.changed(), "{again}");
+    assert_eq!(
+        (
+            again.classes.unchanged,
+            again.discounts.unchanged,
+            again.project_classes.unchanged
+        ),
+        (1, 2, 3)
+    );
 }

@@ -11,7 +11,7 @@ async fn config_apply_and_show() {
     let path = example_path();
     let out = ok(&db.cli(&["config", "apply", path.to_str().unwrap()]));
     assert!(
-        out.contains("rate cards:    8 added, 0 updated, 0 removed, 0 unchanged"),
+        out.contains("rate cards:    9 added, 0 updated, 0 removed, 0 unchanged"),
         "{out}"
     );
     assert!(out.ends_with("configuration applied\n"), "{out}");
@@ -51,7 +51,7 @@ async fn config_apply_and_show() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["node_type_id"] == regular_id)
+        .find(|c| c["node_type_id"] == regular_id && c["class"].is_null())
         .unwrap();
     assert_eq!(card["period"]["value"]["core_hour"], "0.012");
     assert_eq!(json["catalog"]["storage_rates"][0]["value"]["tb_month"], "4.5");

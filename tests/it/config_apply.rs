@@ -33,7 +33,7 @@ async fn charge_job(pool: &PgPool, cluster: &str, node_type: &str, submitted: &s
     sqlx::query(
         r#"WITH c AS (SELECT id FROM cluster WHERE name = $1),
                 n AS (SELECT id FROM node_type WHERE cluster_id = (SELECT id FROM c) AND name = $2),
-                r AS (SELECT id FROM rate_card WHERE node_type_id = (SELECT id FROM n)
+                r AS (SELECT id FROM rate_card WHERE node_type_id = (SELECT id FROM n) AND rate_class_id IS NULL
                        AND tstzrange(valid_from, valid_until) @> $3::timestamptz),
                 j AS (INSERT INTO job (cluster_id, scheduler_job_id, submitted_at, started_at)
                       VALUES ((SELECT id FROM c), $3, $3::timestamptz, $3::timestamptz) RETURNING id, cluster_id, started_at),
@@ -65,19 +65,27 @@ async fn applying_the_example_twice_changes_nothing_the_second_time() {
     assert_eq!(first.clusters, counts(2, 0, 0, 0));
     assert_eq!(first.node_types, counts(6, 0, 0, 0));
     assert_eq!(first.queues, counts(11, 0, 0, 0));
-    assert_eq!(first.rate_cards, counts(8, 0, 0, 0));
-    assert_eq!(first.storage_rates, counts(2, 0, 0, 0));
-    assert_eq!(first.projects, counts(4, 0, 0, 0));
+    assert_eq!(
+        first.rate_cards,
+        counts(9, 0, 0, 0),
+        "8 of the default class, 1 commercial"
+    );
+    assert_eq!(first.storage_rates, counts(3, 0, 0, 0));
+    assert_eq!(first.projects, counts(5, 0, 0, 0));
+    assert_eq!(first.classes, counts(1, 0, 0, 0));
+    assert_eq!(first.project_classes, counts(1, 0, 0, 0));
+    assert_eq!(first.discounts, counts(1, 0, 0, 0));
     assert_eq!(first.quotas, counts(5, 0, 0, 0));
     let second = apply_text(&db.pool, EXAMPLE).await.unwrap();
     assert!(!second.changed(), "{second}");
-    assert_eq!(second.rate_cards, counts(0, 0, 0, 8));
+    assert_eq!(second.rate_cards, counts(0, 0, 0, 9));
+    assert_eq!(second.discounts, counts(0, 0, 0, 1));
     assert_eq!(second.quotas, counts(0, 0, 0, 5));
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rate_card")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(rows, 8);
+    assert_eq!(rows, 9);
 }
 
 #[tokio::test]
@@ -93,8 +101,8 @@ async fn edits_to_unpriced_rules_are_applied() {
         );
     let r = apply_text(&db.pool, &edited).await.unwrap();
     assert_eq!(r.queues, counts(1, 0, 1, 10));
-    assert_eq!(r.rate_cards, counts(0, 1, 0, 7));
-    assert_eq!(r.projects, counts(1, 0, 0, 4));
+    assert_eq!(r.rate_cards, counts(0, 1, 0, 8));
+    assert_eq!(r.projects, counts(1, 0, 0, 5));
     assert_eq!(r.quotas, counts(1, 0, 0, 5));
     let price: rust_decimal::Decimal = sqlx::query_scalar(
         "SELECT core_hour_price FROM rate_card r JOIN node_type n ON n.id = r.node_type_id
@@ -159,7 +167,7 @@ async fn a_rate_card_that_priced_a_charge_never_changes() {
     )
     .await
     .unwrap();
-    assert_eq!(r.rate_cards, counts(1, 1, 0, 7), "{r}");
+    assert_eq!(r.rate_cards, counts(1, 1, 0, 8), "{r}");
 }
 
 #[tokio::test]
@@ -245,7 +253,7 @@ async fn a_dry_run_shows_the_changes_and_writes_nothing() {
     )
     .await
     .unwrap();
-    assert_eq!(preview.rate_cards, counts(0, 1, 0, 7));
+    assert_eq!(preview.rate_cards, counts(0, 1, 0, 8));
     let out = crate::harness::ok(&db.cli(&["config", "apply", edited.to_str().unwrap(), "--dry-run"]));
     assert!(out.contains("dry run: these changes would be applied"), "{out}");
     let price: rust_decimal::Decimal = sqlx::query_scalar(

@@ -56,6 +56,29 @@ async fn each_role_does_its_own_job_and_nothing_else() {
 
     // Ingest records jobs, and nothing else.
     assert!(ok(&run(&iu, &["job", "record", "--json"], Some(JOB))).starts_with("recorded owens/901"));
+    // A job of a commercial project gets its class's card and discount line
+    // (migration 0026): 2 cores × 1 h × 0.04 = 0.08, less 10 % = -0.01 (0.008).
+    let commercial = JOB.replace("\"901\"", "\"905\"").replace("PAS1234", "IND0001");
+    assert_eq!(
+        ok(&run(&iu, &["job", "record", "--json"], Some(&commercial))),
+        "recorded owens/905: 2 entries totalling 0.07 in 2026-10\n"
+    );
+    // But ingest cannot discount a charge the rules do not discount.
+    let pool = hpc_ledger::db::connect(&iu).await.unwrap();
+    let e = sqlx::raw_sql(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                   quantity, unit_rate, amount_exact, amount, charging_rules, author, discount_id)
+         SELECT c.period, c.project_id, 'discount', c.metric, c.job_record_id, c.rate_card_id, c.id, 0, 0,
+                -(c.amount / 10), round(-(c.amount / 10), 2), 2, 'ingest', (SELECT min(id) FROM discount)
+           FROM ledger_entry c JOIN job_record r ON r.id = c.job_record_id JOIN job j ON j.id = r.job_id
+          WHERE j.scheduler_job_id = '901' AND c.kind = 'job'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("does not apply the discount in force"), "{e}");
+    pool.close().await;
     // An import with a rejection, the rejection list, a quote, the configuration.
     let jobs = "{\"cluster\":\"owens\",\"job_id\":\"902\",\"project\":\"PAS1234\",\"queue\":\"batch\",\"cores\":1,\
                 \"start\":\"2026-10-06T09:00:00-04:00\",\"end\":\"2026-10-06T10:00:00-04:00\"}\n{\"cluster\":\"nowhere\"}\n";

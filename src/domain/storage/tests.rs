@@ -310,3 +310,56 @@ fn no_quota_means_no_charge_and_a_quota_without_a_rate_is_an_error() {
         "a quota of 2 TB is in force on 2026-04-01 but no storage rate is"
     );
 }
+
+#[test]
+fn each_day_is_priced_by_the_rate_of_the_class_the_project_is_in_at_its_end() {
+    use crate::domain::catalog::ClassChange;
+    use crate::ids::RateClassId;
+    let commercial = Some(RateClassId(7));
+    let mut rates = flat();
+    let mut dear = rate(2, "2020-01-01T00:00:00Z", None, dec!(20));
+    dear.value.class = commercial;
+    rates.push(dear);
+    // Commercial from 16 April 00:00 New York time, back to default at
+    // 18:00 on the 25th (that day ends in the default class).
+    let tz: Tz = "America/New_York".parse().unwrap();
+    let classes = [
+        ClassChange {
+            effective_from: at("2026-04-16T04:00:00Z"),
+            class: commercial,
+        },
+        ClassChange {
+            effective_from: at("2026-04-25T22:00:00Z"),
+            class: None,
+        },
+    ];
+    let c = price_storage(
+        "2026-04".parse().unwrap(),
+        tz,
+        &[quota("2020-01-01T00:00:00Z", dec!(10))],
+        &classes,
+        &rates,
+    )
+    .unwrap();
+    // Default: days 1-15 and 25-30 = 21 days: 10 × 5 × 21/30 = 35.00.
+    // Commercial: days 16-24 = 9 days: 10 × 20 × 9/30 = 60.00.
+    let lines: Vec<(u8, Decimal, Decimal)> = c
+        .lines
+        .iter()
+        .map(|l| (l.rate_key, l.tb_days, l.priced.amount))
+        .collect();
+    assert_eq!(lines, [(1, dec!(210), dec!(35.00)), (2, dec!(90), dec!(60.00))]);
+    // A class without a storage rate: an error naming the class, never the default's price.
+    let err = price_storage(
+        "2026-04".parse().unwrap(),
+        tz,
+        &[quota("2020-01-01T00:00:00Z", dec!(10))],
+        &classes,
+        &flat(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "a quota of 10 TB is in force on 2026-04-16 but no storage rate of rate class #7 is"
+    );
+}
