@@ -35,4 +35,8 @@ id!(
     RateClassId,
     /// A dated percentage discount of a project or a class.
     DiscountId,
+    /// An allocation entry (a grant, a reduction, half of a transfer).
+    AllocationId,
+    /// A hold (lien) on a project's balance for a job about to run.
+    HoldId,
 );

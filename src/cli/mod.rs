@@ -3,6 +3,7 @@
 
 mod bench;
 mod bill;
+mod budget;
 mod close;
 mod config;
 mod correct;
@@ -197,6 +198,33 @@ pub enum Command {
     ///   hpc-ledger adjust --project PZS0708 --amount -10.00 --reason "allocation award credit"
     #[command(verbatim_doc_comment)]
     Adjust(correct::AdjustArgs),
+    /// Allocations: money a project may spend in a window (grant, reduce, transfer, list).
+    ///
+    /// Examples:
+    ///   hpc-ledger alloc grant PAS1234 5000.00 --from 2026-07-01 --until 2027-07-01 --reason "award 2026-123"
+    ///   hpc-ledger alloc list --project PAS1234
+    #[command(verbatim_doc_comment, subcommand)]
+    Alloc(budget::AllocCmd),
+    /// What a project may still spend: allocated, used, held, remaining, burn rate, run-out date.
+    ///
+    /// Examples:
+    ///   hpc-ledger balance PAS1234
+    ///   hpc-ledger balance --all --format csv
+    #[command(verbatim_doc_comment)]
+    Balance(budget::BalanceArgs),
+    /// May this job start? Its quote for the project against what remains (exit 0 yes, 7 no).
+    ///
+    /// Examples:
+    ///   hpc-ledger check --project PAS1234 --cluster owens --queue batch --resources '-n 28' --walltime 4:00:00
+    ///   hpc-ledger check --server ledger:8080 --on-unreachable allow --project PAS1234 --cluster owens --queue batch --resources '-n 28' --walltime 4:00:00 --format json
+    #[command(verbatim_doc_comment)]
+    Check(budget::CheckArgs),
+    /// Hold what a job about to run may cost, until its charge is recorded (or it expires).
+    ///
+    /// Example:
+    ///   hpc-ledger hold --project PAS1234 --job-id 5001 --cluster owens --queue batch --resources '-n 28' --walltime 4:00:00
+    #[command(verbatim_doc_comment)]
+    Hold(budget::HoldArgs),
     /// Run the whole flow on sample data in a fresh demo database.
     ///
     /// Example:
@@ -287,6 +315,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Job(cmd) => job::run(cmd, &target, by).await,
         Command::Entries(args) => explain::run_entries(args, &target).await,
         Command::Usage(args) => usage::run(args, &target).await,
+        Command::Alloc(cmd) => budget::run_alloc(cmd, &target, by).await,
+        Command::Balance(args) => budget::run_balance(args, &target).await,
+        Command::Check(args) => budget::run_check(args, &target).await,
+        Command::Hold(args) => budget::run_hold(args, &target, by).await,
         Command::Import(args) => import::run(args, &target, by).await,
         Command::Serve(args) => serve::run(args, &target, by).await,
         Command::Rejected(args) => rejected::run(args, &target, by).await,

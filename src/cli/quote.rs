@@ -18,8 +18,9 @@ pub enum Dialect {
     Slurm,
 }
 
+/// A job request as a user writes it: what `quote`, `check` and `hold` price.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct RequestArgs {
     /// The cluster the job would run on.
     #[arg(long)]
     cluster: String,
@@ -36,12 +37,59 @@ pub struct Args {
     /// Node type, instead of a queue.
     #[arg(long)]
     node_type: Option<String>,
-    /// Price with the rules in force at this date (default: now).
-    #[arg(long)]
-    at: Option<String>,
     /// The request's syntax (default: the cluster's scheduler; Slurm when it starts with '-').
     #[arg(long, value_enum)]
     dialect: Option<Dialect>,
+}
+
+impl RequestArgs {
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+    pub fn resources(&self) -> &str {
+        &self.resources
+    }
+    pub fn walltime(&self) -> Option<&str> {
+        self.walltime.as_deref()
+    }
+    pub fn queue(&self) -> Option<&str> {
+        self.queue.as_deref()
+    }
+    pub fn node_type(&self) -> Option<&str> {
+        self.node_type.as_deref()
+    }
+
+    /// The request priced at `at`, for a project or a class.
+    pub fn quote_request(
+        self,
+        at: chrono::DateTime<chrono::Utc>,
+        project: Option<String>,
+        class: Option<String>,
+    ) -> QuoteRequest {
+        QuoteRequest {
+            cluster: self.cluster,
+            resources: self.resources,
+            dialect: self.dialect.map(|d| match d {
+                Dialect::Pbs => Scheduler::Pbs,
+                Dialect::Slurm => Scheduler::Slurm,
+            }),
+            walltime: self.walltime,
+            queue: self.queue,
+            node_type: self.node_type,
+            at,
+            project,
+            class,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    request: RequestArgs,
+    /// Price with the rules in force at this date (default: now).
+    #[arg(long)]
+    at: Option<String>,
     /// Price for this project: the cards of its rate class, and its discount.
     #[arg(long, conflicts_with = "class")]
     project: Option<String>,
@@ -56,20 +104,8 @@ pub struct Args {
 pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     let pool = target.open_configured().await?;
     let tz = time_zone(&pool).await?;
-    let request = QuoteRequest {
-        cluster: args.cluster,
-        resources: args.resources,
-        dialect: args.dialect.map(|d| match d {
-            Dialect::Pbs => Scheduler::Pbs,
-            Dialect::Slurm => Scheduler::Slurm,
-        }),
-        walltime: args.walltime,
-        queue: args.queue,
-        node_type: args.node_type,
-        at: super::instant(args.at.as_deref(), tz)?,
-        project: args.project,
-        class: args.class,
-    };
+    let at = super::instant(args.at.as_deref(), tz)?;
+    let request = args.request.quote_request(at, args.project, args.class);
     let q = quote(&pool, &request).await?;
     match args.format {
         Format::Json => print_json(&q)?,

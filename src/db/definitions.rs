@@ -16,6 +16,9 @@ include!(concat!(env!("OUT_DIR"), "/definitions.rs"));
 /// is enabled (`A` always, `O` on origin). A test checks this list against
 /// a freshly migrated database, so a new trigger cannot be forgotten here.
 pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
+    ("allocation", "allocation_append_only", "hl_refuse_change", 'A'),
+    ("allocation", "allocation_check", "hl_allocation_check", 'A'),
+    ("allocation", "allocation_no_truncate", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_append_only", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_no_truncate", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_not_waived", "hl_storage_waiver_check", 'A'),
@@ -57,6 +60,8 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("discount", "discount_guard", "hl_discount_guard", 'A'),
     ("discount", "discount_no_truncate", "hl_refuse_change", 'A'),
     ("discount", "discount_rules_version", "hl_bump_rules_version", 'O'),
+    ("hold", "hold_append_only", "hl_refuse_change", 'A'),
+    ("hold", "hold_no_truncate", "hl_refuse_change", 'A'),
     ("job", "job_append_only", "hl_refuse_change", 'A'),
     ("job", "job_no_truncate", "hl_refuse_change", 'A'),
     ("job", "job_references", "hl_job_references", 'A'),

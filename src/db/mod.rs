@@ -4,6 +4,7 @@
 //! `DATABASE_URL`, or the embedded default.
 
 pub mod audit;
+pub mod budget;
 pub mod corrections;
 pub mod deep;
 pub mod definitions;

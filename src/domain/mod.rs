@@ -1,6 +1,7 @@
 //! The pure core: charging rules, pricing and posting decisions. No database,
 //! no clock, no I/O; everything it needs comes in as arguments.
 
+pub mod budget;
 pub mod catalog;
 pub mod entries;
 pub mod kinds;

@@ -19,6 +19,9 @@ pub struct Metrics {
     latency_micros: AtomicU64,
     batches: AtomicU64,
     batched: AtomicU64,
+    /// `POST /check` requests answered, and the time spent answering them.
+    checks: AtomicU64,
+    check_micros: AtomicU64,
 }
 
 impl Metrics {
@@ -40,6 +43,12 @@ impl Metrics {
         }
         self.latency[BUCKETS.len()].fetch_add(1, Ordering::Relaxed);
         self.latency_micros
+            .fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    pub(super) fn check(&self, took: Duration) {
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        self.check_micros
             .fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
@@ -109,6 +118,20 @@ impl Metrics {
         out.push_str("# HELP hpc_ledger_serve_transaction_jobs_total Jobs carried by those transactions.\n");
         out.push_str("# TYPE hpc_ledger_serve_transaction_jobs_total counter\n");
         let _ = writeln!(out, "hpc_ledger_serve_transaction_jobs_total {batched}");
+        out.push_str("# HELP hpc_ledger_serve_checks_total Start checks answered (POST /check).\n");
+        out.push_str("# TYPE hpc_ledger_serve_checks_total counter\n");
+        let _ = writeln!(
+            out,
+            "hpc_ledger_serve_checks_total {}",
+            self.checks.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP hpc_ledger_serve_check_seconds_total Time spent answering them.\n");
+        out.push_str("# TYPE hpc_ledger_serve_check_seconds_total counter\n");
+        let _ = writeln!(
+            out,
+            "hpc_ledger_serve_check_seconds_total {}",
+            self.check_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
         out
     }
 }

@@ -412,3 +412,69 @@ pub(super) async fn metrics_text(State(app): State<Arc<App>>) -> Response {
     )
         .into_response()
 }
+
+/// `POST /check`: may this job start (docs/budgets.md)? The same answer as
+/// `hpc-ledger check`, for scheduler hooks: 200 with the answer (`allowed`
+/// true or false), 422 for a request that cannot be priced, 503 when the
+/// database cannot be asked (the hook's fail-open/fail-closed setting then
+/// decides).
+pub(super) async fn check(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Ask {
+        project: String,
+        cluster: String,
+        resources: String,
+        #[serde(default)]
+        walltime: Option<String>,
+        #[serde(default)]
+        queue: Option<String>,
+        #[serde(default)]
+        node_type: Option<String>,
+        #[serde(default)]
+        job_id: Option<String>,
+        #[serde(default)]
+        array_index: Option<u32>,
+        #[serde(default)]
+        floor: Option<rust_decimal::Decimal>,
+    }
+    let ask: Ask = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                json!({"error": format!("not a check request: {e}")}),
+            );
+        }
+    };
+    let job = crate::service::budget::JobRequest {
+        project: ask.project.clone(),
+        job_id: ask.job_id,
+        array_index: ask.array_index,
+        quote: crate::service::quote::QuoteRequest {
+            cluster: ask.cluster,
+            resources: ask.resources,
+            dialect: None,
+            walltime: ask.walltime,
+            queue: ask.queue,
+            node_type: ask.node_type,
+            at: chrono::Utc::now(),
+            project: Some(ask.project),
+            class: None,
+        },
+    };
+    let started = Instant::now();
+    let answer = crate::service::budget::check(&app.pool, &job, ask.floor.unwrap_or_default()).await;
+    app.metrics.check(started.elapsed());
+    match answer {
+        Ok(a) => reply(StatusCode::OK, serde_json::to_value(&a).unwrap_or_default()),
+        Err(crate::service::budget::BudgetError::Db(e)) => {
+            tracing::warn!("check: {e}");
+            reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "the ledger database cannot be asked"}),
+            )
+        }
+        Err(e) => reply(StatusCode::UNPROCESSABLE_ENTITY, json!({"error": e.to_string()})),
+    }
+}

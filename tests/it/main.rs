@@ -6,6 +6,7 @@
 mod harness;
 
 mod bench;
+mod budget;
 mod classes;
 mod cli;
 mod config_apply;

@@ -1,0 +1,485 @@
+//! `alloc`, `balance`, `hold` and `check`: what projects may spend, what is
+//! left, and whether a job may start (docs/budgets.md).
+
+use std::process::ExitCode;
+
+use chrono::TimeDelta;
+use rust_decimal::Decimal;
+
+use super::quote::RequestArgs;
+use super::{Format, ListFormat, local_time, print_json, table};
+use crate::db::Target;
+use crate::domain::rules::Dated;
+use crate::ids::AllocationId;
+use crate::service::budget::{self, CheckAnswer, JobRequest, ProjectBalance};
+use crate::service::config::time_zone;
+
+/// `check` refused the job (or could not ask, with --on-unreachable deny).
+pub const EXIT_REFUSED: u8 = 7;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AllocCmd {
+    /// Grant money a project may spend from --from until --until (an award, a purchase, a credit).
+    ///
+    /// Example:
+    ///   hpc-ledger alloc grant PAS1234 5000.00 --from 2026-07-01 --until 2027-07-01 --reason "award 2026-123"
+    #[command(verbatim_doc_comment)]
+    Grant {
+        /// The project's code.
+        project: String,
+        /// The amount, in the center's currency.
+        amount: Decimal,
+        /// First instant it may be spent (a date is local midnight).
+        #[arg(long)]
+        from: String,
+        /// First instant it no longer may (default: open-ended).
+        #[arg(long)]
+        until: Option<String>,
+        /// Why: kept with the entry.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Take part of a grant back (a new entry; the grant is never changed).
+    ///
+    /// Example:
+    ///   hpc-ledger alloc reduce PAS1234 500.00 --grant 1 --reason "award cut"
+    #[command(verbatim_doc_comment)]
+    Reduce {
+        /// The project's code.
+        project: String,
+        /// How much to take back.
+        amount: Decimal,
+        /// The grant it comes from (an id from `alloc list`).
+        #[arg(long)]
+        grant: i64,
+        /// Why: kept with the entry.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Move part of a grant to another project, from --from (default: now) until the grant ends.
+    ///
+    /// Example:
+    ///   hpc-ledger alloc transfer PAS1234 PZS0708 250.00 --grant 1 --reason "shared student"
+    #[command(verbatim_doc_comment)]
+    Transfer {
+        /// The project giving.
+        from_project: String,
+        /// The project receiving.
+        to_project: String,
+        /// How much.
+        amount: Decimal,
+        /// The grant of the giving project it comes from.
+        #[arg(long)]
+        grant: i64,
+        /// First instant the receiving project may spend it.
+        #[arg(long)]
+        from: Option<String>,
+        /// Why: kept with both entries.
+        #[arg(long)]
+        reason: String,
+    },
+    /// List allocation entries, with what is left of each grant.
+    ///
+    /// Example:
+    ///   hpc-ledger alloc list --project PAS1234
+    #[command(verbatim_doc_comment)]
+    List {
+        /// Only this project's.
+        #[arg(long)]
+        project: Option<String>,
+        /// How to print it: text for people, csv or json for programs.
+        #[arg(long, value_enum, default_value_t)]
+        format: ListFormat,
+    },
+}
+
+pub async fn run_alloc(cmd: AllocCmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
+    let pool = target.open_configured().await?;
+    let tz = time_zone(&pool).await?;
+    let parse = |s: &str| crate::config::parse_instant(s, tz).map_err(anyhow::Error::msg);
+    match cmd {
+        AllocCmd::Grant {
+            project,
+            amount,
+            from,
+            until,
+            reason,
+        } => {
+            let window = Dated {
+                valid_from: parse(&from)?,
+                valid_until: until.as_deref().map(parse).transpose()?,
+                value: (),
+            };
+            if window.valid_until.is_some_and(|u| u <= window.valid_from) {
+                anyhow::bail!("--until must be after --from");
+            }
+            let id = budget::grant(&pool, &project, amount, window, &reason, author).await?;
+            println!("granted {amount:.2} to {project} as allocation {id}");
+        }
+        AllocCmd::Reduce {
+            project,
+            amount,
+            grant,
+            reason,
+        } => {
+            let id = budget::reduce(&pool, &project, AllocationId(grant), amount, &reason, author).await?;
+            println!("took {amount:.2} back from grant {grant} of {project} as allocation {id}");
+        }
+        AllocCmd::Transfer {
+            from_project,
+            to_project,
+            amount,
+            grant,
+            from,
+            reason,
+        } => {
+            let start = from.as_deref().map(parse).transpose()?;
+            let (out, inn) = budget::transfer(
+                &pool,
+                &from_project,
+                AllocationId(grant),
+                &to_project,
+                amount,
+                start,
+                &reason,
+                author,
+            )
+            .await?;
+            println!(
+                "transferred {amount:.2} of grant {grant} from {from_project} to {to_project} (allocations {out} and {inn})"
+            );
+        }
+        AllocCmd::List { project, format } => {
+            let rows = budget::allocations(&pool, project.as_deref()).await?;
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.id.to_string(),
+                        r.project.clone(),
+                        r.kind.clone(),
+                        format!("{:.2}", r.amount),
+                        local_time(r.valid_from, tz),
+                        r.valid_until.map_or("-".into(), |u| local_time(u, tz)),
+                        r.grant_id.or(r.transfer_of).map_or(String::new(), |g| g.to_string()),
+                        r.left.map_or(String::new(), |l| format!("{l:.2}")),
+                        r.author.clone(),
+                        r.reason.clone(),
+                    ]
+                })
+                .collect();
+            let head = [
+                "id", "project", "kind", "amount", "from", "until", "of", "left", "by", "reason",
+            ];
+            match format {
+                ListFormat::Json => print_json(&rows)?,
+                ListFormat::Csv => print!("{}", table::csv(&head, &cells)),
+                ListFormat::Text if rows.is_empty() => println!("no allocations"),
+                ListFormat::Text => print!("{}", table::render(&head, &cells)),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BalanceArgs {
+    /// The project's code.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    project: Option<String>,
+    /// Every project with an allocation.
+    #[arg(long)]
+    all: bool,
+    /// The balance at this instant (default: now).
+    #[arg(long)]
+    at: Option<String>,
+    /// How to print it: text for people, csv or json for programs.
+    #[arg(long, value_enum, default_value_t)]
+    format: ListFormat,
+}
+
+pub async fn run_balance(args: BalanceArgs, target: &Target) -> anyhow::Result<ExitCode> {
+    let pool = target.open_configured().await?;
+    let tz = time_zone(&pool).await?;
+    let at = super::instant(args.at.as_deref(), tz)?;
+    let list = match &args.project {
+        Some(p) => vec![budget::balance(&pool, p, at).await?],
+        None => budget::balances(&pool, at).await?,
+    };
+    match args.format {
+        ListFormat::Json if args.project.is_some() => print_json(&list[0])?,
+        ListFormat::Json => print_json(&list)?,
+        ListFormat::Csv => {
+            let (head, rows) = balance_table(&list, tz);
+            print!("{}", table::csv(&head, &rows));
+        }
+        ListFormat::Text if args.project.is_some() => print!("{}", balance_text(&list[0], tz)),
+        ListFormat::Text => {
+            let (head, rows) = balance_table(&list, tz);
+            print!("{}", table::render(&head, &rows));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 8], Vec<Vec<String>>) {
+    let rows = list
+        .iter()
+        .map(|b| {
+            let x = &b.balance;
+            vec![
+                b.project.clone(),
+                format!("{:.2}", x.allocated),
+                format!("{:.2}", x.used),
+                format!("{:.2}", x.held),
+                format!("{:.2}", x.remaining),
+                format!("{:.1}", x.fraction_used * Decimal::ONE_HUNDRED),
+                format!("{:.2}", x.burn_per_day),
+                x.runs_out.map_or(String::new(), |t| local_time(t, tz)),
+            ]
+        })
+        .collect();
+    (
+        [
+            "project",
+            "allocated",
+            "used",
+            "held",
+            "remaining",
+            "% used",
+            "per day",
+            "runs out",
+        ],
+        rows,
+    )
+}
+
+fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz) -> String {
+    let x = &b.balance;
+    if !x.budgeted {
+        return format!(
+            "{}: no allocation in force at {} (not budgeted: its jobs are not checked)\n",
+            b.project,
+            local_time(x.at, tz)
+        );
+    }
+    let mut out = format!(
+        "{} at {} (allocations in force since {}):\n",
+        b.project,
+        local_time(x.at, tz),
+        x.pool_from.map_or("-".into(), |t| local_time(t, tz))
+    );
+    for (what, v) in [
+        ("allocated", x.allocated),
+        ("used", x.used),
+        ("held", x.held),
+        ("remaining", x.remaining),
+    ] {
+        out.push_str(&format!("  {what:<10} {v:>14.2}\n"));
+    }
+    out.push_str(&format!(
+        "  {:.1} % used; {:.2} a day over the last {} days; {}\n",
+        x.fraction_used * Decimal::ONE_HUNDRED,
+        x.burn_per_day,
+        crate::domain::budget::BURN_DAYS,
+        match (x.runs_out, x.remaining > Decimal::ZERO) {
+            (_, false) => "spent".to_owned(),
+            (Some(t), true) => format!("runs out around {}", local_time(t, tz)),
+            (None, true) => "nothing drawn lately".to_owned(),
+        }
+    ));
+    out
+}
+
+/// A job about to run, as a hook knows it.
+#[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    /// The project (account) the job is charged to.
+    #[arg(long)]
+    project: String,
+    /// The scheduler's job id.
+    #[arg(long)]
+    job_id: Option<String>,
+    /// The array task's index.
+    #[arg(long)]
+    array_index: Option<u32>,
+    #[command(flatten)]
+    request: RequestArgs,
+}
+
+impl JobArgs {
+    fn job(self, at: chrono::DateTime<chrono::Utc>) -> JobRequest {
+        JobRequest {
+            project: self.project.clone(),
+            job_id: self.job_id,
+            array_index: self.array_index,
+            quote: self.request.quote_request(at, Some(self.project), None),
+        }
+    }
+}
+
+/// What to do when the ledger cannot be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnUnreachable {
+    /// Let the job start (fail open): a ledger outage never stops the machine.
+    Allow,
+    /// Refuse it (fail closed): no job starts unpaid.
+    Deny,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Refuse a job that would leave less than this.
+    #[arg(long, default_value = "0")]
+    floor: Decimal,
+    /// Ask `hpc-ledger serve` at this address (host:port) instead of the database.
+    #[arg(long, value_name = "HOST:PORT")]
+    server: Option<String>,
+    /// A file holding `user:password`, the basic credentials `serve` takes (HPC_LEDGER_SERVE_BASIC_FILE).
+    #[arg(long, env = "HPC_LEDGER_CHECK_BASIC_FILE", value_name = "FILE", requires = "server")]
+    basic_file: Option<std::path::PathBuf>,
+    /// When the ledger (database or server) cannot be asked: allow (exit 0) or deny (exit 7).
+    #[arg(long, value_enum, default_value = "allow")]
+    on_unreachable: OnUnreachable,
+    /// How to print it: text for people, json for programs.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitCode> {
+    let unreachable = |why: String| -> anyhow::Result<ExitCode> {
+        let allowed = args.on_unreachable == OnUnreachable::Allow;
+        let reason = format!(
+            "the ledger could not be asked ({why}); {}",
+            if allowed {
+                "allowed (--on-unreachable allow)"
+            } else {
+                "refused (--on-unreachable deny)"
+            }
+        );
+        match args.format {
+            Format::Json => {
+                print_json(&serde_json::json!({ "allowed": allowed, "reason": reason, "unreachable": true }))?
+            }
+            Format::Text => eprintln!("{reason}"),
+        }
+        Ok(if allowed {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_REFUSED)
+        })
+    };
+    let answer: CheckAnswer = match &args.server {
+        Some(addr) => {
+            let body = serde_json::json!({
+                "project": args.job.project, "job_id": args.job.job_id, "array_index": args.job.array_index,
+                "cluster": args.job.request.cluster(), "resources": args.job.request.resources(),
+                "walltime": args.job.request.walltime(), "queue": args.job.request.queue(),
+                "node_type": args.job.request.node_type(), "floor": args.floor.to_string(),
+            });
+            let addr = match tokio::net::lookup_host(addr.as_str())
+                .await
+                .ok()
+                .and_then(|mut a| a.next())
+            {
+                Some(a) => a,
+                None => return unreachable(format!("cannot resolve {addr}")),
+            };
+            let auth = match &args.basic_file {
+                Some(f) => Some(crate::serve::client::basic(
+                    std::fs::read_to_string(f)
+                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", f.display()))?
+                        .trim(),
+                )),
+                None => None,
+            };
+            let reply = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                crate::serve::client::post(addr, "/check", auth.as_deref(), body.to_string().as_bytes()),
+            )
+            .await;
+            match reply {
+                Ok(Ok(r)) if r.status == 200 => serde_json::from_str(&r.body)?,
+                Ok(Ok(r)) if r.status == 400 || r.status == 422 => anyhow::bail!("{}", r.body.trim()),
+                Ok(Ok(r)) => return unreachable(format!("{addr} answered {}: {}", r.status, r.body.trim())),
+                Ok(Err(e)) => return unreachable(e.to_string()),
+                Err(_) => return unreachable(format!("{addr} did not answer within 5 s")),
+            }
+        }
+        None => {
+            let pool = match target.open_configured().await {
+                Ok(p) => p,
+                Err(e) => return unreachable(e.to_string()),
+            };
+            let tz = time_zone(&pool).await?;
+            let job = args.job.job(super::instant(None, tz)?);
+            budget::check(&pool, &job, args.floor).await?
+        }
+    };
+    match args.format {
+        Format::Json => print_json(&answer)?,
+        Format::Text => println!(
+            "{}: {} ({})",
+            answer.project,
+            if answer.verdict.allowed {
+                "may start"
+            } else {
+                "may not start"
+            },
+            answer.verdict.reason
+        ),
+    }
+    Ok(if answer.verdict.allowed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_REFUSED)
+    })
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// How long after its walltime an unsettled hold expires.
+    #[arg(long, default_value = "1h", value_parser = parse_grace)]
+    grace: TimeDelta,
+    /// How to print it: text for people, json for programs.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+fn parse_grace(s: &str) -> Result<TimeDelta, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: i64 = n
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 30m, 1h or 2d"))?;
+    match unit {
+        "s" => Ok(TimeDelta::seconds(n)),
+        "m" | "min" => Ok(TimeDelta::minutes(n)),
+        "h" | "" => Ok(TimeDelta::hours(n)),
+        "d" => Ok(TimeDelta::days(n)),
+        _ => Err(format!("{s:?} is not a duration like 30m, 1h or 2d")),
+    }
+}
+
+pub async fn run_hold(args: HoldArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
+    let pool = target.open_configured().await?;
+    let tz = time_zone(&pool).await?;
+    let job = args.job.job(super::instant(None, tz)?);
+    let h = budget::hold(&pool, &job, args.grace, author).await?;
+    match args.format {
+        Format::Json => print_json(&h)?,
+        Format::Text => println!(
+            "{} {:.2} on {} for job {} until {} ({})",
+            if h.placed_now { "held" } else { "already held" },
+            h.amount,
+            h.check.project,
+            job.job_id.as_deref().unwrap_or("?"),
+            local_time(h.expires_at, tz),
+            h.check.verdict.reason
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,241 @@
+//! Allocations, holds and balances (docs/budgets.md): append allocation
+//! entries and holds; sum a project's balance with the database's own
+//! definition (`hl_balance`, `hl_drawn`, migration 0027).
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use sqlx::PgConnection;
+
+use crate::domain::budget::{AllocationKind, Sums};
+use crate::ids::{AllocationId, ClusterId, HoldId, ProjectId};
+
+/// An allocation entry as stored.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AllocationRow {
+    pub id: AllocationId,
+    pub project: String,
+    pub kind: String,
+    pub amount: Decimal,
+    pub valid_from: DateTime<Utc>,
+    pub valid_until: Option<DateTime<Utc>>,
+    pub grant_id: Option<AllocationId>,
+    pub transfer_of: Option<AllocationId>,
+    pub reason: String,
+    pub author: String,
+    pub created_at: DateTime<Utc>,
+    /// For a grant: what is left of it after reductions and transfers out.
+    pub left: Option<Decimal>,
+}
+
+/// A new allocation entry.
+pub struct NewAllocation<'a> {
+    pub project: ProjectId,
+    pub kind: AllocationKind,
+    pub amount: Decimal,
+    /// Ignored for a reduce or transfer out (they have their grant's window).
+    pub valid_from: DateTime<Utc>,
+    pub valid_until: Option<DateTime<Utc>>,
+    pub grant: Option<AllocationId>,
+    pub transfer_of: Option<AllocationId>,
+    pub reason: &'a str,
+}
+
+pub async fn insert_allocation(
+    conn: &mut PgConnection,
+    a: &NewAllocation<'_>,
+    author: &str,
+) -> Result<AllocationId, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO allocation (project_id, kind, amount, valid_from, valid_until, grant_id, transfer_of, reason, author)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+           RETURNING id AS "id: AllocationId""#,
+        a.project as ProjectId,
+        a.kind.as_str(),
+        a.amount,
+        a.valid_from,
+        a.valid_until,
+        a.grant.map(|g| g.0),
+        a.transfer_of.map(|t| t.0),
+        a.reason,
+        author
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// A project's allocation entries (every project's with `None`), oldest first.
+pub async fn allocations(
+    conn: &mut PgConnection,
+    project: Option<ProjectId>,
+) -> Result<Vec<AllocationRow>, sqlx::Error> {
+    sqlx::query_as!(
+        AllocationRow,
+        r#"SELECT a.id AS "id: AllocationId", p.code AS project, a.kind, a.amount, a.valid_from, a.valid_until,
+                  a.grant_id AS "grant_id: AllocationId", a.transfer_of AS "transfer_of: AllocationId", a.reason,
+                  a.author, a.created_at,
+                  CASE WHEN a.kind IN ('grant', 'transfer_in')
+                       THEN a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id), 0)
+                  END AS left
+             FROM allocation a JOIN project p ON p.id = a.project_id
+            WHERE $1::bigint IS NULL OR a.project_id = $1
+            ORDER BY lower(p.code), a.id"#,
+        project.map(|p| p.0)
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Lock a grant against concurrent reductions; its project and kind.
+pub async fn grant(conn: &mut PgConnection, id: AllocationId) -> Result<Option<(ProjectId, String)>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT project_id AS "project_id: ProjectId", kind FROM allocation WHERE id = $1 FOR UPDATE"#,
+        id as AllocationId
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map(|r| (r.project_id, r.kind)))
+}
+
+/// What the database sums for a project's balance at `at`.
+pub async fn sums(conn: &mut PgConnection, project: ProjectId, at: DateTime<Utc>) -> Result<Sums, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"SELECT b.allocated AS "allocated!", b.pool_from, b.used AS "used!", b.held AS "held!",
+                  hl_drawn($1, $2 - make_interval(days => $3), $2) AS "recent!"
+             FROM hl_balance($1, $2) b"#,
+        project as ProjectId,
+        at,
+        crate::domain::budget::BURN_DAYS as i32
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Sums {
+        allocated: r.allocated,
+        pool_from: r.pool_from,
+        used: r.used,
+        held: r.held,
+        drawn_recently: r.recent,
+    })
+}
+
+/// The projects that have any allocation entry, with their codes.
+pub async fn budgeted_projects(conn: &mut PgConnection) -> Result<Vec<(ProjectId, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT p.id AS "id: ProjectId", p.code FROM project p
+            WHERE EXISTS (SELECT 1 FROM allocation a WHERE a.project_id = p.id) ORDER BY lower(p.code)"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.code)).collect())
+}
+
+/// Serialise holds of one job (a hook may be called twice).
+pub async fn lock_job(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+    job: &str,
+    index: Option<i32>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1::bigint || '/' || $2 || '/' || coalesce($3::int, -1), 17))",
+        cluster as ClusterId,
+        job,
+        index
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A hold as stored, with what became of it at `at`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HoldRow {
+    pub id: HoldId,
+    pub project: String,
+    pub cluster: String,
+    pub job_id: String,
+    pub array_index: Option<i32>,
+    pub amount: Decimal,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    /// `open`, `released` (its job's charge is recorded) or `expired`.
+    pub status: String,
+    pub released_by_job_record: Option<i64>,
+}
+
+/// The open hold of a job at `at`, if any.
+pub async fn open_hold(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+    job: &str,
+    index: Option<i32>,
+    at: DateTime<Utc>,
+) -> Result<Option<HoldRow>, sqlx::Error> {
+    Ok(holds(conn, None, Some((cluster, job, index)), at)
+        .await?
+        .into_iter()
+        .find(|h| h.status == "open"))
+}
+
+/// Holds of a project (or of one job), newest first, with their status at `at`.
+pub async fn holds(
+    conn: &mut PgConnection,
+    project: Option<ProjectId>,
+    job: Option<(ClusterId, &str, Option<i32>)>,
+    at: DateTime<Utc>,
+) -> Result<Vec<HoldRow>, sqlx::Error> {
+    let (cluster, job_id, index) = match job {
+        Some((c, j, i)) => (Some(c.0), Some(j), i),
+        None => (None, None, None),
+    };
+    sqlx::query_as!(
+        HoldRow,
+        r#"SELECT h.id AS "id: HoldId", p.code AS project, c.name AS cluster, h.scheduler_job_id AS job_id,
+                  h.array_index, h.amount, h.created_at, h.expires_at,
+                  CASE WHEN x.released IS NOT NULL THEN 'released' WHEN h.expires_at <= $5 THEN 'expired'
+                       ELSE 'open' END AS "status!",
+                  x.released AS released_by_job_record
+             FROM hold h JOIN project p ON p.id = h.project_id JOIN cluster c ON c.id = h.cluster_id
+            CROSS JOIN LATERAL (SELECT hl_hold_release(h) AS released) x
+            WHERE ($1::bigint IS NULL OR h.project_id = $1)
+              AND ($2::bigint IS NULL OR (h.cluster_id = $2 AND h.scheduler_job_id = $3
+                                          AND coalesce(h.array_index, -1) = coalesce($4::int, -1)))
+              AND h.created_at <= $5
+            ORDER BY h.id DESC"#,
+        project.map(|p| p.0),
+        cluster,
+        job_id,
+        index,
+        at
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// A new hold.
+pub struct NewHold<'a> {
+    pub project: ProjectId,
+    pub cluster: ClusterId,
+    pub job_id: &'a str,
+    pub array_index: Option<i32>,
+    pub amount: Decimal,
+    pub request: serde_json::Value,
+    pub expires_at: DateTime<Utc>,
+}
+
+pub async fn insert_hold(conn: &mut PgConnection, h: &NewHold<'_>, author: &str) -> Result<HoldId, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO hold (project_id, cluster_id, scheduler_job_id, array_index, amount, request, expires_at, author)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+           RETURNING id AS "id: HoldId""#,
+        h.project as ProjectId,
+        h.cluster as ClusterId,
+        h.job_id,
+        h.array_index,
+        h.amount,
+        h.request,
+        h.expires_at,
+        author
+    )
+    .fetch_one(&mut *conn)
+    .await
+}

@@ -1,0 +1,215 @@
+//! Budgets (docs/budgets.md): what a project may spend, what it has used,
+//! what is held for jobs about to run, what is left, how fast it goes, and
+//! whether a job may start. Pure: the sums come from the database
+//! (`hl_balance`, `hl_drawn`), the clock is an argument.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use super::units::round_money;
+
+crate::domain::kinds::named! {
+    /// What an allocation entry does.
+    pub enum AllocationKind {
+        /// An award, a purchase or a credit: money the project may spend in a window.
+        Grant => "grant",
+        /// Part of a grant taken back.
+        Reduce => "reduce",
+        /// Part of a grant given to another project.
+        TransferOut => "transfer_out",
+        /// What another project gave: a grant of its own.
+        TransferIn => "transfer_in",
+    }
+}
+
+/// The days over which the burn rate is measured.
+pub const BURN_DAYS: i64 = 30;
+
+/// What the database sums for a project at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sums {
+    /// The allocation entries in force (grants less what was taken from them).
+    pub allocated: Decimal,
+    /// The earliest start among them: draws count from here.
+    pub pool_from: Option<DateTime<Utc>>,
+    /// Drawn since `pool_from`, up to the instant.
+    pub used: Decimal,
+    /// Open holds.
+    pub held: Decimal,
+    /// Drawn in the [`BURN_DAYS`] days up to the instant.
+    pub drawn_recently: Decimal,
+}
+
+/// A project's budget at an instant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Balance {
+    pub at: DateTime<Utc>,
+    /// Whether any allocation is in force: a project without one is not
+    /// budgeted (its jobs are not checked).
+    pub budgeted: bool,
+    pub allocated: Decimal,
+    pub pool_from: Option<DateTime<Utc>>,
+    pub used: Decimal,
+    pub held: Decimal,
+    /// allocated − used − held.
+    pub remaining: Decimal,
+    /// used ÷ allocated (0 without an allocation).
+    pub fraction_used: Decimal,
+    /// Drawn per day over the last [`BURN_DAYS`] days, to the cent.
+    pub burn_per_day: Decimal,
+    /// When `remaining` runs out at that rate; `None` when nothing is drawn
+    /// or nothing is left.
+    pub runs_out: Option<DateTime<Utc>>,
+}
+
+impl Balance {
+    pub fn new(at: DateTime<Utc>, s: Sums) -> Balance {
+        let remaining = s.allocated - s.used - s.held;
+        let burn = s.drawn_recently / Decimal::from(BURN_DAYS);
+        let runs_out = (burn > Decimal::ZERO && remaining > Decimal::ZERO)
+            .then(|| {
+                // Whole seconds: remaining ÷ burn days.
+                let seconds = (remaining / burn * Decimal::from(86_400)).trunc();
+                i64::try_from(seconds)
+                    .ok()
+                    .and_then(|s| at.checked_add_signed(TimeDelta::seconds(s)))
+            })
+            .flatten();
+        Balance {
+            at,
+            budgeted: s.pool_from.is_some(),
+            allocated: s.allocated,
+            pool_from: s.pool_from,
+            used: s.used,
+            held: s.held,
+            remaining,
+            fraction_used: if s.allocated > Decimal::ZERO {
+                (s.used / s.allocated).round_dp(4)
+            } else {
+                Decimal::ZERO
+            },
+            burn_per_day: round_money(burn),
+            runs_out,
+        }
+    }
+}
+
+/// May a job costing `cost` start, given the project's balance and the
+/// floor below which no job starts (docs/budgets.md)?
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Verdict {
+    pub allowed: bool,
+    pub reason: String,
+}
+
+pub fn verdict(balance: &Balance, cost: Decimal, floor: Decimal) -> Verdict {
+    if !balance.budgeted {
+        return Verdict {
+            allowed: true,
+            reason: "the project has no allocation in force: it is not budgeted".into(),
+        };
+    }
+    let after = balance.remaining - cost;
+    if after >= floor {
+        Verdict {
+            allowed: true,
+            reason: format!("{:.2} remaining covers {:.2}", balance.remaining, cost),
+        }
+    } else {
+        Verdict {
+            allowed: false,
+            reason: format!(
+                "the job may cost {:.2} but the project has {:.2} remaining{}",
+                cost,
+                balance.remaining,
+                if floor.is_zero() {
+                    String::new()
+                } else {
+                    format!(" (and must keep {floor:.2})")
+                }
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rust_decimal::dec;
+
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn sums(allocated: Decimal, used: Decimal, held: Decimal, recent: Decimal) -> Sums {
+        Sums {
+            allocated,
+            pool_from: Some(at("2026-07-01T00:00:00Z")),
+            used,
+            held,
+            drawn_recently: recent,
+        }
+    }
+
+    #[test]
+    fn remaining_burn_rate_and_run_out() {
+        let now = at("2026-11-01T00:00:00Z");
+        // 5000 allocated, 3500 used, 100 held: 1400 left; 900 in 30 days =
+        // 30 a day: 1400 ÷ 30 = 46.67 days.
+        let b = Balance::new(now, sums(dec!(5000), dec!(3500), dec!(100), dec!(900)));
+        assert_eq!(
+            (b.remaining, b.burn_per_day, b.fraction_used),
+            (dec!(1400), dec!(30.00), dec!(0.7))
+        );
+        assert_eq!(b.runs_out, Some(at("2026-12-17T16:00:00Z")));
+        // Nothing drawn lately: no run-out date; spent: none either.
+        assert_eq!(
+            Balance::new(now, sums(dec!(10), dec!(0), dec!(0), dec!(0))).runs_out,
+            None
+        );
+        assert_eq!(
+            Balance::new(now, sums(dec!(10), dec!(12), dec!(0), dec!(5))).runs_out,
+            None
+        );
+        // Not budgeted.
+        let none = Balance::new(
+            now,
+            Sums {
+                allocated: Decimal::ZERO,
+                pool_from: None,
+                used: Decimal::ZERO,
+                held: Decimal::ZERO,
+                drawn_recently: dec!(3),
+            },
+        );
+        assert!(!none.budgeted);
+        assert_eq!(none.fraction_used, Decimal::ZERO);
+    }
+
+    #[test]
+    fn a_job_starts_while_what_remains_covers_it_above_the_floor() {
+        let now = at("2026-11-01T00:00:00Z");
+        let b = Balance::new(now, sums(dec!(100), dec!(60), dec!(10), dec!(0)));
+        assert!(
+            verdict(&b, dec!(30), Decimal::ZERO).allowed,
+            "30 left covers exactly 30"
+        );
+        let no = verdict(&b, dec!(30.01), Decimal::ZERO);
+        assert!(!no.allowed);
+        assert_eq!(no.reason, "the job may cost 30.01 but the project has 30.00 remaining");
+        assert!(!verdict(&b, dec!(25), dec!(10)).allowed, "the floor is kept");
+        let free = Balance::new(
+            now,
+            Sums {
+                allocated: Decimal::ZERO,
+                pool_from: None,
+                used: dec!(1000),
+                held: Decimal::ZERO,
+                drawn_recently: Decimal::ZERO,
+            },
+        );
+        assert!(verdict(&free, dec!(1000), Decimal::ZERO).allowed, "not budgeted");
+    }
+}

@@ -1,0 +1,370 @@
+//! Allocations, balances, holds and the start check (issue 17,
+//! docs/budgets.md). Allocation entries and holds are appended, never
+//! changed; a balance is derived from them and the ledger every time.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool};
+
+use crate::db::budget::{self as bdb, AllocationRow, HoldRow, NewAllocation, NewHold};
+use crate::db::{DbError, reference};
+use crate::domain::budget::{AllocationKind, Balance, Verdict, verdict};
+use crate::domain::rules::Dated;
+use crate::ids::{AllocationId, HoldId, ProjectId};
+use crate::service::quote::{Quote, QuoteError, QuoteRequest};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Quote(#[from] QuoteError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for BudgetError {
+    fn from(e: sqlx::Error) -> Self {
+        match crate::service::guard_message(&e) {
+            Some(m) => BudgetError::Refused(m),
+            None => BudgetError::Db(e.into()),
+        }
+    }
+}
+
+fn invalid<T>(msg: impl Into<String>) -> Result<T, BudgetError> {
+    Err(BudgetError::Invalid(msg.into()))
+}
+
+async fn project_id(conn: &mut PgConnection, code: &str) -> Result<ProjectId, BudgetError> {
+    Ok(crate::service::project(conn, code)
+        .await?
+        .map_err(|named| BudgetError::Invalid(format!("unknown project {named}")))?
+        .id)
+}
+
+fn check_amount(amount: Decimal) -> Result<(), BudgetError> {
+    if amount <= Decimal::ZERO || amount.scale() > 2 || amount >= Decimal::from(10_000_000_000_000_000i64) {
+        return invalid(format!(
+            "an amount is positive, with at most 2 decimal places, below 10^16: not {amount}"
+        ));
+    }
+    Ok(())
+}
+
+fn check_reason(reason: &str) -> Result<(), BudgetError> {
+    if reason.trim().is_empty() {
+        return invalid("give a --reason: it is kept with the entry");
+    }
+    Ok(())
+}
+
+/// Grant `amount` to a project for `[from, until)`.
+pub async fn grant(
+    pool: &PgPool,
+    project: &str,
+    amount: Decimal,
+    window: Dated<()>,
+    reason: &str,
+    author: &str,
+) -> Result<AllocationId, BudgetError> {
+    check_amount(amount)?;
+    check_reason(reason)?;
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = async {
+        let p = project_id(&mut tx, project).await?;
+        let a = NewAllocation {
+            project: p,
+            kind: AllocationKind::Grant,
+            amount,
+            valid_from: window.valid_from,
+            valid_until: window.valid_until,
+            grant: None,
+            transfer_of: None,
+            reason,
+        };
+        Ok(bdb::insert_allocation(&mut tx, &a, author).await?)
+    }
+    .await;
+    crate::service::finish(tx, result).await
+}
+
+/// Take `amount` back from grant `from_grant` of `project`.
+pub async fn reduce(
+    pool: &PgPool,
+    project: &str,
+    from_grant: AllocationId,
+    amount: Decimal,
+    reason: &str,
+    author: &str,
+) -> Result<AllocationId, BudgetError> {
+    check_amount(amount)?;
+    check_reason(reason)?;
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = async {
+        let p = project_id(&mut tx, project).await?;
+        let g = grant_of(&mut tx, p, project, from_grant).await?;
+        let a = NewAllocation {
+            project: p,
+            kind: AllocationKind::Reduce,
+            amount: -amount,
+            valid_from: g.0,
+            valid_until: None,
+            grant: Some(from_grant),
+            transfer_of: None,
+            reason,
+        };
+        Ok(bdb::insert_allocation(&mut tx, &a, author).await?)
+    }
+    .await;
+    crate::service::finish(tx, result).await
+}
+
+/// The start of a grant of `project` (locked against concurrent takes).
+async fn grant_of(
+    tx: &mut PgConnection,
+    p: ProjectId,
+    code: &str,
+    id: AllocationId,
+) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>), BudgetError> {
+    match bdb::grant(tx, id).await? {
+        Some((owner, kind)) if owner == p && (kind == "grant" || kind == "transfer_in") => {}
+        Some(_) => return invalid(format!("allocation {id} is not a grant of project {code}")),
+        None => return invalid(format!("there is no allocation {id}")),
+    }
+    let rows = bdb::allocations(tx, Some(p)).await?;
+    let g = rows.iter().find(|r| r.id == id).expect("locked above");
+    Ok((g.valid_from, g.valid_until))
+}
+
+/// Move `amount` of grant `from_grant` of `from` to `to`, from `starting`
+/// (default: now) until the end of the grant given from.
+#[allow(clippy::too_many_arguments)]
+pub async fn transfer(
+    pool: &PgPool,
+    from: &str,
+    from_grant: AllocationId,
+    to: &str,
+    amount: Decimal,
+    starting: Option<DateTime<Utc>>,
+    reason: &str,
+    author: &str,
+) -> Result<(AllocationId, AllocationId), BudgetError> {
+    check_amount(amount)?;
+    check_reason(reason)?;
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = async {
+        let src = project_id(&mut tx, from).await?;
+        let dst = project_id(&mut tx, to).await?;
+        if src == dst {
+            return invalid("a transfer goes to another project");
+        }
+        let (g_from, g_until) = grant_of(&mut tx, src, from, from_grant).await?;
+        let out = NewAllocation {
+            project: src,
+            kind: AllocationKind::TransferOut,
+            amount: -amount,
+            valid_from: g_from,
+            valid_until: None,
+            grant: Some(from_grant),
+            transfer_of: None,
+            reason,
+        };
+        let out_id = bdb::insert_allocation(&mut tx, &out, author).await?;
+        let start = starting.unwrap_or_else(Utc::now).max(g_from);
+        if g_until.is_some_and(|u| start >= u) {
+            return invalid(format!(
+                "grant {from_grant} has ended: nothing of it can be transferred"
+            ));
+        }
+        let inn = NewAllocation {
+            project: dst,
+            kind: AllocationKind::TransferIn,
+            amount,
+            valid_from: start,
+            valid_until: g_until,
+            grant: None,
+            transfer_of: Some(out_id),
+            reason,
+        };
+        let in_id = bdb::insert_allocation(&mut tx, &inn, author).await?;
+        Ok((out_id, in_id))
+    }
+    .await;
+    crate::service::finish(tx, result).await
+}
+
+pub async fn allocations(pool: &PgPool, project: Option<&str>) -> Result<Vec<AllocationRow>, BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let p = match project {
+        Some(code) => Some(project_id(&mut conn, code).await?),
+        None => None,
+    };
+    Ok(bdb::allocations(&mut conn, p).await?)
+}
+
+/// A project's balance, with its code.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectBalance {
+    pub project: String,
+    #[serde(flatten)]
+    pub balance: Balance,
+}
+
+pub async fn balance(pool: &PgPool, project: &str, at: DateTime<Utc>) -> Result<ProjectBalance, BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let p = crate::service::project(&mut conn, project)
+        .await?
+        .map_err(|named| BudgetError::Invalid(format!("unknown project {named}")))?;
+    let sums = bdb::sums(&mut conn, p.id, at).await?;
+    Ok(ProjectBalance {
+        project: p.code,
+        balance: Balance::new(at, sums),
+    })
+}
+
+/// The balance of every project that has an allocation entry.
+pub async fn balances(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<ProjectBalance>, BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let mut out = Vec::new();
+    for (id, code) in bdb::budgeted_projects(&mut conn).await? {
+        let sums = bdb::sums(&mut conn, id, at).await?;
+        out.push(ProjectBalance {
+            project: code,
+            balance: Balance::new(at, sums),
+        });
+    }
+    Ok(out)
+}
+
+/// A job about to run, as a submit or prolog hook knows it.
+#[derive(Debug, Clone)]
+pub struct JobRequest {
+    pub quote: QuoteRequest,
+    pub project: String,
+    pub job_id: Option<String>,
+    pub array_index: Option<u32>,
+}
+
+/// What `check` answers: may the job start, what it may cost, the balance.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct CheckAnswer {
+    pub project: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// The quote's net total: what the job costs if it runs its whole walltime.
+    pub cost: Decimal,
+    pub balance: Balance,
+}
+
+/// May this job start (docs/budgets.md)? Quotes it for its project (its
+/// class's card and its discount) and compares with what remains. The
+/// job's own open hold, if any, is not counted against it.
+pub async fn check(pool: &PgPool, job: &JobRequest, floor: Decimal) -> Result<CheckAnswer, BudgetError> {
+    let q = quote_for(pool, job).await?;
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let p = project_id(&mut conn, &job.project).await?;
+    let mut sums = bdb::sums(&mut conn, p, job.quote.at).await?;
+    if let Some(id) = &job.job_id {
+        let cluster = cluster_id(&mut conn, &q.cluster).await?;
+        let index = job.array_index.map(|i| i as i32);
+        if let Some(h) = bdb::open_hold(&mut conn, cluster, id, index, job.quote.at).await? {
+            sums.held -= h.amount;
+        }
+    }
+    let balance = Balance::new(job.quote.at, sums);
+    Ok(CheckAnswer {
+        project: q.project.clone().unwrap_or_else(|| job.project.clone()),
+        verdict: verdict(&balance, q.total, floor),
+        cost: q.total,
+        balance,
+    })
+}
+
+async fn quote_for(pool: &PgPool, job: &JobRequest) -> Result<Quote, BudgetError> {
+    let mut q = job.quote.clone();
+    q.project = Some(job.project.clone());
+    q.class = None;
+    Ok(crate::service::quote::quote(pool, &q).await?)
+}
+
+async fn cluster_id(conn: &mut PgConnection, name: &str) -> Result<crate::ids::ClusterId, BudgetError> {
+    let catalog = reference::load_catalog(conn).await?;
+    catalog
+        .cluster(name)
+        .map(|c| c.id)
+        .ok_or_else(|| BudgetError::Invalid(format!("unknown cluster {name:?} ({})", catalog.clusters_known(name))))
+}
+
+/// What `hold` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct HoldAnswer {
+    pub hold: HoldId,
+    /// False when the job already had an open hold (that one is answered).
+    pub placed_now: bool,
+    pub amount: Decimal,
+    pub expires_at: DateTime<Utc>,
+    pub check: CheckAnswer,
+}
+
+/// Place a hold for a job about to run: its quote's net total, until its
+/// walltime plus `grace` from now; one open hold per job (a second call
+/// answers with the first). The hold is placed whatever the check says:
+/// whether to let the job run is the hook's decision (`check`).
+pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &str) -> Result<HoldAnswer, BudgetError> {
+    let Some(job_id) = job.job_id.as_deref() else {
+        return invalid("a hold needs the job's id (--job-id)");
+    };
+    let answer = check(pool, job, Decimal::ZERO).await?;
+    let q = quote_for(pool, job).await?;
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let result = async {
+        let cluster = cluster_id(&mut tx, &q.cluster).await?;
+        let p = project_id(&mut tx, &job.project).await?;
+        let index = job.array_index.map(|i| i as i32);
+        bdb::lock_job(&mut tx, cluster, job_id, index).await?;
+        let now = Utc::now();
+        if let Some(h) = bdb::open_hold(&mut tx, cluster, job_id, index, now).await? {
+            return Ok(HoldAnswer {
+                hold: h.id,
+                placed_now: false,
+                amount: h.amount,
+                expires_at: h.expires_at,
+                check: answer.clone(),
+            });
+        }
+        let expires_at = now + TimeDelta::seconds(q.price.wall_seconds) + grace;
+        let request = serde_json::json!({
+            "resources": job.quote.resources, "walltime": job.quote.walltime, "queue": job.quote.queue,
+            "node_type": job.quote.node_type, "cluster": q.cluster, "rate_card_id": q.rate_card_id,
+        });
+        let h = NewHold {
+            project: p,
+            cluster,
+            job_id,
+            array_index: index,
+            amount: q.total.max(Decimal::ZERO),
+            request,
+            expires_at,
+        };
+        let id = bdb::insert_hold(&mut tx, &h, author).await?;
+        Ok(HoldAnswer {
+            hold: id,
+            placed_now: true,
+            amount: h.amount,
+            expires_at,
+            check: answer.clone(),
+        })
+    }
+    .await;
+    crate::service::finish(tx, result).await
+}
+
+pub async fn holds(pool: &PgPool, project: &str, at: DateTime<Utc>) -> Result<Vec<HoldRow>, BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let p = project_id(&mut conn, project).await?;
+    Ok(bdb::holds(&mut conn, Some(p), None, at).await?)
+}

@@ -1,0 +1,455 @@
+//! Allocations, balances, holds and the start check (issue 17): amounts
+//! computed by hand in the comments; the balance `hpc-ledger balance`
+//! prints is the audit's (`audit.balances`).
+
+use std::sync::Arc;
+
+use chrono::{TimeDelta, Utc};
+use rust_decimal::Decimal;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::harness::{TestDb, ok, stderr, stdout};
+
+/// One cluster of 28-core nodes at 0.01 per core-hour.
+const CENTER: &str = r#"
+[center]
+name = "Budgets"
+currency = "USD"
+time_zone = "UTC"
+
+[[cluster]]
+name = "c1"
+scheduler = "slurm"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 28
+[cluster.queues]
+batch = "regular"
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2020-01-01
+core_hour = 0.01
+memory_per_core = "4GB"
+
+[[project]]
+code = "P1"
+[[project]]
+code = "P2"
+[[project]]
+code = "FREE"
+"#;
+
+async fn db() -> TestDb {
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(CENTER).unwrap(), "t")
+        .await
+        .unwrap();
+    db
+}
+
+/// A job of `cores` cores from `start` for `hours` hours.
+fn record(db: &TestDb, id: &str, project: &str, cores: u32, start: &str, hours: i64) -> String {
+    let s: chrono::DateTime<Utc> = start.parse().unwrap();
+    let end = (s + TimeDelta::hours(hours)).to_rfc3339();
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        id,
+        "--project",
+        project,
+        "--queue",
+        "batch",
+        "--cores",
+        &cores.to_string(),
+        "--start",
+        start,
+        "--end",
+        &end,
+    ]))
+}
+
+fn json(o: &std::process::Output) -> Value {
+    serde_json::from_str(&ok(o)).unwrap()
+}
+
+fn balance(db: &TestDb, project: &str, at: &str) -> Value {
+    json(&db.cli(&["balance", project, "--at", at, "--format", "json"]))
+}
+
+fn money(v: &Value) -> String {
+    v.as_str().unwrap_or_else(|| panic!("{v}")).to_owned()
+}
+
+#[tokio::test]
+async fn a_balance_is_what_was_granted_less_what_was_drawn_in_its_window_and_held() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "100.00",
+        "--from",
+        "2026-07-01",
+        "--until",
+        "2027-07-01",
+        "--reason",
+        "award 1",
+    ]));
+    // June, before the award: not drawn from it. 28 cores × 10 h = 2.80.
+    record(&db, "J0", "P1", 28, "2026-06-10T00:00:00Z", 10);
+    // October: 28 × 100 h = 28.00, twice.
+    record(&db, "J1", "P1", 28, "2026-10-01T00:00:00Z", 100);
+    record(&db, "J2", "P1", 28, "2026-10-20T00:00:00Z", 100);
+    let b = balance(&db, "P1", "2026-11-01T00:00:00Z");
+    assert_eq!(
+        (
+            money(&b["allocated"]),
+            money(&b["used"]),
+            money(&b["held"]),
+            money(&b["remaining"])
+        ),
+        ("100.00".into(), "56.00".into(), "0".into(), "44.00".into())
+    );
+    // Drawn in the 30 days before 1 November (from 2 October): J1 (ended 5
+    // October) and J2 (24 October), 56.00 → 1.87 a day; 44 ÷ (56/30) =
+    // 23.571… days = 23 d 13:42:51 → 24 November 13:42:51.
+    assert_eq!(money(&b["burn_per_day"]), "1.87");
+    assert_eq!(b["runs_out"], "2026-11-24T13:42:51Z");
+    // Before J2 ended, only J1 counted.
+    assert_eq!(money(&balance(&db, "P1", "2026-10-21T00:00:00Z")["used"]), "28.00");
+    // After the award ends: not budgeted.
+    let after = balance(&db, "P1", "2027-07-01T00:00:00Z");
+    assert_eq!(after["budgeted"], false);
+
+    // A credit (an adjustment) draws when posted: -10.00 now.
+    ok(&db.cli(&[
+        "adjust",
+        "--project",
+        "P1",
+        "--amount",
+        "-10.00",
+        "--reason",
+        "node outage credit",
+    ]));
+    let now = Utc::now().to_rfc3339();
+    assert_eq!(money(&balance(&db, "P1", &now)["used"]), "46.00");
+    // A reduction and a transfer are new entries; the grant is never changed.
+    let list = json(&db.cli(&["alloc", "list", "--project", "P1", "--format", "json"]));
+    let grant = list[0]["id"].as_i64().unwrap().to_string();
+    ok(&db.cli(&[
+        "alloc",
+        "reduce",
+        "P1",
+        "20.00",
+        "--grant",
+        &grant,
+        "--reason",
+        "award cut",
+    ]));
+    ok(&db.cli(&[
+        "alloc",
+        "transfer",
+        "P1",
+        "P2",
+        "10.00",
+        "--grant",
+        &grant,
+        "--from",
+        "2026-07-01",
+        "--reason",
+        "shared",
+    ]));
+    let b = balance(&db, "P1", &now);
+    assert_eq!(
+        (money(&b["allocated"]), money(&b["remaining"])),
+        ("70.00".into(), "24.00".into())
+    );
+    assert_eq!(money(&balance(&db, "P2", &now)["allocated"]), "10.00");
+    // Never more than is left of the grant; never rewritten.
+    let o = db.cli(&["alloc", "reduce", "P1", "70.01", "--grant", &grant, "--reason", "x"]);
+    assert!(stderr(&o).contains("has 70.00 left"), "{}", stderr(&o));
+    let e = sqlx::query("UPDATE allocation SET amount = 1000")
+        .execute(&db.pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("append-only"), "{e}");
+    let text = ok(&db.cli(&["alloc", "list", "--project", "P1"]));
+    assert!(text.contains("70.00"), "what is left of the grant:\n{text}");
+
+    // The auditor's balance is the same number.
+    let audited: (Decimal, Decimal, Decimal) =
+        sqlx::query_as("SELECT allocated, used, remaining FROM audit.balances WHERE project = 'P1'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let b = balance(&db, "P1", &Utc::now().to_rfc3339());
+    assert_eq!(
+        (
+            audited.0.to_string(),
+            audited.1.to_string(),
+            format!("{:.2}", audited.2)
+        ),
+        (money(&b["allocated"]), money(&b["used"]), money(&b["remaining"]))
+    );
+    // Every budgeted project, as CSV.
+    let csv = ok(&db.cli(&["balance", "--all", "--format", "csv"]));
+    assert!(csv.starts_with("project,allocated,used,held,remaining"), "{csv}");
+    assert_eq!(csv.lines().count(), 3, "P1 and P2:\n{csv}");
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+#[tokio::test]
+async fn holds_are_released_by_the_job_they_are_for_and_never_get_stuck() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "10.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "small award",
+    ]));
+    let job = |id: &str, cores: &str, walltime: &str| {
+        vec![
+            "--project".to_owned(),
+            "P1".into(),
+            "--job-id".into(),
+            id.into(),
+            "--cluster".into(),
+            "c1".into(),
+            "--queue".into(),
+            "batch".into(),
+            "--resources".into(),
+            format!("-n {cores}"),
+            "--walltime".into(),
+            walltime.into(),
+        ]
+    };
+    let run = |cmd: &str, args: Vec<String>, extra: &[&str]| {
+        let mut all = vec![cmd.to_owned()];
+        all.extend(args);
+        all.extend(extra.iter().map(|s| (*s).to_owned()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        db.cli(&refs)
+    };
+    // 28 cores × 10 h = 2.80 held; the same hook again holds nothing more.
+    let h = json(&run("hold", job("H1", "28", "10:00:00"), &["--format", "json"]));
+    assert_eq!(
+        (h["placed_now"].as_bool(), money(&h["amount"])),
+        (Some(true), "2.80".into())
+    );
+    let again = json(&run("hold", job("H1", "28", "10:00:00"), &["--format", "json"]));
+    assert_eq!(
+        (again["placed_now"].as_bool(), &again["hold"]),
+        (Some(false), &h["hold"])
+    );
+    let now = || Utc::now().to_rfc3339();
+    assert_eq!(money(&balance(&db, "P1", &now())["held"]), "2.80");
+    // A job that costs more than what remains may not start (exit 7): 28 ×
+    // 30 h = 8.40 > 10 - 2.80. Its own hold is not counted against it.
+    let o = run("check", job("H2", "28", "30:00:00"), &[]);
+    assert_eq!(o.status.code(), Some(7), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("may not start (the job may cost 8.40 but the project has 7.20 remaining)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run("check", job("H1", "28", "10:00:00"), &["--format", "json"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(json(&o)["allowed"], true);
+    // A project without an allocation is not budgeted: its jobs may start.
+    let o = db.cli(&[
+        "check",
+        "--project",
+        "FREE",
+        "--cluster",
+        "c1",
+        "--queue",
+        "batch",
+        "--resources",
+        "-n 28",
+        "--walltime",
+        "1000:00:00",
+    ]);
+    assert!(stdout(&o).contains("not budgeted"), "{}", stdout(&o));
+    // H1's charge is recorded (it ran 1 hour: 0.28): the hold is released.
+    let start = (Utc::now() - TimeDelta::minutes(61)).to_rfc3339();
+    let end = (Utc::now() - TimeDelta::minutes(1)).to_rfc3339();
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "H1",
+        "--project",
+        "P1",
+        "--queue",
+        "batch",
+        "--cores",
+        "28",
+        "--start",
+        &start,
+        "--end",
+        &end,
+    ]));
+    let b = balance(&db, "P1", &now());
+    assert_eq!((money(&b["held"]), money(&b["used"])), ("0".into(), "0.28".into()));
+    // A hold never settled expires at its walltime plus grace.
+    json(&run(
+        "hold",
+        job("H3", "28", "1:00:00"),
+        &["--grace", "0m", "--format", "json"],
+    ));
+    assert_eq!(money(&balance(&db, "P1", &now())["held"]), "0.28", "28 core-hours");
+    let later = (Utc::now() + TimeDelta::minutes(61)).to_rfc3339();
+    assert_eq!(money(&balance(&db, "P1", &later)["held"]), "0", "expired");
+    let statuses: Vec<(String, String)> = sqlx::query_as("SELECT job_id, status FROM audit.holds ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        statuses,
+        [("H1", "released"), ("H3", "open")].map(|(a, b)| (a.to_owned(), b.to_owned()))
+    );
+    // A hold released by a job of another project is an audit finding.
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P2",
+        "10.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "award",
+    ]));
+    let mut other = job("H4", "1", "1:00:00");
+    other[1] = "P2".into();
+    json(&run("hold", other, &["--format", "json"]));
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "H4",
+        "--project",
+        "P1",
+        "--queue",
+        "batch",
+        "--cores",
+        "1",
+        "--start",
+        &start,
+        "--end",
+        &end,
+    ]));
+    let f: Vec<(String, String)> = sqlx::query_as("SELECT kind, field FROM audit.discrepancies")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(f, [("hold".to_owned(), "released by".to_owned())]);
+}
+
+// Two threads: the command line's check (a child process this thread waits
+// for) asks the server running on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_the_check_for_scheduler_hooks() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "1.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "tiny",
+    ]));
+    let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let options = hpc_ledger::serve::Options {
+        credentials: hpc_ledger::serve::Credentials::default(),
+        max_batch: 10,
+        supersede: false,
+        author: "t".into(),
+        limits: hpc_ledger::serve::conn::Limits::default(),
+        restart: None,
+    };
+    let metrics = Arc::new(hpc_ledger::serve::Metrics::new());
+    let done = tokio::spawn(hpc_ledger::serve::serve(
+        db.pool.clone(),
+        listener,
+        options,
+        metrics.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let ask = |cores: u32| {
+        serde_json::json!({"project": "P1", "cluster": "c1", "queue": "batch", "resources": format!("-n {cores}"),
+                           "walltime": "1:00:00"})
+        .to_string()
+    };
+    // 1 core-hour = 0.01: allowed; 200 core-hours = 2.00: not.
+    let r = hpc_ledger::serve::client::post(addr, "/check", None, ask(1).as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!((v["allowed"].as_bool(), money(&v["cost"])), (Some(true), "0.01".into()));
+    let r = hpc_ledger::serve::client::post(addr, "/check", None, ask(200).as_bytes())
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["allowed"], false, "{v}");
+    // The same through the command line's --server, exit 7.
+    let a = addr.to_string();
+    let args = [
+        "check",
+        "--server",
+        &a,
+        "--project",
+        "P1",
+        "--cluster",
+        "c1",
+        "--queue",
+        "batch",
+        "--resources",
+        "-n 200",
+        "--walltime",
+        "1:00:00",
+    ];
+    let o = db.cli(&args);
+    assert_eq!(o.status.code(), Some(7), "{}{}", stdout(&o), stderr(&o));
+    // An unknown project is a 422 (the fourth check: three here, one from the command line), not a refusal the hook cannot explain.
+    let bad = ask(1).replace("P1", "P9");
+    let r = hpc_ledger::serve::client::post(addr, "/check", None, bad.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(
+        metrics.render().contains("hpc_ledger_serve_checks_total 4\n"),
+        "{}",
+        metrics.render()
+    );
+    let _ = stop.send(());
+    done.await.unwrap().unwrap();
+    // With nobody listening: --on-unreachable decides.
+    let mut args = args.to_vec();
+    args[2] = "127.0.0.1:9";
+    assert_eq!(db.cli(&args).status.code(), Some(0), "fail open by default");
+    args.extend_from_slice(&["--on-unreachable", "deny"]);
+    let o = db.cli(&args);
+    assert_eq!(o.status.code(), Some(7));
+    assert!(stderr(&o).contains("the ledger could not be asked"), "{}", stderr(&o));
+}
