@@ -14,9 +14,10 @@
 -- and storage charge whose pricing instant (a job's submit time; the last
 -- instant of a storage charge's month) falls in a discount's period gets
 -- one `discount` line: linked to the charge (corrects_id), in its month,
--- metric and charging rules, amount = -(charge amount × percent ÷ 100)
--- rounded half away from zero. A project's own discount wins over its
--- class's; discounts of one project (or one class) never overlap.
+-- metric and charging rules, amount_exact = -(the charge's amount_exact ×
+-- percent ÷ 100), rounded once half away from zero (so a 100 % discount
+-- nets exactly zero). A project's own discount wins over its class's;
+-- discounts of one project (or one class) never overlap.
 --
 -- A rule change never re-prices or flags a past charge: a class change or a
 -- discount whose period would cover a charge already posted is refused,
@@ -191,7 +192,7 @@ CREATE TRIGGER discount_rules_version AFTER INSERT OR UPDATE OR DELETE ON discou
 
 -- The class of a project at an instant (NULL: the default class).
 CREATE FUNCTION hl_project_class(project bigint, at timestamptz) RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     SELECT pc.rate_class_id FROM project_class pc
      WHERE pc.project_id = project AND pc.effective_from <= at
      ORDER BY pc.effective_from DESC LIMIT 1
@@ -200,7 +201,7 @@ $$;
 -- The instant whose rules price a charge: a job's submit time (its start
 -- when unknown); a storage charge's month's last instant.
 CREATE FUNCTION hl_charge_priced_at(e ledger_entry) RETURNS timestamptz
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     SELECT CASE e.kind
         WHEN 'job' THEN (SELECT coalesce(j.submitted_at, j.started_at)
                            FROM job_record r JOIN job j ON j.id = r.job_id WHERE r.id = e.job_record_id)
@@ -212,7 +213,7 @@ $$;
 -- The discount of a project's charge priced at an instant: the project's
 -- own, else its class's; NULL for none.
 CREATE FUNCTION hl_discount_for(project bigint, at timestamptz) RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     SELECT coalesce(
         (SELECT d.id FROM discount d
           WHERE d.project_id = project AND d.valid_from <= at AND (d.valid_until IS NULL OR at < d.valid_until)),
@@ -228,6 +229,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     bad bigint;
 BEGIN
+    -- Serialised with every posting, whoever writes (config apply holds it already).
+    PERFORM pg_advisory_xact_lock(7523094288207667810);
     PERFORM hl_require_read_committed(format('changing the class of project %s', NEW.project_id));
     SELECT e.id INTO bad
       FROM ledger_entry e
@@ -249,20 +252,39 @@ CREATE TRIGGER project_class_check BEFORE INSERT ON project_class
     FOR EACH ROW EXECUTE FUNCTION hl_project_class_check();
 ALTER TABLE project_class ENABLE ALWAYS TRIGGER project_class_check;
 
--- Whether a charge posted already is priced in [from, until) and belongs to
--- the scope of a discount (its project, or a project then in its class).
+-- A charge posted already, priced in [from_, until_), in the scope of a
+-- discount (its project, or a project then in its class); NULL for none.
+-- Written with joins, not per-row function calls: config apply runs it
+-- while it holds the lock every posting waits for.
 CREATE FUNCTION hl_discount_covers_posted(d discount, from_ timestamptz, until_ timestamptz) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    SELECT e.id
-      FROM ledger_entry e
-     WHERE e.kind IN ('job', 'storage')
-       AND (e.project_id = d.project_id
-            OR (d.rate_class_id IS NOT NULL
-                AND e.project_id IN (SELECT pc.project_id FROM project_class pc WHERE pc.rate_class_id = d.rate_class_id)))
-       AND e.period >= date_trunc('month', from_ AT TIME ZONE (SELECT time_zone FROM center))::date - interval '1 month'
-       AND hl_charge_priced_at(e) >= from_
-       AND (until_ IS NULL OR hl_charge_priced_at(e) < until_)
-       AND (d.project_id IS NOT NULL OR hl_project_class(e.project_id, hl_charge_priced_at(e)) = d.rate_class_id)
+    WITH tz AS (SELECT time_zone FROM center),
+    periods AS (
+        -- The project, or each period a project was in the class.
+        SELECT d.project_id AS project_id, '-infinity'::timestamptz AS p_from, NULL::timestamptz AS p_until
+         WHERE d.project_id IS NOT NULL
+        UNION ALL
+        SELECT x.project_id, x.effective_from, x.until
+          FROM (SELECT pc.project_id, pc.rate_class_id, pc.effective_from,
+                       lead(pc.effective_from) OVER (PARTITION BY pc.project_id ORDER BY pc.effective_from) AS until
+                  FROM project_class pc
+                 WHERE pc.project_id IN (SELECT project_id FROM project_class WHERE rate_class_id = d.rate_class_id)) x
+         WHERE d.rate_class_id IS NOT NULL AND x.rate_class_id = d.rate_class_id),
+    charges AS (
+        SELECT e.id, e.project_id,
+               CASE e.kind WHEN 'job' THEN coalesce(j.submitted_at, j.started_at)
+                    ELSE hl_day_end((e.period + interval '1 month' - interval '1 day')::date, tz.time_zone)
+                         - interval '1 microsecond' END AS priced_at
+          FROM ledger_entry e CROSS JOIN tz
+          LEFT JOIN job_record r ON r.id = e.job_record_id
+          LEFT JOIN job j ON j.id = r.job_id
+         WHERE e.kind IN ('job', 'storage')
+           AND e.project_id IN (SELECT project_id FROM periods)
+           AND e.period >= date_trunc('month', from_ AT TIME ZONE tz.time_zone)::date - interval '1 month')
+    SELECT c.id
+      FROM charges c JOIN periods p ON p.project_id = c.project_id
+     WHERE c.priced_at >= from_ AND (until_ IS NULL OR c.priced_at < until_)
+       AND c.priced_at >= p.p_from AND (p.p_until IS NULL OR c.priced_at < p.p_until)
      LIMIT 1
 $$;
 
@@ -292,8 +314,11 @@ BEGIN
     IF TG_OP = 'DELETE' THEN
         RETURN OLD;
     END IF;
+    -- Serialised with every posting, whoever writes (config apply holds it already).
+    PERFORM pg_advisory_xact_lock(7523094288207667810);
     PERFORM hl_require_read_committed('recording a discount');
-    IF TG_OP = 'INSERT' THEN
+    IF TG_OP = 'INSERT' OR (NEW.project_id, NEW.rate_class_id, NEW.valid_from)
+                           IS DISTINCT FROM (OLD.project_id, OLD.rate_class_id, OLD.valid_from) THEN
         bad := hl_discount_covers_posted(NEW, NEW.valid_from, NEW.valid_until);
     ELSIF OLD.valid_until IS NOT NULL AND (NEW.valid_until IS NULL OR NEW.valid_until > OLD.valid_until) THEN
         bad := hl_discount_covers_posted(NEW, OLD.valid_until, NEW.valid_until);
@@ -389,10 +414,22 @@ BEGIN
                      OR EXISTS (SELECT 1 FROM job_record rn JOIN job_record x ON x.job_id = rn.job_id
                                  WHERE rn.id = n.job_record_id AND x.revision > rn.revision))))
      LIMIT 1;
+    IF NOT FOUND THEN
+        -- A discount line goes with its charge; a supersede reverses a
+        -- refund only with its charge: the charge is reversed by the same
+        -- statement, or was before.
+        SELECT n.id, n.corrects_id, o.kind AS target_kind, n.job_record_id INTO bad
+          FROM new_entries n JOIN ledger_entry o ON o.id = n.corrects_id
+         WHERE n.kind = 'reversal'
+           AND (o.kind = 'discount' OR (o.kind = 'refund' AND hl_reversal_cause(n::ledger_entry, o) = 'supersede'))
+           AND NOT EXISTS (SELECT 1 FROM new_entries x WHERE x.kind = 'reversal' AND x.corrects_id = o.corrects_id)
+           AND NOT EXISTS (SELECT 1 FROM ledger_entry x WHERE x.kind = 'reversal' AND x.corrects_id = o.corrects_id)
+         LIMIT 1;
+    END IF;
     IF FOUND THEN
         RAISE EXCEPTION 'reversal % of % entry % is not tied to what it reverses', bad.id, bad.target_kind, bad.corrects_id
             USING ERRCODE = 'HL003',
-                  DETAIL = format('It cites job record %s. A reversal either cites the same job record as the entry it reverses and gives a reason (hpc-ledger reverse), or cites the latest, superseding record of the same job run, reverses a job charge (or its refund or discount), and comes with that record''s own charges.',
+                  DETAIL = format('It cites job record %s. A reversal either cites the same job record as the entry it reverses and gives a reason (hpc-ledger reverse), or cites the latest, superseding record of the same job run, reverses a job charge (or its refund or discount, with the charge), and comes with that record''s own charges; a discount line is reversed only with its charge.',
                                   coalesce(bad.job_record_id::text, 'none'));
     END IF;
     SELECT n.id INTO bad
@@ -419,13 +456,13 @@ BEGIN
             OR n.storage_rate_id IS DISTINCT FROM o.storage_rate_id OR n.billing_run_id IS DISTINCT FROM o.billing_run_id
             OR n.charging_rules <> o.charging_rules
             OR d.id IS NULL OR n.discount_id IS DISTINCT FROM hl_discount_for(o.project_id, hl_charge_priced_at(o))
-            OR n.amount_exact <> -(o.amount * d.percent / 100)
+            OR n.amount_exact <> -(o.amount_exact * d.percent / 100)
             OR EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = o.id AND r.kind = 'reversal'))
      LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'discount line % of entry % does not apply the discount in force for it', bad.id, bad.corrects_id
             USING ERRCODE = 'HL003',
-                  DETAIL = format('It applies discount %s; the charge''s discount is %s. A discount line takes the discount''s percent of an unreversed job or storage charge''s amount, in its month, metric and references.',
+                  DETAIL = format('It applies discount %s; the charge''s discount is %s. A discount line takes the discount''s percent of an unreversed job or storage charge''s exact amount, in its month, metric and references.',
                                   coalesce(bad.got::text, 'none'), coalesce(bad.want::text, 'none'));
     END IF;
     -- Credits of a charge (refunds, reversal, discount, less their
@@ -464,7 +501,7 @@ SELECT l.id AS entry_id, l.period, p.code AS project, l.corrects_id AS charge_en
        l.metric, c.amount AS list_amount, l.discount_id, d.percent,
        coalesce(dp.code, 'class ' || dc.name) AS discount_scope, d.valid_from, d.valid_until, d.reason,
        l.amount_exact, l.amount,
-       -(c.amount * d.percent / 100) AS recomputed_amount_exact,
+       -(c.amount_exact * d.percent / 100) AS recomputed_amount_exact,
        hl_discount_for(c.project_id, hl_charge_priced_at(c)) AS discount_in_force
   FROM ledger_entry l
   JOIN project p ON p.id = l.project_id
@@ -541,20 +578,15 @@ SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p 
                    AS bad_amount,
                y.card_node_type_id <> y.node_type_id
                    OR NOT (y.card_from <= y.priced_at AND (y.card_until IS NULL OR y.priced_at < y.card_until))
-                   OR coalesce(y.card_class, 0) <> coalesce(y.want_class, 0)
                    AS bad_card,
                (NOT y.late AND y.period <> y.end_month) OR (y.late AND y.period <= y.end_month) AS bad_period,
                y.project_id <> y.record_project_id AS bad_project,
                y.record_found IS NULL OR y.job_found IS NULL OR y.card_found IS NULL OR y.project_found IS NULL
-                   AS bad_reference,
-               y.want_discount IS DISTINCT FROM y.got_discount
-                   OR (y.got_discount IS NOT NULL AND y.got_discount_exact <> -(y.amount * y.want_percent / 100))
-                   AS bad_discount
+                   AS bad_reference
           FROM (SELECT e.id AS entry_id, e.period, e.late, e.quantity, e.unit_rate, e.amount_exact, e.amount,
                        e.charging_rules,
                        e.project_id, r.project_id AS record_project_id, r.node_type_id, rc.node_type_id AS card_node_type_id,
                        e.job_record_id, e.rate_card_id, rc.valid_from AS card_from, rc.valid_until AS card_until,
-                       rc.rate_class_id AS card_class, cp.rate_class_id AS want_class,
                        r.id AS record_found, j.id AS job_found, rc.id AS card_found, pe.id AS project_found,
                        coalesce(j.submitted_at, j.started_at) AS priced_at,
                        CASE WHEN e.charging_rules = 1
@@ -569,9 +601,7 @@ SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p 
                                                ELSE q.gpu_hours * rc.gpu_hour_price END
                             ELSE CASE e.metric WHEN 'core_hours' THEN q2.core_exact ELSE q2.gpu_exact END
                        END AS want_exact,
-                       date_trunc('month', r.ended_at AT TIME ZONE (SELECT time_zone FROM center))::date AS end_month,
-                       coalesce(dp.id, dc.id) AS want_discount, coalesce(dp.percent, dc.percent) AS want_percent,
-                       dl.discount_id AS got_discount, dl.amount_exact AS got_discount_exact
+                       date_trunc('month', r.ended_at AT TIME ZONE (SELECT time_zone FROM center))::date AS end_month
                   FROM ledger_entry e
                   -- Outer joins, so a charge whose record, run, rate card or
                   -- project is missing is reported, not skipped.
@@ -579,19 +609,6 @@ SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p 
                   LEFT JOIN job j ON j.id = r.job_id
                   LEFT JOIN rate_card rc ON rc.id = e.rate_card_id
                   LEFT JOIN project pe ON pe.id = e.project_id
-                  -- The project's class and discounts at the pricing instant.
-                  LEFT JOIN (SELECT project_id, rate_class_id, effective_from,
-                                    lead(effective_from) OVER (PARTITION BY project_id ORDER BY effective_from) AS until
-                               FROM project_class) cp
-                         ON cp.project_id = e.project_id AND cp.effective_from <= coalesce(j.submitted_at, j.started_at)
-                        AND (cp.until IS NULL OR coalesce(j.submitted_at, j.started_at) < cp.until)
-                  LEFT JOIN discount dp
-                         ON dp.project_id = e.project_id AND dp.valid_from <= coalesce(j.submitted_at, j.started_at)
-                        AND (dp.valid_until IS NULL OR coalesce(j.submitted_at, j.started_at) < dp.valid_until)
-                  LEFT JOIN discount dc
-                         ON dc.rate_class_id = cp.rate_class_id AND dc.valid_from <= coalesce(j.submitted_at, j.started_at)
-                        AND (dc.valid_until IS NULL OR coalesce(j.submitted_at, j.started_at) < dc.valid_until)
-                  LEFT JOIN ledger_entry dl ON dl.corrects_id = e.id AND dl.kind = 'discount'
                  CROSS JOIN LATERAL hl_charge_quantities(r.nodes, r.cores, r.memory_bytes, r.gpus,
                                                          extract(epoch FROM r.ended_at - j.started_at)::bigint,
                                                          rc.memory_per_core_bytes, rc.cores_per_node) q
@@ -610,10 +627,7 @@ SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p 
         x.amount::text || CASE WHEN x.amount_exact <> x.want_exact THEN ' (exactly ' || x.amount_exact || ')' ELSE '' END,
         x.bad_amount),
        ('rate_card', 'a card of node type ' || (SELECT nt.name FROM node_type nt WHERE nt.id = x.node_type_id)
-                     || ' and class ' || coalesce((SELECT c.name FROM rate_class c WHERE c.id = x.want_class), 'default')
-                     || ' in force at ' || x.priced_at,
-        'card ' || x.rate_card_id || ' (class '
-                || coalesce((SELECT c.name FROM rate_class c WHERE c.id = x.card_class), 'default') || ')', x.bad_card),
+                     || ' in force at ' || x.priced_at, 'card ' || x.rate_card_id, x.bad_card),
        ('period', to_char(x.end_month, 'YYYY-MM') || CASE WHEN x.late THEN ' or later' ELSE '' END,
         to_char(x.period, 'YYYY-MM') || CASE WHEN x.late THEN ' (late)' ELSE '' END, x.bad_period),
        ('project', (SELECT rp.code FROM project rp WHERE rp.id = x.record_project_id),
@@ -625,12 +639,48 @@ SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p 
                              THEN 'no run for job record ' || x.job_record_id END,
                         CASE WHEN x.card_found IS NULL THEN 'no rate card ' || x.rate_card_id END,
                         CASE WHEN x.project_found IS NULL THEN 'no project ' || x.project_id END),
-        x.bad_reference),
-       ('discount', coalesce('discount ' || x.want_discount || ': ' || (-(x.amount * x.want_percent / 100))::text, 'none'),
-        coalesce('discount ' || x.got_discount || ': ' || x.got_discount_exact::text, 'none'), x.bad_discount)
+        x.bad_reference)
      ) f(field, expected, recorded, bad)
  WHERE (x.bad_quantity OR x.bad_rate OR x.bad_amount OR x.bad_card OR x.bad_period OR x.bad_project
-        OR x.bad_reference OR x.bad_discount) AND f.bad
+        OR x.bad_reference) AND f.bad
+UNION ALL
+-- A job charge's class and discount (migration 0026), in a pass of their own
+-- that carries no arithmetic: the card is of the project's class at the
+-- pricing instant, and the charge has exactly the discount line the
+-- discounts give it, of -(its exact amount × percent ÷ 100).
+SELECT z.entry_id, 'job', z.period, (SELECT p.code FROM project p WHERE p.id = z.project_id), f.field, f.expected,
+       f.recorded
+  FROM (SELECT e.id AS entry_id, e.period, e.project_id, e.amount_exact, e.rate_card_id,
+               rc.rate_class_id AS card_class, cp.rate_class_id AS want_class,
+               coalesce(dp.id, dc.id) AS want_discount, coalesce(dp.percent, dc.percent) AS want_percent,
+               dl.discount_id AS got_discount, dl.amount_exact AS got_discount_exact
+          FROM ledger_entry e
+          JOIN job_record r ON r.id = e.job_record_id
+          JOIN job j ON j.id = r.job_id
+          JOIN rate_card rc ON rc.id = e.rate_card_id
+          LEFT JOIN (SELECT project_id, rate_class_id, effective_from,
+                            lead(effective_from) OVER (PARTITION BY project_id ORDER BY effective_from) AS until
+                       FROM project_class) cp
+                 ON cp.project_id = e.project_id AND cp.effective_from <= coalesce(j.submitted_at, j.started_at)
+                AND (cp.until IS NULL OR coalesce(j.submitted_at, j.started_at) < cp.until)
+          LEFT JOIN discount dp
+                 ON dp.project_id = e.project_id AND dp.valid_from <= coalesce(j.submitted_at, j.started_at)
+                AND (dp.valid_until IS NULL OR coalesce(j.submitted_at, j.started_at) < dp.valid_until)
+          LEFT JOIN discount dc
+                 ON dc.rate_class_id = cp.rate_class_id AND dc.valid_from <= coalesce(j.submitted_at, j.started_at)
+                AND (dc.valid_until IS NULL OR coalesce(j.submitted_at, j.started_at) < dc.valid_until)
+          LEFT JOIN ledger_entry dl ON dl.corrects_id = e.id AND dl.kind = 'discount'
+         WHERE e.kind = 'job') z
+ CROSS JOIN LATERAL (VALUES
+       ('rate_class', coalesce((SELECT c.name FROM rate_class c WHERE c.id = z.want_class), 'default'),
+        coalesce((SELECT c.name FROM rate_class c WHERE c.id = z.card_class), 'default') || ' (card ' || z.rate_card_id || ')',
+        coalesce(z.card_class, 0) <> coalesce(z.want_class, 0)),
+       ('discount', coalesce('discount ' || z.want_discount || ': ' || (-(z.amount_exact * z.want_percent / 100))::text, 'none'),
+        coalesce('discount ' || z.got_discount || ': ' || z.got_discount_exact::text, 'none'),
+        z.want_discount IS DISTINCT FROM z.got_discount
+            OR (z.got_discount IS NOT NULL AND z.got_discount_exact <> -(z.amount_exact * z.want_percent / 100)))
+     ) f(field, expected, recorded, bad)
+ WHERE f.bad
 UNION ALL
 -- Every charging record has one core-hours entry, and one GPU-hours entry
 -- exactly when it held GPUs.
@@ -647,8 +697,8 @@ SELECT NULL::bigint, 'job', NULL::date, p.code, 'entries',
 UNION ALL
 -- A storage charge: TB-months, amounts, segments and discount against the recomputation.
 SELECT s.entry_id, 'storage', s.period, s.project, f.field, f.expected, f.recorded
-  FROM (SELECT sc.entry_id, sc.period, sc.project, sc.tb_months, sc.amount, sc.tb_days AS recorded_tb_days,
-               sc.charging_rules,
+  FROM (SELECT sc.entry_id, sc.period, sc.project, sc.tb_months, sc.amount, sc.amount_exact,
+               sc.tb_days AS recorded_tb_days, sc.charging_rules,
                sr.tb_days, w.want, w.want_exact AS want_amount,
                sc.tb_months IS DISTINCT FROM w.want AS bad_tb_months,
                sc.amount <> round(w.want_exact, 2) OR sc.unit_rate <> sc.tb_month_price
@@ -658,7 +708,7 @@ SELECT s.entry_id, 'storage', s.period, s.project, f.field, f.expected, f.record
                sc.missing <> '' AS bad_reference, sc.missing,
                sc.want_discount, sc.want_percent, sc.got_discount, sc.got_discount_exact,
                sc.want_discount IS DISTINCT FROM sc.got_discount
-                   OR (sc.got_discount IS NOT NULL AND sc.got_discount_exact <> -(sc.amount * sc.want_percent / 100))
+                   OR (sc.got_discount IS NOT NULL AND sc.got_discount_exact <> -(sc.amount_exact * sc.want_percent / 100))
                    AS bad_discount
           FROM (SELECT e.id AS entry_id, e.period, p.code AS project, e.quantity AS tb_months, e.unit_rate,
                        e.amount_exact, e.amount, rt.tb_month_price, g.tb_days, e.charging_rules,
@@ -689,7 +739,7 @@ SELECT s.entry_id, 'storage', s.period, s.project, f.field, f.expected, f.record
         s.bad_amount),
        ('segments', s.tb_days::text, s.recorded_tb_days::text, s.bad_segments),
        ('reference', 'its project, storage rate and billing run', s.missing, s.bad_reference),
-       ('discount', coalesce('discount ' || s.want_discount || ': ' || (-(s.amount * s.want_percent / 100))::text, 'none'),
+       ('discount', coalesce('discount ' || s.want_discount || ': ' || (-(s.amount_exact * s.want_percent / 100))::text, 'none'),
         coalesce('discount ' || s.got_discount || ': ' || s.got_discount_exact::text, 'none'), s.bad_discount)
      ) f(field, expected, recorded, bad)
  WHERE (s.bad_tb_months OR s.bad_amount OR s.bad_segments OR s.bad_reference OR s.bad_discount) AND f.bad
@@ -724,6 +774,14 @@ SELECT l.id, 'discount', l.period, (SELECT p.code FROM project p WHERE p.id = l.
  WHERE l.kind = 'discount'
    AND (c.id IS NULL OR c.kind NOT IN ('job', 'storage') OR c.project_id <> l.project_id OR c.period <> l.period
         OR c.metric IS DISTINCT FROM l.metric OR d.id IS NULL)
+UNION ALL
+-- A discount line is reversed only with its charge.
+SELECT l.id, 'discount', l.period, (SELECT p.code FROM project p WHERE p.id = l.project_id), 'reversed alone',
+       'reversed with its charge, entry ' || l.corrects_id, 'the charge is not reversed'
+  FROM ledger_entry l
+ WHERE l.kind = 'discount'
+   AND EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = l.id AND r.kind = 'reversal')
+   AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = l.corrects_id AND r.kind = 'reversal')
 UNION ALL
 -- Corrections: a reversal mirrors its entry; every entry's arithmetic holds.
 SELECT e.id, e.kind, e.period, p.code, 'mirror', (-o.amount_exact)::text, e.amount_exact::text

@@ -118,6 +118,30 @@ CREATE TRIGGER hold_no_truncate BEFORE TRUNCATE ON hold
 ALTER TABLE hold ENABLE ALWAYS TRIGGER hold_append_only;
 ALTER TABLE hold ENABLE ALWAYS TRIGGER hold_no_truncate;
 
+-- What `hpc-ledger slurm sync` changed in Slurm, and why: every sacctmgr
+-- call it made, with the project's remaining balance then and how it ended.
+CREATE TABLE enforcement_action (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    cluster_id  bigint NOT NULL REFERENCES cluster (id),
+    project_id  bigint NOT NULL REFERENCES project (id),
+    account     text NOT NULL CHECK (length(account) BETWEEN 1 AND 256),
+    action      text NOT NULL CHECK (action IN ('block', 'unblock')),
+    command     text NOT NULL CHECK (length(command) BETWEEN 1 AND 4000),
+    remaining   numeric(18,2) NOT NULL,
+    succeeded   boolean NOT NULL,
+    output      text NOT NULL CHECK (length(output) <= 4000),
+    author      text NOT NULL CHECK (length(author) BETWEEN 1 AND 200),
+    at          timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE enforcement_action IS
+    'Every change `slurm sync` made to a scheduler account to bring it in line with its balance (docs/budgets.md).';
+CREATE TRIGGER enforcement_action_append_only BEFORE UPDATE OR DELETE ON enforcement_action
+    FOR EACH ROW EXECUTE FUNCTION hl_refuse_change();
+CREATE TRIGGER enforcement_action_no_truncate BEFORE TRUNCATE ON enforcement_action
+    FOR EACH STATEMENT EXECUTE FUNCTION hl_refuse_change();
+ALTER TABLE enforcement_action ENABLE ALWAYS TRIGGER enforcement_action_append_only;
+ALTER TABLE enforcement_action ENABLE ALWAYS TRIGGER enforcement_action_no_truncate;
+
 -- The charging record that released a hold: of the hold's job, ended after
 -- the hold was placed (less ten minutes of clock skew between the
 -- scheduler and the database); NULL while none is recorded.
@@ -202,6 +226,11 @@ SELECT h.id, p.code AS project, c.name AS cluster, h.scheduler_job_id AS job_id,
   LEFT JOIN job_record r ON r.id = x.released_by
   LEFT JOIN project rp ON rp.id = r.project_id;
 
+CREATE VIEW audit.enforcement_actions AS
+SELECT x.id, c.name AS cluster, p.code AS project, x.account, x.action, x.command, x.remaining, x.succeeded,
+       x.output, x.author, x.at
+  FROM enforcement_action x JOIN cluster c ON c.id = x.cluster_id JOIN project p ON p.id = x.project_id;
+
 CREATE VIEW audit.balances AS
 SELECT p.code AS project, b.allocated, b.pool_from, b.used, b.held, b.allocated - b.used - b.held AS remaining
   FROM project p
@@ -253,7 +282,7 @@ BEGIN
         EXECUTE 'GRANT SELECT, INSERT ON hold TO hpc_ledger_ingest';
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_billing') THEN
-        EXECUTE 'GRANT SELECT, INSERT ON allocation, hold TO hpc_ledger_billing';
+        EXECUTE 'GRANT SELECT, INSERT ON allocation, hold, enforcement_action TO hpc_ledger_billing';
     END IF;
 END
 $$;

@@ -483,3 +483,89 @@ pub async fn run_hold(args: HoldArgs, target: &Target, author: &str) -> anyhow::
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SlurmCmd {
+    /// Block the Slurm accounts of projects with nothing left (their jobs stay pending), unblock the others.
+    ///
+    /// Examples:
+    ///   hpc-ledger slurm sync --cluster owens --dry-run
+    ///   hpc-ledger slurm sync --cluster owens        # from cron, every minute
+    #[command(verbatim_doc_comment)]
+    Sync {
+        /// The ledger's cluster.
+        #[arg(long)]
+        cluster: String,
+        /// The cluster's name in Slurm (ClusterName), when it differs (default: the ledger's, in lower case).
+        #[arg(long)]
+        slurm_cluster: Option<String>,
+        /// Block an account whose remaining balance is at or below this.
+        #[arg(long, default_value = "0")]
+        floor: Decimal,
+        /// Print what would change; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The sacctmgr to run.
+        #[arg(long, env = "HPC_LEDGER_SACCTMGR", default_value = "sacctmgr")]
+        sacctmgr: std::path::PathBuf,
+        /// How to print it: text for people, json for programs.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+}
+
+pub async fn run_slurm(cmd: SlurmCmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
+    let SlurmCmd::Sync {
+        cluster,
+        slurm_cluster,
+        floor,
+        dry_run,
+        sacctmgr,
+        format,
+    } = cmd;
+    let pool = target.open_configured().await?;
+    let options = crate::service::enforce::SyncOptions {
+        cluster,
+        slurm_cluster,
+        floor,
+        dry_run,
+        sacctmgr,
+    };
+    let r = crate::service::enforce::slurm_sync(&pool, &options, author).await?;
+    let failed = r.actions.iter().any(|a| a.succeeded == Some(false));
+    match format {
+        Format::Json => print_json(&r)?,
+        Format::Text => {
+            for a in &r.actions {
+                let verb = match a.action {
+                    crate::domain::budget::Enforce::Block => "block",
+                    crate::domain::budget::Enforce::Unblock => "unblock",
+                };
+                let how = match a.succeeded {
+                    None => "would run".to_owned(),
+                    Some(true) => "ran".to_owned(),
+                    Some(false) => format!("FAILED: {}", a.output),
+                };
+                println!(
+                    "{verb} {} (account {}, {:.2} remaining): {how} {}",
+                    a.project, a.account, a.remaining, a.command
+                );
+            }
+            for p in &r.no_account {
+                println!("note: project {p} is budgeted but has no Slurm account on this cluster");
+            }
+            println!(
+                "{}: {} budgeted project(s), {} blocked; {}",
+                r.cluster,
+                r.projects,
+                r.blocked,
+                match (r.actions.len(), r.dry_run) {
+                    (0, _) => "nothing to change".to_owned(),
+                    (n, true) => format!("{n} change(s) would be made (dry run)"),
+                    (n, false) => format!("{n} change(s) made"),
+                }
+            );
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}

@@ -225,6 +225,12 @@ pub enum Command {
     ///   hpc-ledger hold --project PAS1234 --job-id 5001 --cluster owens --queue batch --resources '-n 28' --walltime 4:00:00
     #[command(verbatim_doc_comment)]
     Hold(budget::HoldArgs),
+    /// Enforce budgets in Slurm through sacctmgr (docs/budgets.md, docs/slurm.md).
+    ///
+    /// Example:
+    ///   hpc-ledger slurm sync --cluster owens --dry-run
+    #[command(verbatim_doc_comment, subcommand)]
+    Slurm(budget::SlurmCmd),
     /// Run the whole flow on sample data in a fresh demo database.
     ///
     /// Example:
@@ -319,6 +325,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Balance(args) => budget::run_balance(args, &target).await,
         Command::Check(args) => budget::run_check(args, &target).await,
         Command::Hold(args) => budget::run_hold(args, &target, by).await,
+        Command::Slurm(cmd) => budget::run_slurm(cmd, &target, by).await,
         Command::Import(args) => import::run(args, &target, by).await,
         Command::Serve(args) => serve::run(args, &target, by).await,
         Command::Rejected(args) => rejected::run(args, &target, by).await,

@@ -100,7 +100,8 @@ pub async fn grant(conn: &mut PgConnection, id: AllocationId) -> Result<Option<(
 pub async fn sums(conn: &mut PgConnection, project: ProjectId, at: DateTime<Utc>) -> Result<Sums, sqlx::Error> {
     let r = sqlx::query!(
         r#"SELECT b.allocated AS "allocated!", b.pool_from, b.used AS "used!", b.held AS "held!",
-                  hl_drawn($1, $2 - make_interval(days => $3), $2) AS "recent!"
+                  hl_drawn($1, $2 - make_interval(days => $3), $2) AS "recent!",
+                  EXISTS (SELECT 1 FROM allocation a WHERE a.project_id = $1 AND a.valid_from <= $2) AS "ever!"
              FROM hl_balance($1, $2) b"#,
         project as ProjectId,
         at,
@@ -114,6 +115,7 @@ pub async fn sums(conn: &mut PgConnection, project: ProjectId, at: DateTime<Utc>
         used: r.used,
         held: r.held,
         drawn_recently: r.recent,
+        ever_allocated: r.ever,
     })
 }
 
@@ -238,4 +240,56 @@ pub async fn insert_hold(conn: &mut PgConnection, h: &NewHold<'_>, author: &str)
     )
     .fetch_one(&mut *conn)
     .await
+}
+
+/// Hold the sync lock of a cluster for this session (one `slurm sync` at a time).
+pub async fn lock_sync(conn: &mut PgConnection, cluster: ClusterId) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "SELECT pg_advisory_lock(hashtextextended('slurm sync ' || $1::bigint, 17))",
+        cluster as ClusterId
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn unlock_sync(conn: &mut PgConnection, cluster: ClusterId) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "SELECT pg_advisory_unlock(hashtextextended('slurm sync ' || $1::bigint, 17))",
+        cluster as ClusterId
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A change `slurm sync` made.
+pub struct Action<'a> {
+    pub cluster: ClusterId,
+    pub project: ProjectId,
+    pub account: &'a str,
+    pub action: &'a str,
+    pub command: &'a str,
+    pub remaining: Decimal,
+    pub succeeded: bool,
+    pub output: &'a str,
+}
+
+pub async fn record_action(conn: &mut PgConnection, a: &Action<'_>, author: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO enforcement_action (cluster_id, project_id, account, action, command, remaining, succeeded, output, author)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        a.cluster as ClusterId,
+        a.project as ProjectId,
+        a.account,
+        a.action,
+        a.command,
+        a.remaining,
+        a.succeeded,
+        a.output,
+        author
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }

@@ -60,6 +60,18 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("discount", "discount_guard", "hl_discount_guard", 'A'),
     ("discount", "discount_no_truncate", "hl_refuse_change", 'A'),
     ("discount", "discount_rules_version", "hl_bump_rules_version", 'O'),
+    (
+        "enforcement_action",
+        "enforcement_action_append_only",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "enforcement_action",
+        "enforcement_action_no_truncate",
+        "hl_refuse_change",
+        'A',
+    ),
     ("hold", "hold_append_only", "hl_refuse_change", 'A'),
     ("hold", "hold_no_truncate", "hl_refuse_change", 'A'),
     ("job", "job_append_only", "hl_refuse_change", 'A'),

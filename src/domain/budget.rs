@@ -39,14 +39,19 @@ pub struct Sums {
     pub held: Decimal,
     /// Drawn in the [`BURN_DAYS`] days up to the instant.
     pub drawn_recently: Decimal,
+    /// Whether the project has an allocation entry that has begun by the
+    /// instant: a project that has had one is budgeted, also when none is
+    /// in force any more (then it has nothing left to spend).
+    pub ever_allocated: bool,
 }
 
 /// A project's budget at an instant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Balance {
     pub at: DateTime<Utc>,
-    /// Whether any allocation is in force: a project without one is not
-    /// budgeted (its jobs are not checked).
+    /// Whether the project is budgeted: it has had an allocation (one that
+    /// has begun). A project that never had one is not (its jobs are not
+    /// checked, `slurm sync` leaves its account alone).
     pub budgeted: bool,
     pub allocated: Decimal,
     pub pool_from: Option<DateTime<Utc>>,
@@ -78,7 +83,7 @@ impl Balance {
             .flatten();
         Balance {
             at,
-            budgeted: s.pool_from.is_some(),
+            budgeted: s.ever_allocated || s.pool_from.is_some(),
             allocated: s.allocated,
             pool_from: s.pool_from,
             used: s.used,
@@ -107,7 +112,7 @@ pub fn verdict(balance: &Balance, cost: Decimal, floor: Decimal) -> Verdict {
     if !balance.budgeted {
         return Verdict {
             allowed: true,
-            reason: "the project has no allocation in force: it is not budgeted".into(),
+            reason: "the project has never had an allocation: it is not budgeted".into(),
         };
     }
     let after = balance.remaining - cost;
@@ -133,6 +138,33 @@ pub fn verdict(balance: &Balance, cost: Decimal, floor: Decimal) -> Verdict {
     }
 }
 
+/// What `slurm sync` does to one scheduler account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforce {
+    /// Stop starting its jobs (queued and new ones pend; running ones finish).
+    Block,
+    /// Let its jobs start again.
+    Unblock,
+}
+
+/// Whether a budgeted project's account should be blocked: at or below the
+/// floor (docs/budgets.md). Held amounts count: a project whose running jobs
+/// hold what is left starts no more.
+pub fn should_block(balance: &Balance, floor: Decimal) -> bool {
+    balance.budgeted && balance.remaining <= floor
+}
+
+/// The change an account needs, given whether it should be blocked and
+/// whether it is (`None`: the account is not in the scheduler).
+pub fn enforcement(should_block: bool, blocked: Option<bool>) -> Option<Enforce> {
+    match (should_block, blocked?) {
+        (true, false) => Some(Enforce::Block),
+        (false, true) => Some(Enforce::Unblock),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rust_decimal::dec;
@@ -150,6 +182,7 @@ mod tests {
             used,
             held,
             drawn_recently: recent,
+            ever_allocated: true,
         }
     }
 
@@ -182,6 +215,7 @@ mod tests {
                 used: Decimal::ZERO,
                 held: Decimal::ZERO,
                 drawn_recently: dec!(3),
+                ever_allocated: false,
             },
         );
         assert!(!none.budgeted);
@@ -208,8 +242,26 @@ mod tests {
                 used: dec!(1000),
                 held: Decimal::ZERO,
                 drawn_recently: Decimal::ZERO,
+                ever_allocated: false,
             },
         );
         assert!(verdict(&free, dec!(1000), Decimal::ZERO).allowed, "not budgeted");
+    }
+
+    #[test]
+    fn an_account_is_blocked_at_the_floor_and_changed_only_when_it_must_be() {
+        let now = at("2026-11-01T00:00:00Z");
+        let spent = Balance::new(now, sums(dec!(10), dec!(10), dec!(0), dec!(0)));
+        let held = Balance::new(now, sums(dec!(10), dec!(4), dec!(6), dec!(0)));
+        let funded = Balance::new(now, sums(dec!(10), dec!(4), dec!(1), dec!(0)));
+        assert!(should_block(&spent, Decimal::ZERO), "nothing left");
+        assert!(should_block(&held, Decimal::ZERO), "what is left is held");
+        assert!(!should_block(&funded, Decimal::ZERO));
+        assert!(should_block(&funded, dec!(5)), "at the floor");
+        assert_eq!(enforcement(true, Some(false)), Some(Enforce::Block));
+        assert_eq!(enforcement(false, Some(true)), Some(Enforce::Unblock));
+        assert_eq!(enforcement(true, Some(true)), None, "already blocked: nothing to do");
+        assert_eq!(enforcement(false, Some(false)), None);
+        assert_eq!(enforcement(true, None), None, "no such account in the scheduler");
     }
 }

@@ -75,11 +75,12 @@ pub fn reversal(of: &PostedEntry, period: Month, late: bool, cites: Option<JobRe
     }
 }
 
-/// The discount line of a charge of `amount` (docs/rules.md R8): minus
-/// `percent` % of the amount as posted, exactly, and that rounded half away
-/// from zero to cents. `(amount_exact, amount)`.
-pub fn discount_amounts(amount: Decimal, percent: Decimal) -> (Decimal, Decimal) {
-    let exact = negate(amount * percent / Decimal::ONE_HUNDRED);
+/// The discount line of a charge whose exact amount is `amount_exact`
+/// (docs/rules.md R8): minus `percent` % of it, exactly, and that rounded
+/// once, half away from zero, to cents. `(amount_exact, amount)`. A 100 %
+/// discount nets exactly zero; no discount credits more than its charge.
+pub fn discount_amounts(amount_exact: Decimal, percent: Decimal) -> (Decimal, Decimal) {
+    let exact = negate(amount_exact * percent / Decimal::ONE_HUNDRED);
     (exact, negate(super::units::round_money(-exact)))
 }
 
@@ -141,7 +142,7 @@ mod tests {
     }
 
     #[test]
-    fn a_discount_is_the_percent_of_the_posted_amount_rounded_once_away_from_zero() {
+    fn a_discount_is_the_percent_of_the_exact_amount_rounded_once_away_from_zero() {
         // 1.07 at 50 %: exactly -0.535, a tie, posted -0.54.
         assert_eq!(discount_amounts(dec!(1.07), dec!(50)), (dec!(-0.535), dec!(-0.54)));
         // 0.08 at 10 %: -0.008 -> -0.01; 0.04 at 10 %: -0.004 -> 0.
@@ -154,6 +155,10 @@ mod tests {
             discount_amounts(dec!(10.00), dec!(33.3333)),
             (dec!(-3.33333), dec!(-3.33))
         );
+        // Of the exact amount: 0.105 is posted 0.11; 100 % of it is -0.105,
+        // posted -0.11: the net is 0.00, and the credit is never above the charge.
+        assert_eq!(discount_amounts(dec!(0.105), dec!(100)), (dec!(-0.105), dec!(-0.11)));
+        assert_eq!(discount_amounts(dec!(1.0695), dec!(50)), (dec!(-0.53475), dec!(-0.53)));
         // Nothing charged, nothing discounted (and never -0).
         assert_eq!(discount_amounts(Decimal::ZERO, dec!(50)).1.to_string(), "0");
     }

@@ -664,7 +664,7 @@ pub fn discount_entries(job: &ResolvedJob, record: JobRecordId, period: Month, l
         .lines
         .iter()
         .map(|l| {
-            let (amount_exact, amount) = discount_amounts(l.amount, percent);
+            let (amount_exact, amount) = discount_amounts(l.amount_exact, percent);
             NewEntry {
                 period: period.first_day(),
                 project_id: job.charge.project_id,

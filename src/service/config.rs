@@ -660,7 +660,25 @@ async fn apply_projects(
             ));
         }
     }
-    report.project_classes.added = reference::insert_project_classes(tx, &new, author).await?;
+    // A refused change rolls everything back: nothing more is written, so
+    // every problem is listed rather than the first trigger's error.
+    if refused.is_empty() {
+        report.project_classes.added = reference::insert_project_classes(tx, &new, author).await?;
+    }
+    // A class whose projects hold quota needs a storage rate of its own.
+    for c in &config.classes {
+        let has_quota = config
+            .projects
+            .iter()
+            .any(|p| !p.quotas.is_empty() && p.classes.iter().any(|k| k.class.as_ref() == Some(&c.name)));
+        if has_quota && !config.storage_rates.iter().any(|r| r.class.as_ref() == Some(&c.name)) {
+            report.notes.push(format!(
+                "rate class {:?} has projects with a storage quota but no storage rate: billing their storage will stop \
+                 until one is added",
+                c.name
+            ));
+        }
+    }
     Ok(id_of)
 }
 
@@ -756,6 +774,9 @@ async fn apply_discounts(
     }
     report.discounts.added += desired.len() as u64;
     inserts.extend(desired);
+    if !refused.is_empty() {
+        return Ok(());
+    }
     for id in deletes {
         reference::delete_discount(tx, id).await?;
     }

@@ -437,7 +437,7 @@ async fn refund_in(
         // at the rate; version 2 takes the share of the exact amount net of
         // its discount (docs/rules.md R8; an amount refund is that amount
         // exactly).
-        let net = e.amount_exact + sdb::discounted(&mut *tx, e.id).await?;
+        let net = (e.amount_exact + sdb::discounted(&mut *tx, e.id).await?).max(Decimal::ZERO);
         let exact = match (e.charging_rules, by) {
             (ChargingRules::V1, _) => exact_mul(negate(quantity), e.unit_rate),
             (_, RefundBy::Fraction(f)) => ratio(&[f, net], &[Decimal::ONE], EXACT_SCALE, Cut::Truncate).map(negate),

@@ -6,6 +6,7 @@ pub mod close;
 pub mod config;
 pub mod correct;
 pub mod deep;
+pub mod enforce;
 pub mod explain;
 pub mod follow;
 pub mod import;

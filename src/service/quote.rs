@@ -189,7 +189,7 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
         amount: price
             .lines
             .iter()
-            .map(|l| discount_amounts(l.amount, d.percent).1)
+            .map(|l| discount_amounts(l.amount_exact, d.percent).1)
             .sum(),
     });
     let list_total = price.total();

@@ -220,7 +220,7 @@ async fn bill_in(
             let lines: Vec<(Decimal, Decimal)> = charge
                 .lines
                 .iter()
-                .map(|l| discount_amounts(l.priced.amount, d.percent))
+                .map(|l| discount_amounts(l.priced.amount_exact, d.percent))
                 .collect();
             StorageDiscount {
                 discount_id: d.id,

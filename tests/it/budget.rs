@@ -121,9 +121,17 @@ async fn a_balance_is_what_was_granted_less_what_was_drawn_in_its_window_and_hel
     assert_eq!(b["runs_out"], "2026-11-24T13:42:51Z");
     // Before J2 ended, only J1 counted.
     assert_eq!(money(&balance(&db, "P1", "2026-10-21T00:00:00Z")["used"]), "28.00");
-    // After the award ends: not budgeted.
+    // After the award ends the project is still budgeted, with nothing to
+    // spend: its jobs are refused until it gets a new allocation.
     let after = balance(&db, "P1", "2027-07-01T00:00:00Z");
-    assert_eq!(after["budgeted"], false);
+    assert_eq!(
+        (
+            after["budgeted"].as_bool(),
+            money(&after["allocated"]),
+            money(&after["remaining"])
+        ),
+        (Some(true), "0".into(), "0".into())
+    );
 
     // A credit (an adjustment) draws when posted: -10.00 now.
     ok(&db.cli(&[
@@ -452,4 +460,140 @@ async fn serve_answers_the_check_for_scheduler_hooks() {
     let o = db.cli(&args);
     assert_eq!(o.status.code(), Some(7));
     assert!(stderr(&o).contains("the ledger could not be asked"), "{}", stderr(&o));
+}
+
+/// A stand-in for `sacctmgr` that keeps account associations in a file
+/// (`account|user|grpjobs`, as `sacctmgr -n -P show assoc` prints them) and
+/// logs every call; the real one is exercised by tests/slurm/e2e.sh.
+fn fake_sacctmgr(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("sacctmgr");
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/bin/sh
+state="{d}/assoc"; echo "$*" >> "{d}/calls"
+case "$*" in
+  "-n -P show assoc where cluster=c1 format=account,user,grpjobs") cat "$state" ;;
+  "-i modify account where name="*" cluster=c1 set GrpJobs="*)
+    acct=${{5#name=}}; v=${{8#GrpJobs=}}; [ "$v" = -1 ] && v=
+    grep -q "^$acct|" "$state" || {{ echo "no such account $acct" >&2; exit 1; }}
+    sed -i "s/^$acct||.*/$acct||$v/" "$state"; echo " Modified account associations..." ;;
+  *) echo "unexpected: $*" >&2; exit 2 ;;
+esac
+"#,
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // p1 and p2 exist in Slurm (an account row and a user row each); free too.
+    std::fs::write(dir.join("assoc"), "p1||\np1|alice|\np2||\np2|bob|\nfree||\n").unwrap();
+    script
+}
+
+#[tokio::test]
+async fn slurm_sync_blocks_a_spent_project_and_unblocks_it_once_funded_changing_only_what_must_change() {
+    let db = db().await;
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sacctmgr-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sacctmgr = fake_sacctmgr(&dir);
+    let sync = |extra: &[&str]| {
+        let mut args = vec![
+            "slurm",
+            "sync",
+            "--cluster",
+            "c1",
+            "--sacctmgr",
+            sacctmgr.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        db.cli(&args)
+    };
+    let assoc = || std::fs::read_to_string(dir.join("assoc")).unwrap();
+    // P1 gets 1.00 and spends 2.80 (28 cores × 10 h); P2 gets 100.00; FREE
+    // has no allocation and is left alone.
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "1.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "tiny",
+    ]));
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P2",
+        "100.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "award",
+    ]));
+    record(&db, "S1", "P1", 28, "2026-10-01T00:00:00Z", 10);
+    let o = ok(&sync(&["--dry-run"]));
+    assert!(
+        o.contains("block P1 (account p1, -1.80 remaining): would run sacctmgr -i modify account where name=p1 cluster=c1 set GrpJobs=0"),
+        "{o}"
+    );
+    assert!(
+        o.contains("2 budgeted project(s), 1 blocked; 1 change(s) would be made (dry run)"),
+        "{o}"
+    );
+    assert_eq!(
+        assoc(),
+        "p1||\np1|alice|\np2||\np2|bob|\nfree||\n",
+        "a dry run changes nothing"
+    );
+    let o = ok(&sync(&[]));
+    assert!(o.contains("1 change(s) made"), "{o}");
+    assert!(assoc().starts_with("p1||0\n"), "{}", assoc());
+    // Again: nothing to change, nothing recorded, only the state read.
+    let o = ok(&sync(&[]));
+    assert!(o.ends_with("nothing to change\n"), "{o}");
+    // A grant brings it back.
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "10.00",
+        "--from",
+        "2026-11-01",
+        "--reason",
+        "top-up",
+    ]));
+    let o = ok(&sync(&[]));
+    assert!(o.contains("unblock P1 (account p1, 8.20 remaining): ran"), "{o}");
+    assert!(assoc().starts_with("p1||\n"), "{}", assoc());
+    // Every change is kept, with who, why and what it ran.
+    let kept: Vec<(String, String, Decimal, bool)> =
+        sqlx::query_as("SELECT account, action, remaining, succeeded FROM audit.enforcement_actions ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let kept: Vec<(String, String, String, bool)> =
+        kept.into_iter().map(|(a, b, c, d)| (a, b, c.to_string(), d)).collect();
+    assert_eq!(
+        kept,
+        [("p1", "block", "-1.80", true), ("p1", "unblock", "8.20", true)].map(|(a, b, c, d)| (
+            a.to_owned(),
+            b.to_owned(),
+            c.to_owned(),
+            d
+        ))
+    );
+    let calls = std::fs::read_to_string(dir.join("calls")).unwrap();
+    assert_eq!(calls.lines().filter(|l| l.contains("modify")).count(), 2, "{calls}");
+    // A budgeted project without a Slurm account is reported, not created.
+    std::fs::write(dir.join("assoc"), "free||\n").unwrap();
+    let o = ok(&sync(&[]));
+    assert!(
+        o.contains("note: project P1 is budgeted but has no Slurm account on this cluster"),
+        "{o}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -87,6 +87,14 @@ class = "commercial"
 percent = 10
 from = 2026-01-01
 reason = "partner agreement"
+
+[[project]]
+code = "FULL"
+[[discount]]
+project = "FULL"
+percent = 100
+from = 2026-01-01
+reason = "fully sponsored"
 "#;
 
 async fn db() -> TestDb {
@@ -382,21 +390,21 @@ async fn a_planted_class_price_or_discount_error_is_reported() {
     .await;
     let f = findings(&db).await;
     let expect = |id: i64, field: &str| (Some(id), "job".to_owned(), field.to_owned());
-    assert!(f.contains(&expect(a1, "rate_card")), "{f:?}");
+    assert!(f.contains(&expect(a1, "rate_class")), "{f:?}");
     assert!(f.contains(&expect(n1[0].0, "discount")), "{f:?}");
     assert!(f.contains(&expect(i1[0].0, "discount")), "{f:?}");
     assert_eq!(f.len(), 3, "{f:?}");
     let o = db.cli(&["audit"]);
     assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
     let why: (String, String) = sqlx::query_as(
-        "SELECT expected, recorded FROM audit.discrepancies WHERE entry_id = $1 AND field = 'rate_card'",
+        "SELECT expected, recorded FROM audit.discrepancies WHERE entry_id = $1 AND field = 'rate_class'",
     )
     .bind(a1)
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert!(why.0.contains("class default"), "{why:?}");
-    assert!(why.1.contains("(class commercial)"), "{why:?}");
+    assert_eq!(why.0, "default");
+    assert!(why.1.starts_with("commercial (card "), "{why:?}");
 }
 
 #[tokio::test]
@@ -666,6 +674,60 @@ async fn config_show_lists_classes_their_prices_and_discounts() {
             again.discounts.unchanged,
             again.project_classes.unchanged
         ),
-        (1, 2, 3)
+        (1, 3, 3)
     );
+}
+
+#[tokio::test]
+async fn a_full_discount_nets_zero_even_when_the_charge_rounds_up_and_goes_only_with_its_charge() {
+    let db = db().await;
+    // 11 cores for 30 minutes: 5.5 core-hours × 0.0107 = 0.05885, posted
+    // 0.06; 100 % of the exact amount is -0.05885, posted -0.06 (a discount
+    // of the rounded amount would credit more than was charged).
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "F1",
+        "--project",
+        "FULL",
+        "--queue",
+        "batch",
+        "--cores",
+        "11",
+        "--start",
+        "2026-04-10T00:00:00Z",
+        "--end",
+        "2026-04-10T00:30:00Z",
+    ]);
+    assert_eq!(ok(&o), "recorded c1/F1: 2 entries totalling 0.00 in 2026-04\n");
+    let f1 = entries(&db, "F1").await;
+    assert_eq!(amounts(&f1), pairs(&[("job", "0.06"), ("discount", "-0.06")]));
+    // Reversing the discount line alone is refused by the database too (the
+    // command line refuses it first), by any role.
+    let e = sqlx::query(&format!(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id, quantity,
+                                   unit_rate, amount_exact, amount, reason, charging_rules, author, discount_id)
+         SELECT period, project_id, 'reversal', metric, job_record_id, rate_card_id, id, -quantity, unit_rate,
+                -amount_exact, -amount, 'x', charging_rules, 'x', discount_id FROM ledger_entry WHERE id = {}",
+        f1[1].0
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("is not tied to what it reverses"), "{e}");
+    // With its charge, it goes.
+    ok(&db.cli(&[
+        "reverse",
+        "--entry",
+        &f1[0].0.to_string(),
+        "--reason",
+        "sponsor paid directly",
+    ]));
+    let net: Decimal = entries(&db, "F1").await.iter().map(|(_, _, a, _)| *a).sum();
+    assert_eq!(net, Decimal::ZERO);
+    assert_eq!(findings(&db).await, []);
 }

@@ -1,0 +1,199 @@
+//! `slurm sync`: bring each budgeted project's Slurm account in line with
+//! its balance through `sacctmgr` (docs/budgets.md, docs/slurm.md). A
+//! project at or below the floor gets `GrpJobs=0`: its queued and new jobs
+//! stay pending (`AssocGrpJobsLimit` in `squeue`), running jobs are never
+//! killed; a project with money again gets `GrpJobs=-1`. The accounts'
+//! state is read first, so nothing changes when nothing must, and running
+//! it from cron every minute is safe; every change is recorded.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use chrono::Utc;
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::budget as bdb;
+use crate::db::{DbError, reference};
+use crate::domain::budget::{Balance, Enforce, enforcement, should_block};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnforceError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Sacctmgr(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for EnforceError {
+    fn from(e: sqlx::Error) -> Self {
+        EnforceError::Db(e.into())
+    }
+}
+
+/// What to sync.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// The ledger's cluster.
+    pub cluster: String,
+    /// Its name in Slurm (`ClusterName`); default: the ledger's.
+    pub slurm_cluster: Option<String>,
+    /// Block an account whose remaining balance is at or below this.
+    pub floor: Decimal,
+    /// Say what would change; change nothing.
+    pub dry_run: bool,
+    /// The `sacctmgr` to run.
+    pub sacctmgr: PathBuf,
+}
+
+/// One change of an account.
+#[derive(Debug, Clone, Serialize)]
+pub struct SyncAction {
+    pub project: String,
+    pub account: String,
+    pub action: Enforce,
+    pub remaining: Decimal,
+    /// The command, as run (or as it would be run).
+    pub command: String,
+    /// `None` in a dry run.
+    pub succeeded: Option<bool>,
+    pub output: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SyncReport {
+    pub cluster: String,
+    pub dry_run: bool,
+    /// Budgeted projects looked at.
+    pub projects: usize,
+    /// Of those, blocked (or to be) now.
+    pub blocked: usize,
+    pub actions: Vec<SyncAction>,
+    /// Budgeted projects that have no account in Slurm.
+    pub no_account: Vec<String>,
+}
+
+fn run(sacctmgr: &PathBuf, args: &[String]) -> Result<(bool, String), EnforceError> {
+    let out = Command::new(sacctmgr)
+        .args(args)
+        .output()
+        .map_err(|e| EnforceError::Sacctmgr(format!("cannot run {}: {e}", sacctmgr.display())))?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.success(), text.trim().chars().take(4000).collect()))
+}
+
+/// Slurm accounts on `cluster` and whether each is blocked (`GrpJobs=0` on
+/// its account association, the row with no user).
+fn accounts(sacctmgr: &PathBuf, cluster: &str) -> Result<std::collections::HashMap<String, bool>, EnforceError> {
+    let args: Vec<String> = ["-n", "-P", "show", "assoc"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([format!("where cluster={cluster}"), "format=account,user,grpjobs".into()])
+        .collect();
+    let (ok, text) = run(sacctmgr, &args)?;
+    if !ok {
+        return Err(EnforceError::Sacctmgr(format!("sacctmgr show assoc failed: {text}")));
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            (f.len() >= 3 && f[1].is_empty() && !f[0].is_empty()).then(|| (f[0].to_owned(), f[2].trim() == "0"))
+        })
+        .collect())
+}
+
+/// Bring every budgeted project's account in line (see the module docs).
+pub async fn slurm_sync(pool: &PgPool, o: &SyncOptions, author: &str) -> Result<SyncReport, EnforceError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let catalog = reference::load_catalog(&mut conn).await?;
+    let cluster = catalog.cluster(&o.cluster).ok_or_else(|| {
+        EnforceError::Invalid(format!(
+            "unknown cluster {:?} ({})",
+            o.cluster,
+            catalog.clusters_known(&o.cluster)
+        ))
+    })?;
+    let slurm_cluster = o.slurm_cluster.clone().unwrap_or_else(|| cluster.name.to_lowercase());
+    // One sync at a time: a second one waits (cron every minute is safe).
+    bdb::lock_sync(&mut conn, cluster.id).await?;
+    let current = accounts(&o.sacctmgr, &slurm_cluster)?;
+    let now = Utc::now();
+    let mut report = SyncReport {
+        cluster: cluster.name.clone(),
+        dry_run: o.dry_run,
+        projects: 0,
+        blocked: 0,
+        actions: Vec::new(),
+        no_account: Vec::new(),
+    };
+    let result = async {
+        for (id, code) in bdb::budgeted_projects(&mut conn).await? {
+            let balance = Balance::new(now, bdb::sums(&mut conn, id, now).await?);
+            if !balance.budgeted {
+                continue;
+            }
+            report.projects += 1;
+            let block = should_block(&balance, o.floor);
+            report.blocked += usize::from(block);
+            // Slurm keeps account names in lower case.
+            let account = code.to_lowercase();
+            let Some(action) = enforcement(block, current.get(&account).copied()) else {
+                if !current.contains_key(&account) {
+                    report.no_account.push(code);
+                }
+                continue;
+            };
+            let args: Vec<String> = vec![
+                "-i".into(),
+                "modify".into(),
+                "account".into(),
+                "where".into(),
+                format!("name={account}"),
+                format!("cluster={slurm_cluster}"),
+                "set".into(),
+                format!("GrpJobs={}", if action == Enforce::Block { "0" } else { "-1" }),
+            ];
+            let command = format!("sacctmgr {}", args.join(" "));
+            let (succeeded, output) = if o.dry_run {
+                (None, String::new())
+            } else {
+                let (ok, out) = run(&o.sacctmgr, &args)?;
+                bdb::record_action(
+                    &mut conn,
+                    &bdb::Action {
+                        cluster: cluster.id,
+                        project: id,
+                        account: &account,
+                        action: if action == Enforce::Block { "block" } else { "unblock" },
+                        command: &command,
+                        remaining: balance.remaining,
+                        succeeded: ok,
+                        output: &out,
+                    },
+                    author,
+                )
+                .await?;
+                (Some(ok), out)
+            };
+            report.actions.push(SyncAction {
+                project: code,
+                account,
+                action,
+                remaining: balance.remaining,
+                command,
+                succeeded,
+                output,
+            });
+        }
+        Ok::<_, EnforceError>(())
+    }
+    .await;
+    let _ = bdb::unlock_sync(&mut conn, cluster.id).await;
+    result?;
+    Ok(report)
+}
