@@ -142,6 +142,53 @@ CREATE TRIGGER enforcement_action_no_truncate BEFORE TRUNCATE ON enforcement_act
 ALTER TABLE enforcement_action ENABLE ALWAYS TRIGGER enforcement_action_append_only;
 ALTER TABLE enforcement_action ENABLE ALWAYS TRIGGER enforcement_action_no_truncate;
 
+-- Alerts: the thresholds (percent of the allocations in force used) the
+-- configuration sets, each crossing recorded once per project, pool of
+-- allocations (its earliest start) and threshold, and every delivery try.
+CREATE TABLE alert_threshold (
+    percent numeric(6,2) PRIMARY KEY CHECK (percent > 0 AND percent <= 1000)
+);
+COMMENT ON TABLE alert_threshold IS 'Budget alert thresholds, in percent of the allocations in force used ([budgets] alert_thresholds).';
+CREATE TRIGGER alert_threshold_rules_version AFTER INSERT OR UPDATE OR DELETE ON alert_threshold
+    FOR EACH STATEMENT EXECUTE FUNCTION hl_bump_rules_version();
+
+CREATE TABLE alert_crossing (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    project_id    bigint NOT NULL REFERENCES project (id),
+    threshold     numeric(6,2) NOT NULL,
+    -- The pool of allocations it belongs to: its earliest start.
+    pool_from     timestamptz NOT NULL,
+    allocated     numeric(18,2) NOT NULL,
+    used          numeric(18,2) NOT NULL,
+    remaining     numeric(18,2) NOT NULL,
+    crossed_at    timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (project_id, threshold, pool_from)
+);
+COMMENT ON TABLE alert_crossing IS 'Each budget threshold a project crossed, once per pool of allocations and threshold.';
+CREATE TRIGGER alert_crossing_append_only BEFORE UPDATE OR DELETE ON alert_crossing
+    FOR EACH ROW EXECUTE FUNCTION hl_refuse_change();
+CREATE TRIGGER alert_crossing_no_truncate BEFORE TRUNCATE ON alert_crossing
+    FOR EACH STATEMENT EXECUTE FUNCTION hl_refuse_change();
+ALTER TABLE alert_crossing ENABLE ALWAYS TRIGGER alert_crossing_append_only;
+ALTER TABLE alert_crossing ENABLE ALWAYS TRIGGER alert_crossing_no_truncate;
+
+CREATE TABLE alert_delivery (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    crossing_id bigint NOT NULL REFERENCES alert_crossing (id),
+    -- `webhook URL` or `command CMD`.
+    channel     text NOT NULL CHECK (length(channel) BETWEEN 1 AND 2000),
+    succeeded   boolean NOT NULL,
+    detail      text NOT NULL CHECK (length(detail) <= 2000),
+    at          timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX alert_delivery_crossing ON alert_delivery (crossing_id);
+CREATE TRIGGER alert_delivery_append_only BEFORE UPDATE OR DELETE ON alert_delivery
+    FOR EACH ROW EXECUTE FUNCTION hl_refuse_change();
+CREATE TRIGGER alert_delivery_no_truncate BEFORE TRUNCATE ON alert_delivery
+    FOR EACH STATEMENT EXECUTE FUNCTION hl_refuse_change();
+ALTER TABLE alert_delivery ENABLE ALWAYS TRIGGER alert_delivery_append_only;
+ALTER TABLE alert_delivery ENABLE ALWAYS TRIGGER alert_delivery_no_truncate;
+
 -- The charging record that released a hold: of the hold's job, ended after
 -- the hold was placed (less ten minutes of clock skew between the
 -- scheduler and the database); NULL while none is recorded.
@@ -231,6 +278,13 @@ SELECT x.id, c.name AS cluster, p.code AS project, x.account, x.action, x.comman
        x.output, x.author, x.at
   FROM enforcement_action x JOIN cluster c ON c.id = x.cluster_id JOIN project p ON p.id = x.project_id;
 
+CREATE VIEW audit.alerts AS
+SELECT a.id, p.code AS project, a.threshold, a.pool_from, a.allocated, a.used, a.remaining, a.crossed_at,
+       (SELECT string_agg(d.channel || ': ' || CASE WHEN d.succeeded THEN 'delivered' ELSE 'failed' END
+                          || ' at ' || d.at, '; ' ORDER BY d.id)
+          FROM alert_delivery d WHERE d.crossing_id = a.id) AS deliveries
+  FROM alert_crossing a JOIN project p ON p.id = a.project_id;
+
 CREATE VIEW audit.balances AS
 SELECT p.code AS project, b.allocated, b.pool_from, b.used, b.held, b.allocated - b.used - b.held AS remaining
   FROM project p
@@ -282,7 +336,8 @@ BEGIN
         EXECUTE 'GRANT SELECT, INSERT ON hold TO hpc_ledger_ingest';
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_billing') THEN
-        EXECUTE 'GRANT SELECT, INSERT ON allocation, hold, enforcement_action TO hpc_ledger_billing';
+        EXECUTE 'GRANT SELECT, INSERT ON allocation, hold, enforcement_action, alert_crossing, alert_delivery TO hpc_ledger_billing';
+        EXECUTE 'GRANT SELECT ON alert_threshold TO hpc_ledger_billing';
     END IF;
 END
 $$;

@@ -12,13 +12,13 @@ use crate::db::{self, MIGRATOR, Target};
 use crate::domain::period::Month;
 use crate::domain::rules::Scheduler;
 use crate::ingest::{Format, ReadOptions};
-use crate::service::close;
 use crate::service::correct::{self, RefundBy, Target as CorrectTarget, Why};
 use crate::service::import::{Input, Summary, import};
 use crate::service::record::{RecordOptions, Recorder};
 use crate::service::statement::Which;
 use crate::service::storage;
 use crate::service::{self, quote::QuoteRequest};
+use crate::service::{budget, close};
 
 /// The example configuration shipped in examples/center.toml.
 pub const EXAMPLE_CONFIG: &str = include_str!("../../examples/center.toml");
@@ -279,7 +279,88 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     println!();
     print!("{}", super::statement::text(&statement[0]));
 
-    heading(8, "Audit: every charge recomputed in SQL, every seal checked");
+    heading(8, "Budgets: an allocation, what is left, a refused start, a top-up");
+    let award = crate::domain::rules::Dated {
+        valid_from: crate::config::parse_instant("2026-07-01", tz).map_err(anyhow::Error::msg)?,
+        valid_until: Some(crate::config::parse_instant("2027-07-01", tz).map_err(anyhow::Error::msg)?),
+        value: (),
+    };
+    let grant = budget::grant(
+        &pool,
+        "PAS1234",
+        "250.00".parse()?,
+        award.clone(),
+        "award 2026-123",
+        "billing-office",
+    )
+    .await?;
+    println!("granted 250.00 to PAS1234 from 2026-07-01 until 2027-07-01 (allocation {grant})");
+    // Printed from the ledger, not from the grant: the balance is derived.
+    let b = budget::balance(&pool, "PAS1234", Utc::now()).await?;
+    println!(
+        "PAS1234: allocated {:.2}, used {:.2}, held {:.2}, remaining {:.2}",
+        b.balance.allocated, b.balance.used, b.balance.held, b.balance.remaining
+    );
+    let alerts = budget::check_alerts(&pool, None).await?;
+    for c in alerts.new.iter().rev() {
+        println!(
+            "alert: PAS1234 has used {} % of its allocations ({:.2} of {:.2})",
+            c.threshold, c.used, c.allocated
+        );
+    }
+    let big = budget::JobRequest {
+        project: "PAS1234".into(),
+        job_id: Some("7001".into()),
+        array_index: None,
+        quote: QuoteRequest {
+            cluster: "owens".into(),
+            resources: "-N 4 -n 112".into(),
+            dialect: None,
+            walltime: Some("48:00:00".into()),
+            queue: Some("parallel".into()),
+            node_type: None,
+            at: Utc::now(),
+            project: Some("PAS1234".into()),
+            class: None,
+        },
+    };
+    let refused = budget::check(&pool, &big, rust_decimal::Decimal::ZERO).await?;
+    println!(
+        "check owens 4 nodes × 48 h for PAS1234: {} ({})",
+        if refused.verdict.allowed {
+            "may start"
+        } else {
+            "may NOT start"
+        },
+        refused.verdict.reason
+    );
+    budget::grant(
+        &pool,
+        "PAS1234",
+        "1000.00".parse()?,
+        award,
+        "supplement 2026-123a",
+        "billing-office",
+    )
+    .await?;
+    let allowed = budget::check(&pool, &big, rust_decimal::Decimal::ZERO).await?;
+    println!(
+        "after a 1000.00 top-up: {} ({})",
+        if allowed.verdict.allowed {
+            "may start"
+        } else {
+            "may NOT start"
+        },
+        allowed.verdict.reason
+    );
+    let held = budget::hold(&pool, &big, chrono::TimeDelta::hours(1), "prolog").await?;
+    println!(
+        "a prolog holds {:.2} for owens/7001 until its charge is recorded (or {})",
+        held.amount,
+        super::local_time(held.expires_at, tz)
+    );
+
+    heading(9, "Audit: every charge recomputed in SQL, every seal checked");
     let report = close::audit(&pool).await?;
     print!("{}", super::close::render(&report));
     if !report.clean() {

@@ -225,6 +225,13 @@ pub enum Command {
     ///   hpc-ledger hold --project PAS1234 --job-id 5001 --cluster owens --queue batch --resources '-n 28' --walltime 4:00:00
     #[command(verbatim_doc_comment)]
     Hold(budget::HoldArgs),
+    /// Budget alerts: thresholds of the allocations used, each crossing recorded once and delivered.
+    ///
+    /// Examples:
+    ///   hpc-ledger alerts
+    ///   hpc-ledger alerts --check --command 'curl -fsS -d @- https://hooks.example.edu/budget'   # from cron
+    #[command(verbatim_doc_comment)]
+    Alerts(budget::AlertsArgs),
     /// Enforce budgets in Slurm through sacctmgr (docs/budgets.md, docs/slurm.md).
     ///
     /// Example:
@@ -326,6 +333,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => budget::run_check(args, &target).await,
         Command::Hold(args) => budget::run_hold(args, &target, by).await,
         Command::Slurm(cmd) => budget::run_slurm(cmd, &target, by).await,
+        Command::Alerts(args) => budget::run_alerts(args, &target).await,
         Command::Import(args) => import::run(args, &target, by).await,
         Command::Serve(args) => serve::run(args, &target, by).await,
         Command::Rejected(args) => rejected::run(args, &target, by).await,

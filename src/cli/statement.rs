@@ -285,6 +285,18 @@ pub fn text(s: &Statement) -> String {
     }
     let _ = writeln!(o, "  corrections subtotal: {:.2}\n", s.corrections_total());
     let _ = writeln!(o, "TOTAL {cur} {:.2}", s.total);
+    if let Some(b) = &s.budget {
+        let _ = writeln!(
+            o,
+            "\nBudget at {}: allocated {:.2}, used {:.2}, held {:.2}, remaining {:.2} ({:.1} % used)",
+            b.at.format("%Y-%m-%d %H:%M UTC"),
+            b.allocated,
+            b.used,
+            b.held,
+            b.remaining,
+            b.fraction_used * rust_decimal::Decimal::ONE_HUNDRED
+        );
+    }
     o
 }
 

@@ -35,6 +35,8 @@ pub struct CenterConfig {
     pub classes: Vec<ClassConfig>,
     /// Discounts (docs/rules.md R8).
     pub discounts: Vec<DiscountConfig>,
+    /// Budget alert thresholds, percent used (docs/budgets.md).
+    pub alert_thresholds: Vec<Decimal>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -275,6 +277,27 @@ impl Validator {
             .collect();
 
         let discounts = self.discounts(file.discounts, tz);
+        let mut alert_thresholds: Vec<Decimal> = Vec::new();
+        for (i, t) in file
+            .budgets
+            .map(|b| b.alert_thresholds)
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let t = t.0.normalize();
+            if t <= Decimal::ZERO || t > Decimal::from(1000) || t.scale() > 2 {
+                self.bad(
+                    format!("budgets.alert_thresholds[{i}]"),
+                    format!("{t} is not a percentage above 0, at most 1000, with at most 2 decimal places"),
+                );
+            } else if alert_thresholds.contains(&t) {
+                self.bad(format!("budgets.alert_thresholds[{i}]"), format!("{t} is given twice"));
+            } else {
+                alert_thresholds.push(t);
+            }
+        }
+        alert_thresholds.sort();
 
         if self.problems.is_empty() {
             Ok(CenterConfig {
@@ -284,6 +307,7 @@ impl Validator {
                 projects,
                 classes,
                 discounts,
+                alert_thresholds,
             })
         } else {
             Err(ConfigError {

@@ -21,6 +21,16 @@ pub struct File {
     pub rate_classes: Vec<RateClass>,
     #[serde(default, rename = "discount")]
     pub discounts: Vec<Discount>,
+    #[serde(default)]
+    pub budgets: Option<Budgets>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budgets {
+    /// Percent of the allocations in force used at which an alert is raised.
+    #[serde(default)]
+    pub alert_thresholds: Vec<Dec>,
 }
 
 #[derive(Debug, Deserialize)]

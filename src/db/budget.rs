@@ -293,3 +293,117 @@ pub async fn record_action(conn: &mut PgConnection, a: &Action<'_>, author: &str
     .await?;
     Ok(())
 }
+
+/// The alert thresholds, percent, ascending.
+pub async fn thresholds(conn: &mut PgConnection) -> Result<Vec<Decimal>, sqlx::Error> {
+    Ok(
+        sqlx::query_scalar!("SELECT percent FROM alert_threshold ORDER BY percent")
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .map(|d| d.normalize())
+            .collect(),
+    )
+}
+
+/// Make the alert thresholds exactly `percents`.
+pub async fn set_thresholds(conn: &mut PgConnection, percents: &[Decimal]) -> Result<(), sqlx::Error> {
+    sqlx::query!("DELETE FROM alert_threshold WHERE NOT (percent = ANY($1))", percents)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query!(
+        "INSERT INTO alert_threshold (percent) SELECT unnest($1::numeric[]) ON CONFLICT DO NOTHING",
+        percents
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A threshold crossed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Crossing {
+    pub id: i64,
+    pub project: String,
+    pub threshold: Decimal,
+    pub pool_from: DateTime<Utc>,
+    pub allocated: Decimal,
+    pub used: Decimal,
+    pub remaining: Decimal,
+    pub crossed_at: DateTime<Utc>,
+    /// Channels it was delivered to.
+    pub delivered: Vec<String>,
+}
+
+/// Record the thresholds a project has crossed, once each per pool; the
+/// ids of those recorded now.
+pub async fn record_crossings(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    thresholds: &[Decimal],
+    pool_from: DateTime<Utc>,
+    allocated: Decimal,
+    used: Decimal,
+    remaining: Decimal,
+) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "INSERT INTO alert_crossing (project_id, threshold, pool_from, allocated, used, remaining)
+         SELECT $1, t, $3, $4, $5, $6 FROM unnest($2::numeric[]) t
+         ON CONFLICT (project_id, threshold, pool_from) DO NOTHING
+         RETURNING id",
+        project as ProjectId,
+        thresholds,
+        pool_from,
+        allocated,
+        used,
+        remaining
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Every crossing, newest first, with the channels it reached.
+pub async fn crossings(conn: &mut PgConnection) -> Result<Vec<Crossing>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT a.id, p.code, a.threshold, a.pool_from, a.allocated, a.used, a.remaining, a.crossed_at,
+                  coalesce((SELECT array_agg(DISTINCT d.channel) FROM alert_delivery d
+                             WHERE d.crossing_id = a.id AND d.succeeded), '{}') AS "delivered!"
+             FROM alert_crossing a JOIN project p ON p.id = a.project_id ORDER BY a.id DESC"#
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Crossing {
+            id: r.id,
+            project: r.code,
+            threshold: r.threshold.normalize(),
+            pool_from: r.pool_from,
+            allocated: r.allocated,
+            used: r.used,
+            remaining: r.remaining,
+            crossed_at: r.crossed_at,
+            delivered: r.delivered,
+        })
+        .collect())
+}
+
+pub async fn record_delivery(
+    conn: &mut PgConnection,
+    crossing: i64,
+    channel: &str,
+    succeeded: bool,
+    detail: &str,
+) -> Result<(), sqlx::Error> {
+    let detail: String = detail.chars().take(2000).collect();
+    sqlx::query!(
+        "INSERT INTO alert_delivery (crossing_id, channel, succeeded, detail) VALUES ($1, $2, $3, $4)",
+        crossing,
+        channel,
+        succeeded,
+        detail
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}

@@ -406,11 +406,51 @@ pub(super) async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 pub(super) async fn metrics_text(State(app): State<Arc<App>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(),
+    let mut text = app.metrics.render();
+    text.push_str(&budget_gauges(&app.pool).await);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// Each budgeted project's remaining balance and fraction used, for
+/// Alertmanager (docs/budgets.md); nothing when the database cannot be asked
+/// (the scrape still answers, with serve's own figures).
+async fn budget_gauges(pool: &sqlx::PgPool) -> String {
+    use std::fmt::Write;
+    let Ok(Ok(list)) = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        crate::service::budget::balances(pool, chrono::Utc::now()),
     )
-        .into_response()
+    .await
+    else {
+        return String::new();
+    };
+    let mut out = String::new();
+    out.push_str(
+        "# HELP hpc_ledger_budget_remaining What a budgeted project may still spend (allocated - used - held).\n",
+    );
+    out.push_str("# TYPE hpc_ledger_budget_remaining gauge\n");
+    let label = |p: &str| p.replace('\\', "\\\\").replace('"', "\\\"");
+    for b in &list {
+        let _ = writeln!(
+            out,
+            "hpc_ledger_budget_remaining{{project=\"{}\"}} {}",
+            label(&b.project),
+            b.balance.remaining
+        );
+    }
+    out.push_str(
+        "# HELP hpc_ledger_budget_fraction_used What a budgeted project has used of its allocations in force.\n",
+    );
+    out.push_str("# TYPE hpc_ledger_budget_fraction_used gauge\n");
+    for b in &list {
+        let _ = writeln!(
+            out,
+            "hpc_ledger_budget_fraction_used{{project=\"{}\"}} {}",
+            label(&b.project),
+            b.balance.fraction_used
+        );
+    }
+    out
 }
 
 /// `POST /check`: may this job start (docs/budgets.md)? The same answer as

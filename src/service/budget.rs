@@ -368,3 +368,171 @@ pub async fn holds(pool: &PgPool, project: &str, at: DateTime<Utc>) -> Result<Ve
     let p = project_id(&mut conn, project).await?;
     Ok(bdb::holds(&mut conn, Some(p), None, at).await?)
 }
+
+/// Where alerts go.
+#[derive(Debug, Clone)]
+pub enum Channel {
+    /// A JSON POST to an `http://` URL (`https` through `Command` and curl).
+    Webhook(String),
+    /// A local command, the alert's JSON on its stdin (`mail -s …`,
+    /// `curl -fsS -d @- https://…`).
+    Command(String),
+}
+
+impl Channel {
+    fn name(&self) -> String {
+        match self {
+            Channel::Webhook(u) => format!("webhook {u}"),
+            Channel::Command(c) => format!("command {c}"),
+        }
+    }
+}
+
+/// What `alerts --check` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct AlertRun {
+    pub thresholds: Vec<Decimal>,
+    /// Crossings recorded now.
+    pub new: Vec<bdb::Crossing>,
+    /// Deliveries tried now: crossing id, channel, whether it went through.
+    pub delivered: Vec<(i64, String, bool)>,
+}
+
+/// Record every threshold crossed now (once per project, pool of
+/// allocations and threshold), then deliver every crossing not yet
+/// delivered to `channel` (three tries each, 1 s and 2 s apart).
+pub async fn check_alerts(pool: &PgPool, channel: Option<&Channel>) -> Result<AlertRun, BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let thresholds = bdb::thresholds(&mut conn).await?;
+    let now = Utc::now();
+    let mut new_ids = Vec::new();
+    if !thresholds.is_empty() {
+        for (id, _) in bdb::budgeted_projects(&mut conn).await? {
+            let b = Balance::new(now, bdb::sums(&mut conn, id, now).await?);
+            let (Some(pool_from), true) = (b.pool_from, b.allocated > Decimal::ZERO) else {
+                continue;
+            };
+            let percent = b.used * Decimal::ONE_HUNDRED / b.allocated;
+            let crossed: Vec<Decimal> = thresholds.iter().copied().filter(|t| percent >= *t).collect();
+            if !crossed.is_empty() {
+                new_ids.extend(
+                    bdb::record_crossings(&mut conn, id, &crossed, pool_from, b.allocated, b.used, b.remaining).await?,
+                );
+            }
+        }
+    }
+    let all = bdb::crossings(&mut conn).await?;
+    let new: Vec<bdb::Crossing> = all.iter().filter(|c| new_ids.contains(&c.id)).cloned().collect();
+    let mut delivered = Vec::new();
+    if let Some(ch) = channel {
+        let name = ch.name();
+        for c in all.iter().rev().filter(|c| !c.delivered.contains(&name)) {
+            let body = serde_json::json!({
+                "alert": "budget threshold crossed", "project": c.project, "threshold_percent": c.threshold,
+                "allocated": c.allocated, "used": c.used, "remaining": c.remaining,
+                "allocations_since": c.pool_from, "crossed_at": c.crossed_at,
+            })
+            .to_string();
+            let mut ok = false;
+            for attempt in 0..3u32 {
+                if attempt > 0 {
+                    tokio::time::sleep(std::time::Duration::from_secs(u64::from(attempt))).await;
+                }
+                let (went, detail) = deliver(ch, &body).await;
+                bdb::record_delivery(&mut conn, c.id, &name, went, &detail).await?;
+                if went {
+                    ok = true;
+                    break;
+                }
+            }
+            delivered.push((c.id, name.clone(), ok));
+        }
+    }
+    Ok(AlertRun {
+        thresholds,
+        new,
+        delivered,
+    })
+}
+
+async fn deliver(ch: &Channel, body: &str) -> (bool, String) {
+    match ch {
+        Channel::Webhook(url) => {
+            let Ok(u) = url::Url::parse(url) else {
+                return (false, format!("{url:?} is not a URL"));
+            };
+            if u.scheme() != "http" {
+                return (
+                    false,
+                    "only http:// webhooks are posted directly; use --command 'curl -fsS -d @- URL' for https".into(),
+                );
+            }
+            let host = u.host_str().unwrap_or("localhost");
+            let port = u.port().unwrap_or(80);
+            let Some(addr) = tokio::net::lookup_host((host, port))
+                .await
+                .ok()
+                .and_then(|mut a| a.next())
+            else {
+                return (false, format!("cannot resolve {host}"));
+            };
+            let auth = (!u.username().is_empty())
+                .then(|| crate::serve::client::basic(&format!("{}:{}", u.username(), u.password().unwrap_or(""))));
+            let path = match u.query() {
+                Some(q) => format!("{}?{q}", u.path()),
+                None => u.path().to_owned(),
+            };
+            match tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                crate::serve::client::post(addr, &path, auth.as_deref(), body.as_bytes()),
+            )
+            .await
+            {
+                Ok(Ok(r)) if (200..300).contains(&r.status) => (true, format!("HTTP {}", r.status)),
+                Ok(Ok(r)) => (false, format!("HTTP {}: {}", r.status, r.body.trim())),
+                Ok(Err(e)) => (false, e.to_string()),
+                Err(_) => (false, "no answer within 10 s".into()),
+            }
+        }
+        Channel::Command(cmd) => {
+            // The JSON goes in through a file, not a pipe: a command that
+            // does not read its input must not kill us with SIGPIPE.
+            let path = std::env::temp_dir().join(format!("hpc-ledger-alert-{}.json", uuid::Uuid::new_v4().simple()));
+            if let Err(e) = std::fs::write(&path, body) {
+                return (false, format!("cannot write {}: {e}", path.display()));
+            }
+            let input = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                Err(e) => return (false, format!("cannot read {}: {e}", path.display())),
+            };
+            let child = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .stdin(std::process::Stdio::from(input))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn();
+            let result = match child {
+                Err(e) => (false, format!("cannot run sh: {e}")),
+                Ok(child) => {
+                    match tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output()).await {
+                        Ok(Ok(o)) if o.status.success() => (true, "exit 0".into()),
+                        Ok(Ok(o)) => (
+                            false,
+                            format!("{}: {}", o.status, String::from_utf8_lossy(&o.stderr).trim()),
+                        ),
+                        Ok(Err(e)) => (false, e.to_string()),
+                        Err(_) => (false, "did not finish within 30 s".into()),
+                    }
+                }
+            };
+            let _ = std::fs::remove_file(&path);
+            result
+        }
+    }
+}
+
+pub async fn alerts(pool: &PgPool) -> Result<Vec<bdb::Crossing>, BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    Ok(bdb::crossings(&mut conn).await?)
+}

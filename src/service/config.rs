@@ -61,6 +61,7 @@ pub struct ApplyReport {
     pub classes: Counts,
     pub project_classes: Counts,
     pub discounts: Counts,
+    pub alert_thresholds: Counts,
     /// Things kept that the file does not mention.
     pub notes: Vec<String>,
 }
@@ -78,6 +79,7 @@ impl ApplyReport {
             self.classes,
             self.project_classes,
             self.discounts,
+            self.alert_thresholds,
         ];
         self.center_changed || all.iter().any(|c| c.added + c.updated + c.removed > 0)
     }
@@ -100,6 +102,7 @@ impl fmt::Display for ApplyReport {
         writeln!(f, "rate classes:  {}", self.classes)?;
         writeln!(f, "class changes: {}", self.project_classes)?;
         writeln!(f, "discounts:     {}", self.discounts)?;
+        writeln!(f, "alert levels:  {}", self.alert_thresholds)?;
         for n in &self.notes {
             writeln!(f, "note: {n}")?;
         }
@@ -195,6 +198,28 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
     apply_storage_rates(&mut *tx, &config.storage_rates, &classes, &mut report, &mut refused).await?;
     let projects = apply_projects(&mut *tx, config, author, &classes, &mut report, &mut refused).await?;
     apply_discounts(&mut *tx, config, author, &classes, &projects, &mut report, &mut refused).await?;
+    // Alert thresholds: the file's set.
+    let have = crate::db::budget::thresholds(&mut *tx).await?;
+    let add: Vec<Decimal> = config
+        .alert_thresholds
+        .iter()
+        .filter(|t| !have.contains(t))
+        .copied()
+        .collect();
+    let drop: Vec<Decimal> = have
+        .iter()
+        .filter(|t| !config.alert_thresholds.contains(t))
+        .copied()
+        .collect();
+    report.alert_thresholds = Counts {
+        added: add.len() as u64,
+        updated: 0,
+        removed: drop.len() as u64,
+        unchanged: (have.len() - drop.len()) as u64,
+    };
+    if refused.is_empty() && !(add.is_empty() && drop.is_empty()) {
+        crate::db::budget::set_thresholds(&mut *tx, &config.alert_thresholds).await?;
+    }
 
     if !refused.is_empty() {
         return Err(ApplyError::Refused(refused));

@@ -88,6 +88,9 @@ pub struct Statement {
     pub discounts: Vec<DiscountLine>,
     pub corrections: Vec<CorrectionLine>,
     pub total: Decimal,
+    /// A budgeted project's balance at the month's end (or now, while the
+    /// month runs): docs/budgets.md.
+    pub budget: Option<crate::domain::budget::Balance>,
 }
 
 impl Statement {
@@ -169,6 +172,15 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
     for l in sdb::storage_lines(&mut conn, &ids, period).await? {
         storage.entry(l.project_id).or_default().push(l);
     }
+    // Budgets: the balance at the month's end (or now), for budgeted projects.
+    let budget_at = end.min(chrono::Utc::now());
+    let mut budgets: HashMap<ProjectId, crate::domain::budget::Balance> = HashMap::new();
+    for (id, _) in crate::db::budget::budgeted_projects(&mut conn).await? {
+        if ids.contains(&id) {
+            let sums = crate::db::budget::sums(&mut conn, id, budget_at).await?;
+            budgets.insert(id, crate::domain::budget::Balance::new(budget_at, sums));
+        }
+    }
     let mut discounts: HashMap<ProjectId, Vec<DiscountLine>> = HashMap::new();
     for mut l in sdb::discount_lines(&mut conn, &ids, period).await? {
         l.percent = l.percent.normalize();
@@ -214,6 +226,7 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
                 discounts,
                 corrections,
                 total,
+                budget: budgets.remove(id).filter(|b| b.budgeted),
             }
         })
         .collect();

@@ -38,6 +38,9 @@ code = "P1"
 code = "P2"
 [[project]]
 code = "FREE"
+
+[budgets]
+alert_thresholds = [50, 90, 100]
 "#;
 
 async fn db() -> TestDb {
@@ -189,6 +192,14 @@ async fn a_balance_is_what_was_granted_less_what_was_drawn_in_its_window_and_hel
     let text = ok(&db.cli(&["alloc", "list", "--project", "P1"]));
     assert!(text.contains("70.00"), "what is left of the grant:\n{text}");
 
+    // The statement of October shows the budget at the month's end.
+    let st = ok(&db.cli(&["statement", "--project", "P1", "--month", "2026-10"]));
+    assert!(
+        st.contains(
+            "Budget at 2026-11-01 00:00 UTC: allocated 70.00, used 56.00, held 0.00, remaining 14.00 (80.0 % used)"
+        ),
+        "{st}"
+    );
     // The auditor's balance is the same number.
     let audited: (Decimal, Decimal, Decimal) =
         sqlx::query_as("SELECT allocated, used, remaining FROM audit.balances WHERE project = 'P1'")
@@ -595,5 +606,82 @@ async fn slurm_sync_blocks_a_spent_project_and_unblocks_it_once_funded_changing_
         o.contains("note: project P1 is budgeted but has no Slurm account on this cluster"),
         "{o}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn each_threshold_crossed_is_recorded_once_and_delivered_until_it_gets_through() {
+    let db = db().await;
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("alerts-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sink = dir.join("sent.jsonl");
+    let deliver = format!("cat >> {}; echo >> {}", sink.display(), sink.display());
+    let sent = || std::fs::read_to_string(&sink).unwrap_or_default();
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "10.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "award",
+    ]));
+    // 28 cores × 20 h = 5.60: 56 % used, past 50 %.
+    record(&db, "A1", "P1", 28, "2026-10-01T00:00:00Z", 20);
+    let o = db.cli(&["alerts", "--check", "--command", &deliver]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("new: P1 crossed 50 % (5.60 of 10.00 used)"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(sent().lines().count(), 1);
+    let alert: Value = serde_json::from_str(sent().lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (alert["project"].as_str(), alert["threshold_percent"].as_str()),
+        (Some("P1"), Some("50"))
+    );
+    // Again: nothing new, nothing sent twice.
+    let o = db.cli(&["alerts", "--check", "--command", &deliver]);
+    assert_eq!(stderr(&o), "", "{}", stderr(&o));
+    assert_eq!(sent().lines().count(), 1);
+    // 28 × 15 h = 4.20 more: 98 %, past 90 %; a channel that fails keeps it
+    // for the next run, after three tries (exit 1).
+    record(&db, "A2", "P1", 28, "2026-10-05T00:00:00Z", 15);
+    let o = db.cli(&["alerts", "--check", "--command", "exit 3"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("new: P1 crossed 90 %"), "{}", stderr(&o));
+    let tries: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_delivery WHERE NOT succeeded")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        tries, 6,
+        "three tries for each of the two crossings not delivered to that command"
+    );
+    ok(&db.cli(&["alerts", "--check", "--command", &deliver]));
+    let thresholds: Vec<String> = sent()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["threshold_percent"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(thresholds, ["50", "90"]);
+    // A webhook nobody answers is not delivered.
+    let o = db.cli(&["alerts", "--check", "--webhook", "http://127.0.0.1:9/hook"]);
+    assert_eq!(o.status.code(), Some(1));
+    // The list, and the auditor's view.
+    let list = json(&db.cli(&["alerts", "--format", "json"]));
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM audit.alerts WHERE deliveries LIKE '%delivered%'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(audited, 2);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -38,6 +38,10 @@ const NOT_RUN: &[(&str, &str)] = &[
         "names the center's own server: every test runs on its own",
     ),
     (
+        "slurm sync",
+        "needs sacctmgr: tests/it/budget.rs runs it against a stand-in, tests/slurm/e2e.sh against a real Slurm",
+    ),
+    (
         "db stop",
         "stops the embedded database, not a server given by URL: tests/it/embedded.rs",
     ),
@@ -67,6 +71,7 @@ const PAGES: &[(&str, Start)] = &[
     ("docs/rules.md", Start::Sample),
     ("docs/performance.md", Start::Sample),
     ("docs/auditing.md", Start::Closed),
+    ("docs/budgets.md", Start::Sample),
 ];
 
 /// The commands of a page's ```sh blocks that call hpc-ledger, continuation

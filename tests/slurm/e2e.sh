@@ -570,3 +570,44 @@ SUMMARY+=(
     "re-import into serve's ledger: recorded $again_recorded, replayed $again_replayed, revised $again_revised, superseded $again_superseded"
     "serve /metrics:     documents: ${outcomes%, }; HTTP statuses: ${statuses% }"
 )
+
+# ------------------------------------------------------------------ budgets: slurm sync (docs/budgets.md)
+# A project with a tiny allocation runs jobs until the ledger says it is
+# spent; `slurm sync` then blocks its account (GrpJobs=0): its next job stays
+# pending with Slurm's reason, running jobs untouched; a grant and a sync let
+# it start. (After every check above: these jobs are not in their totals.)
+sacctmgr -i add account e2e0003 Description=hpc-ledger-e2e-budget Organization=e2e >/dev/null || die "sacctmgr: cannot add e2e0003"
+sacctmgr -i add user root Account=e2e0003 >/dev/null || die "sacctmgr: cannot add root to e2e0003"
+ledger "$L1" alloc grant E2E0003 0.50 --from 2020-01-01 --reason "e2e: a tiny allocation" >/dev/null || die "alloc grant failed"
+sync_slurm() { ledger "$L1" slurm sync --cluster "$CLUSTER" 2>&1; }
+out=$(sync_slurm) || fail "slurm sync failed: $out"
+for i in 1 2; do   # 1 core for 3 s at 413.7 a core-hour: 0.34 each
+    sb -J "budget$i" -A E2E0003 -p regular -N 1 -n 1 --mem=128M -t 2 --wrap 'sleep 3' >/dev/null || die "sbatch budget$i failed"
+done
+b_recorded() { [ "$(sql "$URL1" "SELECT count(DISTINCT r.job_id) FROM job_record r JOIN project p ON p.id = r.project_id WHERE p.code = 'E2E0003'")" -ge 2 ]; }
+waitfor 180 "the ledger to charge E2E0003's two jobs" b_recorded
+remaining=$(ledger "$L1" balance E2E0003 --format json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["remaining"])')
+out=$(sync_slurm) || fail "slurm sync failed: $out"
+grep -q "^block E2E0003 (account e2e0003" <<< "$out" || fail "slurm sync did not block the spent E2E0003 ($remaining left): $out"
+B_ID=$(sb -J budget3 -A E2E0003 -p regular -N 1 -n 1 --mem=128M -t 2 --wrap 'sleep 3') || die "sbatch budget3 failed"
+B_ID=${B_ID%%;*}
+b_state=""
+for ((i = 0; i < 60; i++)); do
+    b_state=$(squeue -h -j "$B_ID" -o '%T %r')
+    [ "$b_state" = "PENDING AssocGrpJobsLimit" ] && break
+    sleep 0.5
+done
+[ "$b_state" = "PENDING AssocGrpJobsLimit" ] || fail "E2E0003's job $B_ID after the block: '$b_state', expected 'PENDING AssocGrpJobsLimit'"
+sleep 5
+b_state=$(squeue -h -j "$B_ID" -o '%T %r')
+[ "$b_state" = "PENDING AssocGrpJobsLimit" ] || fail "E2E0003's job $B_ID 5 s later: '$b_state', expected still pending"
+out=$(sync_slurm)
+grep -q "nothing to change" <<< "$out" || fail "a second slurm sync changed something: $out"
+ledger "$L1" alloc grant E2E0003 100.00 --from 2020-01-01 --reason "e2e: a top-up" >/dev/null || die "alloc grant failed"
+out=$(sync_slurm) || fail "slurm sync failed: $out"
+grep -q "^unblock E2E0003" <<< "$out" || fail "slurm sync did not unblock E2E0003 after the top-up: $out"
+b_started() { [ "$(squeue -h -j "$B_ID" -o %T)" != PENDING ]; }
+waitfor 90 "E2E0003's job $B_ID to start after the top-up" b_started
+actions=$(sql "$URL1" "SELECT string_agg(action, ',' ORDER BY id) FROM enforcement_action")
+[ "$actions" = "block,unblock" ] || fail "enforcement_action holds '$actions', expected 'block,unblock'"
+SUMMARY+=("budgets:            E2E0003 spent its 0.50 ($remaining left): slurm sync blocked it, job $B_ID pended with AssocGrpJobsLimit; a top-up and a sync started it")
