@@ -37,6 +37,17 @@ pub struct CenterConfig {
     pub discounts: Vec<DiscountConfig>,
     /// Budget alert thresholds, percent used (docs/budgets.md).
     pub alert_thresholds: Vec<Decimal>,
+    /// Grants kept in the file (docs/budgets.md).
+    pub allocations: Vec<AllocationConfig>,
+}
+
+/// A grant the configuration records.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AllocationConfig {
+    pub project: String,
+    pub amount: Decimal,
+    pub window: Dated<()>,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -298,6 +309,52 @@ impl Validator {
             }
         }
         alert_thresholds.sort();
+        let mut allocations: Vec<AllocationConfig> = Vec::new();
+        for (i, a) in file.allocations.into_iter().enumerate() {
+            let key = format!("allocation[{i}]");
+            let amount = a.amount.0;
+            if amount <= Decimal::ZERO || amount.scale() > 2 {
+                self.bad(
+                    format!("{key}.amount"),
+                    format!("{amount} is not a positive amount with at most 2 decimal places"),
+                );
+            }
+            if a.reason.trim().is_empty() || a.reason.len() > 2000 {
+                self.bad(format!("{key}.reason"), "must be 1 to 2000 characters");
+            }
+            let from = self.instant(&format!("{key}.from"), &a.from, tz);
+            let until = a
+                .until
+                .as_deref()
+                .and_then(|u| self.instant(&format!("{key}.until"), u, tz));
+            if let (Some(f), Some(u)) = (from, until)
+                && u <= f
+            {
+                self.bad(format!("{key}.until"), "must be after `from`");
+            }
+            let Some(from) = from else { continue };
+            let reason = a.reason.trim().to_owned();
+            let project = a.project.trim().to_owned();
+            if allocations
+                .iter()
+                .any(|o| o.project.eq_ignore_ascii_case(&project) && o.window.valid_from == from && o.reason == reason)
+            {
+                self.bad(
+                    &key,
+                    "the same project, start and reason twice: give each grant its own reason",
+                );
+            }
+            allocations.push(AllocationConfig {
+                project,
+                amount,
+                window: Dated {
+                    valid_from: from,
+                    valid_until: until,
+                    value: (),
+                },
+                reason,
+            });
+        }
 
         if self.problems.is_empty() {
             Ok(CenterConfig {
@@ -308,6 +365,7 @@ impl Validator {
                 classes,
                 discounts,
                 alert_thresholds,
+                allocations,
             })
         } else {
             Err(ConfigError {

@@ -23,6 +23,20 @@ pub struct File {
     pub discounts: Vec<Discount>,
     #[serde(default)]
     pub budgets: Option<Budgets>,
+    #[serde(default, rename = "allocation")]
+    pub allocations: Vec<Allocation>,
+}
+
+/// A grant kept in the configuration (an award a center records there).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Allocation {
+    pub project: String,
+    pub amount: Dec,
+    pub from: When,
+    #[serde(default)]
+    pub until: Option<When>,
+    pub reason: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -62,6 +62,7 @@ pub struct ApplyReport {
     pub project_classes: Counts,
     pub discounts: Counts,
     pub alert_thresholds: Counts,
+    pub allocations: Counts,
     /// Things kept that the file does not mention.
     pub notes: Vec<String>,
 }
@@ -80,6 +81,7 @@ impl ApplyReport {
             self.project_classes,
             self.discounts,
             self.alert_thresholds,
+            self.allocations,
         ];
         self.center_changed || all.iter().any(|c| c.added + c.updated + c.removed > 0)
     }
@@ -103,6 +105,7 @@ impl fmt::Display for ApplyReport {
         writeln!(f, "class changes: {}", self.project_classes)?;
         writeln!(f, "discounts:     {}", self.discounts)?;
         writeln!(f, "alert levels:  {}", self.alert_thresholds)?;
+        writeln!(f, "allocations:   {}", self.allocations)?;
         for n in &self.notes {
             writeln!(f, "note: {n}")?;
         }
@@ -198,6 +201,7 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
     apply_storage_rates(&mut *tx, &config.storage_rates, &classes, &mut report, &mut refused).await?;
     let projects = apply_projects(&mut *tx, config, author, &classes, &mut report, &mut refused).await?;
     apply_discounts(&mut *tx, config, author, &classes, &projects, &mut report, &mut refused).await?;
+    apply_allocations(&mut *tx, config, author, &projects, &mut report, &mut refused).await?;
     // Alert thresholds: the file's set.
     let have = crate::db::budget::thresholds(&mut *tx).await?;
     let add: Vec<Decimal> = config
@@ -705,6 +709,77 @@ async fn apply_projects(
         }
     }
     Ok(id_of)
+}
+
+/// Grants kept in the file, matched by project, start and reason: recorded
+/// once; one recorded with another amount or end is refused (allocations are
+/// never rewritten: `alloc reduce`, or a new grant); grants not in the file
+/// are kept.
+async fn apply_allocations(
+    tx: &mut PgConnection,
+    config: &CenterConfig,
+    author: &str,
+    projects: &BTreeMap<String, ProjectId>,
+    report: &mut ApplyReport,
+    refused: &mut Vec<String>,
+) -> Result<(), ApplyError> {
+    if config.allocations.is_empty() {
+        return Ok(());
+    }
+    let existing = crate::db::budget::allocations(tx, None).await?;
+    let mut ids = projects.clone();
+    let missing: Vec<String> = config
+        .allocations
+        .iter()
+        .filter(|a| !ids.contains_key(&a.project.to_lowercase()))
+        .map(|a| a.project.clone())
+        .collect();
+    for p in reference::load_projects(tx, &missing).await? {
+        ids.insert(p.code.to_lowercase(), p.id);
+    }
+    let mut new = Vec::new();
+    for a in &config.allocations {
+        let Some(&project) = ids.get(&a.project.to_lowercase()) else {
+            refused.push(format!(
+                "an allocation is for project {:?}, which is not in the ledger or the file",
+                a.project
+            ));
+            continue;
+        };
+        let same = existing.iter().find(|e| {
+            e.kind == "grant"
+                && e.project.eq_ignore_ascii_case(&a.project)
+                && e.valid_from == a.window.valid_from
+                && e.reason == a.reason
+        });
+        match same {
+            Some(e) if e.amount == a.amount && e.valid_until == a.window.valid_until => report.allocations.unchanged += 1,
+            Some(e) => refused.push(format!(
+                "project {:?}: the grant of {:.2} from {} ({}) is recorded with another amount or end; allocations are never \
+                 rewritten (take some back with `hpc-ledger alloc reduce`, or add a grant)",
+                a.project, e.amount, e.valid_from, e.reason
+            )),
+            None => new.push((project, a)),
+        }
+    }
+    if !refused.is_empty() {
+        return Ok(());
+    }
+    for (project, a) in new {
+        let entry = crate::db::budget::NewAllocation {
+            project,
+            kind: crate::domain::budget::AllocationKind::Grant,
+            amount: a.amount,
+            valid_from: a.window.valid_from,
+            valid_until: a.window.valid_until,
+            grant: None,
+            transfer_of: None,
+            reason: &a.reason,
+        };
+        crate::db::budget::insert_allocation(tx, &entry, author).await?;
+        report.allocations.added += 1;
+    }
+    Ok(())
 }
 
 /// Discounts, matched by whom they are for and their start: one that has

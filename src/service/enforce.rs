@@ -89,10 +89,12 @@ fn run(sacctmgr: &PathBuf, args: &[String]) -> Result<(bool, String), EnforceErr
 /// Slurm accounts on `cluster` and whether each is blocked (`GrpJobs=0` on
 /// its account association, the row with no user).
 fn accounts(sacctmgr: &PathBuf, cluster: &str) -> Result<std::collections::HashMap<String, bool>, EnforceError> {
-    let args: Vec<String> = ["-n", "-P", "show", "assoc"]
+    // One argument per word, as a shell would split them (sacctmgr reads
+    // `where cluster=X` as two).
+    let args: Vec<String> = ["-n", "-P", "show", "assoc", "where"]
         .into_iter()
         .map(str::to_owned)
-        .chain([format!("where cluster={cluster}"), "format=account,user,grpjobs".into()])
+        .chain([format!("cluster={cluster}"), "format=account,user,grpjobs".into()])
         .collect();
     let (ok, text) = run(sacctmgr, &args)?;
     if !ok {

@@ -484,9 +484,10 @@ fn fake_sacctmgr(dir: &std::path::Path) -> std::path::PathBuf {
         format!(
             r#"#!/bin/sh
 state="{d}/assoc"; echo "$*" >> "{d}/calls"
-case "$*" in
-  "-n -P show assoc where cluster=c1 format=account,user,grpjobs") cat "$state" ;;
-  "-i modify account where name="*" cluster=c1 set GrpJobs="*)
+# Word by word, as sacctmgr reads them ("where cluster=c1" as one word fails there).
+case "$#:$1:$2:$3:$4:$5:$6:$7:$8" in
+  "7:-n:-P:show:assoc:where:cluster=c1:format=account,user,grpjobs:") cat "$state" ;;
+  "8:-i:modify:account:where:name="*":cluster=c1:set:GrpJobs="*)
     acct=${{5#name=}}; v=${{8#GrpJobs=}}; [ "$v" = -1 ] && v=
     grep -q "^$acct|" "$state" || {{ echo "no such account $acct" >&2; exit 1; }}
     sed -i "s/^$acct||.*/$acct||$v/" "$state"; echo " Modified account associations..." ;;
@@ -684,4 +685,152 @@ async fn each_threshold_crossed_is_recorded_once_and_delivered_until_it_gets_thr
         .unwrap();
     assert_eq!(audited, 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A PBS cluster for the queuejob hook: 40-core nodes at 0.01 a core-hour.
+const PBS_CENTER: &str = r#"
+[center]
+name = "PBS budgets"
+currency = "USD"
+time_zone = "UTC"
+
+[[cluster]]
+name = "p1"
+scheduler = "pbs"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 40
+[cluster.queues]
+batch = "regular"
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2020-01-01
+core_hour = 0.01
+memory_per_core = "4GB"
+
+[[project]]
+code = "BUDGET"
+[[project]]
+code = "FREE"
+"#;
+
+// Two threads: the hook (a child process this thread waits for) asks the
+// server running on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(PBS_CENTER).unwrap(), "t")
+        .await
+        .unwrap();
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "BUDGET",
+        "1.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "tiny",
+    ]));
+    let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let options = hpc_ledger::serve::Options {
+        credentials: hpc_ledger::serve::Credentials::default(),
+        max_batch: 10,
+        supersede: false,
+        author: "t".into(),
+        limits: hpc_ledger::serve::conn::Limits::default(),
+        restart: None,
+    };
+    let done = tokio::spawn(hpc_ledger::serve::serve(
+        db.pool.clone(),
+        listener,
+        options,
+        Arc::new(hpc_ledger::serve::Metrics::new()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pbs-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hook = |job: Value, url: &str, on_unreachable: &str| {
+        let cfg = dir.join(format!("hook-{on_unreachable}.json"));
+        std::fs::write(
+            &cfg,
+            serde_json::json!({"url": url, "cluster": "p1", "on_unreachable": on_unreachable, "timeout": 3})
+                .to_string(),
+        )
+        .unwrap();
+        let o = std::process::Command::new("python3")
+            .arg(root.join("contrib/pbs/hpc_ledger_queuejob.py"))
+            .env("PYTHONPATH", root.join("tests/pbs"))
+            .env("FAKE_PBS_JOB", job.to_string())
+            .env("FAKE_PBS_HOOK_CONFIG", &cfg)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    let url = format!("http://{addr}");
+    let job = |project: &str, select: &str, walltime: &str| {
+        serde_json::json!({"project": project, "queue": "batch",
+                           "Resource_List": {"select": select, "walltime": walltime}})
+    };
+    // 4 cores for an hour: 0.04 of the 1.00 left.
+    assert_eq!(hook(job("BUDGET", "1:ncpus=4", "01:00:00"), &url, "allow"), "ACCEPT");
+    // A whole node for 10 hours: 40 × 10 × 0.01 = 4.00.
+    assert_eq!(
+        hook(job("BUDGET", "1:ncpus=40", "10:00:00"), &url, "allow"),
+        "REJECT: hpc-ledger: project BUDGET may not start this job: the job may cost 4.00 but the project has 1.00 remaining"
+    );
+    // Not budgeted; no project at all (TORQUE-style nodes= too).
+    assert_eq!(hook(job("FREE", "1:ncpus=40", "100:00:00"), &url, "allow"), "ACCEPT");
+    let no_project =
+        serde_json::json!({"queue": "batch", "Resource_List": {"nodes": "1:ppn=4", "walltime": "01:00:00"}});
+    assert_eq!(hook(no_project, &url, "deny"), "ACCEPT");
+    // A project the ledger does not know cannot be priced: rejected, saying why.
+    let unknown = hook(job("NOPE", "1:ncpus=4", "01:00:00"), &url, "allow");
+    assert!(
+        unknown.starts_with("REJECT: hpc-ledger: the job cannot be priced:"),
+        "{unknown}"
+    );
+    assert!(unknown.contains("unknown project"), "{unknown}");
+    let _ = stop.send(());
+    done.await.unwrap().unwrap();
+    // The ledger down: the site's choice.
+    let down = "http://127.0.0.1:9";
+    assert_eq!(hook(job("BUDGET", "1:ncpus=40", "10:00:00"), down, "allow"), "ACCEPT");
+    assert_eq!(
+        hook(job("BUDGET", "1:ncpus=4", "01:00:00"), down, "deny"),
+        "REJECT: hpc-ledger: the ledger could not be asked, and this site queues no job unchecked"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn awards_kept_in_the_configuration_are_granted_once_and_never_rewritten() {
+    let db = db().await;
+    let with = |amount: &str| {
+        format!(
+            "{CENTER}\n[[allocation]]\nproject = \"P2\"\namount = {amount}\nfrom = 2026-07-01\nuntil = 2027-07-01\nreason = \"award 2026-9 (in the file)\"\n"
+        )
+    };
+    let pool = db.pool.clone();
+    let apply = |text: String| {
+        let pool = pool.clone();
+        async move { hpc_ledger::service::config::apply(&pool, &hpc_ledger::config::parse(&text).unwrap(), "config").await }
+    };
+    let r = apply(with("500.00")).await.unwrap();
+    assert_eq!(r.allocations.added, 1, "{r}");
+    let r = apply(with("500.00")).await.unwrap();
+    assert_eq!((r.allocations.added, r.allocations.unchanged), (0, 1));
+    assert!(!r.changed(), "{r}");
+    let e = apply(with("600.00")).await.unwrap_err().to_string();
+    assert!(e.contains("allocations are never rewritten"), "{e}");
+    assert_eq!(
+        money(&balance(&db, "P2", "2026-08-01T00:00:00Z")["allocated"]),
+        "500.00"
+    );
 }

@@ -598,6 +598,7 @@ for ((i = 0; i < 60; i++)); do
     sleep 0.5
 done
 [ "$b_state" = "PENDING AssocGrpJobsLimit" ] || fail "E2E0003's job $B_ID after the block: '$b_state', expected 'PENDING AssocGrpJobsLimit'"
+b_first=$b_state
 sleep 5
 b_state=$(squeue -h -j "$B_ID" -o '%T %r')
 [ "$b_state" = "PENDING AssocGrpJobsLimit" ] || fail "E2E0003's job $B_ID 5 s later: '$b_state', expected still pending"
@@ -610,4 +611,4 @@ b_started() { [ "$(squeue -h -j "$B_ID" -o %T)" != PENDING ]; }
 waitfor 90 "E2E0003's job $B_ID to start after the top-up" b_started
 actions=$(sql "$URL1" "SELECT string_agg(action, ',' ORDER BY id) FROM enforcement_action")
 [ "$actions" = "block,unblock" ] || fail "enforcement_action holds '$actions', expected 'block,unblock'"
-SUMMARY+=("budgets:            E2E0003 spent its 0.50 ($remaining left): slurm sync blocked it, job $B_ID pended with AssocGrpJobsLimit; a top-up and a sync started it")
+SUMMARY+=("budgets:            E2E0003 spent its 0.50 ($remaining left); after slurm sync its job $B_ID was '$b_first'; after a top-up and a sync it was '$(squeue -h -j "$B_ID" -o %T)' (sacctmgr changes recorded: $actions)")

@@ -1,0 +1,116 @@
+"""PBS Pro queuejob hook: refuse a job whose project cannot pay for it.
+
+hpc-ledger (docs/budgets.md, docs/pbs.md). At submission, PBS runs this hook;
+it asks `hpc-ledger serve` (POST /check) whether the job's project has enough
+left for the job's whole walltime, at its own rates and discount, and rejects
+the job with the ledger's reason if not:
+
+    qsub: hpc-ledger: project PAS1234 may not start this job: the job may cost
+    64.51 but the project has 26.84 remaining
+
+Install (as the PBS administrator):
+
+    qmgr -c "create hook hpc_ledger event=queuejob"
+    qmgr -c "import hook hpc_ledger application/x-python default hpc_ledger_queuejob.py"
+    qmgr -c "import hook hpc_ledger application/x-config default hpc_ledger.json"
+
+with hpc_ledger.json, e.g.:
+
+    {"url": "http://ledger.example.edu:8080", "cluster": "pitzer",
+     "basic": "pbs:SECRET", "on_unreachable": "allow", "timeout": 5}
+
+`on_unreachable` is what happens when the ledger cannot be asked: "allow"
+(fail open, the default: an outage of the ledger never stops the machine) or
+"deny" (fail closed: no job is queued unpaid). A job without a project, or a
+project that is not budgeted, is accepted. Only the Python standard library
+and the `pbs` module are used.
+"""
+
+import base64
+import json
+import urllib.error
+import urllib.request
+
+import pbs
+
+DEFAULTS = {"url": "http://127.0.0.1:8080", "cluster": "", "basic": "", "on_unreachable": "allow", "timeout": 5}
+
+
+def config():
+    cfg = dict(DEFAULTS)
+    name = getattr(pbs, "hook_config_filename", None)
+    if name:
+        try:
+            with open(name) as f:
+                cfg.update(json.load(f))
+        except (OSError, ValueError) as e:
+            pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: cannot read %s: %s" % (name, e))
+    return cfg
+
+
+def resources(job):
+    """The job's request in the syntax hpc-ledger reads for PBS."""
+    rl = job.Resource_List
+    parts = []
+    select = rl["select"]
+    nodes = rl["nodes"]
+    if select is not None:
+        parts.append("select=%s" % select)
+    elif nodes is not None:
+        parts.append("nodes=%s" % nodes)
+    for name in ("ncpus", "mem", "ngpus"):
+        value = rl[name]
+        if value is not None and select is None:
+            parts.append("%s=%s" % (name, value))
+    place = rl["place"]
+    if place is not None:
+        parts.append("place=%s" % place)
+    return ",".join(parts) or "ncpus=1"
+
+
+def main():
+    event = pbs.event()
+    job = event.job
+    cfg = config()
+    project = job.project or job.Account_Name
+    if not project:
+        event.accept()
+    walltime = job.Resource_List["walltime"]
+    ask = {
+        "project": str(project),
+        "cluster": cfg["cluster"],
+        "resources": resources(job),
+        "walltime": str(walltime) if walltime is not None else None,
+        "queue": job.queue.name if job.queue is not None else None,
+    }
+    request = urllib.request.Request(
+        cfg["url"].rstrip("/") + "/check",
+        data=json.dumps(ask).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    if cfg["basic"]:
+        token = base64.b64encode(cfg["basic"].encode()).decode()
+        request.add_header("Authorization", "Basic " + token)
+    try:
+        with urllib.request.urlopen(request, timeout=float(cfg["timeout"])) as reply:
+            answer = json.load(reply)
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace")
+        if e.code in (400, 422):
+            event.reject("hpc-ledger: the job cannot be priced: %s" % detail)
+        answer = None
+        why = "HTTP %d: %s" % (e.code, detail)
+    except (OSError, ValueError) as e:
+        answer = None
+        why = str(e)
+    if answer is None:
+        pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: the ledger could not be asked (%s)" % why)
+        if cfg["on_unreachable"] == "deny":
+            event.reject("hpc-ledger: the ledger could not be asked, and this site queues no job unchecked")
+        event.accept()
+    if answer.get("allowed"):
+        event.accept()
+    event.reject("hpc-ledger: project %s may not start this job: %s" % (project, answer.get("reason", "")))
+
+
+main()

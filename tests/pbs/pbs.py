@@ -1,0 +1,57 @@
+"""A stand-in for PBS Pro's `pbs` hook module, enough to run
+contrib/pbs/hpc_ledger_queuejob.py outside PBS (tests/it/budget.rs).
+
+The job comes from the environment: FAKE_PBS_JOB is a JSON object with
+`project`, `Account_Name`, `queue` and `Resource_List` (a dict). accept()
+prints ACCEPT, reject(msg) prints REJECT: msg; both end the hook, as PBS's
+do (PBS raises SystemExit).
+"""
+
+import json
+import os
+import sys
+
+LOG_WARNING = 2
+hook_config_filename = os.environ.get("FAKE_PBS_HOOK_CONFIG")
+
+
+class _Resources(dict):
+    def __getitem__(self, name):
+        return self.get(name)
+
+
+class _Queue:
+    def __init__(self, name):
+        self.name = name
+
+
+class _Job:
+    def __init__(self, spec):
+        self.project = spec.get("project")
+        self.Account_Name = spec.get("Account_Name")
+        self.queue = _Queue(spec["queue"]) if spec.get("queue") else None
+        self.Resource_List = _Resources(spec.get("Resource_List", {}))
+
+
+class _Event:
+    def __init__(self, job):
+        self.job = job
+
+    def accept(self):
+        print("ACCEPT")
+        sys.exit(0)
+
+    def reject(self, message):
+        print("REJECT: " + message)
+        sys.exit(0)
+
+
+_EVENT = _Event(_Job(json.loads(os.environ["FAKE_PBS_JOB"])))
+
+
+def event():
+    return _EVENT
+
+
+def logmsg(level, message):
+    print("LOG: " + message, file=sys.stderr)
