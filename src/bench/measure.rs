@@ -430,6 +430,44 @@ pub(super) async fn usage_time(
     Ok((median(times), first.rows.len()))
 }
 
+/// The median time of one project's balance (`hpc-ledger balance`) after
+/// granting it an allocation from `from` on, over `calls` calls; and the
+/// amount it has used (drawn since `from`).
+pub(super) async fn balance_time(
+    pool: &PgPool,
+    code: &str,
+    from: chrono::DateTime<chrono::Utc>,
+    calls: u32,
+) -> Result<(Duration, rust_decimal::Decimal)> {
+    use crate::service::budget;
+    let window = crate::domain::rules::Dated {
+        valid_from: from,
+        valid_until: None,
+        value: (),
+    };
+    budget::grant(
+        pool,
+        code,
+        rust_decimal::Decimal::from(1_000_000_000),
+        window,
+        "bench",
+        "bench",
+    )
+    .await?;
+    let now = chrono::Utc::now();
+    let first = budget::balance(pool, code, now).await?;
+    let mut times = Vec::new();
+    for _ in 0..calls.max(1) {
+        let t = Instant::now();
+        let b = budget::balance(pool, code, now).await?;
+        times.push(t.elapsed());
+        if b.balance.used != first.balance.used {
+            fail!("the balance changed under the bench");
+        }
+    }
+    Ok((median(times), first.balance.used))
+}
+
 pub(super) async fn statement_time(pool: &PgPool, month: Month, code: &str, calls: u32) -> Result<Duration> {
     let first = service::statement::statements(pool, month, Which::Project(code)).await?;
     if first.is_empty() {

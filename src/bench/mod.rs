@@ -16,6 +16,7 @@
 //! | storage billing of every project | `INSERT … SELECT` of the same rows into bare tables |
 //! | one project's statement, before and after the ledger grows | – |
 //! | one project's usage report by user over a year of the grown ledger | its statement |
+//! | one project's balance with an allocation over that year | its statement |
 //! | `audit` of the grown ledger | a sequential scan of the ledger |
 //! | `audit --deep`: every raw record read again | the import's jobs/s |
 //! | peak RSS of the import | – |
@@ -48,7 +49,7 @@ use baselines::{
     Copies, checkpoint, copy_baseline, insert_select, join_of_inputs, ledger_rows, ledger_size, seq_scan, settings,
 };
 use measure::{
-    HOSTILE, SENDERS, busiest_project, fresh_month_end, import, one_job, serve_posts, serve_under_attack,
+    HOSTILE, SENDERS, balance_time, busiest_project, fresh_month_end, import, one_job, serve_posts, serve_under_attack,
     statement_time, usage_time,
 };
 use report::{count, millis, per_second, secs};
@@ -97,6 +98,7 @@ from_errors!(
     crate::service::close::CloseError,
     crate::service::record::RecordError,
     crate::service::statement::StatementError,
+    crate::service::budget::BudgetError,
     crate::service::usage::UsageError,
     crate::serve::ServeError,
     tokio::task::JoinError,
@@ -503,6 +505,21 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         ratio: Some(usage.as_secs_f64() / after.as_secs_f64()),
         target: "≤ 10 ms".into(),
         pass: usage <= Duration::from_millis(10),
+    });
+    // The same project's balance, with an allocation in force over that year
+    // (issue 17): every draw since the allocation began, summed.
+    let since = from.start(chrono_tz::UTC);
+    let (balance, used) = balance_time(&pool, &code, since, sizes.calls).await?;
+    figures.push(Figure {
+        figure: format!(
+            "one project's balance, drawn since {from} ({used:.2}), at {} entries",
+            grouped(large)
+        ),
+        measured: millis(balance),
+        baseline: format!("its statement: {}", millis(after)),
+        ratio: Some(balance.as_secs_f64() / after.as_secs_f64()),
+        target: "≤ 10 ms".into(),
+        pass: balance <= Duration::from_millis(10),
     });
 
     // 5. The audit against a sequential scan.
