@@ -44,6 +44,12 @@ async fn a_junk_import_is_dismissed_without_sql_and_stays_dismissed() {
     let out = ok(&db.cli(&["rejected", "dismiss", "--file", junk, "--reason", "x", "--dry-run"]));
     assert!(out.contains("would dismiss 3 rejections"), "{out}");
     assert_eq!(open(&db).len(), 4);
+    // By source format: all four came from JSON lines; none from sacct.
+    let out = ok(&db.cli(&["rejected", "dismiss", "--source", "jsonl", "--reason", "x", "--dry-run"]));
+    assert!(out.contains("would dismiss 4 rejections"), "{out}");
+    let out = ok(&db.cli(&["rejected", "dismiss", "--source", "slurm", "--reason", "x", "--dry-run"]));
+    assert!(out.contains("would dismiss 0 rejections"), "{out}");
+    assert_eq!(open(&db).len(), 4);
 
     let out = ok(&db.cli(&[
         "rejected",
