@@ -322,17 +322,10 @@ impl Validator {
             if a.reason.trim().is_empty() || a.reason.len() > 2000 {
                 self.bad(format!("{key}.reason"), "must be 1 to 2000 characters");
             }
-            let from = self.instant(&format!("{key}.from"), &a.from, tz);
-            let until = a
-                .until
-                .as_deref()
-                .and_then(|u| self.instant(&format!("{key}.until"), u, tz));
-            if let (Some(f), Some(u)) = (from, until)
-                && u <= f
-            {
-                self.bad(format!("{key}.until"), "must be after `from`");
-            }
-            let Some(from) = from else { continue };
+            let Some(window) = self.window(&key, &a.from, a.until.as_deref(), tz) else {
+                continue;
+            };
+            let from = window.valid_from;
             let reason = a.reason.trim().to_owned();
             let project = a.project.trim().to_owned();
             if allocations
@@ -347,11 +340,7 @@ impl Validator {
             allocations.push(AllocationConfig {
                 project,
                 amount,
-                window: Dated {
-                    valid_from: from,
-                    valid_until: until,
-                    value: (),
-                },
+                window,
                 reason,
             });
         }
@@ -420,21 +409,8 @@ impl Validator {
             if d.reason.trim().is_empty() || d.reason.len() > 2000 {
                 self.bad(format!("{key}.reason"), "must be 1 to 2000 characters");
             }
-            let from = self.instant(&format!("{key}.from"), &d.from, tz);
-            let until = d
-                .until
-                .as_deref()
-                .and_then(|u| self.instant(&format!("{key}.until"), u, tz));
-            if let (Some(f), Some(u)) = (from, until)
-                && u <= f
-            {
-                self.bad(format!("{key}.until"), "must be after `from`");
-            }
-            let Some(from) = from else { continue };
-            let period = Dated {
-                valid_from: from,
-                valid_until: until,
-                value: (),
+            let Some(period) = self.window(&key, &d.from, d.until.as_deref(), tz) else {
+                continue;
             };
             if let Some((j, _)) = out.iter().find(|(_, o)| o.scope == scope && o.period.overlaps(&period)) {
                 self.bad(&key, format!("overlaps discount[{j}] for the same project or class"));
@@ -450,6 +426,23 @@ impl Validator {
             ));
         }
         out.into_iter().map(|(_, d)| d).collect()
+    }
+
+    /// A `from` and optional `until` under `key`, `until` after `from`; `None`
+    /// (with the problem reported) when `from` cannot be read.
+    fn window(&mut self, key: &str, from: &str, until: Option<&str>, tz: Tz) -> Option<Dated<()>> {
+        let from = self.instant(&format!("{key}.from"), from, tz);
+        let until = until.and_then(|u| self.instant(&format!("{key}.until"), u, tz));
+        if let (Some(f), Some(u)) = (from, until)
+            && u <= f
+        {
+            self.bad(format!("{key}.until"), "must be after `from`");
+        }
+        Some(Dated {
+            valid_from: from?,
+            valid_until: until,
+            value: (),
+        })
     }
 
     fn instant(&mut self, key: &str, s: &str, tz: Tz) -> Option<DateTime<Utc>> {

@@ -75,6 +75,40 @@ fn record(db: &TestDb, id: &str, project: &str, cores: u32, start: &str, hours: 
     ]))
 }
 
+/// `serve` on a free local port, without credentials: its address, what
+/// stops it, its task and its counters.
+fn serve_on(
+    pool: &sqlx::PgPool,
+) -> (
+    std::net::SocketAddr,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), hpc_ledger::serve::ServeError>>,
+    Arc<hpc_ledger::serve::Metrics>,
+) {
+    let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let options = hpc_ledger::serve::Options {
+        credentials: hpc_ledger::serve::Credentials::default(),
+        max_batch: 10,
+        supersede: false,
+        author: "t".into(),
+        limits: hpc_ledger::serve::conn::Limits::default(),
+        restart: None,
+    };
+    let metrics = Arc::new(hpc_ledger::serve::Metrics::new());
+    let done = tokio::spawn(hpc_ledger::serve::serve(
+        pool.clone(),
+        listener,
+        options,
+        metrics.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    (addr, stop, done, metrics)
+}
+
 fn json(o: &std::process::Output) -> Value {
     serde_json::from_str(&ok(o)).unwrap()
 }
@@ -393,27 +427,7 @@ async fn serve_answers_the_check_for_scheduler_hooks() {
         "--reason",
         "tiny",
     ]));
-    let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let options = hpc_ledger::serve::Options {
-        credentials: hpc_ledger::serve::Credentials::default(),
-        max_batch: 10,
-        supersede: false,
-        author: "t".into(),
-        limits: hpc_ledger::serve::conn::Limits::default(),
-        restart: None,
-    };
-    let metrics = Arc::new(hpc_ledger::serve::Metrics::new());
-    let done = tokio::spawn(hpc_ledger::serve::serve(
-        db.pool.clone(),
-        listener,
-        options,
-        metrics.clone(),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let (addr, stop, done, metrics) = serve_on(&db.pool);
     let ask = |cores: u32| {
         serde_json::json!({"project": "P1", "cluster": "c1", "queue": "batch", "resources": format!("-n {cores}"),
                            "walltime": "1:00:00"})
@@ -732,26 +746,7 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
         "--reason",
         "tiny",
     ]));
-    let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let options = hpc_ledger::serve::Options {
-        credentials: hpc_ledger::serve::Credentials::default(),
-        max_batch: 10,
-        supersede: false,
-        author: "t".into(),
-        limits: hpc_ledger::serve::conn::Limits::default(),
-        restart: None,
-    };
-    let done = tokio::spawn(hpc_ledger::serve::serve(
-        db.pool.clone(),
-        listener,
-        options,
-        Arc::new(hpc_ledger::serve::Metrics::new()),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let (addr, stop, done, _) = serve_on(&db.pool);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pbs-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
