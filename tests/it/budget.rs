@@ -75,16 +75,16 @@ fn record(db: &TestDb, id: &str, project: &str, cores: u32, start: &str, hours: 
     ]))
 }
 
-/// `serve` on a free local port, without credentials: its address, what
-/// stops it, its task and its counters.
-fn serve_on(
-    pool: &sqlx::PgPool,
-) -> (
+/// A running `serve`: its address, what stops it, its task and its counters.
+type Served = (
     std::net::SocketAddr,
     oneshot::Sender<()>,
     tokio::task::JoinHandle<Result<(), hpc_ledger::serve::ServeError>>,
     Arc<hpc_ledger::serve::Metrics>,
-) {
+);
+
+/// `serve` on a free local port, without credentials.
+fn serve_on(pool: &sqlx::PgPool) -> Served {
     let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
