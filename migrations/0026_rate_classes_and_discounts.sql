@@ -670,7 +670,12 @@ SELECT z.entry_id, 'job', z.period, (SELECT p.code FROM project p WHERE p.id = z
                  ON dc.rate_class_id = cp.rate_class_id AND dc.valid_from <= coalesce(j.submitted_at, j.started_at)
                 AND (dc.valid_until IS NULL OR coalesce(j.submitted_at, j.started_at) < dc.valid_until)
           LEFT JOIN ledger_entry dl ON dl.corrects_id = e.id AND dl.kind = 'discount'
-         WHERE e.kind = 'job') z
+         WHERE e.kind = 'job'
+           -- Nothing to check (and no pass over the job charges) while no
+           -- class or discount exists and no discount line was ever posted.
+           AND (EXISTS (SELECT 1 FROM project_class) OR EXISTS (SELECT 1 FROM discount)
+                OR EXISTS (SELECT 1 FROM rate_card WHERE rate_class_id IS NOT NULL)
+                OR EXISTS (SELECT 1 FROM ledger_entry x WHERE x.kind = 'discount'))) z
  CROSS JOIN LATERAL (VALUES
        ('rate_class', coalesce((SELECT c.name FROM rate_class c WHERE c.id = z.want_class), 'default'),
         coalesce((SELECT c.name FROM rate_class c WHERE c.id = z.card_class), 'default') || ' (card ' || z.rate_card_id || ')',
@@ -715,15 +720,31 @@ SELECT s.entry_id, 'storage', s.period, s.project, f.field, f.expected, f.record
                        concat_ws(', ', CASE WHEN p.id IS NULL THEN 'no project ' || e.project_id END,
                                        CASE WHEN rt.id IS NULL THEN 'no storage rate ' || e.storage_rate_id END,
                                        CASE WHEN b.id IS NULL THEN 'no billing run ' || e.billing_run_id END) AS missing,
-                       dd.id AS want_discount, dd.percent AS want_percent,
+                       coalesce(dp.id, dc.id) AS want_discount, coalesce(dp.percent, dc.percent) AS want_percent,
                        dl.discount_id AS got_discount, dl.amount_exact AS got_discount_exact
                   FROM ledger_entry e
+                  -- A storage charge is priced at its month's last instant.
+                 CROSS JOIN LATERAL (
+                       SELECT hl_day_end((e.period + interval '1 month' - interval '1 day')::date,
+                                         (SELECT time_zone FROM center)) - interval '1 microsecond' AS at) pa
                   LEFT JOIN project p ON p.id = e.project_id
                   LEFT JOIN storage_rate rt ON rt.id = e.storage_rate_id
                   LEFT JOIN billing_run b ON b.id = e.billing_run_id
                   LEFT JOIN (SELECT ledger_entry_id, sum(days * quota_tb) AS tb_days
                                FROM storage_charge_segment GROUP BY ledger_entry_id) g ON g.ledger_entry_id = e.id
-                  LEFT JOIN discount dd ON dd.id = hl_discount_for(e.project_id, hl_charge_priced_at(e))
+                  -- Its project's class and discounts then (joins, not a
+                  -- function call per charge: a month holds one per project).
+                  LEFT JOIN (SELECT project_id, rate_class_id, effective_from,
+                                    lead(effective_from) OVER (PARTITION BY project_id ORDER BY effective_from) AS until
+                               FROM project_class) cp
+                         ON cp.project_id = e.project_id AND cp.effective_from <= pa.at
+                        AND (cp.until IS NULL OR pa.at < cp.until)
+                  LEFT JOIN discount dp
+                         ON dp.project_id = e.project_id AND dp.valid_from <= pa.at
+                        AND (dp.valid_until IS NULL OR pa.at < dp.valid_until)
+                  LEFT JOIN discount dc
+                         ON dc.rate_class_id = cp.rate_class_id AND dc.valid_from <= pa.at
+                        AND (dc.valid_until IS NULL OR pa.at < dc.valid_until)
                   LEFT JOIN ledger_entry dl ON dl.corrects_id = e.id AND dl.kind = 'discount'
                  WHERE e.kind = 'storage') sc
           JOIN audit.storage_recomputed sr ON sr.entry_id = sc.entry_id

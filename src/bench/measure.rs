@@ -136,6 +136,56 @@ pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Mon
     Ok((took, metrics.batches().0))
 }
 
+/// `n` sequential `POST /check` requests (a scheduler hook's start check,
+/// one connection each) for project `code` against `serve` in process: the
+/// median and the 99th percentile of their times, and whether the last was
+/// allowed.
+pub(super) async fn check_latency(pool: &PgPool, code: &str, n: usize) -> Result<(Duration, Duration, bool)> {
+    use crate::serve::{Credentials, Metrics, Options, client};
+    let listener = crate::serve::bind("127.0.0.1:0".parse()?)?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = Options {
+        credentials: Credentials::none(),
+        max_batch: 10,
+        supersede: false,
+        author: "bench".into(),
+        limits: crate::serve::conn::Limits::default(),
+        restart: None,
+    };
+    let server = tokio::spawn(crate::serve::serve(
+        pool.clone(),
+        listener,
+        options,
+        std::sync::Arc::new(Metrics::new()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let body = serde_json::json!({"project": code, "cluster": "bench", "queue": "batch", "resources": "-n 28",
+                                  "walltime": "4:00:00", "job_id": "bench-check"})
+    .to_string();
+    let mut times = Vec::with_capacity(n);
+    let mut allowed = false;
+    for i in 0..=n {
+        let t = Instant::now();
+        let r = client::post(addr, "/check", None, body.as_bytes()).await?;
+        // The first warms the connection pool and the plans.
+        if i > 0 {
+            times.push(t.elapsed());
+        }
+        if r.status != 200 {
+            fail!("serve answered {} to a check: {}", r.status, r.body.trim());
+        }
+        allowed = serde_json::from_str::<serde_json::Value>(&r.body)?["allowed"] == true;
+    }
+    let _ = stop.send(());
+    server.await??;
+    times.sort();
+    let p99 = times[(times.len() * 99).div_ceil(100).saturating_sub(1)];
+    Ok((median(times), p99, allowed))
+}
+
 /// Hostile posts sent at once by [`serve_under_attack`].
 pub(super) const HOSTILE: usize = 20;
 

@@ -17,6 +17,7 @@
 //! | one project's statement, before and after the ledger grows | – |
 //! | one project's usage report by user over a year of the grown ledger | its statement |
 //! | one project's balance with an allocation over that year | its statement |
+//! | that project's start check, `POST /check` to `serve`, 200 in a row (p50, p99) | its balance |
 //! | `audit` of the grown ledger | a sequential scan of the ledger |
 //! | `audit --deep`: every raw record read again | the import's jobs/s |
 //! | peak RSS of the import | – |
@@ -49,7 +50,7 @@ use baselines::{
     Copies, checkpoint, copy_baseline, insert_select, join_of_inputs, ledger_rows, ledger_size, seq_scan, settings,
 };
 use measure::{
-    HOSTILE, SENDERS, balance_time, busiest_project, fresh_month_end, import, one_job, serve_posts, serve_under_attack,
+    HOSTILE, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job, serve_posts, serve_under_attack,
     statement_time, usage_time,
 };
 use report::{count, millis, per_second, secs};
@@ -520,6 +521,17 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         ratio: Some(balance.as_secs_f64() / after.as_secs_f64()),
         target: "≤ 10 ms".into(),
         pass: balance <= Duration::from_millis(10),
+    });
+    // A scheduler hook's start check of that project, over HTTP (issue 17).
+    const CHECKS: usize = 200;
+    let (p50, p99, _) = check_latency(&pool, &code, CHECKS).await?;
+    figures.push(Figure {
+        figure: format!("`serve` POST /check of that project, {CHECKS} in a row, at {} entries", grouped(large)),
+        measured: format!("p50 {}, p99 {}", millis(p50), millis(p99)),
+        baseline: format!("its balance: {}", millis(balance)),
+        ratio: Some(p99.as_secs_f64() / balance.as_secs_f64()),
+        target: "p99 ≤ 10 ms".into(),
+        pass: p99 <= Duration::from_millis(10),
     });
 
     // 5. The audit against a sequential scan.

@@ -35,7 +35,7 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 14, "{names:#?}");
+    assert_eq!(names.len(), 15, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
     // A twentieth of the jobs again, posted to `serve`, all recorded.
     assert_eq!(names[2], "`serve`: 30 jobcomp posts from 16 concurrent senders");
@@ -86,8 +86,11 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
             && names[11].ends_with(&format!(" at {grown}")),
         "{names:#?}"
     );
+    assert!(names[12].starts_with("`serve` POST /check of that project, 200 in a row"), "{names:#?}");
+    let check = figures[12]["measured"].as_str().unwrap();
+    assert!(check.starts_with("p50 ") && check.contains(", p99 "), "{check}");
     assert_eq!(
-        names[12],
+        names[13],
         format!(
             "audit of {} entries (clean)",
             names[9].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
@@ -107,10 +110,10 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     assert!((630..700).contains(&deep), "{deep}");
     // The month end of a center just set up, in a second scratch database.
     assert_eq!(
-        names[13],
+        names[14],
         "month end of a fresh center of 70 projects: bill storage, close, audit"
     );
-    let end = figures[13]["measured"].as_str().unwrap();
+    let end = figures[14]["measured"].as_str().unwrap();
     assert!(
         end.starts_with("bill ") && end.contains(", close ") && end.contains(", audit "),
         "{end}"
