@@ -50,8 +50,8 @@ use baselines::{
     Copies, checkpoint, copy_baseline, insert_select, join_of_inputs, ledger_rows, ledger_size, seq_scan, settings,
 };
 use measure::{
-    HOSTILE, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job, serve_posts, serve_under_attack,
-    statement_time, usage_time,
+    HOSTILE, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job, serve_posts,
+    serve_under_attack, statement_time, usage_time,
 };
 use report::{count, millis, per_second, secs};
 pub use report::{grouped, render};
@@ -526,7 +526,10 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     const CHECKS: usize = 200;
     let (p50, p99, _) = check_latency(&pool, &code, CHECKS).await?;
     figures.push(Figure {
-        figure: format!("`serve` POST /check of that project, {CHECKS} in a row, at {} entries", grouped(large)),
+        figure: format!(
+            "`serve` POST /check of that project, {CHECKS} in a row, at {} entries",
+            grouped(large)
+        ),
         measured: format!("p50 {}, p99 {}", millis(p50), millis(p99)),
         baseline: format!("its balance: {}", millis(balance)),
         ratio: Some(p99.as_secs_f64() / balance.as_secs_f64()),

@@ -86,7 +86,10 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
             && names[11].ends_with(&format!(" at {grown}")),
         "{names:#?}"
     );
-    assert!(names[12].starts_with("`serve` POST /check of that project, 200 in a row"), "{names:#?}");
+    assert!(
+        names[12].starts_with("`serve` POST /check of that project, 200 in a row"),
+        "{names:#?}"
+    );
     let check = figures[12]["measured"].as_str().unwrap();
     assert!(check.starts_with("p50 ") && check.contains(", p99 "), "{check}");
     assert_eq!(
