@@ -52,7 +52,7 @@ CREATE INDEX allocation_grant ON allocation (grant_id) WHERE grant_id IS NOT NUL
 -- transfer in receives exactly what a transfer out of another project gave,
 -- in the window it names, which ends no later than the grant given from.
 CREATE FUNCTION hl_allocation_check() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     g allocation;
     o allocation;
@@ -110,6 +110,22 @@ CREATE TABLE hold (
 COMMENT ON TABLE hold IS
     'What jobs about to run may cost: released when the job''s charge is recorded, expired at expires_at otherwise (derived; never updated).';
 CREATE INDEX hold_project ON hold (project_id, expires_at);
+-- Its time is the database's, and it ends within a year and a month (no
+-- walltime is longer): whoever writes it, no hold is placed in the past or
+-- left open for good.
+CREATE FUNCTION hl_hold_check() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.created_at := now();
+    IF NEW.expires_at <= NEW.created_at OR NEW.expires_at > NEW.created_at + interval '400 days' THEN
+        RAISE EXCEPTION 'hold of job % expires at %: a hold ends after it is placed and within 400 days',
+            NEW.scheduler_job_id, NEW.expires_at USING ERRCODE = 'HL005';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER hold_check BEFORE INSERT ON hold FOR EACH ROW EXECUTE FUNCTION hl_hold_check();
+ALTER TABLE hold ENABLE ALWAYS TRIGGER hold_check;
 CREATE INDEX hold_job ON hold (cluster_id, scheduler_job_id, (coalesce(array_index, -1)));
 CREATE TRIGGER hold_append_only BEFORE UPDATE OR DELETE ON hold
     FOR EACH ROW EXECUTE FUNCTION hl_refuse_change();
@@ -206,12 +222,15 @@ $$;
 -- The instant a ledger entry draws on its project's allocations: a job
 -- charge (and its discount, refunds and reversals) at the job's end; a
 -- storage charge (and its corrections) at its month's last instant; an
--- adjustment when it was posted. `o` is the entry it corrects, if any.
-CREATE FUNCTION hl_draw_at(e ledger_entry, o ledger_entry, record_end timestamptz, tz text) RETURNS timestamptz
+-- adjustment when it was posted. `o` is the entry it corrects and `oo` the
+-- one that corrects (a reversal of a refund or discount), if any.
+CREATE FUNCTION hl_draw_at(e ledger_entry, o ledger_entry, oo ledger_entry, record_end timestamptz, tz text)
+RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
-        WHEN coalesce(o.storage_rate_id, e.storage_rate_id) IS NOT NULL OR o.kind = 'storage' OR e.kind = 'storage'
-            THEN hl_day_end((coalesce(o.period, e.period) + interval '1 month' - interval '1 day')::date, tz)
+        WHEN coalesce(oo.storage_rate_id, o.storage_rate_id, e.storage_rate_id) IS NOT NULL
+             OR 'storage' IN (oo.kind, o.kind, e.kind)
+            THEN hl_day_end((coalesce(oo.period, o.period, e.period) + interval '1 month' - interval '1 day')::date, tz)
                  - interval '1 microsecond'
         WHEN record_end IS NOT NULL THEN record_end
         ELSE e.posted_at
@@ -219,18 +238,27 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- What a project drew in [from_, to_] (each entry at its draw instant).
+-- Charges are posted in the month they draw in or later (late); a
+-- correction or adjustment may go into any open month, so those are read
+-- whatever their month (a partial index keeps that to the few there are).
+CREATE INDEX ledger_entry_project_corrections ON ledger_entry (project_id, period)
+    WHERE kind IN ('adjustment', 'refund', 'reversal', 'discount');
 CREATE FUNCTION hl_drawn(project bigint, from_ timestamptz, to_ timestamptz) RETURNS numeric
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH c AS (SELECT time_zone, (date_trunc('month', from_ AT TIME ZONE time_zone) - interval '1 month')::date AS before
+                 FROM center),
+    mine AS (
+        SELECT e.* FROM ledger_entry e, c WHERE e.project_id = project AND e.period >= c.before
+        UNION ALL
+        SELECT e.* FROM ledger_entry e, c
+         WHERE e.project_id = project AND e.period < c.before
+           AND e.kind IN ('adjustment', 'refund', 'reversal', 'discount'))
     SELECT coalesce(sum(d.amount), 0)
-      FROM (SELECT e.amount, hl_draw_at(e, o, r.ended_at, c.time_zone) AS draw
-              FROM center c
-             CROSS JOIN ledger_entry e
+      FROM (SELECT e.amount, hl_draw_at(e::ledger_entry, o, oo, r.ended_at, c.time_zone) AS draw
+              FROM mine e CROSS JOIN c
               LEFT JOIN ledger_entry o ON o.id = e.corrects_id
-              LEFT JOIN job_record r ON r.id = coalesce(o.job_record_id, e.job_record_id)
-             -- A job's charges are posted in the month it ended or later;
-             -- an adjustment may go to the month before the one it is posted in.
-             WHERE e.project_id = project
-               AND e.period >= date_trunc('month', from_ AT TIME ZONE c.time_zone)::date - interval '1 month') d
+              LEFT JOIN ledger_entry oo ON oo.id = o.corrects_id
+              LEFT JOIN job_record r ON r.id = coalesce(oo.job_record_id, o.job_record_id, e.job_record_id)) d
      WHERE d.draw >= from_ AND d.draw <= to_
 $$;
 

@@ -72,7 +72,9 @@ def main():
     event = pbs.event()
     job = event.job
     cfg = config()
-    project = job.project or job.Account_Name
+    # The project a PBS record is charged to: its account (hpc-ledger reads
+    # `account` first, docs/pbs.md), else its PBS Pro project.
+    project = job.Account_Name or job.project
     if not project:
         event.accept()
     walltime = job.Resource_List["walltime"]
@@ -91,18 +93,24 @@ def main():
     if cfg["basic"]:
         token = base64.b64encode(cfg["basic"].encode()).decode()
         request.add_header("Authorization", "Basic " + token)
+    answer = None
+    why = ""
+    priced = True
     try:
         with urllib.request.urlopen(request, timeout=float(cfg["timeout"])) as reply:
             answer = json.load(reply)
     except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")
+        try:
+            detail = e.read().decode(errors="replace")
+        except Exception:  # noqa: BLE001 - any failure to read the reply
+            detail = ""
         if e.code in (400, 422):
-            event.reject("hpc-ledger: the job cannot be priced: %s" % detail)
-        answer = None
+            priced = False
         why = "HTTP %d: %s" % (e.code, detail)
-    except (OSError, ValueError) as e:
-        answer = None
+    except Exception as e:  # noqa: BLE001 - the ledger could not be asked, whatever the reason
         why = str(e)
+    if not priced:
+        event.reject("hpc-ledger: the job cannot be priced: %s" % why)
     if answer is None:
         pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: the ledger could not be asked (%s)" % why)
         if cfg["on_unreachable"] == "deny":

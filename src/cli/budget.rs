@@ -409,13 +409,20 @@ pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitC
             }
         }
         None => {
-            let pool = match target.open_configured().await {
-                Ok(p) => p,
-                Err(e) => return unreachable(e.to_string()),
-            };
-            let tz = time_zone(&pool).await?;
-            let job = args.job.job(super::instant(None, tz)?);
-            budget::check(&pool, &job, args.floor).await?
+            // The database, asked within 5 s like the server; when it cannot
+            // be, --on-unreachable decides.
+            let asked = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                let pool = target.open_configured().await.map_err(|e| e.to_string())?;
+                let job = args.job.job(chrono::Utc::now());
+                Ok::<_, String>(budget::check(&pool, &job, args.floor).await)
+            })
+            .await;
+            match asked {
+                Err(_) => return unreachable("the database did not answer within 5 s".into()),
+                Ok(Err(e)) => return unreachable(e),
+                Ok(Ok(Err(budget::BudgetError::Db(e)))) => return unreachable(e.to_string()),
+                Ok(Ok(answer)) => answer?,
+            }
         }
     };
     match args.format {
@@ -553,6 +560,11 @@ pub async fn run_slurm(cmd: SlurmCmd, target: &Target, author: &str) -> anyhow::
             }
             for p in &r.no_account {
                 println!("note: project {p} is budgeted but has no Slurm account on this cluster");
+            }
+            for p in &r.blocked_by_hand {
+                println!(
+                    "note: project {p} has money but its account was blocked in Slurm by hand, not by the ledger: left alone"
+                );
             }
             println!(
                 "{}: {} budgeted project(s), {} blocked; {}",

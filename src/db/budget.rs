@@ -85,10 +85,11 @@ pub async fn allocations(
     .await
 }
 
-/// Lock a grant against concurrent reductions; its project and kind.
+/// A grant's project and kind (the database's own check locks the grant
+/// when something is taken from it).
 pub async fn grant(conn: &mut PgConnection, id: AllocationId) -> Result<Option<(ProjectId, String)>, sqlx::Error> {
     let row = sqlx::query!(
-        r#"SELECT project_id AS "project_id: ProjectId", kind FROM allocation WHERE id = $1 FOR UPDATE"#,
+        r#"SELECT project_id AS "project_id: ProjectId", kind FROM allocation WHERE id = $1"#,
         id as AllocationId
     )
     .fetch_optional(&mut *conn)
@@ -242,15 +243,30 @@ pub async fn insert_hold(conn: &mut PgConnection, h: &NewHold<'_>, author: &str)
     .await
 }
 
-/// Hold the sync lock of a cluster for this session (one `slurm sync` at a time).
-pub async fn lock_sync(conn: &mut PgConnection, cluster: ClusterId) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "SELECT pg_advisory_lock(hashtextextended('slurm sync ' || $1::bigint, 17))",
+/// Take the sync lock of a cluster for this session, unless another sync
+/// holds it (then `false`: one `slurm sync` at a time, none waiting).
+pub async fn lock_sync(conn: &mut PgConnection, cluster: ClusterId) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_lock(hashtextextended('slurm sync ' || $1::bigint, 17)) AS "got!""#,
         cluster as ClusterId
     )
     .fetch_one(&mut *conn)
-    .await?;
-    Ok(())
+    .await
+}
+
+/// The accounts of a cluster whose last recorded change by `slurm sync` is
+/// a block: the only ones it may unblock (a block an administrator set by
+/// hand is not its to lift).
+pub async fn blocked_by_sync(conn: &mut PgConnection, cluster: ClusterId) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT account AS "account!" FROM (
+               SELECT DISTINCT ON (account) account, action FROM enforcement_action
+                WHERE cluster_id = $1 AND succeeded ORDER BY account, id DESC) x
+            WHERE action = 'block'"#,
+        cluster as ClusterId
+    )
+    .fetch_all(&mut *conn)
+    .await
 }
 
 pub async fn unlock_sync(conn: &mut PgConnection, cluster: ClusterId) -> Result<(), sqlx::Error> {
@@ -360,6 +376,20 @@ pub async fn record_crossings(
     )
     .fetch_all(&mut *conn)
     .await
+}
+
+/// Take the alerts lock for this session, unless another run holds it.
+pub async fn lock_alerts(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT pg_try_advisory_lock(hashtextextended('hpc-ledger alerts', 17)) AS "got!""#)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+pub async fn unlock_alerts(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query!("SELECT pg_advisory_unlock(hashtextextended('hpc-ledger alerts', 17))")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 /// Every crossing, newest first, with the channels it reached.

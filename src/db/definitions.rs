@@ -83,6 +83,7 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         'A',
     ),
     ("hold", "hold_append_only", "hl_refuse_change", 'A'),
+    ("hold", "hold_check", "hl_hold_check", 'A'),
     ("hold", "hold_no_truncate", "hl_refuse_change", 'A'),
     ("job", "job_append_only", "hl_refuse_change", 'A'),
     ("job", "job_no_truncate", "hl_refuse_change", 'A'),

@@ -165,6 +165,7 @@ pub async fn serve(
         .route("/slurm/jobcomp", post(jobcomp_doc).layer(buffered(MAX_BODY)))
         .route("/jobs", post(json_jobs).layer(buffered(MAX_JOBS_BODY)))
         .route("/check", post(routes::check).layer(buffered(64 * 1024)))
+        .route("/metrics/budgets", get(routes::budget_metrics))
         // Credentials are checked before a body is read: a sender without
         // them cannot make the server buffer anything.
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard))

@@ -406,24 +406,43 @@ pub(super) async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 pub(super) async fn metrics_text(State(app): State<Arc<App>>) -> Response {
-    let mut text = app.metrics.render();
-    text.push_str(&budget_gauges(&app.pool).await);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
 }
 
-/// Each budgeted project's remaining balance and fraction used, for
-/// Alertmanager (docs/budgets.md); nothing when the database cannot be asked
-/// (the scrape still answers, with serve's own figures).
-async fn budget_gauges(pool: &sqlx::PgPool) -> String {
+/// `GET /metrics/budgets` (with serve's credentials: these are the
+/// projects' finances, and each scrape sums every balance): each budgeted
+/// project's remaining balance and fraction used, for Alertmanager
+/// (docs/budgets.md); 503 when the database cannot be asked in 10 s, so the
+/// scrape fails visibly rather than the gauges vanishing.
+pub(super) async fn budget_metrics(State(app): State<Arc<App>>) -> Response {
     use std::fmt::Write;
-    let Ok(Ok(list)) = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        crate::service::budget::balances(pool, chrono::Utc::now()),
+    let list = match tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        crate::service::budget::balances(&app.pool, chrono::Utc::now()),
     )
     .await
-    else {
-        return String::new();
+    {
+        Ok(Ok(list)) => list,
+        Ok(Err(e)) => {
+            tracing::warn!("budget metrics: {e}");
+            return reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "the ledger database cannot be asked"}),
+            );
+        }
+        Err(_) => {
+            return reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "the balances took more than 10 s"}),
+            );
+        }
     };
+    // Projects whose allocations have not begun have nothing to report yet.
+    let list: Vec<_> = list.into_iter().filter(|b| b.balance.budgeted).collect();
     let mut out = String::new();
     out.push_str(
         "# HELP hpc_ledger_budget_remaining What a budgeted project may still spend (allocated - used - held).\n",
@@ -450,7 +469,7 @@ async fn budget_gauges(pool: &sqlx::PgPool) -> String {
             b.balance.fraction_used
         );
     }
-    out
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
 /// `POST /check`: may this job start (docs/budgets.md)? The same answer as

@@ -262,16 +262,28 @@ pub struct CheckAnswer {
 
 /// May this job start (docs/budgets.md)? Quotes it for its project (its
 /// class's card and its discount) and compares with what remains. The
-/// job's own open hold, if any, is not counted against it.
+/// job's own open hold, if any, is not counted against it. A project that
+/// is not budgeted may start whatever the request (it is not even priced).
 pub async fn check(pool: &PgPool, job: &JobRequest, floor: Decimal) -> Result<CheckAnswer, BudgetError> {
-    let q = quote_for(pool, job).await?;
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     let p = project_id(&mut conn, &job.project).await?;
     let mut sums = bdb::sums(&mut conn, p, job.quote.at).await?;
+    let unbudgeted = Balance::new(job.quote.at, sums);
+    if !unbudgeted.budgeted {
+        return Ok(CheckAnswer {
+            project: job.project.clone(),
+            verdict: verdict(&unbudgeted, Decimal::ZERO, floor),
+            cost: Decimal::ZERO,
+            balance: unbudgeted,
+        });
+    }
+    let q = quote_for(pool, job).await?;
     if let Some(id) = &job.job_id {
         let cluster = cluster_id(&mut conn, &q.cluster).await?;
         let index = job.array_index.map(|i| i as i32);
-        if let Some(h) = bdb::open_hold(&mut conn, cluster, id, index, job.quote.at).await? {
+        if let Some(h) = bdb::open_hold(&mut conn, cluster, id, index, job.quote.at).await?
+            && h.project.eq_ignore_ascii_case(&job.project)
+        {
             sums.held -= h.amount;
         }
     }
@@ -288,7 +300,11 @@ async fn quote_for(pool: &PgPool, job: &JobRequest) -> Result<Quote, BudgetError
     let mut q = job.quote.clone();
     q.project = Some(job.project.clone());
     q.class = None;
-    Ok(crate::service::quote::quote(pool, &q).await?)
+    crate::service::quote::quote(pool, &q).await.map_err(|e| match e {
+        // The ledger cannot be asked: not a request that cannot be priced.
+        QuoteError::Db(e) => BudgetError::Db(e),
+        other => BudgetError::Quote(other),
+    })
 }
 
 async fn cluster_id(conn: &mut PgConnection, name: &str) -> Result<crate::ids::ClusterId, BudgetError> {
@@ -327,7 +343,9 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
         let index = job.array_index.map(|i| i as i32);
         bdb::lock_job(&mut tx, cluster, job_id, index).await?;
         let now = Utc::now();
-        if let Some(h) = bdb::open_hold(&mut tx, cluster, job_id, index, now).await? {
+        if let Some(h) = bdb::open_hold(&mut tx, cluster, job_id, index, now).await?
+            && h.project.eq_ignore_ascii_case(&job.project)
+        {
             return Ok(HoldAnswer {
                 hold: h.id,
                 placed_now: false,
@@ -381,10 +399,11 @@ pub enum Channel {
 
 impl Channel {
     fn name(&self) -> String {
-        match self {
+        let name = match self {
             Channel::Webhook(u) => format!("webhook {u}"),
             Channel::Command(c) => format!("command {c}"),
-        }
+        };
+        name.chars().take(2000).collect()
     }
 }
 
@@ -403,12 +422,24 @@ pub struct AlertRun {
 /// delivered to `channel` (three tries each, 1 s and 2 s apart).
 pub async fn check_alerts(pool: &PgPool, channel: Option<&Channel>) -> Result<AlertRun, BudgetError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    let thresholds = bdb::thresholds(&mut conn).await?;
+    // One run at a time (two would deliver the same crossings twice).
+    if !bdb::lock_alerts(&mut conn).await? {
+        return Err(BudgetError::Refused(
+            "another `alerts --check` is running; nothing done".into(),
+        ));
+    }
+    let result = check_alerts_locked(&mut conn, channel).await;
+    let _ = bdb::unlock_alerts(&mut conn).await;
+    result
+}
+
+async fn check_alerts_locked(conn: &mut PgConnection, channel: Option<&Channel>) -> Result<AlertRun, BudgetError> {
+    let thresholds = bdb::thresholds(&mut *conn).await?;
     let now = Utc::now();
     let mut new_ids = Vec::new();
     if !thresholds.is_empty() {
-        for (id, _) in bdb::budgeted_projects(&mut conn).await? {
-            let b = Balance::new(now, bdb::sums(&mut conn, id, now).await?);
+        for (id, _) in bdb::budgeted_projects(&mut *conn).await? {
+            let b = Balance::new(now, bdb::sums(&mut *conn, id, now).await?);
             let (Some(pool_from), true) = (b.pool_from, b.allocated > Decimal::ZERO) else {
                 continue;
             };
@@ -416,12 +447,13 @@ pub async fn check_alerts(pool: &PgPool, channel: Option<&Channel>) -> Result<Al
             let crossed: Vec<Decimal> = thresholds.iter().copied().filter(|t| percent >= *t).collect();
             if !crossed.is_empty() {
                 new_ids.extend(
-                    bdb::record_crossings(&mut conn, id, &crossed, pool_from, b.allocated, b.used, b.remaining).await?,
+                    bdb::record_crossings(&mut *conn, id, &crossed, pool_from, b.allocated, b.used, b.remaining)
+                        .await?,
                 );
             }
         }
     }
-    let all = bdb::crossings(&mut conn).await?;
+    let all = bdb::crossings(&mut *conn).await?;
     let new: Vec<bdb::Crossing> = all.iter().filter(|c| new_ids.contains(&c.id)).cloned().collect();
     let mut delivered = Vec::new();
     if let Some(ch) = channel {
@@ -439,7 +471,7 @@ pub async fn check_alerts(pool: &PgPool, channel: Option<&Channel>) -> Result<Al
                     tokio::time::sleep(std::time::Duration::from_secs(u64::from(attempt))).await;
                 }
                 let (went, detail) = deliver(ch, &body).await;
-                bdb::record_delivery(&mut conn, c.id, &name, went, &detail).await?;
+                bdb::record_delivery(&mut *conn, c.id, &name, went, &detail).await?;
                 if went {
                     ok = true;
                     break;
@@ -509,8 +541,9 @@ async fn deliver(ch: &Channel, body: &str) -> (bool, String) {
                 .arg("-c")
                 .arg(cmd)
                 .stdin(std::process::Stdio::from(input))
-                .stdout(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true)
                 .spawn();
             let result = match child {
                 Err(e) => (false, format!("cannot run sh: {e}")),

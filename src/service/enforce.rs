@@ -7,7 +7,7 @@
 //! it from cron every minute is safe; every change is recorded.
 
 use std::path::PathBuf;
-use std::process::Command;
+use tokio::process::Command;
 
 use chrono::Utc;
 use rust_decimal::Decimal;
@@ -74,13 +74,32 @@ pub struct SyncReport {
     pub actions: Vec<SyncAction>,
     /// Budgeted projects that have no account in Slurm.
     pub no_account: Vec<String>,
+    /// Accounts blocked in Slurm, not by the ledger: left alone.
+    pub blocked_by_hand: Vec<String>,
 }
 
-fn run(sacctmgr: &PathBuf, args: &[String]) -> Result<(bool, String), EnforceError> {
-    let out = Command::new(sacctmgr)
+/// How long one sacctmgr call may take (a hung slurmdbd must not pile up
+/// syncs started by cron).
+const SACCTMGR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+async fn run(sacctmgr: &PathBuf, args: &[String]) -> Result<(bool, String), EnforceError> {
+    let child = Command::new(sacctmgr)
         .args(args)
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
         .map_err(|e| EnforceError::Sacctmgr(format!("cannot run {}: {e}", sacctmgr.display())))?;
+    let out = tokio::time::timeout(SACCTMGR_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| {
+            EnforceError::Sacctmgr(format!(
+                "sacctmgr did not answer within {} s",
+                SACCTMGR_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| EnforceError::Sacctmgr(format!("running {}: {e}", sacctmgr.display())))?;
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     Ok((out.status.success(), text.trim().chars().take(4000).collect()))
@@ -88,7 +107,7 @@ fn run(sacctmgr: &PathBuf, args: &[String]) -> Result<(bool, String), EnforceErr
 
 /// Slurm accounts on `cluster` and whether each is blocked (`GrpJobs=0` on
 /// its account association, the row with no user).
-fn accounts(sacctmgr: &PathBuf, cluster: &str) -> Result<std::collections::HashMap<String, bool>, EnforceError> {
+async fn accounts(sacctmgr: &PathBuf, cluster: &str) -> Result<std::collections::HashMap<String, bool>, EnforceError> {
     // One argument per word, as a shell would split them (sacctmgr reads
     // `where cluster=X` as two).
     let args: Vec<String> = ["-n", "-P", "show", "assoc", "where"]
@@ -96,7 +115,7 @@ fn accounts(sacctmgr: &PathBuf, cluster: &str) -> Result<std::collections::HashM
         .map(str::to_owned)
         .chain([format!("cluster={cluster}"), "format=account,user,grpjobs".into()])
         .collect();
-    let (ok, text) = run(sacctmgr, &args)?;
+    let (ok, text) = run(sacctmgr, &args).await?;
     if !ok {
         return Err(EnforceError::Sacctmgr(format!("sacctmgr show assoc failed: {text}")));
     }
@@ -121,21 +140,43 @@ pub async fn slurm_sync(pool: &PgPool, o: &SyncOptions, author: &str) -> Result<
         ))
     })?;
     let slurm_cluster = o.slurm_cluster.clone().unwrap_or_else(|| cluster.name.to_lowercase());
-    // One sync at a time: a second one waits (cron every minute is safe).
-    bdb::lock_sync(&mut conn, cluster.id).await?;
-    let current = accounts(&o.sacctmgr, &slurm_cluster)?;
+    // One sync at a time: another one running, this one stops (cron every
+    // minute is safe; none waits).
+    if !bdb::lock_sync(&mut conn, cluster.id).await? {
+        return Err(EnforceError::Invalid(format!(
+            "another slurm sync of {} is running; nothing done",
+            cluster.name
+        )));
+    }
+    let result = sync_locked(&mut conn, o, cluster.id, &cluster.name, &slurm_cluster, author).await;
+    let _ = bdb::unlock_sync(&mut conn, cluster.id).await;
+    result
+}
+
+async fn sync_locked(
+    conn: &mut sqlx::PgConnection,
+    o: &SyncOptions,
+    cluster_id: crate::ids::ClusterId,
+    cluster_name: &str,
+    slurm_cluster: &str,
+    author: &str,
+) -> Result<SyncReport, EnforceError> {
+    let current = accounts(&o.sacctmgr, slurm_cluster).await?;
+    let ours = bdb::blocked_by_sync(conn, cluster_id).await?;
     let now = Utc::now();
+    let cluster_id_ = cluster_id;
     let mut report = SyncReport {
-        cluster: cluster.name.clone(),
+        cluster: cluster_name.to_owned(),
         dry_run: o.dry_run,
         projects: 0,
         blocked: 0,
         actions: Vec::new(),
         no_account: Vec::new(),
+        blocked_by_hand: Vec::new(),
     };
-    let result = async {
-        for (id, code) in bdb::budgeted_projects(&mut conn).await? {
-            let balance = Balance::new(now, bdb::sums(&mut conn, id, now).await?);
+    {
+        for (id, code) in bdb::budgeted_projects(&mut *conn).await? {
+            let balance = Balance::new(now, bdb::sums(&mut *conn, id, now).await?);
             if !balance.budgeted {
                 continue;
             }
@@ -150,6 +191,10 @@ pub async fn slurm_sync(pool: &PgPool, o: &SyncOptions, author: &str) -> Result<
                 }
                 continue;
             };
+            if action == Enforce::Unblock && !ours.contains(&account) {
+                report.blocked_by_hand.push(code);
+                continue;
+            }
             let args: Vec<String> = vec![
                 "-i".into(),
                 "modify".into(),
@@ -164,11 +209,11 @@ pub async fn slurm_sync(pool: &PgPool, o: &SyncOptions, author: &str) -> Result<
             let (succeeded, output) = if o.dry_run {
                 (None, String::new())
             } else {
-                let (ok, out) = run(&o.sacctmgr, &args)?;
+                let (ok, out) = run(&o.sacctmgr, &args).await?;
                 bdb::record_action(
-                    &mut conn,
+                    &mut *conn,
                     &bdb::Action {
-                        cluster: cluster.id,
+                        cluster: cluster_id_,
                         project: id,
                         account: &account,
                         action: if action == Enforce::Block { "block" } else { "unblock" },
@@ -192,10 +237,6 @@ pub async fn slurm_sync(pool: &PgPool, o: &SyncOptions, author: &str) -> Result<
                 output,
             });
         }
-        Ok::<_, EnforceError>(())
     }
-    .await;
-    let _ = bdb::unlock_sync(&mut conn, cluster.id).await;
-    result?;
     Ok(report)
 }

@@ -475,6 +475,19 @@ async fn serve_answers_the_check_for_scheduler_hooks() {
         "{}",
         metrics.render()
     );
+    // The budget gauges, for Alertmanager (behind serve's credentials).
+    let m = hpc_ledger::serve::client::get(addr, "/metrics/budgets").await.unwrap();
+    assert_eq!(m.status, 200, "{}", m.body);
+    assert!(
+        m.body.contains("hpc_ledger_budget_remaining{project=\"P1\"} 1.00\n"),
+        "{}",
+        m.body
+    );
+    assert!(
+        m.body.contains("hpc_ledger_budget_fraction_used{project=\"P1\"} 0\n"),
+        "{}",
+        m.body
+    );
     let _ = stop.send(());
     done.await.unwrap().unwrap();
     // With nobody listening: --on-unreachable decides.
@@ -614,6 +627,14 @@ async fn slurm_sync_blocks_a_spent_project_and_unblocks_it_once_funded_changing_
     );
     let calls = std::fs::read_to_string(dir.join("calls")).unwrap();
     assert_eq!(calls.lines().filter(|l| l.contains("modify")).count(), 2, "{calls}");
+    // An account an administrator blocked by hand is not the sync's to lift.
+    std::fs::write(dir.join("assoc"), "p1||\np2||0\n").unwrap();
+    let o = ok(&sync(&[]));
+    assert!(
+        o.contains("note: project P2 has money but its account was blocked in Slurm by hand"),
+        "{o}"
+    );
+    assert!(assoc().contains("p2||0\n"), "{}", assoc());
     // A budgeted project without a Slurm account is reported, not created.
     std::fs::write(dir.join("assoc"), "free||\n").unwrap();
     let o = ok(&sync(&[]));
@@ -780,6 +801,11 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
         hook(job("BUDGET", "1:ncpus=40", "10:00:00"), &url, "allow"),
         "REJECT: hpc-ledger: project BUDGET may not start this job: the job may cost 4.00 but the project has 1.00 remaining"
     );
+    // The account is what PBS records charge (docs/pbs.md): checked before
+    // the PBS Pro project.
+    let mut both = job("FREE", "1:ncpus=40", "10:00:00");
+    both["Account_Name"] = "BUDGET".into();
+    assert!(hook(both, &url, "allow").starts_with("REJECT: hpc-ledger: project BUDGET may not start"));
     // Not budgeted; no project at all (TORQUE-style nodes= too).
     assert_eq!(hook(job("FREE", "1:ncpus=40", "100:00:00"), &url, "allow"), "ACCEPT");
     let no_project =
@@ -828,4 +854,63 @@ async fn awards_kept_in_the_configuration_are_granted_once_and_never_rewritten()
         money(&balance(&db, "P2", "2026-08-01T00:00:00Z")["allocated"]),
         "500.00"
     );
+}
+
+#[tokio::test]
+async fn an_adjustment_posted_into_an_earlier_month_still_draws_and_billing_may_reduce() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P2",
+        "10.00",
+        "--from",
+        "2026-11-01",
+        "--reason",
+        "from November",
+    ]));
+    // Posted now into August (an open month): it draws when posted, after
+    // the allocation began, whatever month it is in.
+    ok(&db.cli(&[
+        "adjust",
+        "--project",
+        "P2",
+        "--amount",
+        "3.00",
+        "--month",
+        "2026-08",
+        "--reason",
+        "late fee",
+    ]));
+    assert_eq!(money(&balance(&db, "P2", &Utc::now().to_rfc3339())["used"]), "3.00");
+    // The billing role takes from a grant (the database's check locks the
+    // grant with its owner's rights, not the caller's).
+    let grant: i64 = sqlx::query_scalar("SELECT id FROM allocation WHERE reason = 'from November'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL ROLE hpc_ledger_billing")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO allocation (project_id, kind, amount, valid_from, grant_id, reason, author)
+         SELECT project_id, 'reduce', -2, valid_from, id, 'cut', 'billing' FROM allocation WHERE id = $1",
+    )
+    .bind(grant)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    // A hold cannot be placed in the past or left open for good.
+    let e = sqlx::query(
+        "INSERT INTO hold (project_id, cluster_id, scheduler_job_id, amount, request, expires_at, author)
+         SELECT p.id, c.id, 'X', 1, '{}', 'infinity', 'x' FROM project p, cluster c WHERE p.code = 'P2'",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("within 400 days"), "{e}");
+    tx.rollback().await.unwrap();
 }
