@@ -85,16 +85,24 @@ pub async fn allocations(
     .await
 }
 
-/// A grant's project and kind (the database's own check locks the grant
-/// when something is taken from it).
-pub async fn grant(conn: &mut PgConnection, id: AllocationId) -> Result<Option<(ProjectId, String)>, sqlx::Error> {
-    let row = sqlx::query!(
-        r#"SELECT project_id AS "project_id: ProjectId", kind FROM allocation WHERE id = $1"#,
+/// A grant as `alloc reduce` and `alloc transfer` need it.
+pub struct Grant {
+    pub project: ProjectId,
+    pub kind: String,
+    pub valid_from: DateTime<Utc>,
+    pub valid_until: Option<DateTime<Utc>>,
+}
+
+/// An allocation entry's project, kind and window (the database's own
+/// check locks the grant when something is taken from it).
+pub async fn grant(conn: &mut PgConnection, id: AllocationId) -> Result<Option<Grant>, sqlx::Error> {
+    sqlx::query_as!(
+        Grant,
+        r#"SELECT project_id AS "project: ProjectId", kind, valid_from, valid_until FROM allocation WHERE id = $1"#,
         id as AllocationId
     )
     .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.map(|r| (r.project_id, r.kind)))
+    .await
 }
 
 /// What the database sums for a project's balance at `at`.

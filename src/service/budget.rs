@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 
 use crate::db::budget::{self as bdb, AllocationRow, HoldRow, NewAllocation, NewHold};
-use crate::db::{DbError, reference};
+use crate::db::DbError;
 use crate::domain::budget::{AllocationKind, Balance, Verdict, verdict};
 use crate::domain::rules::Dated;
 use crate::ids::{AllocationId, HoldId, ProjectId};
@@ -123,7 +123,8 @@ pub async fn reduce(
     crate::service::finish(tx, result).await
 }
 
-/// The start of a grant of `project` (locked against concurrent takes).
+/// The window of a grant of `project` (the database's check locks it when
+/// something is taken from it).
 async fn grant_of(
     tx: &mut PgConnection,
     p: ProjectId,
@@ -131,13 +132,12 @@ async fn grant_of(
     id: AllocationId,
 ) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>), BudgetError> {
     match bdb::grant(tx, id).await? {
-        Some((owner, kind)) if owner == p && (kind == "grant" || kind == "transfer_in") => {}
-        Some(_) => return invalid(format!("allocation {id} is not a grant of project {code}")),
-        None => return invalid(format!("there is no allocation {id}")),
+        Some(g) if g.project == p && (g.kind == "grant" || g.kind == "transfer_in") => {
+            Ok((g.valid_from, g.valid_until))
+        }
+        Some(_) => invalid(format!("allocation {id} is not a grant of project {code}")),
+        None => invalid(format!("there is no allocation {id}")),
     }
-    let rows = bdb::allocations(tx, Some(p)).await?;
-    let g = rows.iter().find(|r| r.id == id).expect("locked above");
-    Ok((g.valid_from, g.valid_until))
 }
 
 /// Move `amount` of grant `from_grant` of `from` to `to`, from `starting`
@@ -265,35 +265,45 @@ pub struct CheckAnswer {
 /// job's own open hold, if any, is not counted against it. A project that
 /// is not budgeted may start whatever the request (it is not even priced).
 pub async fn check(pool: &PgPool, job: &JobRequest, floor: Decimal) -> Result<CheckAnswer, BudgetError> {
+    Ok(check_quoted(pool, job, floor).await?.0)
+}
+
+/// [`check`], and the quote it made (none for a project not budgeted).
+async fn check_quoted(
+    pool: &PgPool,
+    job: &JobRequest,
+    floor: Decimal,
+) -> Result<(CheckAnswer, Option<Quote>), BudgetError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     let p = project_id(&mut conn, &job.project).await?;
     let mut sums = bdb::sums(&mut conn, p, job.quote.at).await?;
     let unbudgeted = Balance::new(job.quote.at, sums);
     if !unbudgeted.budgeted {
-        return Ok(CheckAnswer {
+        let answer = CheckAnswer {
             project: job.project.clone(),
             verdict: verdict(&unbudgeted, Decimal::ZERO, floor),
             cost: Decimal::ZERO,
             balance: unbudgeted,
-        });
+        };
+        return Ok((answer, None));
     }
     let q = quote_for(pool, job).await?;
     if let Some(id) = &job.job_id {
-        let cluster = cluster_id(&mut conn, &q.cluster).await?;
         let index = job.array_index.map(|i| i as i32);
-        if let Some(h) = bdb::open_hold(&mut conn, cluster, id, index, job.quote.at).await?
+        if let Some(h) = bdb::open_hold(&mut conn, q.cluster_id, id, index, job.quote.at).await?
             && h.project.eq_ignore_ascii_case(&job.project)
         {
             sums.held -= h.amount;
         }
     }
     let balance = Balance::new(job.quote.at, sums);
-    Ok(CheckAnswer {
+    let answer = CheckAnswer {
         project: q.project.clone().unwrap_or_else(|| job.project.clone()),
         verdict: verdict(&balance, q.total, floor),
         cost: q.total,
         balance,
-    })
+    };
+    Ok((answer, Some(q)))
 }
 
 async fn quote_for(pool: &PgPool, job: &JobRequest) -> Result<Quote, BudgetError> {
@@ -305,14 +315,6 @@ async fn quote_for(pool: &PgPool, job: &JobRequest) -> Result<Quote, BudgetError
         QuoteError::Db(e) => BudgetError::Db(e),
         other => BudgetError::Quote(other),
     })
-}
-
-async fn cluster_id(conn: &mut PgConnection, name: &str) -> Result<crate::ids::ClusterId, BudgetError> {
-    let catalog = reference::load_catalog(conn).await?;
-    catalog
-        .cluster(name)
-        .map(|c| c.id)
-        .ok_or_else(|| BudgetError::Invalid(format!("unknown cluster {name:?} ({})", catalog.clusters_known(name))))
 }
 
 /// What `hold` did.
@@ -334,11 +336,15 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
     let Some(job_id) = job.job_id.as_deref() else {
         return invalid("a hold needs the job's id (--job-id)");
     };
-    let answer = check(pool, job, Decimal::ZERO).await?;
-    let q = quote_for(pool, job).await?;
+    // The check's own quote (an unbudgeted project's job is priced here).
+    let (answer, quoted) = check_quoted(pool, job, Decimal::ZERO).await?;
+    let q = match quoted {
+        Some(q) => q,
+        None => quote_for(pool, job).await?,
+    };
     let mut tx = pool.begin().await.map_err(DbError::from)?;
     let result = async {
-        let cluster = cluster_id(&mut tx, &q.cluster).await?;
+        let cluster = q.cluster_id;
         let p = project_id(&mut tx, &job.project).await?;
         let index = job.array_index.map(|i| i as i32);
         bdb::lock_job(&mut tx, cluster, job_id, index).await?;

@@ -49,6 +49,9 @@ pub struct QuoteDiscount {
 #[derive(Debug, Clone, Serialize)]
 pub struct Quote {
     pub cluster: String,
+    /// The cluster's id (for callers that record something about the job).
+    #[serde(skip)]
+    pub cluster_id: crate::ids::ClusterId,
     pub node_type: String,
     pub queue: Option<String>,
     pub at: DateTime<Utc>,
@@ -195,6 +198,7 @@ pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError>
     let list_total = price.total();
     Ok(Quote {
         cluster: cluster.name.clone(),
+        cluster_id: cluster.id,
         node_type: node_type.name.clone(),
         queue: q.queue.clone(),
         at: q.at,
