@@ -7,8 +7,8 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 
-use crate::db::budget::{self as bdb, AllocationRow, HoldRow, NewAllocation, NewHold};
 use crate::db::DbError;
+use crate::db::budget::{self as bdb, AllocationRow, HoldRow, NewAllocation, NewHold};
 use crate::domain::budget::{AllocationKind, Balance, Verdict, verdict};
 use crate::domain::rules::Dated;
 use crate::ids::{AllocationId, HoldId, ProjectId};
