@@ -500,6 +500,7 @@ pub(super) async fn balance_time(
         code,
         rust_decimal::Decimal::from(1_000_000_000),
         window,
+        None,
         "bench",
         "bench",
     )

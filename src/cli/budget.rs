@@ -19,10 +19,12 @@ pub const EXIT_REFUSED: u8 = 7;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum AllocCmd {
-    /// Grant money a project may spend from --from until --until (an award, a purchase, a credit).
+    /// Grant money a project may spend from --from until --until (an award, a purchase, a credit),
+    /// on every cluster or, with --cluster, on one.
     ///
-    /// Example:
+    /// Examples:
     ///   hpc-ledger alloc grant PAS1234 5000.00 --from 2026-07-01 --until 2027-07-01 --reason "award 2026-123"
+    ///   hpc-ledger alloc grant PAS1234 800.00 --from 2026-07-01 --cluster pitzer --reason "GPU award"
     #[command(verbatim_doc_comment)]
     Grant {
         /// The project's code.
@@ -35,6 +37,9 @@ pub enum AllocCmd {
         /// First instant it no longer may (default: open-ended).
         #[arg(long)]
         until: Option<String>,
+        /// Pay only for jobs on this cluster (a pool of its own; default: every cluster, storage, adjustments).
+        #[arg(long)]
+        cluster: Option<String>,
         /// Why: kept with the entry.
         #[arg(long)]
         reason: String,
@@ -103,6 +108,7 @@ pub async fn run_alloc(cmd: AllocCmd, target: &Target, author: &str) -> anyhow::
             amount,
             from,
             until,
+            cluster,
             reason,
         } => {
             let window = Dated {
@@ -113,8 +119,11 @@ pub async fn run_alloc(cmd: AllocCmd, target: &Target, author: &str) -> anyhow::
             if window.valid_until.is_some_and(|u| u <= window.valid_from) {
                 anyhow::bail!("--until must be after --from");
             }
-            let id = budget::grant(&pool, &project, amount, window, &reason, author).await?;
-            println!("granted {amount:.2} to {project} as allocation {id}");
+            let id = budget::grant(&pool, &project, amount, window, cluster.as_deref(), &reason, author).await?;
+            match &cluster {
+                Some(c) => println!("granted {amount:.2} to {project} on {c} as allocation {id}"),
+                None => println!("granted {amount:.2} to {project} as allocation {id}"),
+            }
         }
         AllocCmd::Reduce {
             project,
@@ -158,6 +167,7 @@ pub async fn run_alloc(cmd: AllocCmd, target: &Target, author: &str) -> anyhow::
                         r.id.to_string(),
                         r.project.clone(),
                         r.kind.clone(),
+                        r.cluster.clone().unwrap_or_else(|| "all".into()),
                         format!("{:.2}", r.amount),
                         local_time(r.valid_from, tz),
                         r.valid_until.map_or("-".into(), |u| local_time(u, tz)),
@@ -169,7 +179,7 @@ pub async fn run_alloc(cmd: AllocCmd, target: &Target, author: &str) -> anyhow::
                 })
                 .collect();
             let head = [
-                "id", "project", "kind", "amount", "from", "until", "of", "left", "by", "reason",
+                "id", "project", "kind", "cluster", "amount", "from", "until", "of", "left", "by", "reason",
             ];
             match format {
                 ListFormat::Json => print_json(&rows)?,
@@ -203,17 +213,23 @@ pub async fn run_balance(args: BalanceArgs, target: &Target) -> anyhow::Result<E
     let tz = time_zone(&pool).await?;
     let at = super::instant(args.at.as_deref(), tz)?;
     let list = match &args.project {
-        Some(p) => vec![budget::balance(&pool, p, at).await?],
+        Some(p) => budget::pools(&pool, p, at).await?,
         None => budget::balances(&pool, at).await?,
     };
     match args.format {
-        ListFormat::Json if args.project.is_some() => print_json(&list[0])?,
+        // One project's general pool as an object (its pools, if it has
+        // scoped ones, as a list).
+        ListFormat::Json if args.project.is_some() && list.len() == 1 => print_json(&list[0])?,
         ListFormat::Json => print_json(&list)?,
         ListFormat::Csv => {
             let (head, rows) = balance_table(&list, tz);
             print!("{}", table::csv(&head, &rows));
         }
-        ListFormat::Text if args.project.is_some() => print!("{}", balance_text(&list[0], tz)),
+        ListFormat::Text if args.project.is_some() => {
+            for b in &list {
+                print!("{}", balance_text(b, tz));
+            }
+        }
         ListFormat::Text => {
             let (head, rows) = balance_table(&list, tz);
             print!("{}", table::render(&head, &rows));
@@ -222,13 +238,14 @@ pub async fn run_balance(args: BalanceArgs, target: &Target) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 8], Vec<Vec<String>>) {
+fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 9], Vec<Vec<String>>) {
     let rows = list
         .iter()
         .map(|b| {
             let x = &b.balance;
             vec![
                 b.project.clone(),
+                x.cluster.clone().unwrap_or_else(|| "all".into()),
                 format!("{:.2}", x.allocated),
                 format!("{:.2}", x.used),
                 format!("{:.2}", x.held),
@@ -242,6 +259,7 @@ fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 
     (
         [
             "project",
+            "cluster",
             "allocated",
             "used",
             "held",
@@ -256,16 +274,18 @@ fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 
 
 fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz) -> String {
     let x = &b.balance;
+    let name = match &x.cluster {
+        Some(c) => format!("{} on {c}", b.project),
+        None => b.project.clone(),
+    };
     if !x.budgeted {
         return format!(
-            "{}: no allocation in force at {} (not budgeted: its jobs are not checked)\n",
-            b.project,
+            "{name}: no allocation in force at {} (not budgeted: its jobs are not checked)\n",
             local_time(x.at, tz)
         );
     }
     let mut out = format!(
-        "{} at {} (allocations in force since {}):\n",
-        b.project,
+        "{name} at {} (allocations in force since {}):\n",
         local_time(x.at, tz),
         x.pool_from.map_or("-".into(), |t| local_time(t, tz))
     );

@@ -290,6 +290,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         "PAS1234",
         "250.00".parse()?,
         award.clone(),
+        None,
         "award 2026-123",
         "billing-office",
     )
@@ -339,6 +340,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         "PAS1234",
         "1000.00".parse()?,
         award,
+        None,
         "supplement 2026-123a",
         "billing-office",
     )

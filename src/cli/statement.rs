@@ -285,10 +285,11 @@ pub fn text(s: &Statement) -> String {
     }
     let _ = writeln!(o, "  corrections subtotal: {:.2}\n", s.corrections_total());
     let _ = writeln!(o, "TOTAL {cur} {:.2}", s.total);
-    if let Some(b) = &s.budget {
+    for b in &s.budgets {
         let _ = writeln!(
             o,
-            "\nBudget at {}: allocated {:.2}, used {:.2}, held {:.2}, remaining {:.2} ({:.1} % used)",
+            "\nBudget{} at {}: allocated {:.2}, used {:.2}, held {:.2}, remaining {:.2} ({:.1} % used)",
+            b.cluster.as_deref().map(|c| format!(" for {c}")).unwrap_or_default(),
             b.at.format("%Y-%m-%d %H:%M UTC"),
             b.allocated,
             b.used,

@@ -47,6 +47,8 @@ pub struct AllocationConfig {
     pub project: String,
     pub amount: Decimal,
     pub window: Dated<()>,
+    /// The one cluster it pays for (`None`: every cluster).
+    pub cluster: Option<String>,
     pub reason: String,
 }
 
@@ -337,10 +339,17 @@ impl Validator {
                     "the same project, start and reason twice: give each grant its own reason",
                 );
             }
+            let cluster = a.cluster.as_deref().map(str::trim).map(str::to_owned);
+            if let Some(c) = &cluster
+                && !clusters.iter().any(|k| k.name.eq_ignore_ascii_case(c))
+            {
+                self.bad(format!("{key}.cluster"), format!("{c:?} is not a cluster of this file"));
+            }
             allocations.push(AllocationConfig {
                 project,
                 amount,
                 window,
+                cluster,
                 reason,
             });
         }

@@ -36,6 +36,9 @@ pub struct Allocation {
     pub from: When,
     #[serde(default)]
     pub until: Option<When>,
+    /// Pay only for jobs on this cluster (its own pool).
+    #[serde(default)]
+    pub cluster: Option<String>,
     pub reason: String,
 }
 

@@ -1,6 +1,8 @@
 //! Allocations, holds and balances (docs/budgets.md): append allocation
 //! entries and holds; sum a project's balance with the database's own
-//! definition (`hl_balance`, `hl_drawn`, migration 0027).
+//! definition (`hl_pool_balance`, `hl_pool_drawn`, migrations 0027 and
+//! 0028): the general pool (`None`) and one pool per cluster a project has
+//! scoped allocations for.
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
@@ -20,6 +22,8 @@ pub struct AllocationRow {
     pub valid_until: Option<DateTime<Utc>>,
     pub grant_id: Option<AllocationId>,
     pub transfer_of: Option<AllocationId>,
+    /// The one cluster it pays for (`None`: the general pool).
+    pub cluster: Option<String>,
     pub reason: String,
     pub author: String,
     pub created_at: DateTime<Utc>,
@@ -37,6 +41,8 @@ pub struct NewAllocation<'a> {
     pub valid_until: Option<DateTime<Utc>>,
     pub grant: Option<AllocationId>,
     pub transfer_of: Option<AllocationId>,
+    /// A grant's one cluster (a reduce or transfer has its grant's).
+    pub cluster: Option<ClusterId>,
     pub reason: &'a str,
 }
 
@@ -46,8 +52,9 @@ pub async fn insert_allocation(
     author: &str,
 ) -> Result<AllocationId, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"INSERT INTO allocation (project_id, kind, amount, valid_from, valid_until, grant_id, transfer_of, reason, author)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+        r#"INSERT INTO allocation (project_id, kind, amount, valid_from, valid_until, grant_id, transfer_of, reason, author,
+                                  cluster_id)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
            RETURNING id AS "id: AllocationId""#,
         a.project as ProjectId,
         a.kind.as_str(),
@@ -57,7 +64,8 @@ pub async fn insert_allocation(
         a.grant.map(|g| g.0),
         a.transfer_of.map(|t| t.0),
         a.reason,
-        author
+        author,
+        a.cluster.map(|c| c.0)
     )
     .fetch_one(&mut *conn)
     .await
@@ -71,12 +79,13 @@ pub async fn allocations(
     sqlx::query_as!(
         AllocationRow,
         r#"SELECT a.id AS "id: AllocationId", p.code AS project, a.kind, a.amount, a.valid_from, a.valid_until,
-                  a.grant_id AS "grant_id: AllocationId", a.transfer_of AS "transfer_of: AllocationId", a.reason,
+                  a.grant_id AS "grant_id: AllocationId", a.transfer_of AS "transfer_of: AllocationId",
+                  c.name AS "cluster?", a.reason,
                   a.author, a.created_at,
                   CASE WHEN a.kind IN ('grant', 'transfer_in')
                        THEN a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id), 0)
                   END AS left
-             FROM allocation a JOIN project p ON p.id = a.project_id
+             FROM allocation a JOIN project p ON p.id = a.project_id LEFT JOIN cluster c ON c.id = a.cluster_id
             WHERE $1::bigint IS NULL OR a.project_id = $1
             ORDER BY lower(p.code), a.id"#,
         project.map(|p| p.0)
@@ -105,16 +114,23 @@ pub async fn grant(conn: &mut PgConnection, id: AllocationId) -> Result<Option<G
     .await
 }
 
-/// What the database sums for a project's balance at `at`.
-pub async fn sums(conn: &mut PgConnection, project: ProjectId, at: DateTime<Utc>) -> Result<Sums, sqlx::Error> {
+/// What the database sums for a project's pool at `at` (`pool`: the
+/// cluster of scoped allocations, `None` for the general pool).
+pub async fn sums(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    pool: Option<ClusterId>,
+    at: DateTime<Utc>,
+) -> Result<Sums, sqlx::Error> {
     let r = sqlx::query!(
         r#"SELECT b.allocated AS "allocated!", b.pool_from, b.used AS "used!", b.held AS "held!",
-                  hl_drawn($1, $2 - make_interval(days => $3), $2) AS "recent!",
-                  EXISTS (SELECT 1 FROM allocation a WHERE a.project_id = $1 AND a.valid_from <= $2) AS "ever!"
-             FROM hl_balance($1, $2) b"#,
+                  hl_pool_drawn($1, $4, $2 - make_interval(days => $3), $2) AS "recent!",
+                  b.begun AS "ever!"
+             FROM hl_pool_balance($1, $4, $2) b"#,
         project as ProjectId,
         at,
-        crate::domain::budget::BURN_DAYS as i32
+        crate::domain::budget::BURN_DAYS as i32,
+        pool.map(|c| c.0)
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -126,6 +142,63 @@ pub async fn sums(conn: &mut PgConnection, project: ProjectId, at: DateTime<Utc>
         drawn_recently: r.recent,
         ever_allocated: r.ever,
     })
+}
+
+/// A project's pools: the clusters of its scoped allocations, with their
+/// names, after the general pool (`None`) when it has unscoped ones or none
+/// at all.
+pub async fn pools(
+    conn: &mut PgConnection,
+    project: ProjectId,
+) -> Result<Vec<(Option<ClusterId>, Option<String>)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT DISTINCT a.cluster_id AS "cluster: ClusterId", c.name AS "name?"
+             FROM allocation a LEFT JOIN cluster c ON c.id = a.cluster_id
+            WHERE a.project_id = $1
+            ORDER BY c.name NULLS FIRST"#,
+        project as ProjectId
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.is_empty() {
+        return Ok(vec![(None, None)]);
+    }
+    Ok(rows.into_iter().map(|r| (r.cluster, r.name)).collect())
+}
+
+/// The pool a job of `project` on `cluster` draws from at `at`: the
+/// cluster's own once any allocation of the project scoped to it has begun,
+/// else the general pool.
+pub async fn pool_for(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    cluster: ClusterId,
+    at: DateTime<Utc>,
+) -> Result<Option<ClusterId>, sqlx::Error> {
+    let scoped = sqlx::query_scalar!(
+        r#"SELECT coalesce(hl_pool_start($1, $2) <= $3, false) AS "scoped!""#,
+        project as ProjectId,
+        cluster as ClusterId,
+        at
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(scoped.then_some(cluster))
+}
+
+/// Whether a project has an allocation entry that has begun by `at`.
+pub async fn ever_allocated(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    at: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM allocation a WHERE a.project_id = $1 AND a.valid_from <= $2) AS "ever!""#,
+        project as ProjectId,
+        at
+    )
+    .fetch_one(&mut *conn)
+    .await
 }
 
 /// The projects that have any allocation entry, with their codes.
@@ -349,6 +422,8 @@ pub async fn set_thresholds(conn: &mut PgConnection, percents: &[Decimal]) -> Re
 pub struct Crossing {
     pub id: i64,
     pub project: String,
+    /// The pool's cluster (`None`: the general pool).
+    pub cluster: Option<String>,
     pub threshold: Decimal,
     pub pool_from: DateTime<Utc>,
     pub allocated: Decimal,
@@ -361,9 +436,11 @@ pub struct Crossing {
 
 /// Record the thresholds a project has crossed, once each per pool; the
 /// ids of those recorded now.
+#[allow(clippy::too_many_arguments)]
 pub async fn record_crossings(
     conn: &mut PgConnection,
     project: ProjectId,
+    pool: Option<ClusterId>,
     thresholds: &[Decimal],
     pool_from: DateTime<Utc>,
     allocated: Decimal,
@@ -371,16 +448,17 @@ pub async fn record_crossings(
     remaining: Decimal,
 ) -> Result<Vec<i64>, sqlx::Error> {
     sqlx::query_scalar!(
-        "INSERT INTO alert_crossing (project_id, threshold, pool_from, allocated, used, remaining)
-         SELECT $1, t, $3, $4, $5, $6 FROM unnest($2::numeric[]) t
-         ON CONFLICT (project_id, threshold, pool_from) DO NOTHING
+        "INSERT INTO alert_crossing (project_id, threshold, pool_from, allocated, used, remaining, cluster_id)
+         SELECT $1, t, $3, $4, $5, $6, $7 FROM unnest($2::numeric[]) t
+         ON CONFLICT (project_id, (coalesce(cluster_id, 0)), threshold, pool_from) DO NOTHING
          RETURNING id",
         project as ProjectId,
         thresholds,
         pool_from,
         allocated,
         used,
-        remaining
+        remaining,
+        pool.map(|c| c.0)
     )
     .fetch_all(&mut *conn)
     .await
@@ -403,10 +481,11 @@ pub async fn unlock_alerts(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// Every crossing, newest first, with the channels it reached.
 pub async fn crossings(conn: &mut PgConnection) -> Result<Vec<Crossing>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT a.id, p.code, a.threshold, a.pool_from, a.allocated, a.used, a.remaining, a.crossed_at,
+        r#"SELECT a.id, p.code, c.name AS "cluster?", a.threshold, a.pool_from, a.allocated, a.used, a.remaining, a.crossed_at,
                   coalesce((SELECT array_agg(DISTINCT d.channel) FROM alert_delivery d
                              WHERE d.crossing_id = a.id AND d.succeeded), '{}') AS "delivered!"
-             FROM alert_crossing a JOIN project p ON p.id = a.project_id ORDER BY a.id DESC"#
+             FROM alert_crossing a JOIN project p ON p.id = a.project_id LEFT JOIN cluster c ON c.id = a.cluster_id
+            ORDER BY a.id DESC"#
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -415,6 +494,7 @@ pub async fn crossings(conn: &mut PgConnection) -> Result<Vec<Crossing>, sqlx::E
         .map(|r| Crossing {
             id: r.id,
             project: r.code,
+            cluster: r.cluster,
             threshold: r.threshold.normalize(),
             pool_from: r.pool_from,
             allocated: r.allocated,

@@ -38,6 +38,7 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("center", "center_no_truncate", "hl_center_guard", 'A'),
     ("center", "center_rules_version", "hl_bump_rules_version", 'O'),
     ("closed_period", "closed_period_append_only", "hl_refuse_change", 'A'),
+    ("closed_period", "closed_period_fold_draws", "hl_ledger_draw_fold", 'A'),
     (
         "closed_period",
         "closed_period_in_order",
@@ -92,6 +93,7 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("job_record", "job_record_no_truncate", "hl_refuse_change", 'A'),
     ("job_record", "job_record_references", "hl_job_record_references", 'A'),
     ("ledger_entry", "ledger_entry_append_only", "hl_refuse_change", 'A'),
+    ("ledger_entry", "ledger_entry_draws", "hl_ledger_draw_add", 'A'),
     ("ledger_entry", "ledger_entry_guard", "hl_ledger_entry_guard", 'A'),
     ("ledger_entry", "ledger_entry_no_truncate", "hl_refuse_change", 'A'),
     (

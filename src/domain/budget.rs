@@ -39,9 +39,9 @@ pub struct Sums {
     pub held: Decimal,
     /// Drawn in the [`BURN_DAYS`] days up to the instant.
     pub drawn_recently: Decimal,
-    /// Whether the project has an allocation entry that has begun by the
-    /// instant: a project that has had one is budgeted, also when none is
-    /// in force any more (then it has nothing left to spend).
+    /// Whether the pool has an allocation entry that has begun by the
+    /// instant: a pool that has had one is budgeted, also when none is in
+    /// force any more (then it has nothing left to spend).
     pub ever_allocated: bool,
 }
 
@@ -49,6 +49,10 @@ pub struct Sums {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Balance {
     pub at: DateTime<Utc>,
+    /// The pool: `None` for the general pool (unscoped allocations: every
+    /// cluster, storage, adjustments), else the one cluster its allocations
+    /// are scoped to.
+    pub cluster: Option<String>,
     /// Whether the project is budgeted: it has had an allocation (one that
     /// has begun). A project that never had one is not (its jobs are not
     /// checked, `slurm sync` leaves its account alone).
@@ -83,6 +87,7 @@ impl Balance {
             .flatten();
         Balance {
             at,
+            cluster: None,
             budgeted: s.ever_allocated || s.pool_from.is_some(),
             allocated: s.allocated,
             pool_from: s.pool_from,
@@ -97,6 +102,14 @@ impl Balance {
             burn_per_day: round_money(burn),
             runs_out,
         }
+    }
+}
+
+impl Balance {
+    /// The same balance, of the pool of `cluster`'s scoped allocations.
+    pub fn of_cluster(mut self, cluster: Option<String>) -> Balance {
+        self.cluster = cluster;
+        self
     }
 }
 

@@ -415,7 +415,8 @@ pub(super) async fn metrics_text(State(app): State<Arc<App>>) -> Response {
 
 /// `GET /metrics/budgets` (with serve's credentials: these are the
 /// projects' finances, and each scrape sums every balance): each budgeted
-/// project's remaining balance and fraction used, for Alertmanager
+/// project's remaining balance and fraction used per pool (`pool="all"`,
+/// or the cluster its scoped allocations pay for), for Alertmanager
 /// (docs/budgets.md); 503 when the database cannot be asked in 10 s, so the
 /// scrape fails visibly rather than the gauges vanishing.
 pub(super) async fn budget_metrics(State(app): State<Arc<App>>) -> Response {
@@ -452,8 +453,9 @@ pub(super) async fn budget_metrics(State(app): State<Arc<App>>) -> Response {
     for b in &list {
         let _ = writeln!(
             out,
-            "hpc_ledger_budget_remaining{{project=\"{}\"}} {}",
+            "hpc_ledger_budget_remaining{{project=\"{}\",pool=\"{}\"}} {}",
             label(&b.project),
+            label(b.balance.cluster.as_deref().unwrap_or("all")),
             b.balance.remaining
         );
     }
@@ -464,8 +466,9 @@ pub(super) async fn budget_metrics(State(app): State<Arc<App>>) -> Response {
     for b in &list {
         let _ = writeln!(
             out,
-            "hpc_ledger_budget_fraction_used{{project=\"{}\"}} {}",
+            "hpc_ledger_budget_fraction_used{{project=\"{}\",pool=\"{}\"}} {}",
             label(&b.project),
+            label(b.balance.cluster.as_deref().unwrap_or("all")),
             b.balance.fraction_used
         );
     }

@@ -11,7 +11,7 @@ use crate::db::DbError;
 use crate::db::budget::{self as bdb, AllocationRow, HoldRow, NewAllocation, NewHold};
 use crate::domain::budget::{AllocationKind, Balance, Verdict, verdict};
 use crate::domain::rules::Dated;
-use crate::ids::{AllocationId, HoldId, ProjectId};
+use crate::ids::{AllocationId, ClusterId, HoldId, ProjectId};
 use crate::service::quote::{Quote, QuoteError, QuoteRequest};
 
 #[derive(Debug, thiserror::Error)]
@@ -62,12 +62,23 @@ fn check_reason(reason: &str) -> Result<(), BudgetError> {
     Ok(())
 }
 
-/// Grant `amount` to a project for `[from, until)`.
+/// The id of a cluster named on the command line.
+pub(crate) async fn cluster_id(conn: &mut PgConnection, name: &str) -> Result<ClusterId, BudgetError> {
+    let catalog = crate::db::reference::load_catalog(conn).await?;
+    match catalog.cluster(name) {
+        Some(c) => Ok(c.id),
+        None => invalid(format!("unknown cluster {name:?} ({})", catalog.clusters_known(name))),
+    }
+}
+
+/// Grant `amount` to a project for `[from, until)`, for every cluster
+/// (`cluster` `None`: the general pool) or for one.
 pub async fn grant(
     pool: &PgPool,
     project: &str,
     amount: Decimal,
     window: Dated<()>,
+    cluster: Option<&str>,
     reason: &str,
     author: &str,
 ) -> Result<AllocationId, BudgetError> {
@@ -76,6 +87,10 @@ pub async fn grant(
     let mut tx = pool.begin().await.map_err(DbError::from)?;
     let result = async {
         let p = project_id(&mut tx, project).await?;
+        let cluster = match cluster {
+            Some(name) => Some(cluster_id(&mut tx, name).await?),
+            None => None,
+        };
         let a = NewAllocation {
             project: p,
             kind: AllocationKind::Grant,
@@ -84,6 +99,7 @@ pub async fn grant(
             valid_until: window.valid_until,
             grant: None,
             transfer_of: None,
+            cluster,
             reason,
         };
         Ok(bdb::insert_allocation(&mut tx, &a, author).await?)
@@ -115,6 +131,8 @@ pub async fn reduce(
             valid_until: None,
             grant: Some(from_grant),
             transfer_of: None,
+            // The database gives it its grant's.
+            cluster: None,
             reason,
         };
         Ok(bdb::insert_allocation(&mut tx, &a, author).await?)
@@ -171,6 +189,8 @@ pub async fn transfer(
             valid_until: None,
             grant: Some(from_grant),
             transfer_of: None,
+            // The database gives it its grant's.
+            cluster: None,
             reason,
         };
         let out_id = bdb::insert_allocation(&mut tx, &out, author).await?;
@@ -188,6 +208,8 @@ pub async fn transfer(
             valid_until: g_until,
             grant: None,
             transfer_of: Some(out_id),
+            // The database gives it the cluster of the grant given from.
+            cluster: None,
             reason,
         };
         let in_id = bdb::insert_allocation(&mut tx, &inn, author).await?;
@@ -206,7 +228,7 @@ pub async fn allocations(pool: &PgPool, project: Option<&str>) -> Result<Vec<All
     Ok(bdb::allocations(&mut conn, p).await?)
 }
 
-/// A project's balance, with its code.
+/// A project's balance in one pool, with its code.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProjectBalance {
     pub project: String,
@@ -214,28 +236,61 @@ pub struct ProjectBalance {
     pub balance: Balance,
 }
 
+/// Every pool of a project at `at` (docs/budgets.md): the general pool
+/// first (when it has unscoped allocations, or the project none at all),
+/// then one per cluster it has scoped allocations for.
+pub(crate) async fn project_pools(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    at: DateTime<Utc>,
+) -> Result<Vec<Balance>, sqlx::Error> {
+    let mut out = Vec::new();
+    for (cluster, name) in bdb::pools(&mut *conn, project).await? {
+        out.push(Balance::new(at, bdb::sums(&mut *conn, project, cluster, at).await?).of_cluster(name));
+    }
+    Ok(out)
+}
+
+/// A project's general pool (unscoped allocations) at `at`.
 pub async fn balance(pool: &PgPool, project: &str, at: DateTime<Utc>) -> Result<ProjectBalance, BudgetError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     let p = crate::service::project(&mut conn, project)
         .await?
         .map_err(|named| BudgetError::Invalid(format!("unknown project {named}")))?;
-    let sums = bdb::sums(&mut conn, p.id, at).await?;
+    let sums = bdb::sums(&mut conn, p.id, None, at).await?;
     Ok(ProjectBalance {
         project: p.code,
         balance: Balance::new(at, sums),
     })
 }
 
-/// The balance of every project that has an allocation entry.
+/// Every pool of a project at `at`.
+pub async fn pools(pool: &PgPool, project: &str, at: DateTime<Utc>) -> Result<Vec<ProjectBalance>, BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let p = crate::service::project(&mut conn, project)
+        .await?
+        .map_err(|named| BudgetError::Invalid(format!("unknown project {named}")))?;
+    Ok(project_pools(&mut conn, p.id, at)
+        .await?
+        .into_iter()
+        .map(|balance| ProjectBalance {
+            project: p.code.clone(),
+            balance,
+        })
+        .collect())
+}
+
+/// Every pool of every project that has an allocation entry.
 pub async fn balances(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<ProjectBalance>, BudgetError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     let mut out = Vec::new();
     for (id, code) in bdb::budgeted_projects(&mut conn).await? {
-        let sums = bdb::sums(&mut conn, id, at).await?;
-        out.push(ProjectBalance {
-            project: code,
-            balance: Balance::new(at, sums),
-        });
+        for balance in project_pools(&mut conn, id, at).await? {
+            out.push(ProjectBalance {
+                project: code.clone(),
+                balance,
+            });
+        }
     }
     Ok(out)
 }
@@ -261,9 +316,11 @@ pub struct CheckAnswer {
 }
 
 /// May this job start (docs/budgets.md)? Quotes it for its project (its
-/// class's card and its discount) and compares with what remains. The
-/// job's own open hold, if any, is not counted against it. A project that
-/// is not budgeted may start whatever the request (it is not even priced).
+/// class's card and its discount) and compares with what remains in the
+/// pool it would draw from (its cluster's, once the project has allocations
+/// scoped to that cluster; else the general pool). The job's own open hold,
+/// if any, is not counted against it. A project that has never had an
+/// allocation may start whatever the request (it is not even priced).
 pub async fn check(pool: &PgPool, job: &JobRequest, floor: Decimal) -> Result<CheckAnswer, BudgetError> {
     Ok(check_quoted(pool, job, floor).await?.0)
 }
@@ -276,9 +333,8 @@ async fn check_quoted(
 ) -> Result<(CheckAnswer, Option<Quote>), BudgetError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     let p = project_id(&mut conn, &job.project).await?;
-    let mut sums = bdb::sums(&mut conn, p, job.quote.at).await?;
-    let unbudgeted = Balance::new(job.quote.at, sums);
-    if !unbudgeted.budgeted {
+    if !bdb::ever_allocated(&mut conn, p, job.quote.at).await? {
+        let unbudgeted = Balance::new(job.quote.at, bdb::sums(&mut conn, p, None, job.quote.at).await?);
         let answer = CheckAnswer {
             project: job.project.clone(),
             verdict: verdict(&unbudgeted, Decimal::ZERO, floor),
@@ -288,6 +344,8 @@ async fn check_quoted(
         return Ok((answer, None));
     }
     let q = quote_for(pool, job).await?;
+    let pool_cluster = bdb::pool_for(&mut conn, p, q.cluster_id, job.quote.at).await?;
+    let mut sums = bdb::sums(&mut conn, p, pool_cluster, job.quote.at).await?;
     if let Some(id) = &job.job_id {
         let index = job.array_index.map(|i| i as i32);
         if let Some(h) = bdb::open_hold(&mut conn, q.cluster_id, id, index, job.quote.at).await?
@@ -296,7 +354,7 @@ async fn check_quoted(
             sums.held -= h.amount;
         }
     }
-    let balance = Balance::new(job.quote.at, sums);
+    let balance = Balance::new(job.quote.at, sums).of_cluster(pool_cluster.map(|_| q.cluster.clone()));
     let answer = CheckAnswer {
         project: q.project.clone().unwrap_or_else(|| job.project.clone()),
         verdict: verdict(&balance, q.total, floor),
@@ -445,17 +503,28 @@ async fn check_alerts_locked(conn: &mut PgConnection, channel: Option<&Channel>)
     let mut new_ids = Vec::new();
     if !thresholds.is_empty() {
         for (id, _) in bdb::budgeted_projects(&mut *conn).await? {
-            let b = Balance::new(now, bdb::sums(&mut *conn, id, now).await?);
-            let (Some(pool_from), true) = (b.pool_from, b.allocated > Decimal::ZERO) else {
-                continue;
-            };
-            let percent = b.used * Decimal::ONE_HUNDRED / b.allocated;
-            let crossed: Vec<Decimal> = thresholds.iter().copied().filter(|t| percent >= *t).collect();
-            if !crossed.is_empty() {
-                new_ids.extend(
-                    bdb::record_crossings(&mut *conn, id, &crossed, pool_from, b.allocated, b.used, b.remaining)
+            for (cluster, _) in bdb::pools(&mut *conn, id).await? {
+                let b = Balance::new(now, bdb::sums(&mut *conn, id, cluster, now).await?);
+                let (Some(pool_from), true) = (b.pool_from, b.allocated > Decimal::ZERO) else {
+                    continue;
+                };
+                let percent = b.used * Decimal::ONE_HUNDRED / b.allocated;
+                let crossed: Vec<Decimal> = thresholds.iter().copied().filter(|t| percent >= *t).collect();
+                if !crossed.is_empty() {
+                    new_ids.extend(
+                        bdb::record_crossings(
+                            &mut *conn,
+                            id,
+                            cluster,
+                            &crossed,
+                            pool_from,
+                            b.allocated,
+                            b.used,
+                            b.remaining,
+                        )
                         .await?,
-                );
+                    );
+                }
             }
         }
     }
@@ -466,7 +535,8 @@ async fn check_alerts_locked(conn: &mut PgConnection, channel: Option<&Channel>)
         let name = ch.name();
         for c in all.iter().rev().filter(|c| !c.delivered.contains(&name)) {
             let body = serde_json::json!({
-                "alert": "budget threshold crossed", "project": c.project, "threshold_percent": c.threshold,
+                "alert": "budget threshold crossed", "project": c.project, "cluster": c.cluster,
+                "threshold_percent": c.threshold,
                 "allocated": c.allocated, "used": c.used, "remaining": c.remaining,
                 "allocations_since": c.pool_from, "crossed_at": c.crossed_at,
             })

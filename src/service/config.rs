@@ -727,6 +727,7 @@ async fn apply_allocations(
         return Ok(());
     }
     let existing = crate::db::budget::allocations(tx, None).await?;
+    let catalog = reference::load_catalog(tx).await?;
     let mut ids = projects.clone();
     let missing: Vec<String> = config
         .allocations
@@ -752,20 +753,40 @@ async fn apply_allocations(
                 && e.valid_from == a.window.valid_from
                 && e.reason == a.reason
         });
+        let cluster = match &a.cluster {
+            Some(name) => match catalog.cluster(name) {
+                Some(c) => Some(c.id),
+                None => {
+                    refused.push(format!(
+                        "an allocation of project {:?} names cluster {name:?}, which is not in the ledger",
+                        a.project
+                    ));
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let same_cluster = |e: &crate::db::budget::AllocationRow| match (&e.cluster, &a.cluster) {
+            (None, None) => true,
+            (Some(x), Some(y)) => x.eq_ignore_ascii_case(y),
+            _ => false,
+        };
         match same {
-            Some(e) if e.amount == a.amount && e.valid_until == a.window.valid_until => report.allocations.unchanged += 1,
+            Some(e) if e.amount == a.amount && e.valid_until == a.window.valid_until && same_cluster(e) => {
+                report.allocations.unchanged += 1
+            }
             Some(e) => refused.push(format!(
-                "project {:?}: the grant of {:.2} from {} ({}) is recorded with another amount or end; allocations are never \
+                "project {:?}: the grant of {:.2} from {} ({}) is recorded with another amount, end or cluster; allocations are never \
                  rewritten (take some back with `hpc-ledger alloc reduce`, or add a grant)",
                 a.project, e.amount, e.valid_from, e.reason
             )),
-            None => new.push((project, a)),
+            None => new.push((project, cluster, a)),
         }
     }
     if !refused.is_empty() {
         return Ok(());
     }
-    for (project, a) in new {
+    for (project, cluster, a) in new {
         let entry = crate::db::budget::NewAllocation {
             project,
             kind: crate::domain::budget::AllocationKind::Grant,
@@ -774,6 +795,7 @@ async fn apply_allocations(
             valid_until: a.window.valid_until,
             grant: None,
             transfer_of: None,
+            cluster,
             reason: &a.reason,
         };
         crate::db::budget::insert_allocation(tx, &entry, author).await?;

@@ -176,7 +176,9 @@ async fn sync_locked(
     };
     {
         for (id, code) in bdb::budgeted_projects(&mut *conn).await? {
-            let balance = Balance::new(now, bdb::sums(&mut *conn, id, now).await?);
+            // The pool this cluster's jobs draw from.
+            let pool = bdb::pool_for(&mut *conn, id, cluster_id, now).await?;
+            let balance = Balance::new(now, bdb::sums(&mut *conn, id, pool, now).await?);
             if !balance.budgeted {
                 continue;
             }

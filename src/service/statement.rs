@@ -88,9 +88,9 @@ pub struct Statement {
     pub discounts: Vec<DiscountLine>,
     pub corrections: Vec<CorrectionLine>,
     pub total: Decimal,
-    /// A budgeted project's balance at the month's end (or now, while the
-    /// month runs): docs/budgets.md.
-    pub budget: Option<crate::domain::budget::Balance>,
+    /// A budgeted project's pools at the month's end (or now, while the
+    /// month runs): docs/budgets.md. Empty for a project not budgeted.
+    pub budgets: Vec<crate::domain::budget::Balance>,
 }
 
 impl Statement {
@@ -174,11 +174,11 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
     }
     // Budgets: the balance at the month's end (or now), for budgeted projects.
     let budget_at = end.min(chrono::Utc::now());
-    let mut budgets: HashMap<ProjectId, crate::domain::budget::Balance> = HashMap::new();
+    let mut budgets: HashMap<ProjectId, Vec<crate::domain::budget::Balance>> = HashMap::new();
     for (id, _) in crate::db::budget::budgeted_projects(&mut conn).await? {
         if ids.contains(&id) {
-            let sums = crate::db::budget::sums(&mut conn, id, budget_at).await?;
-            budgets.insert(id, crate::domain::budget::Balance::new(budget_at, sums));
+            let pools = crate::service::budget::project_pools(&mut conn, id, budget_at).await?;
+            budgets.insert(id, pools);
         }
     }
     let mut discounts: HashMap<ProjectId, Vec<DiscountLine>> = HashMap::new();
@@ -226,7 +226,12 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
                 discounts,
                 corrections,
                 total,
-                budget: budgets.remove(id).filter(|b| b.budgeted),
+                budgets: budgets
+                    .remove(id)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|b| b.budgeted)
+                    .collect(),
             }
         })
         .collect();

@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::harness::{TestDb, ok, stderr, stdout};
 
-/// One cluster of 28-core nodes at 0.01 per core-hour.
+/// Two clusters of 28-core nodes at 0.01 per core-hour.
 const CENTER: &str = r#"
 [center]
 name = "Budgets"
@@ -28,6 +28,20 @@ cores_per_node = 28
 batch = "regular"
 [[cluster.rate_card]]
 node_type = "regular"
+from = 2020-01-01
+core_hour = 0.01
+memory_per_core = "4GB"
+
+[[cluster]]
+name = "c2"
+scheduler = "slurm"
+[[cluster.node_type]]
+name = "gpu"
+cores_per_node = 28
+[cluster.queues]
+batch = "gpu"
+[[cluster.rate_card]]
+node_type = "gpu"
 from = 2020-01-01
 core_hour = 0.01
 memory_per_core = "4GB"
@@ -51,15 +65,20 @@ async fn db() -> TestDb {
     db
 }
 
-/// A job of `cores` cores from `start` for `hours` hours.
+/// A job of `cores` cores on c1 from `start` for `hours` hours.
 fn record(db: &TestDb, id: &str, project: &str, cores: u32, start: &str, hours: i64) -> String {
+    record_on(db, "c1", id, project, cores, start, hours)
+}
+
+/// A job of `cores` cores on `cluster` from `start` for `hours` hours.
+fn record_on(db: &TestDb, cluster: &str, id: &str, project: &str, cores: u32, start: &str, hours: i64) -> String {
     let s: chrono::DateTime<Utc> = start.parse().unwrap();
     let end = (s + TimeDelta::hours(hours)).to_rfc3339();
     ok(&db.cli(&[
         "job",
         "record",
         "--cluster",
-        "c1",
+        cluster,
         "--job-id",
         id,
         "--project",
@@ -251,7 +270,10 @@ async fn a_balance_is_what_was_granted_less_what_was_drawn_in_its_window_and_hel
     );
     // Every budgeted project, as CSV.
     let csv = ok(&db.cli(&["balance", "--all", "--format", "csv"]));
-    assert!(csv.starts_with("project,allocated,used,held,remaining"), "{csv}");
+    assert!(
+        csv.starts_with("project,cluster,allocated,used,held,remaining"),
+        "{csv}"
+    );
     assert_eq!(csv.lines().count(), 3, "P1 and P2:\n{csv}");
     let o = db.cli(&["audit"]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
@@ -479,12 +501,14 @@ async fn serve_answers_the_check_for_scheduler_hooks() {
     let m = hpc_ledger::serve::client::get(addr, "/metrics/budgets").await.unwrap();
     assert_eq!(m.status, 200, "{}", m.body);
     assert!(
-        m.body.contains("hpc_ledger_budget_remaining{project=\"P1\"} 1.00\n"),
+        m.body
+            .contains("hpc_ledger_budget_remaining{project=\"P1\",pool=\"all\"} 1.00\n"),
         "{}",
         m.body
     );
     assert!(
-        m.body.contains("hpc_ledger_budget_fraction_used{project=\"P1\"} 0\n"),
+        m.body
+            .contains("hpc_ledger_budget_fraction_used{project=\"P1\",pool=\"all\"} 0\n"),
         "{}",
         m.body
     );
@@ -913,4 +937,256 @@ async fn an_adjustment_posted_into_an_earlier_month_still_draws_and_billing_may_
     .to_string();
     assert!(e.contains("within 400 days"), "{e}");
     tx.rollback().await.unwrap();
+}
+
+fn grant(db: &TestDb, project: &str, amount: &str, from: &str, cluster: Option<&str>, reason: &str) {
+    let mut args = vec!["alloc", "grant", project, amount, "--from", from, "--reason", reason];
+    if let Some(c) = cluster {
+        args.extend(["--cluster", c]);
+    }
+    ok(&db.cli(&args));
+}
+
+/// The check of a 28-core, 10-hour job (2.80) of P1 on `cluster`: its exit code and JSON.
+fn check_on(db: &TestDb, cluster: &str) -> (Option<i32>, Value) {
+    let o = db.cli(&[
+        "check",
+        "--project",
+        "P1",
+        "--cluster",
+        cluster,
+        "--queue",
+        "batch",
+        "--resources",
+        "-n 28",
+        "--walltime",
+        "10:00:00",
+        "--format",
+        "json",
+    ]);
+    (o.status.code(), serde_json::from_str(&stdout(&o)).unwrap())
+}
+
+#[tokio::test]
+async fn an_allocation_scoped_to_a_cluster_pays_only_for_that_cluster_and_never_spills() {
+    let db = db().await;
+    grant(&db, "P1", "100.00", "2026-07-01", None, "award");
+    grant(&db, "P1", "30.00", "2026-10-01", Some("c2"), "GPU award");
+    // On c2 before its pool began: the general pool's. 28 × 10 h = 2.80.
+    record_on(&db, "c2", "G0", "P1", 28, "2026-09-10T00:00:00Z", 10);
+    // On c2 after: c2's pool. 28 × 100 h = 28.00.
+    record_on(&db, "c2", "G1", "P1", 28, "2026-10-02T00:00:00Z", 100);
+    // On c1: the general pool. 28 × 50 h = 14.00.
+    record(&db, "J1", "P1", 28, "2026-10-03T00:00:00Z", 50);
+    let pools = json(&db.cli(&["balance", "P1", "--at", "2026-11-01T00:00:00Z", "--format", "json"]));
+    let got: Vec<(Value, String, String, String)> = pools
+        .as_array()
+        .unwrap_or_else(|| panic!("two pools: {pools}"))
+        .iter()
+        .map(|b| {
+            (
+                b["cluster"].clone(),
+                money(&b["allocated"]),
+                money(&b["used"]),
+                money(&b["remaining"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Value::Null, "100.00".into(), "16.80".into(), "83.20".into()),
+            ("c2".into(), "30.00".into(), "28.00".into(), "2.00".into()),
+        ]
+    );
+    // A job on c2 may not start (2.00 left there), though the general pool
+    // has 83.20; one on c1 may.
+    let (code, c2) = check_on(&db, "c2");
+    assert_eq!(code, Some(7), "{c2}");
+    assert_eq!(
+        (c2["balance"]["cluster"].as_str(), money(&c2["cost"])),
+        (Some("c2"), "2.80".into())
+    );
+    let (code, c1) = check_on(&db, "c1");
+    assert_eq!(code, Some(0), "{c1}");
+    assert_eq!(c1["balance"]["cluster"], Value::Null);
+    // A transfer of part of the c2 grant is c2's for the receiving project too.
+    let list = json(&db.cli(&["alloc", "list", "--project", "P1", "--format", "json"]));
+    let gpu = list.as_array().unwrap().iter().find(|a| a["cluster"] == "c2").unwrap()["id"].to_string();
+    ok(&db.cli(&[
+        "alloc",
+        "transfer",
+        "P1",
+        "P2",
+        "1.50",
+        "--grant",
+        &gpu,
+        "--from",
+        "2026-10-01",
+        "--reason",
+        "shared GPU time",
+    ]));
+    let p2 = json(&db.cli(&["alloc", "list", "--project", "P2", "--format", "json"]));
+    assert_eq!(
+        (p2[0]["kind"].as_str(), p2[0]["cluster"].as_str()),
+        (Some("transfer_in"), Some("c2"))
+    );
+    let text = ok(&db.cli(&["balance", "P1", "--at", "2026-11-01T00:00:00Z"]));
+    let c2_part = text.split("P1 on c2 at").nth(1).unwrap_or_else(|| panic!("{text}"));
+    let remaining = c2_part
+        .lines()
+        .find(|l| l.trim_start().starts_with("remaining"))
+        .unwrap();
+    assert_eq!(remaining.split_whitespace().nth(1), Some("0.50"), "{text}");
+    // P2 has only a c2 pool: its jobs elsewhere are not budgeted.
+    let p2 = json(&db.cli(&["balance", "P2", "--at", "2026-11-01T00:00:00Z", "--format", "json"]));
+    assert_eq!(
+        (p2["cluster"].as_str(), money(&p2["allocated"])),
+        (Some("c2"), "1.50".into())
+    );
+    // The auditor's balances name the pool and give the same numbers.
+    let audited: Vec<(Option<String>, Decimal)> =
+        sqlx::query_as("SELECT cluster, used FROM audit.balances WHERE project = 'P1' ORDER BY cluster NULLS FIRST")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let now = json(&db.cli(&["balance", "P1", "--format", "json"]));
+    assert_eq!(
+        audited
+            .iter()
+            .map(|(c, u)| (c.clone(), format!("{u:.2}")))
+            .collect::<Vec<_>>(),
+        now.as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["cluster"].as_str().map(str::to_owned), money(&b["used"])))
+            .collect::<Vec<_>>()
+    );
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+/// The draws of P1 in [from, to]: the general pool, c2's pool (which
+/// starts at `c2_start`), and the sum read from every entry (migration
+/// 0027's `hl_drawn`, which knows no pools).
+async fn draws(db: &TestDb, from: chrono::DateTime<Utc>, to: chrono::DateTime<Utc>) -> (Decimal, Decimal, Decimal) {
+    sqlx::query_as(
+        "SELECT hl_pool_drawn(p.id, NULL, $1, $2), hl_pool_drawn(p.id, c.id, $1, $2), hl_drawn(p.id, $1, $2)
+           FROM project p, cluster c WHERE p.code = 'P1' AND c.name = 'c2'",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn balances_summed_by_draw_day_equal_the_entries_for_every_window_and_survive_the_close() {
+    let db = db().await;
+    // Jobs ending at several instants of the same days, on both clusters,
+    // in October and November; a refund and a credit.
+    let mut ends = Vec::new();
+    for (i, (cluster, start, hours)) in [
+        ("c1", "2026-10-01T00:00:00Z", 5),
+        ("c1", "2026-10-01T02:00:00Z", 7),
+        ("c2", "2026-10-01T01:00:00Z", 3),
+        ("c2", "2026-10-01T10:00:00Z", 2),
+        ("c2", "2026-10-14T20:00:00Z", 3),
+        ("c1", "2026-10-14T21:00:00Z", 1),
+        ("c2", "2026-10-14T23:00:00Z", 2),
+        ("c1", "2026-10-31T12:00:00Z", 30),
+        ("c2", "2026-11-02T00:00:00Z", 4),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        record_on(&db, cluster, &format!("D{i}"), "P1", 28, start, hours);
+        let s: chrono::DateTime<Utc> = start.parse().unwrap();
+        ends.push(s + TimeDelta::hours(hours));
+    }
+    ok(&db.cli(&[
+        "refund",
+        "--cluster",
+        "c2",
+        "--job-id",
+        "D3",
+        "--fraction",
+        "0.5",
+        "--reason",
+        "node fault",
+    ]));
+    // c2's own pool begins in the middle of a day with c2 draws on both sides.
+    let c2_start: chrono::DateTime<Utc> = "2026-10-14T23:30:00Z".parse().unwrap();
+    grant(&db, "P1", "500.00", "2026-10-01", None, "award");
+    grant(&db, "P1", "50.00", &c2_start.to_rfc3339(), Some("c2"), "GPU award");
+    ends.push(c2_start);
+    // Boundaries: each draw instant, just before and after it, midnights.
+    let mut instants = vec!["2026-09-30T00:00:00Z".parse::<chrono::DateTime<Utc>>().unwrap()];
+    for e in &ends {
+        instants.extend([*e - TimeDelta::seconds(1), *e, *e + TimeDelta::seconds(1)]);
+        instants.push(e.date_naive().and_hms_opt(0, 0, 0).unwrap().and_utc());
+    }
+    instants.push("2026-12-01T00:00:00Z".parse().unwrap());
+    instants.sort();
+    instants.dedup();
+    let check = |label: &'static str| {
+        let instants = instants.clone();
+        let db = &db;
+        async move {
+            let mut windows = 0;
+            for (i, from) in instants.iter().enumerate() {
+                for to in instants[i..].iter().step_by(3) {
+                    let (general, c2, all) = draws(db, *from, *to).await;
+                    assert_eq!(general + c2, all, "{label}: [{from}, {to}]: {general} + {c2}");
+                    windows += 1;
+                }
+            }
+            windows
+        }
+    };
+    let windows = check("open months").await;
+    assert!(windows > 100, "{windows}");
+    // c2's pool: D4 (ended 2026-10-14 23:00, before it began) is the general
+    // pool's; D6 (ended 2026-10-15 01:00) and D8 are c2's: 0.56 + 1.12.
+    let (general, c2, all) = draws(
+        &db,
+        "2026-10-01T00:00:00Z".parse().unwrap(),
+        "2026-12-01T00:00:00Z".parse().unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (c2.to_string(), (general + c2).to_string()),
+        ("1.68".into(), all.to_string())
+    );
+    // Closing October folds its rows to one per key, and changes no sum.
+    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_draw WHERE period = '2026-10-01'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    crate::harness::close_by_hand(&db.pool, "2026-10-01").await;
+    let (rows, keys): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT (project_id, cluster_id, day)) FROM ledger_draw WHERE period = '2026-10-01'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        before > rows && rows == keys,
+        "{before} rows folded to {rows} for {keys} keys"
+    );
+    check("October closed").await;
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    // A day's row that no longer matches its entries is a finding.
+    sqlx::query(
+        "UPDATE ledger_draw SET amount = amount + 1
+          WHERE ctid = (SELECT ctid FROM ledger_draw WHERE period = '2026-10-01' ORDER BY day LIMIT 1)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let o = db.cli(&["audit"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("draw"), "{}", stdout(&o));
 }
