@@ -85,20 +85,55 @@ CREATE INDEX ledger_draw_project ON ledger_draw (project_id, day)
     INCLUDE (cluster_id, period, first_at, last_at, amount);
 CREATE INDEX ledger_draw_period ON ledger_draw (period);
 
--- The entries a statement added, as draws.
+-- A draw's instant from the fields that decide it (0027's hl_draw_at, of
+-- whole rows, now calls it): the same rule, without building rows.
+CREATE FUNCTION hl_draw_instant(kind text, storage_rate bigint, period date,
+                                o_kind text, o_storage_rate bigint, o_period date,
+                                oo_kind text, oo_storage_rate bigint, oo_period date,
+                                record_end timestamptz, posted_at timestamptz, tz text)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN coalesce(oo_storage_rate, o_storage_rate, storage_rate) IS NOT NULL
+             OR 'storage' IN (oo_kind, o_kind, kind)
+            THEN hl_day_end((coalesce(oo_period, o_period, period) + interval '1 month' - interval '1 day')::date, tz)
+                 - interval '1 microsecond'
+        WHEN record_end IS NOT NULL THEN record_end
+        ELSE posted_at
+    END
+$$;
+
+CREATE OR REPLACE FUNCTION hl_draw_at(e ledger_entry, o ledger_entry, oo ledger_entry, record_end timestamptz, tz text)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT hl_draw_instant(e.kind, e.storage_rate_id, e.period, o.kind, o.storage_rate_id, o.period,
+                           oo.kind, oo.storage_rate_id, oo.period, record_end, e.posted_at, tz)
+$$;
+
+-- The entries a statement added, as draws. Each row's corrected entries
+-- (only a correction has one), record and job are looked up by key (a
+-- transition table has no statistics: joined, the planner may hash the
+-- whole ledger per statement).
 CREATE FUNCTION hl_ledger_draw_add() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     INSERT INTO ledger_draw (project_id, cluster_id, period, day, first_at, last_at, amount, entries)
     SELECT d.project_id, d.cluster_id, d.period, (d.draw AT TIME ZONE d.tz)::date,
            min(d.draw), max(d.draw), sum(d.amount), count(*)
-      FROM (SELECT e.project_id, e.period, e.amount, c.time_zone AS tz, j.cluster_id,
-                   hl_draw_at(e::ledger_entry, o, oo, r.ended_at, c.time_zone) AS draw
+      FROM (SELECT e.project_id, e.period, e.amount, c.time_zone AS tz, r.cluster_id,
+                   hl_draw_instant(e.kind, e.storage_rate_id, e.period, o.kind, o.storage_rate_id, o.period,
+                                   oo.kind, oo.storage_rate_id, oo.period, r.ended_at, e.posted_at,
+                                   c.time_zone) AS draw
               FROM new_rows e CROSS JOIN center c
-              LEFT JOIN ledger_entry o ON o.id = e.corrects_id
-              LEFT JOIN ledger_entry oo ON oo.id = o.corrects_id
-              LEFT JOIN job_record r ON r.id = coalesce(oo.job_record_id, o.job_record_id, e.job_record_id)
-              LEFT JOIN job j ON j.id = r.job_id) d
+              LEFT JOIN LATERAL (SELECT x.kind, x.storage_rate_id, x.period, x.corrects_id, x.job_record_id
+                                   FROM ledger_entry x WHERE e.corrects_id IS NOT NULL AND x.id = e.corrects_id
+                                 OFFSET 0) o ON true
+              LEFT JOIN LATERAL (SELECT x.kind, x.storage_rate_id, x.period, x.job_record_id
+                                   FROM ledger_entry x WHERE o.corrects_id IS NOT NULL AND x.id = o.corrects_id
+                                 OFFSET 0) oo ON true
+              LEFT JOIN LATERAL (SELECT jr.ended_at, j.cluster_id FROM job_record jr JOIN job j ON j.id = jr.job_id
+                                  WHERE jr.id = coalesce(oo.job_record_id, o.job_record_id, e.job_record_id)
+                                 OFFSET 0) r ON true) d
      GROUP BY 1, 2, 3, 4;
     RETURN NULL;
 END
@@ -151,10 +186,16 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 $$;
 
 -- From when a project's draws on a cluster belong to that cluster's pool:
--- the earliest start of its allocations scoped to the cluster (NULL: never).
+-- the earliest start of its grants (and transfers in) scoped to the
+-- cluster that still have something left after what was reduced or
+-- transferred out of them (NULL: never). A scoped grant taken back whole
+-- is as if it had not been made: the cluster's jobs draw from the general
+-- pool again.
 CREATE FUNCTION hl_pool_start(project bigint, cluster bigint) RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
-    SELECT min(a.valid_from) FROM allocation a WHERE a.project_id = project AND a.cluster_id = cluster
+    SELECT min(a.valid_from) FROM allocation a
+     WHERE a.project_id = project AND a.cluster_id = cluster AND a.kind IN ('grant', 'transfer_in')
+       AND a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id), 0) > 0
 $$;
 
 -- Whether a draw on cluster `k` at `t` belongs to pool `pool` (NULL: the
@@ -179,25 +220,28 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
            AND d.day BETWEEN (from_ AT TIME ZONE c.time_zone)::date AND (to_ AT TIME ZONE c.time_zone)::date
            AND (pool IS NULL OR d.cluster_id = pool)
          GROUP BY 1, 2, 3),
+    starts AS (
+        SELECT k.cluster_id, hl_pool_start(project, k.cluster_id) AS start
+          FROM (SELECT DISTINCT cluster_id FROM keys WHERE cluster_id IS NOT NULL) k),
     marked AS (
         SELECT k.*, s.start,
                -- a boundary among its draws: the window's start, just after its end, the pool's start
                (k.first_at < from_ AND from_ <= k.last_at)
                OR (k.first_at <= to_ AND to_ < k.last_at)
                OR (s.start IS NOT NULL AND k.first_at < s.start AND s.start <= k.last_at) AS cut
-          FROM keys k
-         CROSS JOIN LATERAL (SELECT CASE WHEN k.cluster_id IS NOT NULL
-                                         THEN hl_pool_start(project, k.cluster_id) END AS start) s),
+          FROM keys k LEFT JOIN starts s ON s.cluster_id = k.cluster_id),
     whole AS (
         SELECT coalesce(sum(m.amount), 0) AS amount FROM marked m
          WHERE NOT m.cut AND m.first_at >= from_ AND m.last_at <= to_
            AND hl_in_pool(pool, m.cluster_id, m.start, m.first_at)),
+    -- each posting month with a cut row read once
     again AS (
         SELECT coalesce(sum(x.amount), 0) AS amount
-          FROM marked m
-         CROSS JOIN LATERAL hl_entry_draws(project, m.period) x
-         WHERE m.cut AND x.day = m.day AND x.cluster_id IS NOT DISTINCT FROM m.cluster_id
-           AND x.draw >= from_ AND x.draw <= to_
+          FROM (SELECT DISTINCT m.period FROM marked m WHERE m.cut) p
+         CROSS JOIN LATERAL hl_entry_draws(project, p.period) x
+          JOIN marked m ON m.cut AND m.period = p.period AND m.day = x.day
+                       AND m.cluster_id IS NOT DISTINCT FROM x.cluster_id
+         WHERE x.draw >= from_ AND x.draw <= to_
            AND hl_in_pool(pool, x.cluster_id, m.start, x.draw))
     SELECT whole.amount + again.amount FROM whole, again
 $$;
@@ -216,8 +260,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
              WHERE h.project_id = project AND h.created_at <= at AND h.expires_at > at
                AND hl_in_pool(pool, h.cluster_id, hl_pool_start(project, h.cluster_id), at)
                AND hl_hold_release(h) IS NULL),
-           EXISTS (SELECT 1 FROM allocation a WHERE a.project_id = project
-                      AND a.cluster_id IS NOT DISTINCT FROM pool AND a.valid_from <= at)
+           CASE WHEN pool IS NULL
+                THEN EXISTS (SELECT 1 FROM allocation a WHERE a.project_id = project
+                                AND a.cluster_id IS NULL AND a.valid_from <= at)
+                ELSE coalesce(hl_pool_start(project, pool) <= at, false) END
       FROM (SELECT coalesce(sum(a.amount), 0) AS allocated, min(a.valid_from) AS pool_from
               FROM allocation a
              WHERE a.project_id = project AND a.cluster_id IS NOT DISTINCT FROM pool
@@ -253,28 +299,42 @@ SELECT p.code AS project, b.allocated, b.pool_from, b.used, b.held, b.allocated 
  CROSS JOIN LATERAL hl_pool_balance(p.id, k.cluster_id, now()) b
   LEFT JOIN cluster c ON c.id = k.cluster_id;
 
+CREATE OR REPLACE VIEW audit.alerts AS
+SELECT a.id, p.code AS project, a.threshold, a.pool_from, a.allocated, a.used, a.remaining, a.crossed_at,
+       (SELECT string_agg(d.channel || ': ' || CASE WHEN d.succeeded THEN 'delivered' ELSE 'failed' END
+                          || ' at ' || d.at, '; ' ORDER BY d.id)
+          FROM alert_delivery d WHERE d.crossing_id = a.id) AS deliveries,
+       c.name AS cluster
+  FROM alert_crossing a JOIN project p ON p.id = a.project_id LEFT JOIN cluster c ON c.id = a.cluster_id;
+
 -- The draws of every budgeted project, recomputed from its entries and
 -- compared with ledger_draw, per posting month, cluster and day.
 CREATE VIEW audit.draw_discrepancies AS
 WITH budgeted AS (SELECT DISTINCT project_id FROM allocation),
 kept AS (
-    SELECT d.project_id, d.period, d.cluster_id, d.day, sum(d.amount) AS amount
+    SELECT d.project_id, d.period, d.cluster_id, d.day, sum(d.amount) AS amount,
+           min(d.first_at) AS first_at, max(d.last_at) AS last_at, sum(d.entries) AS entries
       FROM ledger_draw d WHERE d.project_id IN (SELECT project_id FROM budgeted)
      GROUP BY 1, 2, 3, 4),
 months AS (SELECT DISTINCT e.project_id, e.period FROM ledger_entry e
             WHERE e.project_id IN (SELECT project_id FROM budgeted)),
 again AS (
-    SELECT m.project_id, m.period, x.cluster_id, x.day, sum(x.amount) AS amount
+    SELECT m.project_id, m.period, x.cluster_id, x.day, sum(x.amount) AS amount,
+           min(x.draw) AS first_at, max(x.draw) AS last_at, count(*) AS entries
       FROM months m CROSS JOIN LATERAL hl_entry_draws(m.project_id, m.period) x
      GROUP BY 1, 2, 3, 4)
+-- The amount, the draws' first and last instants (which decide when a
+-- day's row is used whole) and the number of entries.
 SELECT p.code AS project, coalesce(k.period, a.period) AS period, c.name AS cluster,
-       coalesce(k.day, a.day) AS day, a.amount AS expected, k.amount AS recorded
+       coalesce(k.day, a.day) AS day,
+       a.amount || ' from ' || a.entries || ' entries drawn ' || a.first_at || ' to ' || a.last_at AS expected,
+       k.amount || ' from ' || k.entries || ' entries drawn ' || k.first_at || ' to ' || k.last_at AS recorded
   FROM kept k
   FULL JOIN again a ON a.project_id = k.project_id AND a.period = k.period
                    AND a.cluster_id IS NOT DISTINCT FROM k.cluster_id AND a.day = k.day
   JOIN project p ON p.id = coalesce(k.project_id, a.project_id)
   LEFT JOIN cluster c ON c.id = coalesce(k.cluster_id, a.cluster_id)
- WHERE a.amount IS DISTINCT FROM k.amount;
+ WHERE (a.amount, a.first_at, a.last_at, a.entries) IS DISTINCT FROM (k.amount, k.first_at, k.last_at, k.entries);
 
 CREATE OR REPLACE VIEW audit.discrepancies AS
 SELECT entry_id, kind, period, project, field, expected, recorded FROM audit.charge_discrepancies
@@ -312,7 +372,7 @@ SELECT NULL, 'allocation', NULL, a.project, 'transfer',
 UNION ALL
 -- The draws balances are summed from are those of the entries.
 SELECT NULL, 'draw', d.period, d.project, 'drawn on ' || d.day || coalesce(' on ' || d.cluster, ''),
-       coalesce(d.expected::text, 'nothing'), coalesce(d.recorded::text, 'nothing')
+       coalesce(d.expected, 'nothing'), coalesce(d.recorded, 'nothing')
   FROM audit.draw_discrepancies d;
 
 DO $$

@@ -217,9 +217,7 @@ pub async fn run_balance(args: BalanceArgs, target: &Target) -> anyhow::Result<E
         None => budget::balances(&pool, at).await?,
     };
     match args.format {
-        // One project's general pool as an object (its pools, if it has
-        // scoped ones, as a list).
-        ListFormat::Json if args.project.is_some() && list.len() == 1 => print_json(&list[0])?,
+        // A list, one object per pool, whatever the project has.
         ListFormat::Json => print_json(&list)?,
         ListFormat::Csv => {
             let (head, rows) = balance_table(&list, tz);

@@ -53,7 +53,7 @@ pub struct Balance {
     /// cluster, storage, adjustments), else the one cluster its allocations
     /// are scoped to.
     pub cluster: Option<String>,
-    /// Whether the project is budgeted: it has had an allocation (one that
+    /// Whether the pool is budgeted: it has had an allocation (one that
     /// has begun). A project that never had one is not (its jobs are not
     /// checked, `slurm sync` leaves its account alone).
     pub budgeted: bool,
@@ -125,7 +125,10 @@ pub fn verdict(balance: &Balance, cost: Decimal, floor: Decimal) -> Verdict {
     if !balance.budgeted {
         return Verdict {
             allowed: true,
-            reason: "the project has never had an allocation: it is not budgeted".into(),
+            reason: match &balance.cluster {
+                None => "no allocation of the project pays for this job: it is not budgeted".into(),
+                Some(c) => format!("the project has no allocation for {c} that has begun: it is not budgeted there"),
+            },
         };
     }
     let after = balance.remaining - cost;

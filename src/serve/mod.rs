@@ -94,6 +94,8 @@ struct App {
     metrics: Arc<Metrics>,
     pool: PgPool,
     health: Arc<health::Health>,
+    /// The rate catalog for start checks, loaded again when the rules change.
+    catalog: crate::service::quote::CatalogCache,
     /// Malformed documents kept per sender in the current hour.
     junk: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, (Instant, u32)>>,
 }
@@ -144,6 +146,7 @@ pub async fn serve(
         metrics,
         health,
         pool,
+        catalog: crate::service::quote::CatalogCache::default(),
         junk: std::sync::Mutex::new(std::collections::HashMap::new()),
     });
     // Every body is read whole, within its route's limit and time, out of

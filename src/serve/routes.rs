@@ -526,7 +526,7 @@ pub(super) async fn check(State(app): State<Arc<App>>, body: Bytes) -> Response 
         },
     };
     let started = Instant::now();
-    let answer = crate::service::budget::check(&app.pool, &job, ask.floor.unwrap_or_default()).await;
+    let answer = crate::service::budget::check_with(&app.pool, &app.catalog, &job, ask.floor.unwrap_or_default()).await;
     app.metrics.check(started.elapsed());
     match answer {
         Ok(a) => reply(StatusCode::OK, serde_json::to_value(&a).unwrap_or_default()),

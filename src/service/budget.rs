@@ -12,7 +12,7 @@ use crate::db::budget::{self as bdb, AllocationRow, HoldRow, NewAllocation, NewH
 use crate::domain::budget::{AllocationKind, Balance, Verdict, verdict};
 use crate::domain::rules::Dated;
 use crate::ids::{AllocationId, ClusterId, HoldId, ProjectId};
-use crate::service::quote::{Quote, QuoteError, QuoteRequest};
+use crate::service::quote::{CatalogCache, Quote, QuoteError, QuoteRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BudgetError {
@@ -322,12 +322,23 @@ pub struct CheckAnswer {
 /// if any, is not counted against it. A project that has never had an
 /// allocation may start whatever the request (it is not even priced).
 pub async fn check(pool: &PgPool, job: &JobRequest, floor: Decimal) -> Result<CheckAnswer, BudgetError> {
-    Ok(check_quoted(pool, job, floor).await?.0)
+    check_with(pool, &CatalogCache::default(), job, floor).await
+}
+
+/// [`check`], with the rate catalog from `cache` (serve keeps one).
+pub async fn check_with(
+    pool: &PgPool,
+    cache: &CatalogCache,
+    job: &JobRequest,
+    floor: Decimal,
+) -> Result<CheckAnswer, BudgetError> {
+    Ok(check_quoted(pool, cache, job, floor).await?.0)
 }
 
 /// [`check`], and the quote it made (none for a project not budgeted).
 async fn check_quoted(
     pool: &PgPool,
+    cache: &CatalogCache,
     job: &JobRequest,
     floor: Decimal,
 ) -> Result<(CheckAnswer, Option<Quote>), BudgetError> {
@@ -343,7 +354,7 @@ async fn check_quoted(
         };
         return Ok((answer, None));
     }
-    let q = quote_for(pool, job).await?;
+    let q = quote_for(pool, cache, job).await?;
     let pool_cluster = bdb::pool_for(&mut conn, p, q.cluster_id, job.quote.at).await?;
     let mut sums = bdb::sums(&mut conn, p, pool_cluster, job.quote.at).await?;
     if let Some(id) = &job.job_id {
@@ -364,15 +375,17 @@ async fn check_quoted(
     Ok((answer, Some(q)))
 }
 
-async fn quote_for(pool: &PgPool, job: &JobRequest) -> Result<Quote, BudgetError> {
+async fn quote_for(pool: &PgPool, cache: &CatalogCache, job: &JobRequest) -> Result<Quote, BudgetError> {
     let mut q = job.quote.clone();
     q.project = Some(job.project.clone());
     q.class = None;
-    crate::service::quote::quote(pool, &q).await.map_err(|e| match e {
-        // The ledger cannot be asked: not a request that cannot be priced.
-        QuoteError::Db(e) => BudgetError::Db(e),
-        other => BudgetError::Quote(other),
-    })
+    crate::service::quote::quote_with(pool, cache, &q)
+        .await
+        .map_err(|e| match e {
+            // The ledger cannot be asked: not a request that cannot be priced.
+            QuoteError::Db(e) => BudgetError::Db(e),
+            other => BudgetError::Quote(other),
+        })
 }
 
 /// What `hold` did.
@@ -395,10 +408,11 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
         return invalid("a hold needs the job's id (--job-id)");
     };
     // The check's own quote (an unbudgeted project's job is priced here).
-    let (answer, quoted) = check_quoted(pool, job, Decimal::ZERO).await?;
+    let cache = CatalogCache::default();
+    let (answer, quoted) = check_quoted(pool, &cache, job, Decimal::ZERO).await?;
     let q = match quoted {
         Some(q) => q,
-        None => quote_for(pool, job).await?,
+        None => quote_for(pool, &cache, job).await?,
     };
     let mut tx = pool.begin().await.map_err(DbError::from)?;
     let result = async {

@@ -115,8 +115,40 @@ impl From<sqlx::Error> for QuoteError {
 }
 
 pub async fn quote(pool: &PgPool, q: &QuoteRequest) -> Result<Quote, QuoteError> {
+    quote_with(pool, &CatalogCache::default(), q).await
+}
+
+/// The rate catalog, loaded again only when the rules' version changes
+/// (every change to what prices a job bumps it: centers, clusters, node
+/// types, queues, rate cards, storage rates, classes, project classes,
+/// discounts). `serve` keeps one for its start checks.
+#[derive(Default)]
+pub struct CatalogCache(std::sync::Mutex<Option<(i64, std::sync::Arc<crate::domain::catalog::Catalog>)>>);
+
+impl CatalogCache {
+    /// The catalog as of now. The version is read before the catalog, so a
+    /// change in between is cached under the older version and loaded again
+    /// on the next call: never an older catalog under a newer version.
+    pub async fn get(
+        &self,
+        conn: &mut sqlx::PgConnection,
+    ) -> Result<std::sync::Arc<crate::domain::catalog::Catalog>, sqlx::Error> {
+        let version = crate::db::ledger::rules_version(&mut *conn).await?;
+        if let Some((v, c)) = &*self.0.lock().unwrap_or_else(|e| e.into_inner())
+            && *v == version
+        {
+            return Ok(c.clone());
+        }
+        let catalog = std::sync::Arc::new(reference::load_catalog(conn).await?);
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((version, catalog.clone()));
+        Ok(catalog)
+    }
+}
+
+/// [`quote`], with the catalog from `cache`.
+pub async fn quote_with(pool: &PgPool, cache: &CatalogCache, q: &QuoteRequest) -> Result<Quote, QuoteError> {
     let mut conn = pool.acquire().await?;
-    let catalog = reference::load_catalog(&mut conn).await?;
+    let catalog = cache.get(&mut conn).await?;
     let center = catalog.center.clone().ok_or(QuoteError::NoConfig)?;
     let cluster = catalog.cluster(&q.cluster).ok_or_else(|| QuoteError::UnknownCluster {
         name: q.cluster.clone(),

@@ -132,8 +132,16 @@ fn json(o: &std::process::Output) -> Value {
     serde_json::from_str(&ok(o)).unwrap()
 }
 
+/// A project's general pool (`balance --format json` lists every pool).
 fn balance(db: &TestDb, project: &str, at: &str) -> Value {
-    json(&db.cli(&["balance", project, "--at", at, "--format", "json"]))
+    let pools = json(&db.cli(&["balance", project, "--at", at, "--format", "json"]));
+    pools
+        .as_array()
+        .unwrap_or_else(|| panic!("a list of pools: {pools}"))
+        .iter()
+        .find(|b| b["cluster"].is_null())
+        .unwrap_or_else(|| panic!("no general pool: {pools}"))
+        .clone()
 }
 
 fn money(v: &Value) -> String {
@@ -486,14 +494,31 @@ async fn serve_answers_the_check_for_scheduler_hooks() {
     ];
     let o = db.cli(&args);
     assert_eq!(o.status.code(), Some(7), "{}{}", stdout(&o), stderr(&o));
-    // An unknown project is a 422 (the fourth check: three here, one from the command line), not a refusal the hook cannot explain.
+    // serve keeps the rate catalog between checks, and loads it again when
+    // the rules change: 200 cores take 8 whole nodes, 224 core-hours, 2.24;
+    // with a 50 % discount 1.12, still more than is left.
+    let discounted =
+        format!("{CENTER}\n[[discount]]\nproject = \"P1\"\npercent = 50\nfrom = 2026-01-01\nreason = \"half price\"\n");
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&discounted).unwrap(), "t")
+        .await
+        .unwrap();
+    let r = hpc_ledger::serve::client::post(addr, "/check", None, ask(200).as_bytes())
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(
+        (v["allowed"].as_bool(), money(&v["cost"])),
+        (Some(false), "1.12".into()),
+        "{v}"
+    );
+    // An unknown project is a 422 (the fifth check: four here, one from the command line), not a refusal the hook cannot explain.
     let bad = ask(1).replace("P1", "P9");
     let r = hpc_ledger::serve::client::post(addr, "/check", None, bad.as_bytes())
         .await
         .unwrap();
     assert_eq!(r.status, 422, "{}", r.body);
     assert!(
-        metrics.render().contains("hpc_ledger_serve_checks_total 4\n"),
+        metrics.render().contains("hpc_ledger_serve_checks_total 5\n"),
         "{}",
         metrics.render()
     );
@@ -1040,8 +1065,9 @@ async fn an_allocation_scoped_to_a_cluster_pays_only_for_that_cluster_and_never_
     assert_eq!(remaining.split_whitespace().nth(1), Some("0.50"), "{text}");
     // P2 has only a c2 pool: its jobs elsewhere are not budgeted.
     let p2 = json(&db.cli(&["balance", "P2", "--at", "2026-11-01T00:00:00Z", "--format", "json"]));
+    assert_eq!(p2.as_array().map(Vec::len), Some(1), "{p2}");
     assert_eq!(
-        (p2["cluster"].as_str(), money(&p2["allocated"])),
+        (p2[0]["cluster"].as_str(), money(&p2[0]["allocated"])),
         (Some("c2"), "1.50".into())
     );
     // The auditor's balances name the pool and give the same numbers.

@@ -586,7 +586,7 @@ for i in 1 2; do   # 1 core for 3 s at 413.7 a core-hour: 0.34 each
 done
 b_recorded() { [ "$(sql "$URL1" "SELECT count(DISTINCT r.job_id) FROM job_record r JOIN project p ON p.id = r.project_id WHERE p.code = 'E2E0003'")" -ge 2 ]; }
 waitfor 180 "the ledger to charge E2E0003's two jobs" b_recorded
-remaining=$(ledger "$L1" balance E2E0003 --format json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["remaining"])')
+remaining=$(ledger "$L1" balance E2E0003 --format json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)[0]["remaining"])')
 out=$(sync_slurm) || fail "slurm sync failed: $out"
 grep -q "^block E2E0003 (account e2e0003" <<< "$out" || fail "slurm sync did not block the spent E2E0003 ($remaining left): $out"
 B_ID=$(sb -J budget3 -A E2E0003 -p regular -N 1 -n 1 --mem=128M -t 2 --wrap 'sleep 3') || die "sbatch budget3 failed"
