@@ -22,6 +22,9 @@ pub mod db;
 /// Use cases: each a transaction around the pure domain.
 pub mod service;
 
+/// Statements as documents people read: self-contained HTML.
+pub mod document;
+
 /// `hpc-ledger serve`: finished jobs pushed over HTTP (Slurm's jobcomp).
 pub mod serve;
 

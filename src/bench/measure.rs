@@ -453,6 +453,17 @@ pub(super) async fn busiest_project(pool: &PgPool, month: Month) -> Result<Strin
     .await?)
 }
 
+/// The project with the second most job charges in `month`.
+pub(super) async fn second_busiest_project(pool: &PgPool, month: Month) -> Result<String> {
+    Ok(sqlx::query_scalar(
+        "SELECT p.code FROM ledger_entry e JOIN project p ON p.id = e.project_id
+          WHERE e.period = $1 AND e.kind = 'job' GROUP BY p.code ORDER BY count(*) DESC, p.code LIMIT 1 OFFSET 1",
+    )
+    .bind(month.first_day())
+    .fetch_one(pool)
+    .await?)
+}
+
 /// Median time of `calls` statements of one project (after one warm-up).
 /// The median time of one project's usage report by user over `from..=to`
 /// (`hpc-ledger usage`), over `calls` calls.

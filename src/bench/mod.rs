@@ -50,8 +50,8 @@ use baselines::{
     Copies, checkpoint, copy_baseline, insert_select, join_of_inputs, ledger_rows, ledger_size, seq_scan, settings,
 };
 use measure::{
-    HOSTILE, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job, serve_posts,
-    serve_under_attack, statement_time, usage_time,
+    HOSTILE, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job,
+    second_busiest_project, serve_posts, serve_under_attack, statement_time, usage_time,
 };
 use report::{count, millis, per_second, secs};
 pub use report::{grouped, render};
@@ -508,9 +508,20 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         pass: usage <= Duration::from_millis(10),
     });
     // The same project's balance, with an allocation in force over that year
-    // (issue 17): every draw since the allocation began, summed.
-    let since = from.start(chrono_tz::UTC);
+    // (issue 17): every draw since the allocation began, summed. It begins
+    // at the center's midnight, as `alloc grant --from DATE` does.
+    let since = from.start(chrono_tz::America::New_York);
     let (balance, used) = balance_time(&pool, &code, since, sizes.calls).await?;
+    // A pool that begins mid-day reads that day's month of entries again
+    // (docs/budgets.md): a second project, the same size, timed the same way.
+    let second = second_busiest_project(&pool, month).await?;
+    let (mid_day, _) = balance_time(&pool, &second, since + chrono::TimeDelta::hours(12), sizes.calls).await?;
+    notes.push(format!(
+        "one project's balance with its allocation beginning at noon (the day's month of entries read again): {}; \
+         at midnight (the figure below): {}",
+        millis(mid_day),
+        millis(balance)
+    ));
     figures.push(Figure {
         figure: format!(
             "one project's balance, drawn since {from} ({used:.2}), at {} entries",

@@ -133,11 +133,15 @@ pub enum Command {
     /// Bill storage for a month; list billing runs.
     #[command(subcommand)]
     Bill(bill::Cmd),
-    /// Print a project's statement of a month (or every project's).
+    /// Print a project's statement of a month (or every project's): text, CSV, JSON, or an HTML
+    /// document to read, file and print (one per project, and an index, with --all --out).
     ///
     /// Examples:
     ///   hpc-ledger statement --project PAS1234 --month 2026-10
+    ///   hpc-ledger statement --project PAS1234 --month 2026-10 --format html > PAS1234-2026-10.html
     ///   hpc-ledger statement --all --month 2026-10 --out statements/
+    ///   hpc-ledger statement --all --month 2026-10 --format html --out statements/
+    ///   hpc-ledger statement --project PAS1234 --month 2026-10 --format pdf > PAS1234-2026-10.pdf
     #[command(verbatim_doc_comment)]
     Statement(statement::Args),
     /// Close a month: freeze it, number its statements, seal it.

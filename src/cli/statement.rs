@@ -1,5 +1,6 @@
 //! `hpc-ledger statement`: a project's statement of a month (or every
-//! project's), as text a research group's administrator reads, CSV or JSON.
+//! project's), as text a research group's administrator reads, CSV, JSON,
+//! or an HTML document (src/document.rs) with an index for `--all --out`.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -9,10 +10,25 @@ use anyhow::{Context, bail};
 
 use super::{csv_field, print_json};
 use crate::db::Target;
+use crate::document::line_is_product;
 use crate::domain::period::Month;
 use crate::service::statement::{Statement, Status, StorageBilling, Which, statements};
 
-use super::ListFormat as Output;
+/// How to write a statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum Output {
+    /// Text for people at a terminal.
+    #[default]
+    Text,
+    /// One row per line, for spreadsheets.
+    Csv,
+    /// For programs.
+    Json,
+    /// A self-contained document to read, file and print (a usage chart, who used it).
+    Html,
+    /// The same document as a PDF (A4), made here: no browser needed.
+    Pdf,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -25,11 +41,11 @@ pub struct Args {
     /// The month, YYYY-MM.
     #[arg(long)]
     month: Month,
-    /// How to print it: text for people, csv or json for programs.
+    /// How to print it: text for people, csv or json for programs, html or pdf for a document to read and file.
     #[arg(long, value_enum, default_value_t)]
     format: Output,
-    /// With --all: write one file per project into this directory (CSV: one
-    /// file for all when not given, on stdout).
+    /// With --all: write one file per project into this directory (and, for html and pdf, an index.html;
+    /// CSV: one file for all when not given, on stdout).
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -48,27 +64,66 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                 Output::Text => "txt",
                 Output::Csv => "csv",
                 Output::Json => "json",
+                Output::Html => "html",
+                Output::Pdf => "pdf",
             };
             let mut used = std::collections::HashSet::new();
+            let mut index = Vec::new();
             for s in &list {
                 let mut name = format!("{}-{}", s.month, file_safe(&s.project.code));
-                while !used.insert(name.to_lowercase()) {
+                while !used.insert(name.to_lowercase()) || name.eq_ignore_ascii_case("index") {
                     name.push('_');
                 }
-                let path = dir.join(format!("{name}.{ext}"));
-                let body = match format {
-                    Output::Text => text(s),
-                    Output::Csv => csv(std::slice::from_ref(s)),
-                    Output::Json => serde_json::to_string_pretty(s)? + "\n",
+                let file = format!("{name}.{ext}");
+                let path = dir.join(&file);
+                let body: Vec<u8> = match format {
+                    Output::Text => text(s).into_bytes(),
+                    Output::Csv => csv(std::slice::from_ref(s)).into_bytes(),
+                    Output::Json => (serde_json::to_string_pretty(s)? + "\n").into_bytes(),
+                    Output::Html => html(&pool, s).await?.into_bytes(),
+                    Output::Pdf => pdf(&pool, s).await?,
                 };
+                std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
+                index.push((
+                    file,
+                    s.project.code.clone(),
+                    s.project.name.clone(),
+                    s.total,
+                    status_word(s),
+                ));
+            }
+            let documents = matches!(format, Output::Html | Output::Pdf);
+            if documents {
+                let center = list.first().map_or(String::new(), |s| s.center.clone());
+                let path = dir.join("index.html");
+                let body = crate::document::index_html(&center, &args.month.to_string(), &index);
                 std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
             }
             println!(
-                "{} statement(s) for {} written to {}",
+                "{} statement(s) for {} written to {}{}",
                 list.len(),
                 args.month,
-                dir.display()
+                dir.display(),
+                if documents { " (index.html lists them)" } else { "" }
             );
+        }
+        (None, Output::Html) => {
+            if args.all {
+                bail!("--all with html output needs --out DIR (one document per project, and an index)");
+            }
+            print!("{}", html(&pool, &list[0]).await?);
+        }
+        (None, Output::Pdf) => {
+            use std::io::{IsTerminal, Write};
+            if args.all {
+                bail!("--all with pdf output needs --out DIR (one document per project, and an index)");
+            }
+            let mut out = std::io::stdout().lock();
+            if out.is_terminal() {
+                bail!("a PDF is not for a terminal: redirect it to a file (> statement.pdf) or give --out DIR");
+            }
+            out.write_all(&pdf(&pool, &list[0]).await?)?;
+            out.flush()?;
         }
         (None, Output::Csv) => print!("{}", csv(&list)),
         (None, Output::Json) => {
@@ -88,6 +143,27 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A statement as an HTML document, with its chart and by-user table.
+async fn html(pool: &sqlx::PgPool, s: &Statement) -> anyhow::Result<String> {
+    let details = crate::service::statement::details(pool, s).await?;
+    let generated = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
+    Ok(crate::document::statement_html(s, &details, &generated))
+}
+
+/// A statement as a PDF document, with the same content.
+async fn pdf(pool: &sqlx::PgPool, s: &Statement) -> anyhow::Result<Vec<u8>> {
+    let details = crate::service::statement::details(pool, s).await?;
+    let generated = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
+    Ok(crate::document::pdf::statement_pdf(s, &details, &generated))
+}
+
+fn status_word(s: &Statement) -> String {
+    match &s.status {
+        Status::Final { number, .. } => format!("final, No. {number}"),
+        Status::Provisional => "provisional".into(),
+    }
+}
+
 /// A file name from a project code: letters, digits, '.', '_' and '-' kept.
 fn file_safe(code: &str) -> String {
     let s: String = code
@@ -101,13 +177,6 @@ fn file_safe(code: &str) -> String {
         })
         .collect();
     s.trim_start_matches('.').to_owned()
-}
-
-/// Whether a compute line's amount is its quantity × rate rounded once (it
-/// need not be: each job is rounded by itself, and the line adds them up).
-pub fn line_is_product(l: &crate::db::statements::JobLine) -> bool {
-    (l.quantity * l.unit_rate).round_dp_with_strategy(2, rust_decimal::RoundingStrategy::MidpointAwayFromZero)
-        == l.amount
 }
 
 fn num(d: rust_decimal::Decimal) -> String {

@@ -218,3 +218,32 @@ pub async fn correction_lines(
     .fetch_all(&mut *conn)
     .await
 }
+
+/// What a project's entries of a month drew, by day (in the center's time
+/// zone) and cluster (`None`: storage and adjustments), from the draw days
+/// the ledger keeps (migration 0028): they add up to the month's total.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DaySpend {
+    pub day: NaiveDate,
+    pub cluster: Option<String>,
+    pub amount: Decimal,
+}
+
+pub async fn spend_by_day(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    period: NaiveDate,
+) -> Result<Vec<DaySpend>, sqlx::Error> {
+    sqlx::query_as!(
+        DaySpend,
+        r#"SELECT d.day AS "day!", c.name AS "cluster?", sum(d.amount) AS "amount!"
+             FROM ledger_draw d LEFT JOIN cluster c ON c.id = d.cluster_id
+            WHERE d.project_id = $1 AND d.period = $2
+            GROUP BY d.day, c.name
+            ORDER BY d.day, c.name NULLS LAST"#,
+        project as ProjectId,
+        period
+    )
+    .fetch_all(&mut *conn)
+    .await
+}

@@ -23,7 +23,8 @@ crate::domain::kinds::named! {
     }
 }
 
-/// The days over which the burn rate is measured.
+/// The days over which the burn rate is measured: the whole days (in the
+/// center's time zone) before the day of the instant.
 pub const BURN_DAYS: i64 = 30;
 
 /// What the database sums for a project at an instant.

@@ -259,3 +259,24 @@ async fn project_headers(
         })
         .collect())
 }
+
+/// What a statement document shows besides the statement (issue 18): the
+/// month's spend by day and cluster, and by user.
+#[derive(Debug, Clone, Serialize)]
+pub struct Details {
+    pub days: Vec<sdb::DaySpend>,
+    /// The month's usage by user (net of corrections and discounts; storage
+    /// and adjustments as `(storage)`, `(adjustment)`).
+    pub users: Vec<crate::db::usage::UsageRow>,
+}
+
+pub async fn details(pool: &PgPool, s: &Statement) -> Result<Details, StatementError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let p = crate::service::project(&mut conn, &s.project.code)
+        .await?
+        .map_err(StatementError::UnknownProject)?;
+    let period = s.month.first_day();
+    let days = sdb::spend_by_day(&mut conn, p.id, period).await?;
+    let users = crate::db::usage::usage(&mut conn, Some(&p.code), period, period, "user").await?;
+    Ok(Details { days, users })
+}

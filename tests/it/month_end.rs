@@ -1105,3 +1105,148 @@ async fn close_through_stops_at_the_first_problem() {
     assert_eq!(months[0]["closed_now"], true);
     assert!(json["stopped"].is_null());
 }
+
+/// The `data-amount` of the element that has `marker` (an id or a row's
+/// start) in an HTML statement.
+fn amount_after(html: &str, marker: &str) -> Decimal {
+    let at = html.find(marker).unwrap_or_else(|| panic!("no {marker} in:\n{html}"));
+    let rest = &html[at..];
+    let from = rest.find("data-amount=\"").unwrap() + "data-amount=\"".len();
+    let to = from + rest[from..].find('"').unwrap();
+    rest[from..to].parse().unwrap()
+}
+
+#[tokio::test]
+async fn statements_as_html_documents_carry_the_ledgers_numbers() {
+    let db = october().await;
+    // A correction, an adjustment and a budget, so every section is there.
+    ok(&db.cli(&[
+        "refund",
+        "--cluster",
+        "owens",
+        "--job-id",
+        "1002",
+        "--fraction",
+        "0.25",
+        "--reason",
+        "slow disk",
+    ]));
+    ok(&db.cli(&[
+        "adjust",
+        "--project",
+        "PAS1234",
+        "--amount",
+        "-1.50",
+        "--month",
+        "2026-10",
+        "--reason",
+        "goodwill <credit>",
+    ]));
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "PAS1234",
+        "500.00",
+        "--from",
+        "2026-07-01",
+        "--reason",
+        "award",
+    ]));
+    ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
+    let dir = std::env::temp_dir().join(format!("hl-html-{}", uuid::Uuid::new_v4().simple()));
+    let d = dir.to_str().unwrap();
+    let o = ok(&db.cli(&[
+        "statement",
+        "--all",
+        "--month",
+        "2026-10",
+        "--format",
+        "html",
+        "--out",
+        d,
+    ]));
+    assert!(o.contains("index.html lists them"), "{o}");
+    let ledger: Vec<(String, Decimal)> = sqlx::query_as(
+        "SELECT p.code, sum(e.amount) FROM ledger_entry e JOIN project p ON p.id = e.project_id
+          WHERE e.period = '2026-10-01' GROUP BY p.code ORDER BY p.code",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(ledger.len() >= 3, "{ledger:?}");
+    for (code, total) in &ledger {
+        let html = std::fs::read_to_string(dir.join(format!("2026-10-{code}.html"))).unwrap();
+        assert!(html.starts_with("<!DOCTYPE html>"), "{code}");
+        // Self-contained: nothing fetched from anywhere.
+        for external in ["<script", "<link", " src=", "href=\"http", "url("] {
+            assert!(!html.contains(external), "{code} has {external}");
+        }
+        // The statement's total, the chart's and the users' are the ledger's.
+        assert_eq!(amount_after(&html, "id=\"total\""), *total, "{code}: statement total");
+        assert_eq!(amount_after(&html, "id=\"chart-total\""), *total, "{code}: chart total");
+        let users = &html[html.find("<table id=\"users\">").unwrap()..];
+        assert_eq!(amount_after(users, "<tfoot>"), *total, "{code}: by-user total");
+        assert!(html.contains("Statement No. "), "{code}: final, numbered");
+        assert!(html.contains("Month seal"), "{code}");
+    }
+    let pas = std::fs::read_to_string(dir.join("2026-10-PAS1234.html")).unwrap();
+    assert!(pas.contains("Dr. Ada Lovelace"), "the PI");
+    assert!(pas.contains("goodwill &lt;credit&gt;"), "a reason, escaped");
+    assert!(!pas.contains("goodwill <credit>"));
+    assert!(
+        pas.contains("<h2>Budget</h2>") && pas.contains("every cluster"),
+        "the budget section"
+    );
+    assert!(pas.contains("<svg class=\"chart\""), "the usage chart");
+    // The index lists every statement and adds them up.
+    let index = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let sum: Decimal = ledger.iter().map(|(_, t)| *t).sum();
+    assert_eq!(amount_after(&index, "id=\"total\""), sum);
+    for (code, _) in &ledger {
+        assert!(
+            index.contains(&format!("href=\"2026-10-{code}.html\"")),
+            "{code} in the index"
+        );
+    }
+    // One project's to stdout; --all needs a directory.
+    let one = ok(&db.cli(&[
+        "statement",
+        "--project",
+        "PZS0708",
+        "--month",
+        "2026-10",
+        "--format",
+        "html",
+    ]));
+    let pzs = ledger.iter().find(|(c, _)| c == "PZS0708").unwrap().1;
+    assert_eq!(amount_after(&one, "id=\"total\""), pzs);
+    let o = db.cli(&["statement", "--all", "--month", "2026-10", "--format", "html"]);
+    assert!(stderr(&o).contains("needs --out DIR"), "{}", stderr(&o));
+    // The same as PDF: the document says its total (its subject, and the
+    // summary's line) and it is the ledger's.
+    let pdfs = dir.join("pdf");
+    ok(&db.cli(&[
+        "statement",
+        "--all",
+        "--month",
+        "2026-10",
+        "--format",
+        "pdf",
+        "--out",
+        pdfs.to_str().unwrap(),
+    ]));
+    for (code, total) in &ledger {
+        let pdf = std::fs::read(pdfs.join(format!("2026-10-{code}.pdf"))).unwrap();
+        assert!(pdf.starts_with(b"%PDF-"), "{code}");
+        let text = String::from_utf8_lossy(&pdf);
+        assert!(
+            text.contains(&format!("{code} 2026-10 total {total:.2} USD")),
+            "{code}: its subject"
+        );
+        let shown = hpc_ledger::document::money(*total);
+        assert!(text.contains(&format!("({shown}) Tj")), "{code}: {shown} on the page");
+        assert!(text.contains("(Total USD) Tj"), "{code}");
+    }
+    assert!(pdfs.join("index.html").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
