@@ -1,6 +1,6 @@
 //! `hpc-ledger statement`: a project's statement of a month (or every
 //! project's), as text a research group's administrator reads, CSV, JSON,
-//! or an HTML document (src/document.rs) with an index for `--all --out`.
+//! or an HTML or PDF document (src/document/) with an index for `--all --out`.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -12,7 +12,9 @@ use super::{csv_field, print_json};
 use crate::db::Target;
 use crate::document::line_is_product;
 use crate::domain::period::Month;
-use crate::service::statement::{Statement, Status, StorageBilling, Which, statements};
+use crate::service::statement::{
+    Details, Statement, Status, StorageBilling, Which, statements, statements_with_details,
+};
 
 /// How to write a statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
@@ -56,7 +58,25 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         Some(p) => Which::Project(p),
         None => Which::All,
     };
-    let list = statements(&pool, args.month, which).await?;
+    let documents = matches!(args.format, Output::Html | Output::Pdf);
+    // A document's chart and users come from the same snapshot as its statement.
+    let (list, details): (Vec<Statement>, Vec<Option<Details>>) = if documents {
+        statements_with_details(&pool, args.month, which)
+            .await?
+            .into_iter()
+            .map(|(s, d)| (s, Some(d)))
+            .unzip()
+    } else {
+        let list = statements(&pool, args.month, which).await?;
+        let none = vec![None; list.len()];
+        (list, none)
+    };
+    let generated = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
+    let html =
+        |i: usize| crate::document::statement_html(&list[i], details[i].as_ref().expect("read with it"), &generated);
+    let pdf = |i: usize| {
+        crate::document::pdf::statement_pdf(&list[i], details[i].as_ref().expect("read with it"), &generated)
+    };
     match (&args.out, args.format) {
         (Some(dir), format) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -69,9 +89,9 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             };
             let mut used = std::collections::HashSet::new();
             let mut index = Vec::new();
-            for s in &list {
+            for (i, s) in list.iter().enumerate() {
                 let mut name = format!("{}-{}", s.month, file_safe(&s.project.code));
-                while !used.insert(name.to_lowercase()) || name.eq_ignore_ascii_case("index") {
+                while !used.insert(name.to_lowercase()) {
                     name.push('_');
                 }
                 let file = format!("{name}.{ext}");
@@ -80,8 +100,8 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                     Output::Text => text(s).into_bytes(),
                     Output::Csv => csv(std::slice::from_ref(s)).into_bytes(),
                     Output::Json => (serde_json::to_string_pretty(s)? + "\n").into_bytes(),
-                    Output::Html => html(&pool, s).await?.into_bytes(),
-                    Output::Pdf => pdf(&pool, s).await?,
+                    Output::Html => html(i).into_bytes(),
+                    Output::Pdf => pdf(i),
                 };
                 std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
                 index.push((
@@ -92,7 +112,6 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                     status_word(s),
                 ));
             }
-            let documents = matches!(format, Output::Html | Output::Pdf);
             if documents {
                 let center = list.first().map_or(String::new(), |s| s.center.clone());
                 let path = dir.join("index.html");
@@ -111,7 +130,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             if args.all {
                 bail!("--all with html output needs --out DIR (one document per project, and an index)");
             }
-            print!("{}", html(&pool, &list[0]).await?);
+            print!("{}", html(0));
         }
         (None, Output::Pdf) => {
             use std::io::{IsTerminal, Write};
@@ -122,7 +141,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             if out.is_terminal() {
                 bail!("a PDF is not for a terminal: redirect it to a file (> statement.pdf) or give --out DIR");
             }
-            out.write_all(&pdf(&pool, &list[0]).await?)?;
+            out.write_all(&pdf(0))?;
             out.flush()?;
         }
         (None, Output::Csv) => print!("{}", csv(&list)),
@@ -141,20 +160,6 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A statement as an HTML document, with its chart and by-user table.
-async fn html(pool: &sqlx::PgPool, s: &Statement) -> anyhow::Result<String> {
-    let details = crate::service::statement::details(pool, s).await?;
-    let generated = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
-    Ok(crate::document::statement_html(s, &details, &generated))
-}
-
-/// A statement as a PDF document, with the same content.
-async fn pdf(pool: &sqlx::PgPool, s: &Statement) -> anyhow::Result<Vec<u8>> {
-    let details = crate::service::statement::details(pool, s).await?;
-    let generated = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
-    Ok(crate::document::pdf::statement_pdf(s, &details, &generated))
 }
 
 fn status_word(s: &Statement) -> String {

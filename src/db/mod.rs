@@ -329,6 +329,15 @@ pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         .map(|_| ())
 }
 
+/// Make the transaction just begun read one snapshot of the database, and
+/// write nothing (its first statement).
+pub async fn snapshot(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
+}
+
 /// Serialise a configuration change against pricing (until the transaction ends).
 pub async fn lock_rules(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query!("SELECT pg_advisory_xact_lock($1)", RULES_LOCK)

@@ -56,6 +56,14 @@ pub fn line_is_product(l: &crate::db::statements::JobLine) -> bool {
         == l.amount
 }
 
+/// Hours to two decimals (half away from zero, like every rounding of the
+/// ledger), without trailing zeros.
+pub(crate) fn hours(d: Decimal) -> String {
+    d.round_dp_with_strategy(2, rust_decimal::RoundingStrategy::MidpointAwayFromZero)
+        .normalize()
+        .to_string()
+}
+
 /// A quantity as stored, without trailing zeros.
 fn num(d: Decimal) -> String {
     d.normalize().to_string()
@@ -393,8 +401,8 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
                 "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>{}</tr>",
                 esc(&u.key),
                 u.jobs,
-                esc(&num(u.core_hours.round_dp(2))),
-                esc(&num(u.gpu_hours.round_dp(2))),
+                esc(&hours(u.core_hours)),
+                esc(&hours(u.gpu_hours)),
                 amount_cell(u.amount)
             );
         }

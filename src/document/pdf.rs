@@ -32,7 +32,18 @@ fn win_ansi(s: &str) -> Vec<u8> {
             ' '..='~' => c as u8,
             '\u{a0}'..='\u{ff}' => c as u32 as u8,
             '€' => 0x80,
+            '‚' => 0x82,
+            'ƒ' => 0x83,
+            '„' => 0x84,
             '…' => 0x85,
+            '†' => 0x86,
+            '‡' => 0x87,
+            'ˆ' => 0x88,
+            '‰' => 0x89,
+            'Š' => 0x8a,
+            '‹' => 0x8b,
+            'Œ' => 0x8c,
+            'Ž' => 0x8e,
             '‘' => 0x91,
             '’' => 0x92,
             '“' => 0x93,
@@ -40,6 +51,13 @@ fn win_ansi(s: &str) -> Vec<u8> {
             '•' => 0x95,
             '–' => 0x96,
             '—' => 0x97,
+            '˜' => 0x98,
+            '™' => 0x99,
+            'š' => 0x9a,
+            '›' => 0x9b,
+            'œ' => 0x9c,
+            'ž' => 0x9e,
+            'Ÿ' => 0x9f,
             _ => b'?',
         })
         .collect()
@@ -53,7 +71,9 @@ fn width_of(c: char, bold: bool) -> f32 {
         ',' | '.' | ' ' | ':' | '/' => 278.0,
         '-' => 333.0,
         '%' => 889.0,
-        'A'..='Z' => 667.0,
+        '…' | '—' => 1000.0,
+        'M' | 'W' => 944.0,
+        'A'..='Z' => 722.0,
         'i' | 'j' | 'l' => 222.0,
         'm' | 'w' => 833.0,
         _ if bold => 611.0,
@@ -72,7 +92,7 @@ fn fit(s: &str, width: f32, size: f32) -> String {
     }
     let mut out = String::new();
     for c in s.chars() {
-        if text_width(&out, size, false) + width_of(c, false) * size / 1000.0 + 3.0 * size / 10.0 > width {
+        if text_width(&out, size, false) + (width_of(c, false) + width_of('…', false)) * size / 1000.0 > width {
             break;
         }
         out.push(c);
@@ -147,7 +167,8 @@ impl Pages {
     }
 
     fn heading(&mut self, s: &str) {
-        self.need(40.0);
+        // With room for what follows it (a table's header and a row).
+        self.need(64.0);
         self.y -= 22.0;
         self.page.save_state().set_fill_rgb(0.12, 0.37, 0.6);
         self.text(MARGIN, self.y, BOLD, 11.5, s);
@@ -263,17 +284,18 @@ fn m(d: Decimal) -> String {
 pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
     let mut p = Pages::new();
     // Header.
+    // The title and center fit left of the status (170 pt on the right).
+    let room = PAGE_W - 2.0 * MARGIN - 170.0;
     p.page.save_state().set_fill_rgb(0.36, 0.4, 0.46);
-    p.text(MARGIN, p.y - 10.0, REGULAR, 9.5, &s.center);
+    p.text(MARGIN, p.y - 10.0, REGULAR, 9.5, &fit(&s.center, room, 9.5));
     p.page.restore_state();
     let first = s.month.first_day();
-    p.text(
-        MARGIN,
-        p.y - 30.0,
-        BOLD,
-        17.0,
-        &format!("Statement for {} — {}", first.format("%B %Y"), s.project.code),
-    );
+    let title = format!("Statement for {} — {}", first.format("%B %Y"), s.project.code);
+    let mut size = 17.0;
+    while size > 11.0 && text_width(&title, size, true) > room {
+        size -= 1.0;
+    }
+    p.text(MARGIN, p.y - 30.0, BOLD, size, &fit(&title, room, size));
     let (badge, line, color) = match &s.status {
         Status::Final { number, closed_at, .. } => (
             format!("Statement No. {number}"),
@@ -592,8 +614,8 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
                 vec![
                     u.key.clone(),
                     u.jobs.to_string(),
-                    u.core_hours.round_dp(2).normalize().to_string(),
-                    u.gpu_hours.round_dp(2).normalize().to_string(),
+                    super::hours(u.core_hours),
+                    super::hours(u.gpu_hours),
                     m(u.amount),
                 ]
             })
@@ -710,6 +732,7 @@ fn chart(p: &mut Pages, s: &Statement, d: &Details) {
         if x + w > PAGE_W - MARGIN {
             x = MARGIN;
             p.y -= 12.0;
+            p.need(14.0);
         }
         p.fill(rgb(c.color(j)), x, p.y - 1.0, 8.0, 8.0);
         p.text(x + 12.0, p.y, REGULAR, 8.5, &label);

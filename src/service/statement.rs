@@ -118,22 +118,50 @@ pub enum Which<'a> {
 /// Build statements for a month.
 pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result<Vec<Statement>, StatementError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    let center = reference::load_center(&mut conn)
+    statements_in(&mut conn, month, which).await
+}
+
+/// Statements and what their documents show besides, all read from one
+/// snapshot: while a month is open and jobs are being recorded, a
+/// document's chart and by-user totals are still its statement's total.
+pub async fn statements_with_details(
+    pool: &PgPool,
+    month: Month,
+    which: Which<'_>,
+) -> Result<Vec<(Statement, Details)>, StatementError> {
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    crate::db::snapshot(&mut tx).await?;
+    let list = statements_in(&mut tx, month, which).await?;
+    let mut out = Vec::with_capacity(list.len());
+    for s in list {
+        let d = details_in(&mut tx, &s).await?;
+        out.push((s, d));
+    }
+    tx.commit().await.map_err(DbError::from)?;
+    Ok(out)
+}
+
+async fn statements_in(
+    conn: &mut sqlx::PgConnection,
+    month: Month,
+    which: Which<'_>,
+) -> Result<Vec<Statement>, StatementError> {
+    let center = reference::load_center(&mut *conn)
         .await?
         .ok_or(StatementError::NoConfig)?;
     let period = month.first_day();
     let ids: Vec<ProjectId> = match which {
         Which::Project(code) => {
-            let p = crate::service::project(&mut conn, code)
+            let p = crate::service::project(&mut *conn, code)
                 .await?
                 .map_err(StatementError::UnknownProject)?;
             vec![p.id]
         }
-        Which::All => sdb::projects_with_entries(&mut conn, period).await?,
+        Which::All => sdb::projects_with_entries(&mut *conn, period).await?,
     };
-    let mut headers: HashMap<ProjectId, ProjectHeader> = project_headers(&mut conn, &ids).await?;
-    let classes = reference::load_classes(&mut conn).await?;
-    let history = reference::load_project_classes(&mut conn).await?;
+    let mut headers: HashMap<ProjectId, ProjectHeader> = project_headers(&mut *conn, &ids).await?;
+    let classes = reference::load_classes(&mut *conn).await?;
+    let history = reference::load_project_classes(&mut *conn).await?;
     let (start, end) = (month.start(center.time_zone), month.end(center.time_zone));
     for (id, h) in &mut headers {
         let changes = history.get(id).map_or(&[][..], Vec::as_slice);
@@ -153,41 +181,41 @@ pub async fn statements(pool: &PgPool, month: Month, which: Which<'_>) -> Result
             })
             .collect();
     }
-    let closed = crate::db::periods::closed_period(&mut conn, period).await?;
-    let storage_billing = match crate::db::storage::billing_run(&mut conn, "storage", period).await? {
+    let closed = crate::db::periods::closed_period(&mut *conn, period).await?;
+    let storage_billing = match crate::db::storage::billing_run(&mut *conn, "storage", period).await? {
         Some(run) => StorageBilling::Billed { storage_run: run.id.0 },
-        None => match crate::db::storage::waiver(&mut conn, period).await? {
+        None => match crate::db::storage::waiver(&mut *conn, period).await? {
             Some(w) => StorageBilling::Waived {
                 storage_waiver_reason: w.reason,
             },
             None => StorageBilling::NotBilled,
         },
     };
-    let issued: HashMap<ProjectId, Issued> = sdb::issued(&mut conn, &ids, period).await?.into_iter().collect();
+    let issued: HashMap<ProjectId, Issued> = sdb::issued(&mut *conn, &ids, period).await?.into_iter().collect();
     let mut compute: HashMap<ProjectId, Vec<JobLine>> = HashMap::new();
-    for l in sdb::job_lines(&mut conn, &ids, period).await? {
+    for l in sdb::job_lines(&mut *conn, &ids, period).await? {
         compute.entry(l.project_id).or_default().push(l);
     }
     let mut storage: HashMap<ProjectId, Vec<StorageLine>> = HashMap::new();
-    for l in sdb::storage_lines(&mut conn, &ids, period).await? {
+    for l in sdb::storage_lines(&mut *conn, &ids, period).await? {
         storage.entry(l.project_id).or_default().push(l);
     }
     // Budgets: the balance at the month's end (or now), for budgeted projects.
     let budget_at = end.min(chrono::Utc::now());
     let mut budgets: HashMap<ProjectId, Vec<crate::domain::budget::Balance>> = HashMap::new();
-    for (id, _) in crate::db::budget::budgeted_projects(&mut conn).await? {
+    for (id, _) in crate::db::budget::budgeted_projects(&mut *conn).await? {
         if ids.contains(&id) {
-            let pools = crate::service::budget::project_pools(&mut conn, id, budget_at).await?;
+            let pools = crate::service::budget::project_pools(&mut *conn, id, budget_at).await?;
             budgets.insert(id, pools);
         }
     }
     let mut discounts: HashMap<ProjectId, Vec<DiscountLine>> = HashMap::new();
-    for mut l in sdb::discount_lines(&mut conn, &ids, period).await? {
+    for mut l in sdb::discount_lines(&mut *conn, &ids, period).await? {
         l.percent = l.percent.normalize();
         discounts.entry(l.project_id).or_default().push(l);
     }
     let mut corrections: HashMap<ProjectId, Vec<CorrectionLine>> = HashMap::new();
-    for l in sdb::correction_lines(&mut conn, &ids, period).await? {
+    for l in sdb::correction_lines(&mut *conn, &ids, period).await? {
         corrections.entry(l.project_id).or_default().push(l);
     }
     let mut out: Vec<Statement> = ids
@@ -270,13 +298,12 @@ pub struct Details {
     pub users: Vec<crate::db::usage::UsageRow>,
 }
 
-pub async fn details(pool: &PgPool, s: &Statement) -> Result<Details, StatementError> {
-    let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    let p = crate::service::project(&mut conn, &s.project.code)
+async fn details_in(conn: &mut sqlx::PgConnection, s: &Statement) -> Result<Details, StatementError> {
+    let p = crate::service::project(&mut *conn, &s.project.code)
         .await?
         .map_err(StatementError::UnknownProject)?;
     let period = s.month.first_day();
-    let days = sdb::spend_by_day(&mut conn, p.id, period).await?;
-    let users = crate::db::usage::usage(&mut conn, Some(&p.code), period, period, "user").await?;
+    let days = sdb::spend_by_day(&mut *conn, p.id, period).await?;
+    let users = crate::db::usage::usage(&mut *conn, Some(&p.code), period, period, "user").await?;
     Ok(Details { days, users })
 }
