@@ -453,14 +453,28 @@ pub(super) async fn busiest_project(pool: &PgPool, month: Month) -> Result<Strin
     .await?)
 }
 
-/// The project with the second most job charges in `month`.
-pub(super) async fn second_busiest_project(pool: &PgPool, month: Month) -> Result<String> {
-    Ok(sqlx::query_scalar(
-        "SELECT p.code FROM ledger_entry e JOIN project p ON p.id = e.project_id
-          WHERE e.period = $1 AND e.kind = 'job' GROUP BY p.code ORDER BY count(*) DESC, p.code LIMIT 1 OFFSET 1",
+/// The project with the second most job charges in `month`, and an
+/// instant after `since` strictly between the first and last draw of one of
+/// its draw days (none when there is no such project or day).
+pub(super) async fn second_busiest_project(
+    pool: &PgPool,
+    month: Month,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<(String, chrono::DateTime<chrono::Utc>)>> {
+    Ok(sqlx::query_as(
+        "WITH second AS (
+             SELECT e.project_id FROM ledger_entry e
+              WHERE e.period = $1 AND e.kind = 'job' GROUP BY e.project_id ORDER BY count(*) DESC, e.project_id
+              LIMIT 1 OFFSET 1)
+         SELECT p.code, d.first_at + (d.last_at - d.first_at) / 2
+           FROM second s JOIN project p ON p.id = s.project_id
+           JOIN ledger_draw d ON d.project_id = s.project_id
+          WHERE d.first_at > $2 AND d.last_at - d.first_at > interval '1 minute'
+          ORDER BY d.day, d.first_at LIMIT 1",
     )
     .bind(month.first_day())
-    .fetch_one(pool)
+    .bind(since)
+    .fetch_optional(pool)
     .await?)
 }
 

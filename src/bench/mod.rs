@@ -512,16 +512,19 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     // at the center's midnight, as `alloc grant --from DATE` does.
     let since = from.start(chrono_tz::America::New_York);
     let (balance, used) = balance_time(&pool, &code, since, sizes.calls).await?;
-    // A pool that begins mid-day reads that day's month of entries again
-    // (docs/budgets.md): a second project, the same size, timed the same way.
-    let second = second_busiest_project(&pool, month).await?;
-    let (mid_day, _) = balance_time(&pool, &second, since + chrono::TimeDelta::hours(12), sizes.calls).await?;
-    notes.push(format!(
-        "one project's balance with its allocation beginning at noon (the day's month of entries read again): {}; \
-         at midnight (the figure below): {}",
-        millis(mid_day),
-        millis(balance)
-    ));
+    // A pool that begins among a day's draws reads that day's month of
+    // entries again (docs/budgets.md): the second busiest project, its
+    // allocation beginning between the first and last draw of its first day
+    // with more than one, timed the same way.
+    if let Some((second, start)) = second_busiest_project(&pool, month, since).await? {
+        let (cut, _) = balance_time(&pool, &second, start, sizes.calls).await?;
+        notes.push(format!(
+            "one project's balance with its allocation beginning among a day's draws, {start} (that day's \
+             month of entries read again): {}; the busiest's, beginning at midnight (the figure below): {}",
+            millis(cut),
+            millis(balance)
+        ));
+    }
     figures.push(Figure {
         figure: format!(
             "one project's balance, drawn since {from} ({used:.2}), at {} entries",

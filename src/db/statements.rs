@@ -220,8 +220,9 @@ pub async fn correction_lines(
 }
 
 /// What a project's entries of a month drew, by day (in the center's time
-/// zone) and cluster (`None`: storage and adjustments), from the draw days
-/// the ledger keeps (migration 0028): they add up to the month's total.
+/// zone) and cluster (`None`: storage and adjustments), read from the
+/// entries themselves (`hl_entry_draws`, migration 0028): they add up to the
+/// month's total.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DaySpend {
     pub day: NaiveDate,
@@ -236,11 +237,10 @@ pub async fn spend_by_day(
 ) -> Result<Vec<DaySpend>, sqlx::Error> {
     sqlx::query_as!(
         DaySpend,
-        r#"SELECT d.day AS "day!", c.name AS "cluster?", sum(d.amount) AS "amount!"
-             FROM ledger_draw d LEFT JOIN cluster c ON c.id = d.cluster_id
-            WHERE d.project_id = $1 AND d.period = $2
-            GROUP BY d.day, c.name
-            ORDER BY d.day, c.name NULLS LAST"#,
+        r#"SELECT x.day AS "day!", c.name AS "cluster?", sum(x.amount) AS "amount!"
+             FROM hl_entry_draws($1, $2) x LEFT JOIN cluster c ON c.id = x.cluster_id
+            GROUP BY x.day, c.name
+            ORDER BY x.day, c.name NULLS LAST"#,
         project as ProjectId,
         period
     )

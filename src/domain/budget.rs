@@ -38,7 +38,7 @@ pub struct Sums {
     pub used: Decimal,
     /// Open holds.
     pub held: Decimal,
-    /// Drawn in the [`BURN_DAYS`] days up to the instant.
+    /// Drawn in the [`BURN_DAYS`] whole days before the instant's day.
     pub drawn_recently: Decimal,
     /// Whether the pool has an allocation entry that has begun by the
     /// instant: a pool that has had one is budgeted, also when none is in

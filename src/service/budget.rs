@@ -354,7 +354,7 @@ async fn check_quoted(
         };
         return Ok((answer, None));
     }
-    let q = quote_for(pool, cache, job).await?;
+    let q = quote_on(&mut conn, cache, job).await?;
     let pool_cluster = bdb::pool_for(&mut conn, p, q.cluster_id, job.quote.at).await?;
     let mut sums = bdb::sums(&mut conn, p, pool_cluster, job.quote.at).await?;
     if let Some(id) = &job.job_id {
@@ -376,10 +376,18 @@ async fn check_quoted(
 }
 
 async fn quote_for(pool: &PgPool, cache: &CatalogCache, job: &JobRequest) -> Result<Quote, BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    quote_on(&mut conn, cache, job).await
+}
+
+/// The job's quote for its project, on the caller's connection (a start
+/// check holds one connection only: serve's pool is small, and checks that
+/// each held one while waiting for a second could wait on each other).
+async fn quote_on(conn: &mut PgConnection, cache: &CatalogCache, job: &JobRequest) -> Result<Quote, BudgetError> {
     let mut q = job.quote.clone();
     q.project = Some(job.project.clone());
     q.class = None;
-    crate::service::quote::quote_with(pool, cache, &q)
+    crate::service::quote::quote_in(conn, cache, &q)
         .await
         .map_err(|e| match e {
             // The ledger cannot be asked: not a request that cannot be priced.

@@ -148,7 +148,18 @@ impl CatalogCache {
 /// [`quote`], with the catalog from `cache`.
 pub async fn quote_with(pool: &PgPool, cache: &CatalogCache, q: &QuoteRequest) -> Result<Quote, QuoteError> {
     let mut conn = pool.acquire().await?;
-    let catalog = cache.get(&mut conn).await?;
+    quote_in(&mut conn, cache, q).await
+}
+
+/// [`quote_with`], on a connection the caller holds (a start check asks
+/// for one connection only: serve's pool is small, and a check waiting for a
+/// second while holding the first could wait on the others doing the same).
+pub async fn quote_in(
+    conn: &mut sqlx::PgConnection,
+    cache: &CatalogCache,
+    q: &QuoteRequest,
+) -> Result<Quote, QuoteError> {
+    let catalog = cache.get(&mut *conn).await?;
     let center = catalog.center.clone().ok_or(QuoteError::NoConfig)?;
     let cluster = catalog.cluster(&q.cluster).ok_or_else(|| QuoteError::UnknownCluster {
         name: q.cluster.clone(),
@@ -180,7 +191,7 @@ pub async fn quote_with(pool: &PgPool, cache: &CatalogCache, q: &QuoteRequest) -
     let (project, class) = match (&q.project, &q.class) {
         (Some(_), Some(_)) => return Err(QuoteError::ProjectAndClass),
         (Some(code), None) => {
-            let p = crate::service::project(&mut conn, code)
+            let p = crate::service::project(&mut *conn, code)
                 .await?
                 .map_err(|named| QuoteError::Unknown(format!("unknown project {named}")))?;
             let class = catalog.class_of(p.id, q.at);

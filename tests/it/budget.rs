@@ -144,6 +144,15 @@ fn balance(db: &TestDb, project: &str, at: &str) -> Value {
         .clone()
 }
 
+/// Every task's result, in order.
+async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
 fn money(v: &Value) -> String {
     v.as_str().unwrap_or_else(|| panic!("{v}")).to_owned()
 }
@@ -536,6 +545,31 @@ async fn serve_answers_the_check_for_scheduler_hooks() {
             .contains("hpc_ledger_budget_fraction_used{project=\"P1\",pool=\"all\"} 0\n"),
         "{}",
         m.body
+    );
+    // Three times as many checks at once as the pool has connections: each
+    // uses one connection, so none waits for a second (a check that held
+    // one while asking for another stalled them all until the pool's 10 s
+    // timeout, then answered 503).
+    let started = std::time::Instant::now();
+    let answers = futures_join(
+        (0..24)
+            .map(|_| {
+                let body = ask(1);
+                tokio::spawn(async move {
+                    hpc_ledger::serve::client::post(addr, "/check", None, body.as_bytes())
+                        .await
+                        .unwrap()
+                        .status
+                })
+            })
+            .collect(),
+    )
+    .await;
+    assert_eq!(answers, vec![200; 24]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
     );
     let _ = stop.send(());
     done.await.unwrap().unwrap();
