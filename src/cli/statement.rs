@@ -169,8 +169,12 @@ fn status_word(s: &Statement) -> String {
     }
 }
 
-/// A file name from a project code: letters, digits, '.', '_' and '-' kept.
+/// A file name from a project code: letters, digits, '.', '_' and '-' kept;
+/// a code that needed anything replaced gets the start of its SHA-256 too,
+/// so that its file keeps its name whichever other projects have
+/// statements that month (`A/B` and `A_B` are `A_B-…` and `A_B`).
 fn file_safe(code: &str) -> String {
+    use sha2::Digest;
     let s: String = code
         .chars()
         .map(|c| {
@@ -181,7 +185,12 @@ fn file_safe(code: &str) -> String {
             }
         })
         .collect();
-    s.trim_start_matches('.').to_owned()
+    let s = s.trim_start_matches('.');
+    if s == code {
+        s.to_owned()
+    } else {
+        format!("{s}-{}", &hex::encode(sha2::Sha256::digest(code.as_bytes()))[..8])
+    }
 }
 
 fn num(d: rust_decimal::Decimal) -> String {
@@ -498,4 +507,19 @@ pub fn csv(list: &[Statement]) -> String {
         ]);
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_safe;
+
+    #[test]
+    fn a_file_name_depends_on_its_code_alone() {
+        assert_eq!(file_safe("PAS1234"), "PAS1234");
+        assert_eq!(file_safe("A_B"), "A_B");
+        let slash = file_safe("A/B");
+        assert!(slash.starts_with("A_B-") && slash.len() == "A_B-".len() + 8, "{slash}");
+        assert_ne!(file_safe("A/B"), file_safe("A B"));
+        assert!(file_safe("../etc").starts_with("_etc-"), "{}", file_safe("../etc"));
+    }
 }
