@@ -75,27 +75,26 @@ pub(super) async fn fresh_month_end(url: &str, projects: u64, month: Month) -> R
     })
 }
 
-/// Concurrent senders of the `serve` figure (as the issue asks).
-pub(super) const SENDERS: u64 = 16;
-
-/// Post `n` new jobcomp documents to an in-process `serve` from
-/// [`SENDERS`] tasks, each waiting for its reply before its next post (as
-/// slurmctld does), one connection per post. The time, and how many
-/// transactions the server used.
-pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Month) -> Result<(Duration, u64)> {
-    use crate::serve::{Credentials, Metrics, Options, client};
-    let docs: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
-        (0..n)
-            .map(|i| crate::synthetic::bench_jobcomp(i, projects, month))
-            .collect(),
-    );
+/// `serve` in this process on a free local port, without credentials: its
+/// address, what stops it, its task and its counters.
+#[allow(clippy::type_complexity)]
+fn serve_in_process(
+    pool: &PgPool,
+    max_batch: usize,
+) -> Result<(
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::result::Result<(), crate::serve::ServeError>>,
+    std::sync::Arc<crate::serve::Metrics>,
+)> {
+    use crate::serve::{Credentials, Metrics, Options};
     let listener = crate::serve::bind("127.0.0.1:0".parse()?)?;
     let addr = listener.local_addr()?;
     let metrics = std::sync::Arc::new(Metrics::new());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = Options {
         credentials: Credentials::none(),
-        max_batch: 500,
+        max_batch,
         supersede: false,
         author: "bench".into(),
         limits: crate::serve::conn::Limits::default(),
@@ -110,6 +109,24 @@ pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Mon
             let _ = stopped.await;
         },
     ));
+    Ok((addr, stop, server, metrics))
+}
+
+/// Concurrent senders of the `serve` figure (as the issue asks).
+pub(super) const SENDERS: u64 = 16;
+
+/// Post `n` new jobcomp documents to an in-process `serve` from
+/// [`SENDERS`] tasks, each waiting for its reply before its next post (as
+/// slurmctld does), one connection per post. The time, and how many
+/// transactions the server used.
+pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Month) -> Result<(Duration, u64)> {
+    use crate::serve::client;
+    let docs: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
+        (0..n)
+            .map(|i| crate::synthetic::bench_jobcomp(i, projects, month))
+            .collect(),
+    );
+    let (addr, stop, server, metrics) = serve_in_process(pool, 500)?;
     let t = Instant::now();
     let mut senders = Vec::new();
     for s in 0..SENDERS {
@@ -141,27 +158,8 @@ pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Mon
 /// median and the 99th percentile of their times, and whether the last was
 /// allowed.
 pub(super) async fn check_latency(pool: &PgPool, code: &str, n: usize) -> Result<(Duration, Duration, bool)> {
-    use crate::serve::{Credentials, Metrics, Options, client};
-    let listener = crate::serve::bind("127.0.0.1:0".parse()?)?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let options = Options {
-        credentials: Credentials::none(),
-        max_batch: 10,
-        supersede: false,
-        author: "bench".into(),
-        limits: crate::serve::conn::Limits::default(),
-        restart: None,
-    };
-    let server = tokio::spawn(crate::serve::serve(
-        pool.clone(),
-        listener,
-        options,
-        std::sync::Arc::new(Metrics::new()),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    use crate::serve::client;
+    let (addr, stop, server, _) = serve_in_process(pool, 10)?;
     let body = serde_json::json!({"project": code, "cluster": "bench", "queue": "batch", "resources": "-n 28",
                                   "walltime": "4:00:00", "job_id": "bench-check"})
     .to_string();

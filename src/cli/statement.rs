@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 
 use super::{csv_field, print_json};
 use crate::db::Target;
-use crate::document::line_is_product;
+use crate::document::{line_is_product, metric_label, num};
 use crate::domain::period::Month;
 use crate::service::statement::{
     Details, Statement, Status, StorageBilling, Which, statements, statements_with_details,
@@ -193,10 +193,6 @@ fn file_safe(code: &str) -> String {
     }
 }
 
-fn num(d: rust_decimal::Decimal) -> String {
-    d.normalize().to_string()
-}
-
 /// The statement as a person reads it.
 pub fn text(s: &Statement) -> String {
     let mut o = String::new();
@@ -244,8 +240,7 @@ pub fn text(s: &Statement) -> String {
             .map(|l| {
                 let by_job = !line_is_product(l);
                 rounded_by_job |= by_job;
-                let metric = crate::domain::units::Metric::parse(&l.metric)
-                    .map_or(l.metric.clone(), |m| m.unit_label().to_owned());
+                let metric = metric_label(l);
                 vec![
                     l.cluster.clone(),
                     l.node_type.clone(),

@@ -56,6 +56,11 @@ pub fn line_is_product(l: &crate::db::statements::JobLine) -> bool {
         == l.amount
 }
 
+/// A compute line's metric as people read it (`core-hours`).
+pub fn metric_label(l: &crate::db::statements::JobLine) -> String {
+    crate::domain::units::Metric::parse(&l.metric).map_or(l.metric.clone(), |m| m.unit_label().to_owned())
+}
+
 /// Hours to two decimals (half away from zero, like every rounding of the
 /// ledger), without trailing zeros.
 pub(crate) fn hours(d: Decimal) -> String {
@@ -65,7 +70,7 @@ pub(crate) fn hours(d: Decimal) -> String {
 }
 
 /// A quantity as stored, without trailing zeros.
-fn num(d: Decimal) -> String {
+pub fn num(d: Decimal) -> String {
     d.normalize().to_string()
 }
 
@@ -227,8 +232,7 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
         for l in &s.compute {
             let product = line_is_product(l);
             by_job |= !product;
-            let metric =
-                crate::domain::units::Metric::parse(&l.metric).map_or(l.metric.clone(), |m| m.unit_label().to_owned());
+            let metric = metric_label(l);
             let _ = writeln!(
                 o,
                 "<tr><td>{}</td><td>{}</td><td>{}{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\

@@ -391,8 +391,7 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
             .compute
             .iter()
             .map(|l| {
-                let metric = crate::domain::units::Metric::parse(&l.metric)
-                    .map_or(l.metric.clone(), |x| x.unit_label().to_owned());
+                let metric = super::metric_label(l);
                 vec![
                     l.cluster.clone(),
                     l.node_type.clone(),
