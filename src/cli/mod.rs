@@ -10,6 +10,7 @@ mod correct;
 mod db;
 mod demo;
 mod explain;
+mod export;
 mod import;
 mod job;
 mod quota;
@@ -165,6 +166,9 @@ pub enum Command {
     ///   hpc-ledger audit --deep --format json
     #[command(verbatim_doc_comment)]
     Audit(close::AuditArgs),
+    /// Export for other systems: a closed month's finance journal.
+    #[command(subcommand)]
+    Export(export::Cmd),
     /// What a project used and spent over months, by user, cluster, node type, month or rate class.
     ///
     /// Jobs, core-hours, GPU-hours, TB-months and the net amount (corrections
@@ -332,6 +336,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Job(cmd) => job::run(cmd, &target, by).await,
         Command::Entries(args) => explain::run_entries(args, &target).await,
         Command::Usage(args) => usage::run(args, &target).await,
+        Command::Export(cmd) => export::run(cmd, &target, by).await,
         Command::Alloc(cmd) => budget::run_alloc(cmd, &target, by).await,
         Command::Balance(args) => budget::run_balance(args, &target).await,
         Command::Check(args) => budget::run_check(args, &target).await,

@@ -7,6 +7,7 @@
 //! problem is reported with the key it concerns. `docs/configuration.md`
 //! documents every key; `examples/center.toml` is a complete example.
 
+mod journal;
 mod raw;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +24,7 @@ use crate::domain::rules::Dated;
 pub use crate::domain::rules::Scheduler;
 use crate::domain::storage::QuotaChange;
 use crate::domain::units::Bytes;
+pub use journal::{FundingLine, FundingSet, JournalConfig, RevenueLine, RevenueSet};
 
 /// A validated center configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -39,6 +41,10 @@ pub struct CenterConfig {
     pub alert_thresholds: Vec<Decimal>,
     /// Grants kept in the file (docs/budgets.md).
     pub allocations: Vec<AllocationConfig>,
+    /// The finance journal's layout (docs/month-end.md).
+    pub journal: JournalConfig,
+    /// The center's revenue accounts, in dated sets.
+    pub revenue: Vec<RevenueSet>,
 }
 
 /// A grant the configuration records.
@@ -135,6 +141,8 @@ pub struct ProjectConfig {
     pub pi: String,
     pub quotas: Vec<QuotaChange>,
     pub classes: Vec<ProjectClassConfig>,
+    /// Who pays its statements, in dated sets (docs/month-end.md).
+    pub funding: Vec<FundingSet>,
 }
 
 fn serialize_tz<S: serde::Serializer>(tz: &Tz, s: S) -> Result<S::Ok, S::Error> {
@@ -206,6 +214,8 @@ struct Validator {
     problems: Vec<String>,
     /// The rate classes the file defines.
     classes: Vec<String>,
+    /// `[journal] expense_account`: funding lines without their own.
+    expense_account: Option<String>,
 }
 
 impl Validator {
@@ -274,6 +284,9 @@ impl Validator {
             .collect();
 
         let storage_rates = self.storage_rates(file.storage_rates, tz);
+        let (journal, expense_account) = self.journal(file.journal);
+        self.expense_account = expense_account;
+        let revenue = self.revenue(file.revenue, &clusters);
 
         let mut seen = BTreeSet::new();
         let projects = file
@@ -364,6 +377,8 @@ impl Validator {
                 discounts,
                 alert_thresholds,
                 allocations,
+                journal,
+                revenue,
             })
         } else {
             Err(ConfigError {
@@ -761,12 +776,15 @@ impl Validator {
             });
         }
         classes.sort_by_key(|c| c.effective_from);
+        let expense = self.expense_account.clone();
+        let funding = self.funding(key, p.funding, expense.as_deref());
         ProjectConfig {
             code,
             name: p.name,
             pi: p.pi,
             quotas,
             classes,
+            funding,
         }
     }
 }

@@ -25,6 +25,68 @@ pub struct File {
     pub budgets: Option<Budgets>,
     #[serde(default, rename = "allocation")]
     pub allocations: Vec<Allocation>,
+    /// How the finance journal is written.
+    #[serde(default)]
+    pub journal: Option<Journal>,
+    /// The center's revenue accounts, in dated sets.
+    #[serde(default)]
+    pub revenue: Vec<Revenue>,
+}
+
+/// `[journal]`: the finance journal's layout.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Journal {
+    /// The expense account (object code) debited on funding sources that
+    /// name none.
+    #[serde(default)]
+    pub expense_account: Option<String>,
+    /// The CSV columns, in order.
+    #[serde(default)]
+    pub columns: Vec<JournalColumn>,
+}
+
+/// One CSV column: its header and a field of the line or fixed text.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalColumn {
+    pub header: String,
+    #[serde(default)]
+    pub field: Option<String>,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// `[[revenue]]`: one revenue account of the set beginning in `from`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Revenue {
+    pub from: When,
+    /// `default`, `compute`, `storage` or `adjustments` (or give `cluster`).
+    #[serde(default)]
+    pub service: Option<String>,
+    #[serde(default)]
+    pub cluster: Option<String>,
+    #[serde(default)]
+    pub node_type: Option<String>,
+    pub fund: String,
+    pub cost_center: String,
+    pub account: String,
+}
+
+/// One line of a project's funding set beginning in `from`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Funding {
+    pub from: When,
+    pub fund: String,
+    pub cost_center: String,
+    #[serde(default)]
+    pub grant: Option<String>,
+    /// The expense account debited (default: `[journal] expense_account`).
+    #[serde(default)]
+    pub account: Option<String>,
+    pub share: Dec,
 }
 
 /// A grant kept in the configuration (an award a center records there).
@@ -159,6 +221,9 @@ pub struct Project {
     /// The project's rate class history.
     #[serde(default)]
     pub class: Vec<ProjectClass>,
+    /// The project's funding sources, in dated sets.
+    #[serde(default)]
+    pub funding: Vec<Funding>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -140,3 +140,85 @@ fn instants_are_read_in_the_center_time_zone() {
     );
     assert!(parse_instant("next tuesday", ny).unwrap_err().contains("not a date"));
 }
+
+#[test]
+fn the_examples_funding_and_revenue_are_dated_sets() {
+    let c = parse(EXAMPLE).unwrap();
+    let climate = c.projects.iter().find(|p| p.code == "PZS0708").unwrap();
+    let froms: Vec<String> = climate.funding.iter().map(|s| s.from.to_string()).collect();
+    assert_eq!(froms, ["2026-01", "2026-11"]);
+    let chem = c.projects.iter().find(|p| p.code == "PAS1234").unwrap();
+    assert_eq!(chem.funding[0].lines.len(), 2);
+    assert_eq!(chem.funding[0].lines[0].grant.as_deref(), Some("NSF-2201234"));
+    assert_eq!(chem.funding[0].lines[1].account, "64210", "[journal] expense_account");
+    let services: Vec<&str> = c.revenue[0].accounts.iter().map(|a| a.service.as_str()).collect();
+    assert_eq!(
+        services,
+        ["default", "storage", "cluster:owens", "node_type:owens/gpu", "cluster:pitzer"]
+    );
+    assert_eq!(c.journal.columns.as_ref().unwrap().len(), 12);
+}
+
+#[test]
+fn finance_mistakes_are_reported_with_their_keys() {
+    let text = r#"
+[center]
+name = "C"
+currency = "USD"
+
+[[cluster]]
+name = "owens"
+scheduler = "slurm"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 28
+
+[journal]
+columns = [{ header = "A", field = "fund" }, { header = "B", field = "nope" }, { header = "C" }]
+
+[[revenue]]
+from = "2026-01"
+service = "compute"
+fund = "1"
+cost_center = "2"
+account = "3"
+
+[[revenue]]
+from = "2026-01"
+cluster = "owens"
+node_type = "gpu"
+fund = "1"
+cost_center = "2"
+account = "3"
+
+[[revenue]]
+from = "2026-01-15"
+service = "default"
+fund = "1"
+cost_center = "2"
+account = "3"
+
+[[project]]
+code = "P1"
+funding = [
+  { from = "2026-01", fund = "F", cost_center = "C", share = 60, account = "A" },
+  { from = "2026-01", fund = "F", cost_center = "C", share = 30, account = "A" },
+  { from = "2026-02", fund = "F", cost_center = "C", share = 100 },
+  { from = "2026-03", fund = "", cost_center = "C", share = 100.00001, account = "A" },
+]
+"#;
+    let problems = parse(text).unwrap_err().problems.join("\n");
+    for expected in [
+        r#"journal.columns[1].field: "nope" is not a journal field"#,
+        "journal.columns[2]: give either `field` (a journal field) or `text` (fixed text)",
+        r#"revenue[1].node_type: "gpu" is not a node type of cluster "owens""#,
+        r#"revenue[2].from: "2026-01-15" is not a month"#,
+        "revenue (from 2026-01): the set has no `service = \"default\"` account",
+        r#"project[0] ("P1").funding (from 2026-01): the shares add up to 90 %, not 100 %"#,
+        r#"project[0] ("P1").funding[2].account: no expense account"#,
+        r#"project[0] ("P1").funding[3].share: 100.00001 is not a share"#,
+        r#"project[0] ("P1").funding[3].fund: must be 1 to 100 characters"#,
+    ] {
+        assert!(problems.contains(expected), "missing {expected:?} in:\n{problems}");
+    }
+}

@@ -12,6 +12,7 @@ pub mod errors;
 pub mod explain;
 pub mod follow;
 pub mod jobs;
+pub mod journal;
 pub mod kinds;
 pub mod ledger;
 pub mod periods;

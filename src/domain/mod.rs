@@ -4,6 +4,7 @@
 pub mod budget;
 pub mod catalog;
 pub mod entries;
+pub mod journal;
 pub mod kinds;
 pub mod names;
 pub mod period;

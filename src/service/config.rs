@@ -63,6 +63,12 @@ pub struct ApplyReport {
     pub discounts: Counts,
     pub alert_thresholds: Counts,
     pub allocations: Counts,
+    /// Funding sets of projects (docs/month-end.md "Finance journal").
+    pub funding: Counts,
+    /// Revenue account sets.
+    pub revenue: Counts,
+    /// The journal's CSV layout.
+    pub journal_layout: Counts,
     /// Things kept that the file does not mention.
     pub notes: Vec<String>,
 }
@@ -82,6 +88,9 @@ impl ApplyReport {
             self.discounts,
             self.alert_thresholds,
             self.allocations,
+            self.funding,
+            self.revenue,
+            self.journal_layout,
         ];
         self.center_changed || all.iter().any(|c| c.added + c.updated + c.removed > 0)
     }
@@ -106,6 +115,9 @@ impl fmt::Display for ApplyReport {
         writeln!(f, "discounts:     {}", self.discounts)?;
         writeln!(f, "alert levels:  {}", self.alert_thresholds)?;
         writeln!(f, "allocations:   {}", self.allocations)?;
+        writeln!(f, "funding sets:  {}", self.funding)?;
+        writeln!(f, "revenue sets:  {}", self.revenue)?;
+        writeln!(f, "journal layout: {}", self.journal_layout)?;
         for n in &self.notes {
             writeln!(f, "note: {n}")?;
         }
@@ -202,6 +214,7 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
     let projects = apply_projects(&mut *tx, config, author, &classes, &mut report, &mut refused).await?;
     apply_discounts(&mut *tx, config, author, &classes, &projects, &mut report, &mut refused).await?;
     apply_allocations(&mut *tx, config, author, &projects, &mut report, &mut refused).await?;
+    super::journal::apply(&mut *tx, config, &projects, author, &mut report, &mut refused).await?;
     // Alert thresholds: the file's set.
     let have = crate::db::budget::thresholds(&mut *tx).await?;
     let add: Vec<Decimal> = config

@@ -10,6 +10,7 @@ pub mod enforce;
 pub mod explain;
 pub mod follow;
 pub mod import;
+pub mod journal;
 pub mod quote;
 pub mod record;
 pub mod rejected;

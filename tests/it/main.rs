@@ -18,6 +18,7 @@ mod explain;
 mod fixtures;
 mod follow;
 mod import;
+mod journal;
 mod month_end;
 mod record_cli;
 mod rejected;

@@ -1,0 +1,141 @@
+//! `hpc-ledger export journal`: a closed month's finance journal, as CSV in
+//! the configured layout (`[journal] columns`, docs/month-end.md) or JSON.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use rust_decimal::Decimal;
+
+use super::{csv_field, print_json};
+use crate::db::Target;
+use crate::domain::journal::{Column, Field, Value};
+use crate::domain::period::Month;
+use crate::service::journal::{Journal, Line, export, layout};
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// A closed month's finance journal: each statement's total debited to its project's funding
+    /// sources (by share, to the cent) and credited to the center's revenue accounts by service.
+    ///
+    /// Every export is logged (the audit checks that exporting the month again gives the same
+    /// lines); once a month is exported, new funding and revenue sets begin after it.
+    ///
+    /// Examples:
+    ///   hpc-ledger export journal --month 2026-10 --out journal-2026-10.csv
+    ///   hpc-ledger export journal --month 2026-10 --format json --dry-run
+    #[command(verbatim_doc_comment)]
+    Journal(JournalArgs),
+}
+
+/// How to write the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum JournalFormat {
+    /// In the configured column layout, for the finance system's journal upload.
+    #[default]
+    Csv,
+    /// Every field of every line, with the month's seal and statements.
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JournalArgs {
+    /// The month, YYYY-MM (closed).
+    #[arg(long)]
+    month: Month,
+    /// csv in the configured layout, for the finance system; json with every field, the seal and the statements.
+    #[arg(long, value_enum, default_value_t)]
+    format: JournalFormat,
+    /// Write it to this file (default: stdout).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Show the journal without logging it as exported.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+pub async fn run(cmd: Cmd, target: &Target, by: &str) -> anyhow::Result<ExitCode> {
+    let Cmd::Journal(args) = cmd;
+    let pool = target.open_configured().await?;
+    let journal = export(&pool, args.month, by, args.dry_run).await?;
+    let text = match args.format {
+        JournalFormat::Csv => csv(&journal, &layout(&pool).await?),
+        JournalFormat::Json => serde_json::to_string_pretty(&journal)? + "\n",
+    };
+    match &args.out {
+        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
+        None if args.format == JournalFormat::Json => print_json(&journal)?,
+        None => print!("{text}"),
+    }
+    let numbers: Vec<i64> = journal.statements.iter().map(|s| s.number).collect();
+    let span = match (numbers.first(), numbers.last()) {
+        (Some(a), Some(b)) if a != b => format!("statements {a}–{b}"),
+        (Some(a), _) => format!("statement {a}"),
+        _ => "no statements".into(),
+    };
+    eprintln!(
+        "journal {} ({}): {} lines, debits {:.2} = credits {:.2} {}; {span}; seal {} {}; {}",
+        journal.journal,
+        journal.date,
+        journal.lines.len(),
+        journal.debit_total,
+        journal.credit_total,
+        journal.currency,
+        journal.seal_algorithm,
+        journal.seal,
+        match journal.export_id {
+            Some(id) => format!("logged as export {id}"),
+            None => "dry run, not logged".into(),
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A field of a line, as its CSV cell.
+pub fn cell(journal: &Journal, line: &Line, field: Field) -> String {
+    let money = |d: Decimal| format!("{d:.2}");
+    match field {
+        Field::Journal => journal.journal.clone(),
+        Field::Date => journal.date.to_string(),
+        Field::Month => journal.month.to_string(),
+        Field::Line => line.line.to_string(),
+        Field::Statement => line.statement.to_string(),
+        Field::Project => line.project.clone(),
+        Field::ProjectName => line.project_name.clone(),
+        Field::Side => line.side.to_owned(),
+        Field::Fund => line.fund.clone(),
+        Field::CostCenter => line.cost_center.clone(),
+        Field::Grant => line.grant.clone().unwrap_or_default(),
+        Field::Account => line.account.clone(),
+        Field::Service => line.service.clone().unwrap_or_default(),
+        Field::Share => line.share.map(|s| s.to_string()).unwrap_or_default(),
+        Field::Amount => money(line.amount),
+        Field::Debit if line.amount > Decimal::ZERO => money(line.amount),
+        Field::Credit if line.amount < Decimal::ZERO => money(-line.amount),
+        Field::Debit | Field::Credit => String::new(),
+        Field::Currency => journal.currency.clone(),
+        Field::Description => line.description.clone(),
+        Field::Seal => journal.seal.clone(),
+    }
+}
+
+/// The journal as CSV in a layout: a header row, then one row per line.
+pub fn csv(journal: &Journal, layout: &[Column]) -> String {
+    let row = |cells: Vec<String>| -> String {
+        let mut s = cells.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",");
+        s.push('\n');
+        s
+    };
+    let mut out = row(layout.iter().map(|c| c.header.clone()).collect());
+    for l in &journal.lines {
+        out.push_str(&row(layout
+            .iter()
+            .map(|c| match &c.value {
+                Value::Field(f) => cell(journal, l, *f),
+                Value::Text(t) => t.clone(),
+            })
+            .collect()));
+    }
+    out
+}

@@ -1,0 +1,395 @@
+//! The finance journal (`export journal`): every statement's total debited
+//! to its funding sources by share, to the cent, and credited to revenue
+//! accounts by service; only closed, fully funded months; funding history
+//! never contradicting an export; the audit re-deriving what was exported.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chrono::Utc;
+use hpc_ledger::domain::period::Month;
+use hpc_ledger::ingest::Format;
+use hpc_ledger::service::storage::bill_through;
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+use crate::harness::{TestDb, import_file, ok, stderr};
+
+fn dec(v: &Value) -> Decimal {
+    v.as_str()
+        .map(|s| s.parse().unwrap())
+        .unwrap_or_else(|| v.to_string().parse().unwrap())
+}
+
+/// The example center with its sample jobs, storage billed through November.
+async fn ledger() -> TestDb {
+    let db = TestDb::with_example().await;
+    for (file, format, cluster) in [
+        ("owens-sacct.txt", Format::Slurm, None),
+        ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
+        ("jobs.jsonl", Format::Jsonl, None),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
+        import_file(&db.pool, &path, file, format, cluster).await;
+    }
+    let m: Month = "2026-11".parse().unwrap();
+    let billed = bill_through(&db.pool, m, "billing", false, Utc::now()).await.unwrap();
+    assert!(billed.stopped.is_none(), "{:?}", billed.stopped);
+    db
+}
+
+fn journal_json(db: &TestDb, month: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["export", "journal", "--month", month, "--format", "json"];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&ok(&db.cli(&args))).unwrap()
+}
+
+/// What each entry of a month is credited to, by an independent walk: the
+/// root charge (through every `corrects_id`) decides the service; the most
+/// specific revenue account of the example's set names it.
+async fn expected_credits(db: &TestDb, month: &str) -> BTreeMap<(String, String), Decimal> {
+    let rows: Vec<(String, String, Option<String>, Option<String>, Decimal)> = sqlx::query_as(
+        "WITH RECURSIVE up AS (
+             SELECT e.id AS entry, e.id AS at, e.corrects_id FROM ledger_entry e WHERE e.period = $1::date
+             UNION ALL
+             SELECT up.entry, o.id, o.corrects_id FROM up JOIN ledger_entry o ON o.id = up.corrects_id)
+         SELECT p.code, r.kind, lower(c.name), n.name, e.amount
+           FROM up JOIN ledger_entry r ON r.id = up.at AND up.corrects_id IS NULL
+           JOIN ledger_entry e ON e.id = up.entry JOIN project p ON p.id = e.project_id
+           LEFT JOIN job_record jr ON jr.id = r.job_record_id LEFT JOIN job j ON j.id = jr.job_id
+           LEFT JOIN cluster c ON c.id = j.cluster_id LEFT JOIN node_type n ON n.id = jr.node_type_id",
+    )
+    .bind(format!("{month}-01"))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let mut out = BTreeMap::new();
+    for (project, kind, cluster, node_type, amount) in rows {
+        let service = match (kind.as_str(), cluster.as_deref(), node_type.as_deref()) {
+            ("job", Some("owens"), Some("gpu")) => "node_type:owens/gpu".to_owned(),
+            ("job", Some(c), _) => format!("cluster:{c}"),
+            ("storage", _, _) => "storage".to_owned(),
+            _ => "default".to_owned(),
+        };
+        *out.entry((project, service)).or_insert(Decimal::ZERO) += amount;
+    }
+    out.retain(|_, v| !v.is_zero());
+    out
+}
+
+#[tokio::test]
+async fn a_closed_months_journal_debits_funding_by_share_and_credits_revenue_by_service() {
+    let db = ledger().await;
+    // A credit on the three-way-funded project makes its total awkward to split.
+    ok(&db.cli(&[
+        "adjust",
+        "--project",
+        "PDE0001",
+        "--amount",
+        "-0.05",
+        "--month",
+        "2026-10",
+        "--reason",
+        "rounding goodwill",
+    ]));
+    let o = db.cli(&["export", "journal", "--month", "2026-10"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("2026-10 is not closed: a journal is exported from closed months only"),
+        "{}",
+        stderr(&o)
+    );
+    ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
+    let j = journal_json(&db, "2026-10", &["--dry-run"]);
+    assert!(j["export_id"].is_null(), "a dry run is not logged");
+
+    // The month's seal and statements, as closed.
+    let (seal, numbers): (Vec<u8>, Vec<i64>) = sqlx::query_as(
+        "SELECT c.seal, array_agg(s.number ORDER BY s.number) FROM closed_period c
+           JOIN statement s ON s.period = c.period WHERE c.period = '2026-10-01' GROUP BY c.seal",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(j["seal"], hex::encode(seal));
+    let listed: Vec<i64> = j["statements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(listed, numbers);
+
+    // Per statement: funding lines add up to the ledger's total, cent for
+    // cent, each within a cent of its exact share; revenue lines too.
+    let ledger: Vec<(String, Decimal)> = sqlx::query_as(
+        "SELECT p.code, sum(e.amount) FROM ledger_entry e JOIN project p ON p.id = e.project_id
+          WHERE e.period = '2026-10-01' GROUP BY p.code HAVING sum(e.amount) <> 0 ORDER BY p.code",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(ledger.len() >= 4, "{ledger:?}");
+    let lines = j["lines"].as_array().unwrap();
+    let mut credits: BTreeMap<(String, String), Decimal> = BTreeMap::new();
+    for (code, total) in &ledger {
+        let mine: Vec<&Value> = lines.iter().filter(|l| l["project"] == code.as_str()).collect();
+        let debits: Vec<&Value> = mine.iter().copied().filter(|l| !l["share"].is_null()).collect();
+        assert!(!debits.is_empty(), "{code} has funding lines");
+        let debit_sum: Decimal = debits.iter().map(|l| dec(&l["amount"])).sum();
+        assert_eq!(debit_sum, *total, "{code}: funding lines add up to the statement");
+        for l in &debits {
+            let exact = *total * dec(&l["share"]) / Decimal::from(100);
+            assert!(
+                (dec(&l["amount"]) - exact).abs() < Decimal::new(1, 2),
+                "{code}: {} is within a cent of {exact}",
+                l["amount"]
+            );
+        }
+        let credit_sum: Decimal = mine
+            .iter()
+            .filter(|l| l["share"].is_null())
+            .map(|l| -dec(&l["amount"]))
+            .sum();
+        assert_eq!(credit_sum, *total, "{code}: revenue lines add up to the statement");
+        for l in mine.iter().filter(|l| l["share"].is_null()) {
+            credits.insert(
+                (code.clone(), l["service"].as_str().unwrap().to_owned()),
+                -dec(&l["amount"]),
+            );
+        }
+    }
+    assert_eq!(credits, expected_credits(&db, "2026-10").await);
+    assert_eq!(dec(&j["debit_total"]), dec(&j["credit_total"]));
+
+    // The three-way split: 33.3333 + 33.3333 + 33.3334 of a total whose
+    // cents do not divide by three; the cents left over go to the largest
+    // remainders, ties to the earlier line.
+    let pde: Vec<Decimal> = lines
+        .iter()
+        .filter(|l| l["project"] == "PDE0001" && !l["share"].is_null())
+        .map(|l| dec(&l["amount"]))
+        .collect();
+    let total = ledger.iter().find(|(c, _)| c == "PDE0001").unwrap().1;
+    let cents = (total * Decimal::from(100)).trunc();
+    let third = |share: &str| (cents * share.parse::<Decimal>().unwrap() / Decimal::from(100)).floor();
+    let base = [third("33.3333"), third("33.3333"), third("33.3334")];
+    assert_ne!(
+        cents % Decimal::from(3),
+        Decimal::ZERO,
+        "the total {total} should not split evenly"
+    );
+    let mut expected = base;
+    let mut left = cents - base.iter().sum::<Decimal>();
+    let rem = |i: usize, share: &str| cents * share.parse::<Decimal>().unwrap() / Decimal::from(100) - base[i];
+    let mut order: Vec<(Decimal, usize)> = vec![(rem(0, "33.3333"), 0), (rem(1, "33.3333"), 1), (rem(2, "33.3334"), 2)];
+    order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, i) in order {
+        if left > Decimal::ZERO {
+            expected[i] += Decimal::ONE;
+            left -= Decimal::ONE;
+        }
+    }
+    let expected: Vec<Decimal> = expected.iter().map(|c| c / Decimal::from(100)).collect();
+    assert_eq!(pde, expected, "largest remainder of {total}");
+
+    // The CSV follows the configured layout; the export is logged with the
+    // database's digest of the lines.
+    let dir = std::env::temp_dir().join(format!("hl-journal-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("journal.csv");
+    let o = db.cli(&[
+        "export",
+        "journal",
+        "--month",
+        "2026-10",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    ok(&o);
+    assert!(stderr(&o).contains("logged as export"), "{}", stderr(&o));
+    let csv = std::fs::read_to_string(&file).unwrap();
+    let mut rows = csv.lines();
+    assert_eq!(
+        rows.next().unwrap(),
+        "Ledger,Journal ID,Accounting Date,Line,Fund,Dept,Account,Project/Grant,Debit,Credit,Reference,Description"
+    );
+    let body: Vec<Vec<&str>> = rows.map(|r| r.split(',').collect()).collect();
+    assert_eq!(body.len(), lines.len());
+    let col = |r: &Vec<&str>, i: usize| -> Decimal { r[i].parse().unwrap_or(Decimal::ZERO) };
+    let debit: Decimal = body.iter().map(|r| col(r, 8)).sum();
+    let credit: Decimal = body.iter().map(|r| col(r, 9)).sum();
+    // Credit lines of a negative sum (PDE0001's goodwill) are debits.
+    assert_eq!(debit, dec(&j["debit_total"]));
+    assert_eq!(debit, credit);
+    assert!(body.iter().all(|r| r[0] == "ACTUALS" && r[2] == "2026-10-31"));
+    let logged: (i64, i32, bool, String) = sqlx::query_as(
+        "SELECT count(*), max(line_count), bool_and(digest_holds), max(encode(digest, 'hex')) FROM audit.journal_exports",
+    )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        logged,
+        (1, lines.len() as i32, true, j["digest"].as_str().unwrap().to_owned()),
+        "one export logged (dry runs are not), with the dry run's digest"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_credit_month_reverses_the_sides_and_an_unfunded_statement_stops_the_export() {
+    let db = ledger().await;
+    ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
+    // November: PZS0708 is only credited (its storage waived by a credit
+    // bigger than it), and a new project with a charge has no funding.
+    ok(&db.cli(&[
+        "adjust",
+        "--project",
+        "PZS0708",
+        "--amount",
+        "-400.00",
+        "--month",
+        "2026-11",
+        "--reason",
+        "outage credit",
+    ]));
+    let mut cfg = crate::harness::EXAMPLE.to_owned();
+    cfg.push_str("\n[[project]]\ncode = \"PNF0001\"\nname = \"Not funded yet\"\n");
+    let dir = std::env::temp_dir().join(format!("hl-journal-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("center.toml");
+    std::fs::write(&file, &cfg).unwrap();
+    ok(&db.cli(&["config", "apply", file.to_str().unwrap()]));
+    ok(&db.cli(&[
+        "adjust",
+        "--project",
+        "PNF0001",
+        "--amount",
+        "12.00",
+        "--month",
+        "2026-11",
+        "--reason",
+        "consulting",
+    ]));
+    ok(&db.cli(&["close", "--month", "2026-11", "--author", "billing"]));
+    let o = db.cli(&["export", "journal", "--month", "2026-11"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("no funding source in force for 2026-11") && e.contains("PNF0001, 12.00"),
+        "{e}"
+    );
+    let logged: i64 = sqlx::query_scalar("SELECT count(*) FROM journal_export")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(logged, 0, "a refused export logs nothing");
+
+    // Funding from November fixes it; then the credit month's sides turn.
+    cfg.push_str("funding = [{ from = \"2026-11\", fund = \"10000\", cost_center = \"NEW-0001\", share = 100 }]\n");
+    std::fs::write(&file, &cfg).unwrap();
+    ok(&db.cli(&["config", "apply", file.to_str().unwrap()]));
+    let j = journal_json(&db, "2026-11", &[]);
+    let total: Decimal = sqlx::query_scalar(
+        "SELECT sum(e.amount) FROM ledger_entry e JOIN project p ON p.id = e.project_id
+          WHERE p.code = 'PZS0708' AND e.period = '2026-11-01'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(total < Decimal::ZERO, "{total}");
+    let pzs: Vec<&Value> = j["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["project"] == "PZS0708")
+        .collect();
+    // Its funding is November's new set, credited; revenue is debited back.
+    let funding: Vec<&&Value> = pzs.iter().filter(|l| !l["share"].is_null()).collect();
+    assert_eq!(funding.len(), 1);
+    assert_eq!(funding[0]["fund"], "20451", "the set from 2026-11");
+    assert_eq!(funding[0]["side"], "credit");
+    assert_eq!(dec(&funding[0]["amount"]), total);
+    let revenue: Decimal = pzs
+        .iter()
+        .filter(|l| l["share"].is_null())
+        .map(|l| dec(&l["amount"]))
+        .sum();
+    assert_eq!(revenue, -total, "revenue lines are debits that add up to the credit");
+    assert!(pzs.iter().any(|l| l["service"] == "default" && l["side"] == "debit"));
+
+    // Once November is exported, new sets begin in December or later; a
+    // recorded set is never rewritten; the same file changes nothing.
+    let again = ok(&db.cli(&["config", "apply", file.to_str().unwrap()]));
+    assert!(again.contains("funding sets:  0 added"), "{again}");
+    let late = cfg.replace(
+        "{ from = \"2026-11\", fund = \"10000\", cost_center = \"NEW-0001\", share = 100 }",
+        "{ from = \"2026-11\", fund = \"10000\", cost_center = \"NEW-0001\", share = 100 },\n  { from = \"2026-10\", fund = \"10000\", cost_center = \"NEW-0002\", share = 100 }",
+    );
+    std::fs::write(&file, &late).unwrap();
+    let o = db.cli(&["config", "apply", file.to_str().unwrap()]);
+    assert!(
+        stderr(&o).contains(
+            "funding from 2026-10: the journal of 2026-11 has been exported: a new set begins in 2026-12 or later"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let rewrite = cfg.replace("NEW-0001", "NEW-0009");
+    std::fs::write(&file, &rewrite).unwrap();
+    let o = db.cli(&["config", "apply", file.to_str().unwrap()]);
+    assert!(
+        stderr(&o).contains("other funding from 2026-11 is already recorded; funding history is never rewritten"),
+        "{}",
+        stderr(&o)
+    );
+    let next = cfg.replace(
+        "{ from = \"2026-11\", fund = \"10000\", cost_center = \"NEW-0001\", share = 100 }",
+        "{ from = \"2026-11\", fund = \"10000\", cost_center = \"NEW-0001\", share = 100 },\n  { from = \"2026-12\", fund = \"10000\", cost_center = \"NEW-0002\", share = 50 },\n  { from = \"2026-12\", fund = \"20000\", cost_center = \"NEW-0002\", share = 50 }",
+    );
+    std::fs::write(&file, &next).unwrap();
+    let o = ok(&db.cli(&["config", "apply", file.to_str().unwrap()]));
+    assert!(o.contains("funding sets:  1 added"), "{o}");
+    // The database itself refuses what the file check would have: an
+    // earlier set slipped in by SQL, and shares not adding up to 100.
+    let e = sqlx::raw_sql(
+        "INSERT INTO funding_source (project_id, effective_from, line, fund, cost_center, account, share, recorded_by)
+         SELECT id, '2026-09-01', 1, 'F', 'C', 'A', 100, 'sql' FROM project WHERE code = 'PNF0001'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("has been exported"), "{e}");
+    let e = sqlx::raw_sql(
+        "INSERT INTO funding_source (project_id, effective_from, line, fund, cost_center, account, share, recorded_by)
+         SELECT id, '2027-01-01', 1, 'F', 'C', 'A', 99.99, 'sql' FROM project WHERE code = 'PNF0001'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("shares add up to 99.9900 %, not 100 %"), "{e}");
+
+    // Exporting November again gives the lines finance has; a changed
+    // revenue account behind the ledger's back is the audit's `journal` finding.
+    let j2 = journal_json(&db, "2026-11", &[]);
+    assert_eq!(j2["lines"], j["lines"]);
+    assert_eq!(j2["digest"], j["digest"]);
+    ok(&db.cli(&["audit"]));
+    sqlx::raw_sql(
+        "ALTER TABLE revenue_account DISABLE TRIGGER revenue_account_append_only;
+         UPDATE revenue_account SET account = '49999' WHERE service = 'default';
+         ALTER TABLE revenue_account ENABLE ALWAYS TRIGGER revenue_account_append_only;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let o = db.cli(&["audit"]);
+    assert!(!o.status.success());
+    assert!(
+        crate::harness::stdout(&o).contains("journal"),
+        "{}",
+        crate::harness::stdout(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
