@@ -260,7 +260,10 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         credit.period, credit.amount, credit.id
     );
 
-    heading(7, "Close January to October (in order), and October's statement");
+    heading(
+        7,
+        "Close January to October (in order), October's statement and finance journal",
+    );
     let closed = close::close_through(&pool, october, "billing-office", Utc::now()).await?;
     if let Some(e) = closed.stopped {
         return Err(anyhow::Error::from(e).context("closing through October"));
@@ -278,6 +281,19 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     let statement = crate::service::statement::statements(&pool, october, Which::Project("PZS0708")).await?;
     println!();
     print!("{}", super::statement::text(&statement[0]));
+    // The finance office's journal of the closed month (docs/month-end.md).
+    let journal = crate::service::journal::export(&pool, october, "billing-office", false).await?;
+    println!("\n-- hpc-ledger export journal --month {october}   (the finance office's journal, configured layout)");
+    print!(
+        "{}",
+        super::export::csv(&journal, &crate::service::journal::layout(&pool).await?)
+    );
+    println!(
+        "{} lines, debits {:.2} = credits {:.2}: each statement's funding lines add up to its total (shares split to the cent)",
+        journal.lines.len(),
+        journal.debit_total,
+        journal.credit_total
+    );
 
     heading(8, "Budgets: an allocation, what is left, a refused start, a top-up");
     let award = crate::domain::rules::Dated {

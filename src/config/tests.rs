@@ -154,7 +154,13 @@ fn the_examples_funding_and_revenue_are_dated_sets() {
     let services: Vec<&str> = c.revenue[0].accounts.iter().map(|a| a.service.as_str()).collect();
     assert_eq!(
         services,
-        ["default", "storage", "cluster:owens", "node_type:owens/gpu", "cluster:pitzer"]
+        [
+            "default",
+            "storage",
+            "cluster:owens",
+            "node_type:owens/gpu",
+            "cluster:pitzer"
+        ]
     );
     assert_eq!(c.journal.columns.as_ref().unwrap().len(), 12);
 }

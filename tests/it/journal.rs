@@ -48,7 +48,8 @@ fn journal_json(db: &TestDb, month: &str, extra: &[&str]) -> Value {
 /// root charge (through every `corrects_id`) decides the service; the most
 /// specific revenue account of the example's set names it.
 async fn expected_credits(db: &TestDb, month: &str) -> BTreeMap<(String, String), Decimal> {
-    let rows: Vec<(String, String, Option<String>, Option<String>, Decimal)> = sqlx::query_as(
+    type Row = (String, String, Option<String>, Option<String>, Decimal);
+    let rows: Vec<Row> = sqlx::query_as(
         "WITH RECURSIVE up AS (
              SELECT e.id AS entry, e.id AS at, e.corrects_id FROM ledger_entry e WHERE e.period = $1::date
              UNION ALL
