@@ -91,18 +91,26 @@ $$;
 -- cannot slip in under an export that is being written.
 CREATE FUNCTION hl_journal_lock_key() RETURNS bigint LANGUAGE sql IMMUTABLE AS $$ SELECT 7283100029 $$;
 
--- A new funding or revenue set begins after the last exported month.
+-- A new set is in force from its month until the next set begins (of the
+-- same project, for funding): no exported month may fall in that span.
 CREATE FUNCTION hl_journal_set_check() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    last_exported date;
+    next_set date;
+    exported date;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(hl_journal_lock_key());
-    SELECT max(period) INTO last_exported FROM journal_export;
-    IF last_exported IS NOT NULL AND NEW.effective_from <= last_exported THEN
-        RAISE EXCEPTION '% from % would change the journal of %, which has been exported: a new set begins in % or later',
-            TG_TABLE_NAME, to_char(NEW.effective_from, 'YYYY-MM'), to_char(last_exported, 'YYYY-MM'),
-            to_char(last_exported + interval '1 month', 'YYYY-MM')
+    IF TG_TABLE_NAME = 'funding_source' THEN
+        SELECT min(effective_from) INTO next_set FROM funding_source
+         WHERE project_id = NEW.project_id AND effective_from > NEW.effective_from;
+    ELSE
+        SELECT min(effective_from) INTO next_set FROM revenue_account WHERE effective_from > NEW.effective_from;
+    END IF;
+    SELECT max(period) INTO exported FROM journal_export
+     WHERE period >= NEW.effective_from AND (next_set IS NULL OR period < next_set);
+    IF exported IS NOT NULL THEN
+        RAISE EXCEPTION '% from % would change the journal of %, which has been exported: a new set begins after it',
+            TG_TABLE_NAME, to_char(NEW.effective_from, 'YYYY-MM'), to_char(exported, 'YYYY-MM')
             USING ERRCODE = 'HL006';
     END IF;
     NEW.recorded_at := now();
@@ -165,10 +173,12 @@ ALTER TABLE revenue_account ENABLE ALWAYS TRIGGER revenue_account_whole;
 -- Debits and credits of a statement each add up to its total, exactly.
 -- A statement without a funding set gets no debit lines (the export
 -- refuses such a month).
+-- Owner's rights (like the audit views): an auditor re-derives the journal
+-- without reading the tables directly.
 CREATE FUNCTION hl_journal_lines(p date)
 RETURNS TABLE (statement bigint, project_id bigint, side text, seq integer, fund text, cost_center text,
                grant_code text, account text, service text, share numeric, amount numeric)
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 WITH st AS (
     SELECT s.number, s.project_id, s.total FROM statement s WHERE s.period = p AND s.total <> 0
 ), funded AS (
@@ -213,21 +223,25 @@ WITH st AS (
       LEFT JOIN cluster c ON c.id = j.cluster_id
       LEFT JOIN node_type n ON n.id = r.node_type_id
 )
-SELECT number, project_id, 'debit', line::integer, fund, cost_center, grant_code, account, NULL::text, share,
-       sign(total) * (cents + CASE WHEN rank <= left_over THEN 1 ELSE 0 END) / 100
-  FROM ranked
+SELECT d.* FROM (
+    SELECT number, project_id, 'debit' AS side, line::integer AS seq, fund, cost_center, grant_code, account,
+           NULL::text AS service, share,
+           round(sign(total) * (cents + CASE WHEN rank <= left_over THEN 1 ELSE 0 END) / 100, 2) AS amount
+      FROM ranked) d
+ WHERE d.amount <> 0
 UNION ALL
-SELECT g.number, g.project_id, 'credit', (row_number() OVER (PARTITION BY g.number ORDER BY g.service))::integer,
+SELECT g.number, g.project_id, 'credit',
+       (row_number() OVER (PARTITION BY g.number ORDER BY g.service COLLATE "C"))::integer,
        v.fund, v.cost_center, NULL, v.account, g.service, NULL, g.amount
   FROM (SELECT number, project_id, service, sum(amount) AS amount FROM credited GROUP BY 1, 2, 3) g
-  LEFT JOIN revenue v ON v.service = g.service
+  JOIN revenue v ON v.service = g.service
  WHERE g.amount <> 0
 $$;
 
 -- The digest of a month's journal: SHA-256 of its lines in order, one per
 -- line, fields separated by tabs (NULL as empty).
 CREATE FUNCTION hl_journal_digest(p date) RETURNS bytea
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 SELECT sha256(convert_to(coalesce(string_agg(
            concat_ws(E'\t', j.statement, j.project_id, j.side, j.seq, j.fund, j.cost_center, coalesce(j.grant_code, ''),
                      j.account, coalesce(j.service, ''), coalesce(j.share::text, ''), j.amount),
@@ -242,7 +256,9 @@ SELECT f.id, p.code AS project, f.effective_from, f.line, f.fund, f.cost_center,
 CREATE VIEW audit.revenue_accounts AS
 SELECT * FROM revenue_account;
 CREATE VIEW audit.journal_exports AS
-SELECT x.*, hl_journal_digest(x.period) = x.digest AS digest_holds FROM journal_export x;
+WITH again AS (SELECT m.period, hl_journal_digest(m.period) AS digest
+                 FROM (SELECT DISTINCT period FROM journal_export) m)
+SELECT x.*, a.digest = x.digest AS digest_holds FROM journal_export x JOIN again a ON a.period = x.period;
 
 CREATE OR REPLACE VIEW audit.discrepancies AS
 SELECT entry_id, kind, period, project, field, expected, recorded FROM audit.charge_discrepancies
@@ -283,18 +299,20 @@ SELECT NULL, 'draw', d.period, d.project, 'drawn on ' || d.day || coalesce(' on 
        coalesce(d.expected, 'nothing'), coalesce(d.recorded, 'nothing')
   FROM audit.draw_discrepancies d
 UNION ALL
--- A journal exported again is the journal finance was given.
+-- A journal exported again is the journal finance was given (each month
+-- derived once, however often it was exported).
 SELECT NULL, 'journal', x.period, NULL, 'digest',
        'export ' || x.id || ' of ' || x.exported_at || ': ' || encode(x.digest, 'hex'),
-       encode(hl_journal_digest(x.period), 'hex')
+       encode(a.digest, 'hex')
   FROM journal_export x
- WHERE hl_journal_digest(x.period) <> x.digest;
+  JOIN (SELECT m.period, hl_journal_digest(m.period) AS digest
+          FROM (SELECT DISTINCT period FROM journal_export) m) a ON a.period = x.period
+ WHERE a.digest <> x.digest;
 
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_auditor') THEN
         EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA audit TO hpc_ledger_auditor';
-        EXECUTE 'GRANT SELECT ON funding_source, revenue_account, journal_export, journal_layout TO hpc_ledger_auditor';
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_billing') THEN
         EXECUTE 'GRANT SELECT ON funding_source, revenue_account, journal_layout TO hpc_ledger_billing';

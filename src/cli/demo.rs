@@ -282,12 +282,12 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     println!();
     print!("{}", super::statement::text(&statement[0]));
     // The finance office's journal of the closed month (docs/month-end.md).
-    let journal = crate::service::journal::export(&pool, october, "billing-office", false).await?;
     println!("\n-- hpc-ledger export journal --month {october}   (the finance office's journal, configured layout)");
-    print!(
-        "{}",
-        super::export::csv(&journal, &crate::service::journal::layout(&pool).await?)
-    );
+    let journal = crate::service::journal::export(&pool, october, "billing-office", false, |journal, layout| {
+        print!("{}", super::export::csv(journal, layout));
+        Ok(())
+    })
+    .await?;
     println!(
         "{} lines, debits {:.2} = credits {:.2}: each statement's funding lines add up to its total (shares split to the cent)",
         journal.lines.len(),

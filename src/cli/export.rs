@@ -4,15 +4,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Subcommand;
 use rust_decimal::Decimal;
 
-use super::{csv_field, print_json};
+use super::csv_field;
 use crate::db::Target;
 use crate::domain::journal::{Column, Field, Value};
 use crate::domain::period::Month;
-use crate::service::journal::{Journal, Line, export, layout};
+use crate::service::journal::{Journal, Line, export};
 
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
@@ -58,16 +57,28 @@ pub struct JournalArgs {
 pub async fn run(cmd: Cmd, target: &Target, by: &str) -> anyhow::Result<ExitCode> {
     let Cmd::Journal(args) = cmd;
     let pool = target.open_configured().await?;
-    let journal = export(&pool, args.month, by, args.dry_run).await?;
-    let text = match args.format {
-        JournalFormat::Csv => csv(&journal, &layout(&pool).await?),
-        JournalFormat::Json => serde_json::to_string_pretty(&journal)? + "\n",
-    };
-    match &args.out {
-        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
-        None if args.format == JournalFormat::Json => print_json(&journal)?,
-        None => print!("{text}"),
-    }
+    let format = args.format;
+    let out = args.out.clone();
+    // Written before the export is logged: a journal that could not be
+    // written is not one finance has.
+    let journal = export(&pool, args.month, by, args.dry_run, |journal, layout| {
+        let text = match format {
+            JournalFormat::Csv => csv(journal, layout),
+            JournalFormat::Json => serde_json::to_string_pretty(journal).map_err(|e| e.to_string())? + "\n",
+        };
+        match &out {
+            Some(path) => std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display())),
+            None => {
+                use std::io::Write as _;
+                let mut stdout = std::io::stdout().lock();
+                stdout
+                    .write_all(text.as_bytes())
+                    .and_then(|()| stdout.flush())
+                    .map_err(|e| e.to_string())
+            }
+        }
+    })
+    .await?;
     let numbers: Vec<i64> = journal.statements.iter().map(|s| s.number).collect();
     let span = match (numbers.first(), numbers.last()) {
         (Some(a), Some(b)) if a != b => format!("statements {a}–{b}"),

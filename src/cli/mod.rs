@@ -285,13 +285,7 @@ pub(crate) fn local_time(t: DateTime<Utc>, tz: Tz) -> String {
 }
 
 /// A CSV cell: quoted when it holds a comma, a quote or a line break.
-pub(crate) fn csv_field(v: &str) -> String {
-    if v.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", v.replace('"', "\"\""))
-    } else {
-        v.to_owned()
-    }
-}
+pub(crate) use crate::document::csv_field;
 
 /// Output format of commands that print a list: also CSV.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

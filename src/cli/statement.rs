@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
-use super::{csv_field, print_json};
+use super::print_json;
 use crate::db::Target;
 use crate::document::{line_is_product, metric_label, num};
 use crate::domain::period::Month;
@@ -98,7 +98,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
                 let path = dir.join(&file);
                 let body: Vec<u8> = match format {
                     Output::Text => text(s).into_bytes(),
-                    Output::Csv => csv(std::slice::from_ref(s)).into_bytes(),
+                    Output::Csv => crate::document::statement_csv(std::slice::from_ref(s)).into_bytes(),
                     Output::Json => (serde_json::to_string_pretty(s)? + "\n").into_bytes(),
                     Output::Html => html(i).into_bytes(),
                     Output::Pdf => pdf(i),
@@ -144,7 +144,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
             out.write_all(&pdf(0))?;
             out.flush()?;
         }
-        (None, Output::Csv) => print!("{}", csv(&list)),
+        (None, Output::Csv) => print!("{}", crate::document::statement_csv(&list)),
         (None, Output::Json) => {
             if args.all {
                 print_json(&list)?;
@@ -375,131 +375,6 @@ pub fn text(s: &Statement) -> String {
             b.remaining,
             b.fraction_used * rust_decimal::Decimal::ONE_HUNDRED
         );
-    }
-    o
-}
-
-/// One row per statement line, every statement in one table.
-pub fn csv(list: &[Statement]) -> String {
-    let mut o = String::from(
-        "project,month,status,number,section,cluster,node_type,metric,description,jobs,quantity,rate,amount\n",
-    );
-    for s in list {
-        let (status, number) = match &s.status {
-            Status::Final { number, .. } => ("final", number.to_string()),
-            Status::Provisional => ("provisional", String::new()),
-        };
-        let mut row = |fields: [String; 9]| {
-            let mut cells = vec![
-                csv_field(&s.project.code),
-                s.month.to_string(),
-                status.to_owned(),
-                number.clone(),
-            ];
-            cells.extend(fields.iter().map(|f| csv_field(f)));
-            o.push_str(&cells.join(","));
-            o.push('\n');
-        };
-        for l in &s.compute {
-            row([
-                "compute".into(),
-                l.cluster.clone(),
-                l.node_type.clone(),
-                l.metric.clone(),
-                [
-                    if l.late { "late" } else { "" },
-                    if line_is_product(l) { "" } else { "rounded by job" },
-                ]
-                .iter()
-                .filter(|x| !x.is_empty())
-                .copied()
-                .collect::<Vec<_>>()
-                .join("; "),
-                l.jobs.to_string(),
-                num(l.quantity),
-                num(l.unit_rate),
-                format!("{:.2}", l.amount),
-            ]);
-        }
-        match &s.storage_billing {
-            StorageBilling::Billed { .. } => {}
-            StorageBilling::NotBilled | StorageBilling::Waived { .. } => row([
-                "storage".into(),
-                String::new(),
-                String::new(),
-                String::new(),
-                match &s.storage_billing {
-                    StorageBilling::Waived { storage_waiver_reason } => format!("waived: {storage_waiver_reason}"),
-                    _ => "not billed yet".into(),
-                },
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]),
-        }
-        for l in &s.storage {
-            row([
-                "storage".into(),
-                String::new(),
-                String::new(),
-                "tb_months".into(),
-                format!("{} TB-days", num(l.tb_days)),
-                String::new(),
-                num(l.quantity),
-                num(l.unit_rate),
-                format!("{:.2}", l.amount),
-            ]);
-        }
-        for d in &s.discounts {
-            row([
-                "discount".into(),
-                String::new(),
-                String::new(),
-                String::new(),
-                format!(
-                    "{} % on {} ({}: {}), list price {:.2}",
-                    d.percent.normalize(),
-                    d.on,
-                    d.scope,
-                    d.reason,
-                    d.list_amount
-                ),
-                String::new(),
-                String::new(),
-                String::new(),
-                format!("{:.2}", d.amount),
-            ]);
-        }
-        for c in &s.corrections {
-            row([
-                c.kind.clone(),
-                String::new(),
-                String::new(),
-                String::new(),
-                format!(
-                    "{}{} (by {})",
-                    c.corrects.as_ref().map(|x| format!("{x}: ")).unwrap_or_default(),
-                    c.reason.clone().unwrap_or_default(),
-                    c.author
-                ),
-                String::new(),
-                String::new(),
-                String::new(),
-                format!("{:.2}", c.amount),
-            ]);
-        }
-        row([
-            "total".into(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            format!("{:.2}", s.total),
-        ]);
     }
     o
 }

@@ -16,6 +16,22 @@ include!(concat!(env!("OUT_DIR"), "/definitions.rs"));
 /// is enabled (`A` always, `O` on origin). A test checks this list against
 /// a freshly migrated database, so a new trigger cannot be forgotten here.
 pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
+    (
+        "access_revocation",
+        "access_revocation_append_only",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "access_revocation",
+        "access_revocation_no_truncate",
+        "hl_refuse_change",
+        'A',
+    ),
+    ("access_revocation", "access_revocation_stamp", "hl_access_stamp", 'A'),
+    ("access_token", "access_token_append_only", "hl_refuse_change", 'A'),
+    ("access_token", "access_token_no_truncate", "hl_refuse_change", 'A'),
+    ("access_token", "access_token_stamp", "hl_access_stamp", 'A'),
     ("allocation", "allocation_append_only", "hl_refuse_change", 'A'),
     ("allocation", "allocation_check", "hl_allocation_check", 'A'),
     ("allocation", "allocation_no_truncate", "hl_refuse_change", 'A'),

@@ -213,11 +213,21 @@ pub async fn record_export(
     Ok((row.id, row.exported_at, row.digest))
 }
 
-/// The last month whose journal was exported.
-pub async fn last_exported(conn: &mut PgConnection) -> Result<Option<NaiveDate>, sqlx::Error> {
-    sqlx::query_scalar!("SELECT max(period) FROM journal_export")
-        .fetch_one(&mut *conn)
+/// Every month whose journal was exported.
+pub async fn exported_months(conn: &mut PgConnection) -> Result<Vec<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT DISTINCT period FROM journal_export ORDER BY period")
+        .fetch_all(&mut *conn)
         .await
+}
+
+/// Whether a revenue set is in force for a month.
+pub async fn revenue_in_force(conn: &mut PgConnection, period: NaiveDate) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM revenue_account WHERE effective_from <= $1) AS "x!""#,
+        period
+    )
+    .fetch_one(&mut *conn)
+    .await
 }
 
 /// The digest of a month's journal as the database derives it now.

@@ -16,6 +16,15 @@ use crate::service::statement::{Details, Statement, Status, StorageBilling};
 
 pub mod pdf;
 
+/// A CSV cell: quoted when it holds a comma, quote or line break.
+pub fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_owned()
+    }
+}
+
 /// Text for HTML: `&`, `<`, `>`, `"` and `'` escaped.
 pub fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
@@ -566,7 +575,7 @@ impl ChartData {
 
 /// Daily spend by cluster as an inline SVG bar chart (stacked; credits
 /// below the axis), with its legend.
-fn chart(s: &Statement, days: &[DaySpend]) -> String {
+pub(crate) fn chart(s: &Statement, days: &[DaySpend]) -> String {
     let c = ChartData::new(s, days);
     let (w, h, left, top, bottom) = (760.0_f64, 230.0_f64, 64.0_f64, 10.0_f64, 26.0_f64);
     let plot_h = h - top - bottom;
@@ -699,6 +708,131 @@ pub fn index_html(center: &str, month: &str, rows: &[(String, String, String, De
         rows.len(),
         money(total)
     );
+    o
+}
+
+/// One row per statement line, every statement in one table.
+pub fn statement_csv(list: &[Statement]) -> String {
+    let mut o = String::from(
+        "project,month,status,number,section,cluster,node_type,metric,description,jobs,quantity,rate,amount\n",
+    );
+    for s in list {
+        let (status, number) = match &s.status {
+            Status::Final { number, .. } => ("final", number.to_string()),
+            Status::Provisional => ("provisional", String::new()),
+        };
+        let mut row = |fields: [String; 9]| {
+            let mut cells = vec![
+                csv_field(&s.project.code),
+                s.month.to_string(),
+                status.to_owned(),
+                number.clone(),
+            ];
+            cells.extend(fields.iter().map(|f| csv_field(f)));
+            o.push_str(&cells.join(","));
+            o.push('\n');
+        };
+        for l in &s.compute {
+            row([
+                "compute".into(),
+                l.cluster.clone(),
+                l.node_type.clone(),
+                l.metric.clone(),
+                [
+                    if l.late { "late" } else { "" },
+                    if line_is_product(l) { "" } else { "rounded by job" },
+                ]
+                .iter()
+                .filter(|x| !x.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join("; "),
+                l.jobs.to_string(),
+                num(l.quantity),
+                num(l.unit_rate),
+                format!("{:.2}", l.amount),
+            ]);
+        }
+        match &s.storage_billing {
+            StorageBilling::Billed { .. } => {}
+            StorageBilling::NotBilled | StorageBilling::Waived { .. } => row([
+                "storage".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                match &s.storage_billing {
+                    StorageBilling::Waived { storage_waiver_reason } => format!("waived: {storage_waiver_reason}"),
+                    _ => "not billed yet".into(),
+                },
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]),
+        }
+        for l in &s.storage {
+            row([
+                "storage".into(),
+                String::new(),
+                String::new(),
+                "tb_months".into(),
+                format!("{} TB-days", num(l.tb_days)),
+                String::new(),
+                num(l.quantity),
+                num(l.unit_rate),
+                format!("{:.2}", l.amount),
+            ]);
+        }
+        for d in &s.discounts {
+            row([
+                "discount".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!(
+                    "{} % on {} ({}: {}), list price {:.2}",
+                    d.percent.normalize(),
+                    d.on,
+                    d.scope,
+                    d.reason,
+                    d.list_amount
+                ),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("{:.2}", d.amount),
+            ]);
+        }
+        for c in &s.corrections {
+            row([
+                c.kind.clone(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!(
+                    "{}{} (by {})",
+                    c.corrects.as_ref().map(|x| format!("{x}: ")).unwrap_or_default(),
+                    c.reason.clone().unwrap_or_default(),
+                    c.author
+                ),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("{:.2}", c.amount),
+            ]);
+        }
+        row([
+            "total".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            format!("{:.2}", s.total),
+        ]);
+    }
     o
 }
 

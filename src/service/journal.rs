@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
@@ -33,14 +33,21 @@ pub(super) async fn apply(
     report: &mut ApplyReport,
     refused: &mut Vec<String>,
 ) -> Result<(), ApplyError> {
-    let last_exported = jdb::last_exported(tx).await?;
-    let too_early = |from: Month| last_exported.is_some_and(|l| from.first_day() <= l);
-    let exported_hint = || {
-        let l = Month::of_date(last_exported.expect("checked"));
-        format!(
-            "the journal of {l} has been exported: a new set begins in {} or later",
-            l.next()
-        )
+    let exported = jdb::exported_months(tx).await?;
+    // A set is in force from its month until the next set begins: an
+    // exported month in that span would be contradicted.
+    let contradicts = |from: Month, next: Option<NaiveDate>| -> Option<String> {
+        let e = exported
+            .iter()
+            .rev()
+            .find(|e| **e >= from.first_day() && next.is_none_or(|n| **e < n))?;
+        Some(format!(
+            "the journal of {} has been exported: a new set begins after it",
+            Month::of_date(*e)
+        ))
+    };
+    let next_after = |froms: &mut dyn Iterator<Item = NaiveDate>, from: Month| -> Option<NaiveDate> {
+        froms.filter(|f| *f > from.first_day()).min()
     };
 
     let recorded = jdb::funding(tx).await?;
@@ -70,13 +77,12 @@ pub(super) async fn apply(
                 .map(|r| (*r).clone())
                 .collect();
             if old.is_empty() {
-                if too_early(set.from) {
-                    refused.push(format!(
-                        "project {:?}: funding from {}: {}",
-                        p.code,
-                        set.from,
-                        exported_hint()
-                    ));
+                let mut froms = have
+                    .iter()
+                    .map(|r| r.effective_from)
+                    .chain(p.funding.iter().map(|s| s.from.first_day()));
+                if let Some(why) = contradicts(set.from, next_after(&mut froms, set.from)) {
+                    refused.push(format!("project {:?}: funding from {}: {why}", p.code, set.from));
                 } else {
                     report.funding.added += 1;
                     new.extend(rows);
@@ -85,7 +91,7 @@ pub(super) async fn apply(
                 report.funding.unchanged += 1;
             } else {
                 refused.push(format!(
-                    "project {:?}: other funding from {} is already recorded; funding history is never rewritten (add a set from a later month)",
+                    "project {:?}: other funding from {} is already recorded (lines are compared in order: the order breaks ties in the split); funding history is never rewritten (add a set from a later month)",
                     p.code, set.from
                 ));
             }
@@ -127,8 +133,12 @@ pub(super) async fn apply(
         sorted.sort_by(|a, b| a.service.cmp(&b.service));
         old.sort_by(|a, b| a.service.cmp(&b.service));
         if old.is_empty() {
-            if too_early(set.from) {
-                refused.push(format!("revenue accounts from {}: {}", set.from, exported_hint()));
+            let mut froms = recorded
+                .iter()
+                .map(|r| r.effective_from)
+                .chain(config.revenue.iter().map(|s| s.from.first_day()));
+            if let Some(why) = contradicts(set.from, next_after(&mut froms, set.from)) {
+                refused.push(format!("revenue accounts from {}: {why}", set.from));
             } else {
                 report.revenue.added += 1;
                 new_revenue.extend(rows);
@@ -188,6 +198,10 @@ pub enum JournalError {
         "the journal of {0} cannot be exported: no revenue accounts are in force for it; add a [[revenue]] set from {0} (or earlier) to the configuration and apply it"
     )]
     NoRevenue(Month),
+    #[error("the recorded journal layout cannot be read ({0}): apply the configuration again")]
+    Layout(String),
+    #[error("writing the journal: {0}")]
+    Write(String),
     #[error(
         "statement {number}: its journal lines add up to {debits} debit and {credits} credit, not its total {total}"
     )]
@@ -254,12 +268,23 @@ pub struct Journal {
     pub credit_total: Decimal,
 }
 
-/// Derive a closed month's journal and log it as exported (unless
-/// `dry_run`). Refuses the whole month when a statement has no funding or
-/// no revenue accounts are in force: a partial journal would lose money.
-pub async fn export(pool: &PgPool, month: Month, by: &str, dry_run: bool) -> Result<Journal, JournalError> {
+/// Derive a closed month's journal, hand it and the CSV layout to `write`,
+/// and log it as exported (unless `dry_run`) only once `write` succeeded:
+/// an export finance did not receive is not logged. Refuses the whole month
+/// when a statement has no funding or no revenue accounts are in force: a
+/// partial journal would lose money.
+pub async fn export<W>(pool: &PgPool, month: Month, by: &str, dry_run: bool, write: W) -> Result<Journal, JournalError>
+where
+    W: FnOnce(&Journal, &[Column]) -> Result<(), String>,
+{
     let mut tx = pool.begin().await.map_err(DbError::from)?;
-    let result = export_in(&mut tx, month, by, dry_run).await;
+    let result = async {
+        let journal = export_in(&mut tx, month, by, dry_run).await?;
+        let layout = layout_in(&mut tx).await?;
+        write(&journal, &layout).map_err(JournalError::Write)?;
+        Ok(journal)
+    }
+    .await;
     if dry_run {
         let _ = tx.rollback().await;
         return result;
@@ -285,11 +310,11 @@ async fn export_in(conn: &mut PgConnection, month: Month, by: &str, dry_run: boo
     if !unfunded.is_empty() {
         return Err(JournalError::Unfunded { month, unfunded });
     }
-    let rows = jdb::lines(conn, period).await?;
     let charged = statements.iter().any(|s| !s.total.is_zero());
-    if charged && !rows.iter().any(|r| r.side == "credit") {
+    if charged && !jdb::revenue_in_force(conn, period).await? {
         return Err(JournalError::NoRevenue(month));
     }
+    let rows = jdb::lines(conn, period).await?;
     for s in statements.iter().filter(|s| !s.total.is_zero()) {
         let of = |side: &str| -> Decimal {
             rows.iter()
@@ -371,10 +396,9 @@ async fn export_in(conn: &mut PgConnection, month: Month, by: &str, dry_run: boo
 }
 
 /// The recorded CSV layout, or the default.
-pub async fn layout(pool: &PgPool) -> Result<Vec<Column>, JournalError> {
-    let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    Ok(match jdb::layout(&mut conn).await? {
-        Some(v) => serde_json::from_value(v).unwrap_or_else(|_| default_layout()),
-        None => default_layout(),
-    })
+async fn layout_in(conn: &mut PgConnection) -> Result<Vec<Column>, JournalError> {
+    match jdb::layout(conn).await? {
+        Some(v) => serde_json::from_value(v).map_err(|e| JournalError::Layout(e.to_string())),
+        None => Ok(default_layout()),
+    }
 }

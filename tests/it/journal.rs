@@ -320,19 +320,31 @@ async fn a_credit_month_reverses_the_sides_and_an_unfunded_statement_stops_the_e
     assert_eq!(revenue, -total, "revenue lines are debits that add up to the credit");
     assert!(pzs.iter().any(|l| l["service"] == "default" && l["side"] == "debit"));
 
-    // Once November is exported, new sets begin in December or later; a
-    // recorded set is never rewritten; the same file changes nothing.
+    // A new set may begin in a month never exported, even before one that
+    // was, as long as no exported month falls in its span (here: October,
+    // up to the set from November). The same file changes nothing.
     let again = ok(&db.cli(&["config", "apply", file.to_str().unwrap()]));
     assert!(again.contains("funding sets:  0 added"), "{again}");
-    let late = cfg.replace(
+    let cfg = cfg.replace(
         "{ from = \"2026-11\", fund = \"10000\", cost_center = \"NEW-0001\", share = 100 }",
         "{ from = \"2026-11\", fund = \"10000\", cost_center = \"NEW-0001\", share = 100 },\n  { from = \"2026-10\", fund = \"10000\", cost_center = \"NEW-0002\", share = 100 }",
     );
-    std::fs::write(&file, &late).unwrap();
+    std::fs::write(&file, &cfg).unwrap();
+    let o = ok(&db.cli(&["config", "apply", file.to_str().unwrap()]));
+    assert!(o.contains("funding sets:  1 added"), "{o}");
+    // Once October is exported too, a set whose span covers it is refused:
+    // PZS0708's from June (in force until its set from November).
+    journal_json(&db, "2026-10", &[]);
+    let early = cfg.replace(
+        "  { from = \"2026-11\", fund = \"20451\"",
+        "  { from = \"2026-06\", fund = \"20452\", cost_center = \"ATMO-0200\", share = 100 },\n  { from = \"2026-11\", fund = \"20451\"",
+    );
+    assert_ne!(early, cfg);
+    std::fs::write(&file, &early).unwrap();
     let o = db.cli(&["config", "apply", file.to_str().unwrap()]);
     assert!(
         stderr(&o).contains(
-            "funding from 2026-10: the journal of 2026-11 has been exported: a new set begins in 2026-12 or later"
+            "project \"PZS0708\": funding from 2026-06: the journal of 2026-10 has been exported: a new set begins after it"
         ),
         "{}",
         stderr(&o)
@@ -341,7 +353,7 @@ async fn a_credit_month_reverses_the_sides_and_an_unfunded_statement_stops_the_e
     std::fs::write(&file, &rewrite).unwrap();
     let o = db.cli(&["config", "apply", file.to_str().unwrap()]);
     assert!(
-        stderr(&o).contains("other funding from 2026-11 is already recorded; funding history is never rewritten"),
+        stderr(&o).contains("other funding from 2026-11 is already recorded (lines are compared in order"),
         "{}",
         stderr(&o)
     );
@@ -356,12 +368,16 @@ async fn a_credit_month_reverses_the_sides_and_an_unfunded_statement_stops_the_e
     // earlier set slipped in by SQL, and shares not adding up to 100.
     let e = sqlx::raw_sql(
         "INSERT INTO funding_source (project_id, effective_from, line, fund, cost_center, account, share, recorded_by)
-         SELECT id, '2026-09-01', 1, 'F', 'C', 'A', 100, 'sql' FROM project WHERE code = 'PNF0001'",
+         SELECT id, '2026-09-01', 1, 'F', 'C', 'A', 100, 'sql' FROM project WHERE code = 'PZS0708'",
     )
     .execute(&db.pool)
     .await
     .unwrap_err();
-    assert!(e.to_string().contains("has been exported"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("from 2026-09 would change the journal of 2026-10, which has been exported"),
+        "{e}"
+    );
     let e = sqlx::raw_sql(
         "INSERT INTO funding_source (project_id, effective_from, line, fund, cost_center, account, share, recorded_by)
          SELECT id, '2027-01-01', 1, 'F', 'C', 'A', 99.99, 'sql' FROM project WHERE code = 'PNF0001'",
@@ -377,6 +393,25 @@ async fn a_credit_month_reverses_the_sides_and_an_unfunded_statement_stops_the_e
     assert_eq!(j2["lines"], j["lines"]);
     assert_eq!(j2["digest"], j["digest"]);
     ok(&db.cli(&["audit"]));
+    // The auditor role re-derives every export through the audit views
+    // alone (the functions run with the owner's rights).
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::raw_sql("SET LOCAL ROLE hpc_ledger_auditor")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let held: (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE digest_holds), (SELECT count(*) FROM audit.discrepancies) FROM audit.journal_exports",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(
+        held,
+        (3, 0),
+        "November twice and October, all holding, as the auditor sees them"
+    );
+    tx.rollback().await.unwrap();
     sqlx::raw_sql(
         "ALTER TABLE revenue_account DISABLE TRIGGER revenue_account_append_only;
          UPDATE revenue_account SET account = '49999' WHERE service = 'default';
