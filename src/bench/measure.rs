@@ -75,6 +75,9 @@ pub(super) async fn fresh_month_end(url: &str, projects: u64, month: Month) -> R
     })
 }
 
+/// The billing office's token of the bench's in-process `serve` (web view).
+pub(crate) const BENCH_WEB_TOKEN: &str = "bench-web-view";
+
 /// `serve` in this process on a free local port, without credentials: its
 /// address, what stops it, its task and its counters.
 #[allow(clippy::type_complexity)]
@@ -94,6 +97,7 @@ fn serve_in_process(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = Options {
         credentials: Credentials::none(),
+        web: Credentials::none().with_token(BENCH_WEB_TOKEN).expect("one word"),
         max_batch,
         supersede: false,
         author: "bench".into(),
@@ -182,6 +186,40 @@ pub(super) async fn check_latency(pool: &PgPool, code: &str, n: usize) -> Result
     times.sort();
     let p99 = times[(times.len() * 99).div_ceil(100).saturating_sub(1)];
     Ok((median(times), p99, allowed))
+}
+
+/// The web view's pages over HTTP from `serve` in this process, as the
+/// billing office: the median and the slowest of `calls` fetches of each
+/// path (after one warm-up), and each page's size.
+pub(super) async fn web_page_times(
+    pool: &PgPool,
+    paths: &[String],
+    calls: u32,
+) -> Result<Vec<(Duration, Duration, usize)>> {
+    use crate::serve::client;
+    let (addr, stop, server, _) = serve_in_process(pool, 10)?;
+    let auth = format!("Bearer {BENCH_WEB_TOKEN}");
+    let mut out = Vec::new();
+    for path in paths {
+        let mut times = Vec::new();
+        let mut size = 0;
+        for i in 0..=calls.max(1) {
+            let t = Instant::now();
+            let r = client::get_as(addr, path, &auth).await?;
+            if i > 0 {
+                times.push(t.elapsed());
+            }
+            if r.status != 200 {
+                fail!("serve answered {} to GET {path}: {}", r.status, r.body.trim());
+            }
+            size = r.bytes.len();
+        }
+        let slowest = *times.iter().max().expect("timed at least once");
+        out.push((median(times), slowest, size));
+    }
+    let _ = stop.send(());
+    server.await??;
+    Ok(out)
 }
 
 /// Hostile posts sent at once by [`serve_under_attack`].

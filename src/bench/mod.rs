@@ -18,6 +18,7 @@
 //! | one project's usage report by user over a year of the grown ledger | its statement |
 //! | one project's balance with an allocation over that year | its statement |
 //! | that project's start check, `POST /check` to `serve`, 200 in a row (p50, p99) | its balance |
+//! | the web view: that project's page and the billing office's project list, over HTTP | its statement |
 //! | `audit` of the grown ledger | a sequential scan of the ledger |
 //! | `audit --deep`: every raw record read again | the import's jobs/s |
 //! | peak RSS of the import | – |
@@ -51,7 +52,7 @@ use baselines::{
 };
 use measure::{
     HOSTILE, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job,
-    second_busiest_project, serve_posts, serve_under_attack, statement_time, usage_time,
+    second_busiest_project, serve_posts, serve_under_attack, statement_time, usage_time, web_page_times,
 };
 use report::{count, millis, per_second, secs};
 pub use report::{grouped, render};
@@ -550,6 +551,28 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         target: "p99 ≤ 10 ms".into(),
         pass: p99 <= Duration::from_millis(10),
     });
+
+    // The web view (issue 18): that project's page (its months, the month's
+    // statement, chart, users, a page of jobs) and the billing office's
+    // list of projects, over HTTP.
+    let paths = [
+        format!("/ui/projects/{}?month={month}", crate::document::web::seg(&code)),
+        format!("/ui?month={month}"),
+    ];
+    let pages = web_page_times(&pool, &paths, sizes.calls).await?;
+    for ((median, slowest, size), what) in pages.iter().zip([
+        format!("that project's page ({month}: statement, chart, users, 50 jobs)"),
+        "the billing office's project list (first 50 projects, spend and balances)".to_owned(),
+    ]) {
+        figures.push(Figure {
+            figure: format!("web view, {what}, over HTTP, at {} entries", grouped(large)),
+            measured: format!("{} (slowest {}, {} KB)", millis(*median), millis(*slowest), size / 1024),
+            baseline: format!("its statement: {}", millis(after)),
+            ratio: Some(median.as_secs_f64() / after.as_secs_f64()),
+            target: "≤ 100 ms".into(),
+            pass: *median <= Duration::from_millis(100),
+        });
+    }
 
     // 5. The audit against a sequential scan.
     say("audit");

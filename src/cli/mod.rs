@@ -1,6 +1,7 @@
 //! The command line (clap derive): one module per noun, each with its own
 //! arguments and `run`. Results go to stdout, logs and errors to stderr.
 
+mod access;
 mod bench;
 mod bill;
 mod budget;
@@ -166,6 +167,9 @@ pub enum Command {
     ///   hpc-ledger audit --deep --format json
     #[command(verbatim_doc_comment)]
     Audit(close::AuditArgs),
+    /// Tokens that let one project's people read its pages in serve's web view (/ui).
+    #[command(subcommand)]
+    Access(access::Cmd),
     /// Export for other systems: a closed month's finance journal.
     #[command(subcommand)]
     Export(export::Cmd),
@@ -331,6 +335,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Entries(args) => explain::run_entries(args, &target).await,
         Command::Usage(args) => usage::run(args, &target).await,
         Command::Export(cmd) => export::run(cmd, &target, by).await,
+        Command::Access(cmd) => access::run(cmd, &target, by).await,
         Command::Alloc(cmd) => budget::run_alloc(cmd, &target, by).await,
         Command::Balance(args) => budget::run_balance(args, &target).await,
         Command::Check(args) => budget::run_check(args, &target).await,

@@ -56,8 +56,10 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
             ""
         }
     );
+    let web = Credentials::web_from_env().map_err(anyhow::Error::msg)?;
     let options = Options {
         credentials,
+        web,
         max_batch: args.max_batch,
         supersede: args.supersede,
         author: author.to_owned(),

@@ -21,6 +21,7 @@ pub mod rejected;
 pub mod statements;
 pub mod storage;
 pub mod usage;
+pub mod web;
 
 use std::path::Path;
 use std::time::Duration;
@@ -333,7 +334,10 @@ pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// Make the transaction just begun read one snapshot of the database, and
 /// write nothing (its first statement).
 pub async fn snapshot(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    // A plain query (not raw_sql, whose future is not Send for every
+    // lifetime: the web view awaits this inside serve's handlers).
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .persistent(false)
         .execute(&mut *conn)
         .await
         .map(|_| ())

@@ -192,3 +192,21 @@ pub async fn jobs(
     .fetch_all(&mut *conn)
     .await
 }
+
+/// A project's code by id.
+pub async fn project_code(conn: &mut PgConnection, id: ProjectId) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT code FROM project WHERE id = $1", id as ProjectId)
+        .fetch_optional(&mut *conn)
+        .await
+}
+
+/// Which of these projects have an allocation entry (are budgeted).
+pub async fn budgeted_among(conn: &mut PgConnection, ids: &[ProjectId]) -> Result<Vec<ProjectId>, sqlx::Error> {
+    let ids: Vec<i64> = ids.iter().map(|p| p.0).collect();
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT project_id AS "id!: ProjectId" FROM allocation WHERE project_id = ANY($1)"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await
+}

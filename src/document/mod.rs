@@ -15,6 +15,7 @@ use crate::db::statements::DaySpend;
 use crate::service::statement::{Details, Statement, Status, StorageBilling};
 
 pub mod pdf;
+pub mod web;
 
 /// A CSV cell: quoted when it holds a comma, quote or line break.
 pub fn csv_field(v: &str) -> String {
@@ -88,7 +89,7 @@ fn amount_cell(d: Decimal) -> String {
     format!("<td class=\"n\" data-amount=\"{d:.2}\">{}</td>", money(d))
 }
 
-const STYLE: &str = r#"
+pub(crate) const STYLE: &str = r#"
 :root { --ink: #1d2733; --muted: #5b6776; --rule: #d5dbe3; --band: #f3f6f9; --accent: #1f5f99; }
 * { box-sizing: border-box; }
 body { margin: 0; background: #e9edf1; color: var(--ink);

@@ -32,6 +32,11 @@ pub const BASIC_ENV: &str = "HPC_LEDGER_SERVE_BASIC";
 
 pub const TOKEN_ENV: &str = "HPC_LEDGER_SERVE_TOKEN";
 
+/// The billing office's credential for the web view (docs/web.md).
+pub const WEB_BASIC_ENV: &str = "HPC_LEDGER_WEB_BASIC";
+
+pub const WEB_TOKEN_ENV: &str = "HPC_LEDGER_WEB_TOKEN";
+
 impl Credentials {
     /// No credentials: anyone who can connect may post.
     pub fn none() -> Credentials {
@@ -60,6 +65,16 @@ impl Credentials {
     /// Read `HPC_LEDGER_SERVE_BASIC` / `HPC_LEDGER_SERVE_TOKEN`, or the
     /// files named by `…_FILE`.
     pub fn from_env() -> Result<Credentials, String> {
+        Credentials::from_env_vars(BASIC_ENV, TOKEN_ENV)
+    }
+
+    /// The web view's billing-office credential: `HPC_LEDGER_WEB_BASIC` /
+    /// `HPC_LEDGER_WEB_TOKEN` (or `…_FILE`).
+    pub fn web_from_env() -> Result<Credentials, String> {
+        Credentials::from_env_vars(WEB_BASIC_ENV, WEB_TOKEN_ENV)
+    }
+
+    fn from_env_vars(basic: &str, token: &str) -> Result<Credentials, String> {
         fn read(name: &str) -> Result<Option<String>, String> {
             let file_var = format!("{name}_FILE");
             match (std::env::var(name).ok(), std::env::var_os(&file_var)) {
@@ -72,10 +87,10 @@ impl Credentials {
             }
         }
         let mut c = Credentials::none();
-        if let Some(b) = read(BASIC_ENV)? {
+        if let Some(b) = read(basic)? {
             c = c.with_basic(&b)?;
         }
-        if let Some(t) = read(TOKEN_ENV)? {
+        if let Some(t) = read(token)? {
             c = c.with_token(&t)?;
         }
         Ok(c)
@@ -85,7 +100,7 @@ impl Credentials {
         self.accepted.is_empty()
     }
 
-    fn allows(&self, headers: &HeaderMap) -> bool {
+    pub(super) fn allows(&self, headers: &HeaderMap) -> bool {
         if self.accepted.is_empty() {
             return true;
         }

@@ -9,11 +9,25 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A reply: status code and body.
+/// A reply: status code, headers (names in lower case) and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     pub status: u16,
+    pub headers: Vec<(String, String)>,
+    /// The body as text (invalid UTF-8 replaced).
     pub body: String,
+    /// The body's bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Reply {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// Send one request and read the reply.
@@ -55,6 +69,11 @@ pub async fn get(addr: SocketAddr, path: &str) -> io::Result<Reply> {
     request(addr, "GET", path, None, b"").await
 }
 
+/// `GET path` with an `Authorization` header.
+pub async fn get_as(addr: SocketAddr, path: &str, authorization: &str) -> io::Result<Reply> {
+    request(addr, "GET", path, Some(authorization), b"").await
+}
+
 fn parse_reply(raw: &[u8]) -> io::Result<Reply> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
     let split = raw
@@ -67,9 +86,18 @@ fn parse_reply(raw: &[u8]) -> io::Result<Reply> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| bad("no status in the reply"))?;
+    let headers = head
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let bytes = raw[split + 4..].to_vec();
     Ok(Reply {
         status,
-        body: String::from_utf8_lossy(&raw[split + 4..]).into_owned(),
+        headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+        bytes,
     })
 }
 
@@ -88,14 +116,12 @@ mod tests {
 
     #[test]
     fn replies_are_read_whole() {
-        let r = parse_reply(b"HTTP/1.1 201 Created\r\ncontent-length: 3\r\n\r\n{}\n").unwrap();
+        let r = parse_reply(b"HTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\n{}\n").unwrap();
         assert_eq!(
-            r,
-            Reply {
-                status: 201,
-                body: "{}\n".into()
-            }
+            (r.status, r.body.as_str(), r.bytes.as_slice()),
+            (201, "{}\n", &b"{}\n"[..])
         );
+        assert_eq!(r.header("content-length"), Some("3"));
         assert!(parse_reply(b"HTTP/1.1 200 OK\r\n").is_err());
         assert_eq!(basic("slurm:s3cret"), "Basic c2x1cm06czNjcmV0");
     }

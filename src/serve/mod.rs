@@ -31,6 +31,7 @@ pub mod conn;
 pub mod health;
 mod metrics;
 mod routes;
+mod web;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -49,7 +50,7 @@ use batcher::Pending;
 use routes::{busy, healthz, jobcomp_doc, json_jobs, metrics_text};
 
 use crate::service::record::{RecordOptions, Recorder};
-pub use auth::{BASIC_ENV, Credentials, TOKEN_ENV, open_allowed};
+pub use auth::{BASIC_ENV, Credentials, TOKEN_ENV, WEB_BASIC_ENV, WEB_TOKEN_ENV, open_allowed};
 pub use metrics::Metrics;
 
 /// The largest request body: Slurm includes the whole batch script, which
@@ -67,6 +68,9 @@ const QUEUE: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct Options {
     pub credentials: Credentials,
+    /// The billing office's credential for the web view (`/ui`); empty:
+    /// only project tokens see anything there.
+    pub web: Credentials,
     /// Jobs per transaction, at most.
     pub max_batch: usize,
     /// Re-sent records that change the charge replace it (docs/rules.md D9).
@@ -90,6 +94,7 @@ pub enum ServeError {
 
 struct App {
     credentials: Credentials,
+    web: Credentials,
     queue: mpsc::Sender<Pending>,
     metrics: Arc<Metrics>,
     pool: PgPool,
@@ -142,6 +147,7 @@ pub async fn serve(
     ));
     let app = Arc::new(App {
         credentials: options.credentials,
+        web: options.web,
         queue,
         metrics,
         health,
@@ -174,6 +180,10 @@ pub async fn serve(
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
+        // The web view checks its own viewers (billing office or token).
+        .route("/ui", get(web::home))
+        .route("/ui/projects/{code}", get(web::project))
+        .route("/ui/projects/{code}/statements/{file}", get(web::statement))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(app.clone());
     // Connections over the cap: /healthz, and 503 for everything else.

@@ -17,6 +17,7 @@ pub mod rejected;
 pub mod statement;
 pub mod storage;
 pub mod usage;
+pub mod web;
 
 use sqlx::{Postgres, Transaction};
 

@@ -35,7 +35,7 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 15, "{names:#?}");
+    assert_eq!(names.len(), 17, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
     // A twentieth of the jobs again, posted to `serve`, all recorded.
     assert_eq!(names[2], "`serve`: 30 jobcomp posts from 16 concurrent senders");
@@ -99,8 +99,22 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     );
     let check = figures[12]["measured"].as_str().unwrap();
     assert!(check.starts_with("p50 ") && check.contains(", p99 "), "{check}");
+    // The web view's two pages, over HTTP, each answered 200 (else the
+    // bench fails) with a page of some size.
+    assert!(
+        names[13].starts_with("web view, that project's page (") && names[13].ends_with(&format!(" at {grown}")),
+        "{names:#?}"
+    );
+    assert!(
+        names[14].starts_with("web view, the billing office's project list"),
+        "{names:#?}"
+    );
+    for f in &figures[13..15] {
+        let m = f["measured"].as_str().unwrap();
+        assert!(m.contains(" ms (slowest ") && m.ends_with(" KB)"), "{m}");
+    }
     assert_eq!(
-        names[13],
+        names[15],
         format!(
             "audit of {} entries (clean)",
             names[9].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
@@ -120,10 +134,10 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     assert!((630..700).contains(&deep), "{deep}");
     // The month end of a center just set up, in a second scratch database.
     assert_eq!(
-        names[14],
+        names[16],
         "month end of a fresh center of 70 projects: bill storage, close, audit"
     );
-    let end = figures[14]["measured"].as_str().unwrap();
+    let end = figures[16]["measured"].as_str().unwrap();
     assert!(
         end.starts_with("bill ") && end.contains(", close ") && end.contains(", audit "),
         "{end}"

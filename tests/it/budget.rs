@@ -109,6 +109,7 @@ fn serve_on(pool: &sqlx::PgPool) -> Served {
     let (stop, stopped) = oneshot::channel::<()>();
     let options = hpc_ledger::serve::Options {
         credentials: hpc_ledger::serve::Credentials::default(),
+        web: hpc_ledger::serve::Credentials::default(),
         max_batch: 10,
         supersede: false,
         author: "t".into(),

@@ -72,6 +72,7 @@ const PAGES: &[(&str, Start)] = &[
     ("docs/performance.md", Start::Sample),
     ("docs/auditing.md", Start::Closed),
     ("docs/budgets.md", Start::Sample),
+    ("docs/web.md", Start::Sample),
 ];
 
 /// The commands of a page's ```sh blocks that call hpc-ledger, continuation

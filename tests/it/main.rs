@@ -32,3 +32,4 @@ mod storage;
 mod tamper;
 mod tidy;
 mod usage;
+mod web;

@@ -128,7 +128,6 @@ async fn each_role_does_its_own_job_and_nothing_else() {
         run(&iu, &["quota", "set", "PAS1234", "1TB", "--from", "2026-12-01"], None),
         "ingest quota",
     );
-    refused(run(&iu, &["close", "--month", "2026-10"], None), "ingest close");
     refused(run(&iu, &["db", "migrate"], None), "ingest migrate");
     let example = crate::harness::example_path();
     refused(
@@ -178,6 +177,25 @@ async fn each_role_does_its_own_job_and_nothing_else() {
         &["quota", "set", "PAS1234", "25TB", "--from", "2026-12-01"],
         None,
     ));
+    // Ingest reads what the web view shows (migration 0030) but cannot close.
+    refused(run(&iu, &["close", "--through", "2026-10"], None), "ingest close");
+    assert!(
+        ok(&run(
+            &iu,
+            &[
+                "statement",
+                "--project",
+                "PAS1234",
+                "--month",
+                "2026-10",
+                "--format",
+                "html"
+            ],
+            None
+        ))
+        .contains("id=\"chart-total\""),
+        "serve's web view, as ingest, renders a statement with its chart"
+    );
     ok(&run(&bu, &["close", "--through", "2026-10"], None));
     assert!(
         ok(&run(

@@ -50,6 +50,7 @@ async fn start_limited(
     let (stop, stopped) = oneshot::channel::<()>();
     let options = Options {
         credentials,
+        web: Credentials::none(),
         max_batch: 500,
         supersede,
         author: "serve-test".into(),

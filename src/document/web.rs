@@ -1,0 +1,206 @@
+//! The web view's pages (docs/web.md), written with `maud` (HTML as Rust,
+//! escaped by default, checked when compiled): the billing office's project
+//! list and a project's page. Server-rendered, no script: links and plain
+//! GET parameters only. The statement's numbers carry `data-amount` like the
+//! documents, so the tests read them back.
+
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use rust_decimal::Decimal;
+
+use super::{STYLE, chart, hours, money};
+use crate::domain::period::Month;
+use crate::service::statement::Status;
+use crate::service::web::{Overview, ProjectPage};
+
+const EXTRA: &str = r#"
+nav.top { display: flex; justify-content: space-between; font-size: .9rem; margin-bottom: 1rem; }
+nav.top a { color: var(--accent); text-decoration: none; }
+a { color: var(--accent); }
+.pager { display: flex; gap: 1rem; justify-content: flex-end; margin: .6rem 0; font-size: .9rem; }
+td.code { white-space: nowrap; font-weight: 600; }
+tr.shown td { background: #fff7e0; }
+.dl a { margin-right: .5rem; }
+"#;
+
+/// A path segment: the project code percent-encoded.
+pub fn seg(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+fn page(title: &str, center: &str, who: &str, body: Markup) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " — " (center) }
+                style { (PreEscaped(STYLE)) (PreEscaped(EXTRA)) }
+            }
+            body {
+                main {
+                    nav.top {
+                        a href="/ui" { "hpc-ledger · web view" }
+                        span.note { "signed in as " (who) }
+                    }
+                    (body)
+                    footer { "hpc-ledger · read-only view of the ledger; every number is the ledger's" }
+                }
+            }
+        }
+    }
+    .into_string()
+}
+
+fn amount(d: Decimal) -> Markup {
+    html! { td.n data-amount=(format!("{d:.2}")) { (money(d)) } }
+}
+
+/// The billing office's list of projects: this month's spend and balances.
+pub fn overview(o: &Overview) -> String {
+    let body = html! {
+        header.top {
+            div {
+                div.center { (o.center) }
+                h1 { "Projects — " (o.month.first_day().format("%B %Y")) }
+            }
+            div.status { (o.projects) " projects · amounts in " (o.currency) }
+        }
+        table #projects {
+            thead { tr {
+                th { "Project" } th { "Name" } th { "PI" }
+                th.n { "Spend " (o.month) } th { "Remaining (per pool)" }
+            } }
+            tbody {
+                @for r in &o.rows {
+                    tr {
+                        td.code { a href={ "/ui/projects/" (seg(&r.code)) } { (r.code) } }
+                        td { (r.name) } td { (r.pi) }
+                        (amount(r.spend))
+                        td {
+                            @if r.pools.is_empty() { span.none { "not budgeted" } }
+                            @for (i, b) in r.pools.iter().enumerate() {
+                                @if i > 0 { "; " }
+                                span data-amount=(format!("{:.2}", b.remaining)) { (money(b.remaining)) }
+                                " (" (b.cluster.as_deref().unwrap_or("every cluster")) ")"
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        div.pager {
+            @if o.page > 1 { a href={ "/ui?page=" (o.page - 1) } { "← previous" } }
+            span { "page " (o.page) " of " (o.pages) }
+            @if o.page < o.pages { a href={ "/ui?page=" (o.page + 1) } { "next →" } }
+        }
+    };
+    page("Projects", &o.center, "the billing office", body)
+}
+
+/// A project's page: its months and statements, the month shown (chart,
+/// totals, budget, who used it) and its recent jobs.
+pub fn project(p: &ProjectPage, who: &str) -> String {
+    let s = &p.statement;
+    let code = seg(&s.project.code);
+    let base = format!("/ui/projects/{code}");
+    let shown = s.month;
+    let body = html! {
+        header.top {
+            div {
+                div.center { (s.center) }
+                h1 { (s.project.code) @if !s.project.name.is_empty() { " — " (s.project.name) } }
+            }
+            div.status {
+                @if !s.project.pi.is_empty() { (s.project.pi) br; }
+                "rate class " (s.project.rate_class.join(", then "))
+            }
+        }
+        h2 { "Months" }
+        table #months {
+            thead { tr { th { "Month" } th { "Status" } th.n { "Total" } th { "Statement" } } }
+            tbody {
+                @for m in &p.months {
+                    @let month = Month::of_date(m.period);
+                    tr class=[(month == shown).then_some("shown")] {
+                        td { a href={ (base) "?month=" (month) } { (month) } }
+                        td { @match m.number { Some(n) => { "final, No. " (n) }, None => { "open (provisional)" } } }
+                        (amount(m.total))
+                        td.dl {
+                            a href={ (base) "/statements/" (month) ".html" } { "HTML" }
+                            a href={ (base) "/statements/" (month) ".pdf" } { "PDF" }
+                            a href={ (base) "/statements/" (month) ".csv" } { "CSV" }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { (shown.first_day().format("%B %Y")) ": " @match &s.status {
+            Status::Final { number, .. } => { "statement No. " (number) },
+            Status::Provisional => { "provisional" },
+        } }
+        table.summary {
+            tr { td { "Compute" } (amount(s.compute_total())) }
+            tr { td { "Storage" } (amount(s.storage_total())) }
+            @if !s.discounts.is_empty() { tr { td { "Discounts" } (amount(s.discounts_total())) } }
+            @if !s.corrections.is_empty() { tr { td { "Corrections" } (amount(s.corrections_total())) } }
+            tr.total { td { "Total " (s.currency) } td.n #total data-amount=(format!("{:.2}", s.total)) { (money(s.total)) } }
+        }
+        @if !s.budgets.is_empty() {
+            h2 { "Budget" }
+            table #budget {
+                thead { tr { th { "Pool" } th.n { "Allocated" } th.n { "Used" } th.n { "Held" } th.n { "Remaining" } } }
+                tbody { @for b in &s.budgets { tr {
+                    td { (b.cluster.as_deref().unwrap_or("every cluster")) }
+                    (amount(b.allocated)) (amount(b.used)) (amount(b.held)) (amount(b.remaining))
+                } } }
+            }
+        }
+        h2 { "Spend by day" }
+        (PreEscaped(chart(s, &p.details.days)))
+        h2 { "Who used it" }
+        table #users {
+            thead { tr { th { "User" } th.n { "Jobs" } th.n { "Core-hours" } th.n { "GPU-hours" } th.n { "Amount" } } }
+            tbody { @for u in &p.details.users { tr {
+                td { (u.key) } td.n { (u.jobs) } td.n { (hours(u.core_hours)) } td.n { (hours(u.gpu_hours)) } (amount(u.amount))
+            } } }
+            tfoot { tr {
+                td { "Total" } td {} td {} td {}
+                (amount(p.details.users.iter().map(|u| u.amount).sum()))
+            } }
+        }
+        h2 { "Recent jobs" }
+        @if p.jobs.is_empty() { p.none { "no jobs on this page" } } @else {
+            table #jobs {
+                thead { tr {
+                    th { "Ended" } th { "Job" } th { "User" } th { "Node type" } th.n { "Cores" } th.n { "GPUs" }
+                    th.n { "Hours" } th { "State" } th.n { "Charged" }
+                } }
+                tbody { @for j in &p.jobs { tr {
+                    td { (j.ended_at.format("%Y-%m-%d %H:%M UTC")) }
+                    td { (j.cluster) "/" (j.job_id) @if let Some(i) = j.array_index { "_" (i) }
+                         @if j.kind != "original" { " (" (j.kind) ")" } }
+                    td { (j.user_name) } td { (j.node_type) } td.n { (j.cores) } td.n { (j.gpus) }
+                    td.n { ((Decimal::from((j.ended_at - j.started_at).num_seconds()) / Decimal::from(3600)).round_dp(2)) }
+                    td { (j.state) } (amount(j.charged))
+                } } }
+            }
+            p.note { "Charged: the job's charge at list price; discounts and corrections are on the statement." }
+        }
+        div.pager {
+            @if let Some(before) = p.older_jobs {
+                a href={ (base) "?month=" (shown) "&before=" (before) } { "older jobs →" }
+            }
+        }
+    };
+    page(&format!("{} {}", s.project.code, shown), &s.center, who, body)
+}
+
+/// The page a request that may not see something gets.
+pub fn not_found() -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" { head { meta charset="utf-8"; title { "Not found" } } body { p { "Not found." } } }
+    }
+    .into_string()
+}

@@ -1,0 +1,249 @@
+//! The read-only web view (docs/web.md): `GET /ui` (the billing office's
+//! project list; a project token is sent to its project), `GET
+//! /ui/projects/CODE` (months, the month shown, users, recent jobs) and
+//! `GET /ui/projects/CODE/statements/YYYY-MM.html|pdf|csv`.
+//!
+//! Who: the billing office's credential (`HPC_LEDGER_WEB_BASIC` or
+//! `HPC_LEDGER_WEB_TOKEN`) sees everything; a project token (`hpc-ledger
+//! access grant`), sent as a bearer token or as the password of HTTP Basic
+//! (any user name), sees its project. Without either: 401. A project that
+//! does not exist and one the token may not see both get the same 404.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+
+use super::App;
+use crate::document;
+use crate::domain::period::Month;
+use crate::service::web::{self as web, Viewer};
+
+fn query(uri: &Uri, key: &str) -> Option<String> {
+    let q = uri.query()?;
+    url::form_urlencoded::parse(q.as_bytes())
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// The token in `Authorization`: a bearer token, or Basic's password.
+fn presented_token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, rest) = value.split_once(' ')?;
+    let rest = rest.trim_matches(' ');
+    if scheme.eq_ignore_ascii_case("bearer") {
+        Some(rest.to_owned())
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        let decoded = base64::engine::general_purpose::STANDARD.decode(rest).ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        text.split_once(':').map(|(_, password)| password.to_owned())
+    } else {
+        None
+    }
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Basic realm=\"hpc-ledger web\"")],
+        "credentials required\n",
+    )
+        .into_response()
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, html_headers(), document::web::not_found()).into_response()
+}
+
+fn failed(e: impl std::fmt::Display) -> Response {
+    tracing::error!("web view: {e}");
+    (StatusCode::SERVICE_UNAVAILABLE, "the ledger cannot be read now\n").into_response()
+}
+
+fn bad_request(msg: String) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response()
+}
+
+/// Private, never cached; no script, no fetching of anything.
+fn html_headers() -> [(header::HeaderName, &'static str); 4] {
+    [
+        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; frame-ancestors 'none'",
+        ),
+    ]
+}
+
+/// Who is asking, or the 401 to answer.
+async fn viewer(app: &App, headers: &HeaderMap) -> Result<Viewer, Response> {
+    if !app.web.is_empty() && app.web.allows(headers) {
+        return Ok(Viewer::Billing);
+    }
+    let Some(token) = presented_token(headers) else {
+        return Err(unauthorized());
+    };
+    match web::token_project(&app.pool, &token).await {
+        Ok(Some(id)) => Ok(Viewer::Project(id)),
+        Ok(None) => Err(unauthorized()),
+        Err(e) => Err(failed(e)),
+    }
+}
+
+fn with_timing(mut r: Response, started: Instant) -> Response {
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    if let Ok(v) = HeaderValue::from_str(&format!("app;dur={ms:.1}")) {
+        r.headers_mut().insert("server-timing", v);
+    }
+    r
+}
+
+fn month_param(uri: &Uri, this: Month) -> Result<Month, String> {
+    match query(uri, "month") {
+        None => Ok(this),
+        Some(m) => m.parse(),
+    }
+}
+
+/// `GET /ui`.
+pub(super) async fn home(State(app): State<Arc<App>>, headers: HeaderMap, uri: Uri) -> Response {
+    let started = Instant::now();
+    let viewer = match viewer(&app, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let r = match viewer {
+        Viewer::Project(id) => match web::code_of(&app.pool, id).await {
+            Ok(Some(code)) => (
+                StatusCode::SEE_OTHER,
+                [(header::LOCATION, format!("/ui/projects/{}", document::web::seg(&code)))],
+            )
+                .into_response(),
+            Ok(None) => not_found(),
+            Err(e) => failed(e),
+        },
+        Viewer::Billing => {
+            let now = chrono::Utc::now();
+            let this = match web::this_month(&app.pool, now).await {
+                Ok(m) => m,
+                Err(e) => return failed(e),
+            };
+            let month = match month_param(&uri, this) {
+                Ok(m) => m,
+                Err(e) => return bad_request(e),
+            };
+            let page = match query(&uri, "page").map(|p| p.parse::<i64>()) {
+                None => 1,
+                Some(Ok(p)) => p,
+                Some(Err(_)) => return bad_request("page must be a number".into()),
+            };
+            match web::overview(&app.pool, month, page, now).await {
+                Ok(o) => (html_headers(), document::web::overview(&o)).into_response(),
+                Err(e) => failed(e),
+            }
+        }
+    };
+    with_timing(r, started)
+}
+
+/// `GET /ui/projects/{code}`.
+pub(super) async fn project(
+    State(app): State<Arc<App>>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let started = Instant::now();
+    let viewer = match viewer(&app, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let p = match web::visible(&app.pool, viewer, &code).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return not_found(),
+        Err(e) => return failed(e),
+    };
+    let this = match web::this_month(&app.pool, chrono::Utc::now()).await {
+        Ok(m) => m,
+        Err(e) => return failed(e),
+    };
+    let month = match month_param(&uri, this) {
+        Ok(m) => m,
+        Err(e) => return bad_request(e),
+    };
+    let before = match query(&uri, "before").map(|b| b.parse::<i64>()) {
+        None => None,
+        Some(Ok(b)) => Some(b),
+        Some(Err(_)) => return bad_request("before must be a job record id".into()),
+    };
+    let who = match viewer {
+        Viewer::Billing => "the billing office".to_owned(),
+        Viewer::Project(_) => format!("a token of {}", p.code),
+    };
+    let r = match web::project_page(&app.pool, &p, month, before).await {
+        Ok(page) => (html_headers(), document::web::project(&page, &who)).into_response(),
+        Err(e) => failed(e),
+    };
+    with_timing(r, started)
+}
+
+/// `GET /ui/projects/{code}/statements/{YYYY-MM.ext}`.
+pub(super) async fn statement(
+    State(app): State<Arc<App>>,
+    Path((code, file)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let viewer = match viewer(&app, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let p = match web::visible(&app.pool, viewer, &code).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return not_found(),
+        Err(e) => return failed(e),
+    };
+    let Some((month, ext)) = file.split_once('.') else {
+        return not_found();
+    };
+    let Ok(month) = month.parse::<Month>() else {
+        return not_found();
+    };
+    if !matches!(ext, "html" | "pdf" | "csv") {
+        return not_found();
+    }
+    let (s, d) = match web::statement(&app.pool, &p, month).await {
+        Ok(x) => x,
+        Err(e) => return failed(e),
+    };
+    let generated = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
+    let name = format!("statement-{}-{month}.{ext}", document::web::seg(&p.code));
+    let disposition = format!("attachment; filename=\"{name}\"");
+    let (kind, body): (&str, Vec<u8>) = match ext {
+        "html" => (
+            "text/html; charset=utf-8",
+            document::statement_html(&s, &d, &generated).into_bytes(),
+        ),
+        "pdf" => ("application/pdf", document::pdf::statement_pdf(&s, &d, &generated)),
+        _ => (
+            "text/csv; charset=utf-8",
+            document::statement_csv(std::slice::from_ref(&s)).into_bytes(),
+        ),
+    };
+    let r = (
+        [
+            (header::CONTENT_TYPE, kind.to_owned()),
+            (header::CONTENT_DISPOSITION, disposition),
+            (header::CACHE_CONTROL, "no-store".to_owned()),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+        ],
+        body,
+    )
+        .into_response();
+    with_timing(r, started)
+}
