@@ -154,6 +154,8 @@ pub struct JobRow {
     pub job_id: String,
     pub array_index: Option<i32>,
     pub kind: String,
+    /// A later record of the same run superseded this one (its charge was reversed).
+    pub replaced: bool,
     pub user_name: String,
     pub node_type: String,
     pub cores: i32,
@@ -174,7 +176,9 @@ pub async fn jobs(
 ) -> Result<Vec<JobRow>, sqlx::Error> {
     sqlx::query_as!(
         JobRow,
-        r#"SELECT r.id, c.name AS cluster, j.scheduler_job_id AS job_id, j.array_index, r.kind, r.user_name,
+        r#"SELECT r.id, c.name AS cluster, j.scheduler_job_id AS job_id, j.array_index, r.kind,
+                  EXISTS (SELECT 1 FROM job_record l WHERE l.job_id = r.job_id AND l.revision > r.revision AND l.kind = 'supersede') AS "replaced!",
+                  r.user_name,
                   n.name AS node_type, r.cores, r.gpus, r.started_at, r.ended_at, r.state,
                   coalesce((SELECT sum(e.amount) FROM ledger_entry e WHERE e.job_record_id = r.id AND e.kind = 'job'), 0)
                       AS "charged!"

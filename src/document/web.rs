@@ -22,9 +22,17 @@ tr.shown td { background: #fff7e0; }
 .dl a { margin-right: .5rem; }
 "#;
 
+/// Every byte but ASCII letters, digits and `-_~` is percent-encoded in a
+/// path segment: a space is `%20` (not the form encoding's `+`, which a path
+/// keeps as a plus), and `/`, `?`, `#` and `.` cannot change the path.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'~');
+
 /// A path segment: the project code percent-encoded.
 pub fn seg(s: &str) -> String {
-    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 fn page(title: &str, center: &str, who: &str, body: Markup) -> String {
@@ -69,7 +77,7 @@ pub fn overview(o: &Overview) -> String {
         table #projects {
             thead { tr {
                 th { "Project" } th { "Name" } th { "PI" }
-                th.n { "Spend " (o.month) } th { "Remaining (per pool)" }
+                th.n { "Spend " (o.month) } th { "Remaining now (per pool)" }
             } }
             tbody {
                 @for r in &o.rows {
@@ -149,9 +157,10 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
         @if !s.budgets.is_empty() {
             h2 { "Budget" }
             table #budget {
-                thead { tr { th { "Pool" } th.n { "Allocated" } th.n { "Used" } th.n { "Held" } th.n { "Remaining" } } }
+                thead { tr { th { "Pool" } th { "At" } th.n { "Allocated" } th.n { "Used" } th.n { "Held" } th.n { "Remaining" } } }
                 tbody { @for b in &s.budgets { tr {
                     td { (b.cluster.as_deref().unwrap_or("every cluster")) }
+                    td { (b.at.format("%Y-%m-%d %H:%M UTC")) }
                     (amount(b.allocated)) (amount(b.used)) (amount(b.held)) (amount(b.remaining))
                 } } }
             }
@@ -179,13 +188,16 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
                 tbody { @for j in &p.jobs { tr {
                     td { (j.ended_at.format("%Y-%m-%d %H:%M UTC")) }
                     td { (j.cluster) "/" (j.job_id) @if let Some(i) = j.array_index { "_" (i) }
-                         @if j.kind != "original" { " (" (j.kind) ")" } }
+                         @if j.kind != "original" { " (" (j.kind) ")" }
+                         @if j.replaced { " (replaced)" } }
                     td { (j.user_name) } td { (j.node_type) } td.n { (j.cores) } td.n { (j.gpus) }
                     td.n { ((Decimal::from((j.ended_at - j.started_at).num_seconds()) / Decimal::from(3600)).round_dp(2)) }
                     td { (j.state) } (amount(j.charged))
                 } } }
             }
-            p.note { "Charged: the job's charge at list price; discounts and corrections are on the statement." }
+            p.note { "Newest recorded first. Charged: what the record charged at list price; a record marked "
+                     "replaced was superseded by a later one for the same run, whose charge reversed it. "
+                     "Discounts and corrections are on the statement." }
         }
         div.pager {
             @if let Some(before) = p.older_jobs {

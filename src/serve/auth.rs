@@ -46,7 +46,7 @@ impl Credentials {
     /// Accept HTTP Basic with `user:password`.
     pub fn with_basic(mut self, user_password: &str) -> Result<Credentials, String> {
         if !user_password.contains(':') {
-            return Err(format!("{BASIC_ENV} must be user:password"));
+            return Err("must be user:password".to_owned());
         }
         let encoded = base64::engine::general_purpose::STANDARD.encode(user_password);
         self.accepted.push(format!("Basic {encoded}"));
@@ -56,7 +56,7 @@ impl Credentials {
     /// Accept `Authorization: Bearer <token>`.
     pub fn with_token(mut self, token: &str) -> Result<Credentials, String> {
         if token.is_empty() || token.chars().any(char::is_whitespace) {
-            return Err(format!("{TOKEN_ENV} must be one word"));
+            return Err("must be one word".to_owned());
         }
         self.accepted.push(format!("Bearer {token}"));
         Ok(self)
@@ -88,10 +88,10 @@ impl Credentials {
         }
         let mut c = Credentials::none();
         if let Some(b) = read(basic)? {
-            c = c.with_basic(&b)?;
+            c = c.with_basic(&b).map_err(|e| format!("{basic} {e}"))?;
         }
         if let Some(t) = read(token)? {
-            c = c.with_token(&t)?;
+            c = c.with_token(&t).map_err(|e| format!("{token} {e}"))?;
         }
         Ok(c)
     }

@@ -103,6 +103,9 @@ struct App {
     catalog: crate::service::quote::CatalogCache,
     /// Malformed documents kept per sender in the current hour.
     junk: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, (Instant, u32)>>,
+    /// Web view requests read the ledger at most [`web::SLOTS`] at a time, so
+    /// pages cannot take the pool's connections from job posts.
+    web_slots: tokio::sync::Semaphore,
 }
 
 /// Serve on `listener` until `shutdown` completes; then finish every request
@@ -154,6 +157,7 @@ pub async fn serve(
         pool,
         catalog: crate::service::quote::CatalogCache::default(),
         junk: std::sync::Mutex::new(std::collections::HashMap::new()),
+        web_slots: tokio::sync::Semaphore::new(web::SLOTS),
     });
     // Every body is read whole, within its route's limit and time, out of
     // one budget shared by all requests (body.rs).

@@ -22,6 +22,10 @@ use crate::document;
 use crate::domain::period::Month;
 use crate::service::web::{self as web, Viewer};
 
+/// How many web view requests read the ledger at once (of the pool's 8
+/// connections); the others wait their turn.
+pub(super) const SLOTS: usize = 2;
+
 fn query(uri: &Uri, key: &str) -> Option<String> {
     let q = uri.query()?;
     url::form_urlencoded::parse(q.as_bytes())
@@ -48,7 +52,10 @@ fn presented_token(headers: &HeaderMap) -> Option<String> {
 fn unauthorized() -> Response {
     (
         StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Basic realm=\"hpc-ledger web\"")],
+        [
+            (header::WWW_AUTHENTICATE, "Basic realm=\"hpc-ledger web\""),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
         "credentials required\n",
     )
         .into_response()
@@ -60,11 +67,21 @@ fn not_found() -> Response {
 
 fn failed(e: impl std::fmt::Display) -> Response {
     tracing::error!("web view: {e}");
-    (StatusCode::SERVICE_UNAVAILABLE, "the ledger cannot be read now\n").into_response()
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::X_CONTENT_TYPE_OPTIONS, "nosniff")],
+        "the ledger cannot be read now\n",
+    )
+        .into_response()
 }
 
 fn bad_request(msg: String) -> Response {
-    (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response()
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::X_CONTENT_TYPE_OPTIONS, "nosniff")],
+        format!("{msg}\n"),
+    )
+        .into_response()
 }
 
 /// Private, never cached; no script, no fetching of anything.
@@ -113,6 +130,9 @@ fn month_param(uri: &Uri, this: Month) -> Result<Month, String> {
 /// `GET /ui`.
 pub(super) async fn home(State(app): State<Arc<App>>, headers: HeaderMap, uri: Uri) -> Response {
     let started = Instant::now();
+    let Ok(_slot) = app.web_slots.acquire().await else {
+        return failed("closed");
+    };
     let viewer = match viewer(&app, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -159,6 +179,9 @@ pub(super) async fn project(
     uri: Uri,
 ) -> Response {
     let started = Instant::now();
+    let Ok(_slot) = app.web_slots.acquire().await else {
+        return failed("closed");
+    };
     let viewer = match viewer(&app, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -199,6 +222,9 @@ pub(super) async fn statement(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
+    let Ok(_slot) = app.web_slots.acquire().await else {
+        return failed("closed");
+    };
     let viewer = match viewer(&app, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -224,16 +250,24 @@ pub(super) async fn statement(
     let generated = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
     let name = format!("statement-{}-{month}.{ext}", document::web::seg(&p.code));
     let disposition = format!("attachment; filename=\"{name}\"");
-    let (kind, body): (&str, Vec<u8>) = match ext {
-        "html" => (
-            "text/html; charset=utf-8",
-            document::statement_html(&s, &d, &generated).into_bytes(),
-        ),
-        "pdf" => ("application/pdf", document::pdf::statement_pdf(&s, &d, &generated)),
-        _ => (
-            "text/csv; charset=utf-8",
-            document::statement_csv(std::slice::from_ref(&s)).into_bytes(),
-        ),
+    let ext = ext.to_owned();
+    // A PDF takes milliseconds of CPU: drawn off the async workers.
+    let rendered = tokio::task::spawn_blocking(move || -> (&'static str, Vec<u8>) {
+        match ext.as_str() {
+            "html" => (
+                "text/html; charset=utf-8",
+                document::statement_html(&s, &d, &generated).into_bytes(),
+            ),
+            "pdf" => ("application/pdf", document::pdf::statement_pdf(&s, &d, &generated)),
+            _ => (
+                "text/csv; charset=utf-8",
+                document::statement_csv(std::slice::from_ref(&s)).into_bytes(),
+            ),
+        }
+    })
+    .await;
+    let Ok((kind, body)) = rendered else {
+        return failed("rendering the statement failed");
     };
     let r = (
         [

@@ -29,12 +29,16 @@ struct Running {
 }
 
 fn start(pool: &PgPool) -> Running {
+    start_with(pool, Credentials::none().with_token("billing-office-secret").unwrap())
+}
+
+fn start_with(pool: &PgPool, web: Credentials) -> Running {
     let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let options = Options {
         credentials: Credentials::none(),
-        web: Credentials::none().with_token("billing-office-secret").unwrap(),
+        web,
         max_batch: 10,
         supersede: false,
         author: "web-test".into(),
@@ -326,6 +330,52 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
             .unwrap();
     assert_eq!(stored, 0, "only the hash is kept");
 
+    let _ = s.stop.send(());
+    s.done.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn links_to_a_code_with_spaces_and_slashes_lead_to_it_and_no_billing_credential_means_no_list() {
+    let db = TestDb::with_example().await;
+    // A code is the scheduler's account name: almost any text.
+    let code = "Lab A+B/x.y";
+    sqlx::query("INSERT INTO project (code, name, pi) VALUES ($1, 'Odd name', 'Dr. Odd')")
+        .bind(code)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let odd = grant(&db.pool, code, Utc::now() + TimeDelta::days(1), None, "billing")
+        .await
+        .unwrap();
+    let token = format!("Bearer {}", odd.token);
+
+    // The billing office signs in with HTTP Basic; its list links the code
+    // as one path segment, and following the link shows that project.
+    let s = start_with(&db.pool, Credentials::none().with_basic("office:pa55").unwrap());
+    let office = client::basic("office:pa55");
+    assert_eq!(s.get("/ui", Some(&client::basic("office:wrong"))).await.status, 401);
+    let list = s.get("/ui", Some(&office)).await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    let href = "/ui/projects/Lab%20A%2BB%2Fx%2Ey";
+    assert!(list.body.contains(&format!("href=\"{href}\"")), "{}", list.body);
+    let page = s.get(href, Some(&office)).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("<h1>Lab A+B/x.y — Odd name</h1>"), "{}", page.body);
+    // The project's token is sent to the same place.
+    let home = s.get("/ui", Some(&token)).await;
+    assert_eq!((home.status, home.header("location")), (303, Some(href)));
+    // A plus is a plus in a path, not a space.
+    assert_eq!(s.get("/ui/projects/Lab+A%2BB%2Fx.y", Some(&token)).await.status, 404);
+    let _ = s.stop.send(());
+    s.done.await.unwrap().unwrap();
+
+    // Without a billing-office credential configured the list is nobody's:
+    // only project tokens get in.
+    let s = start_with(&db.pool, Credentials::none());
+    assert_eq!(s.get("/ui", None).await.status, 401);
+    assert_eq!(s.get("/ui", Some(&office)).await.status, 401);
+    assert_eq!(s.get(href, None).await.status, 401);
+    assert_eq!(s.get(href, Some(&token)).await.status, 200);
     let _ = s.stop.send(());
     s.done.await.unwrap().unwrap();
 }
