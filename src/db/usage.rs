@@ -50,7 +50,7 @@ pub async fn usage(
                           '(' || coalesce(o.kind, e.kind) || ')')
                       ELSE coalesce(c.name || '/' || n.name, '(' || coalesce(o.kind, e.kind) || ')')
                   END AS "key!",
-                  count(DISTINCT j.id) FILTER (WHERE e.kind = 'job') AS "jobs!",
+                  count(DISTINCT r.job_id) FILTER (WHERE e.kind = 'job') AS "jobs!",
                   coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'core_hours'), 0) AS "core_hours!",
                   coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'gpu_hours'), 0) AS "gpu_hours!",
                   coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'tb_months'), 0) AS "tb_months!",
@@ -59,8 +59,8 @@ pub async fn usage(
              JOIN project p ON p.id = e.project_id
              LEFT JOIN ledger_entry o ON o.id = e.corrects_id
              LEFT JOIN job_record r ON r.id = coalesce(e.job_record_id, o.job_record_id)
-             LEFT JOIN job j ON j.id = r.job_id
-             LEFT JOIN cluster c ON c.id = j.cluster_id
+             -- A record's cluster is its run's (the foreign key (job_id, cluster_id, started_at)).
+             LEFT JOIN cluster c ON c.id = r.cluster_id
              LEFT JOIN node_type n ON n.id = r.node_type_id
             WHERE e.period BETWEEN $2 AND $3
               AND ($1::text IS NULL OR lower(p.code) = lower($1))
