@@ -252,6 +252,46 @@ impl Embedded {
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 
+    /// A hot standby of this (running) cluster under `home`: a base backup
+    /// taken over the primary's socket with `pg_basebackup -R` (which writes
+    /// the standby's connection to the primary), started. Made once; later
+    /// calls start it if it is stopped. What it serves is read-only and as
+    /// recent as its last replayed change (docs/scaling.md).
+    pub fn standby(&self, home: &Path) -> Result<Embedded, EmbeddedError> {
+        let standby = Embedded::locate(home, self.options.clone())?;
+        if standby.root == self.root {
+            return Err(EmbeddedError::Command {
+                what: "making a standby".into(),
+                detail: format!("{} is the primary's own home", home.display()),
+            });
+        }
+        let lock_path = standby.home.join("lock");
+        let lock = File::create(&lock_path).map_err(io(format!("creating {}", lock_path.display())))?;
+        lock.lock().map_err(io(format!("locking {}", lock_path.display())))?;
+        if !standby.is_initialized() {
+            let data = standby.data_dir();
+            if data.exists() {
+                // A half-made copy from an interrupted base backup.
+                fs::remove_dir_all(&data).map_err(io(format!("removing {}", data.display())))?;
+            }
+            let mut cmd = standby.pg_command("pg_basebackup");
+            cmd.arg("-D")
+                .arg(&data)
+                .arg("-h")
+                .arg(&self.socket_dir)
+                .args(["-p", &PORT.to_string(), "-U", SUPERUSER])
+                .args(["--write-recovery-conf", "--wal-method=stream", "--checkpoint=fast"]);
+            if self.options.fast {
+                cmd.arg("--no-sync");
+            }
+            run(cmd, "pg_basebackup")?;
+        }
+        if !standby.is_running() {
+            standby.start()?;
+        }
+        Ok(standby)
+    }
+
     /// Stop the server if it runs. Returns whether it was running.
     pub fn stop(&self) -> Result<bool, EmbeddedError> {
         if !self.is_running() {

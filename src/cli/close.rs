@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use chrono::Utc;
 
 use super::{Format, print_json, table};
-use crate::db::Target;
+use crate::db::{Readers, Target};
 use crate::domain::period::Month;
 use crate::service::close::{
     Anchor, AuditReport, CloseOutcome, anchors, audit, close, close_through, verify, verify_against,
@@ -221,8 +221,8 @@ pub struct VerifyArgs {
     format: super::ListFormat,
 }
 
-pub async fn run_verify(args: VerifyArgs, target: &Target) -> anyhow::Result<ExitCode> {
-    let pool = target.open_configured().await?;
+pub async fn run_verify(args: VerifyArgs, readers: &Readers) -> anyhow::Result<ExitCode> {
+    let pool = readers.open_configured().await?;
     if args.export {
         for a in anchors(&pool).await? {
             println!("{}", serde_json::to_string(&a)?);
@@ -366,8 +366,8 @@ pub struct AuditArgs {
     format: super::ListFormat,
 }
 
-pub async fn run_audit(args: AuditArgs, target: &Target) -> anyhow::Result<ExitCode> {
-    let pool = target.open_configured().await?;
+pub async fn run_audit(args: AuditArgs, readers: &Readers) -> anyhow::Result<ExitCode> {
+    let pool = readers.open_configured().await?;
     let report = audit(&pool).await?;
     let deep = match args.deep {
         true => Some(crate::service::deep::deep_audit(&pool).await?),
@@ -537,6 +537,13 @@ fn findings_csv(r: &AuditReport, deep: Option<&crate::service::deep::DeepReport>
 
 pub fn render(r: &AuditReport) -> String {
     let mut o = String::new();
+    if r.replica {
+        o.push_str(
+            "read on a streaming replica: everything below as of its last replayed change; the audit views' \
+             queries were not compared with the migrations' (a replica cannot create them again: the primary's \
+             audit does)\n",
+        );
+    }
     if !r.definitions.is_empty() {
         o.push_str(&format!(
             "{} of the database's own definitions are not the migrations' (its guards or the audit itself were altered):\n",

@@ -33,6 +33,18 @@ pub enum Cmd {
     ///   psql "$(hpc-ledger db url)"
     #[command(verbatim_doc_comment)]
     Url,
+    /// Make a hot standby of the embedded database under DIR (a base backup
+    /// with `pg_basebackup -R`), start it and print its URL: a streaming
+    /// replica on this machine for --read-database-url. Stop it with
+    /// `hpc-ledger db stop --home DIR`.
+    ///
+    /// Example:
+    ///   hpc-ledger statement --all --month 2026-10 --read-database-url "$(hpc-ledger db standby /srv/hpc-ledger-replica)"
+    #[command(verbatim_doc_comment)]
+    Standby {
+        /// The standby's home (not the primary's).
+        dir: std::path::PathBuf,
+    },
     /// Apply the schema migrations to the database.
     ///
     /// Example:
@@ -87,6 +99,17 @@ pub async fn run(cmd: Cmd, target: &Target) -> anyhow::Result<ExitCode> {
         Cmd::Url => {
             target.open().await?;
             println!("{}", redact(&target.url(None)?));
+        }
+        Cmd::Standby { dir } => {
+            let Target::Embedded(e) = target else {
+                bail!(
+                    "a database URL is set: `db standby` copies only the embedded database (for a server of your own, see docs/scaling.md)"
+                );
+            };
+            target.open().await?;
+            let e = e.clone();
+            let standby = tokio::task::spawn_blocking(move || e.standby(&dir)).await??;
+            println!("{}", standby.url(crate::embedded::DATABASE));
         }
         Cmd::Migrate => {
             target.prepare(crate::embedded::DATABASE).await?;

@@ -29,7 +29,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::db::Target;
+use crate::db::{Readers, Target};
 
 /// A charge-back ledger for HPC centers: finished jobs and storage quotas in,
 /// priced immutable ledger entries out.
@@ -68,6 +68,32 @@ pub struct Cli {
         conflicts_with = "database_url"
     )]
     pub database_url_file: Option<PathBuf>,
+
+    /// PostgreSQL URL of a streaming replica of the ledger database: the
+    /// commands that only read (statement, usage, audit, verify) and serve's
+    /// web view read from it; everything that writes stays on the primary
+    /// (docs/scaling.md).
+    #[arg(
+        long,
+        env = "HPC_LEDGER_READ_DATABASE_URL",
+        global = true,
+        help_heading = "Database",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub read_database_url: Option<String>,
+
+    /// Read the replica's URL from this file instead.
+    #[arg(
+        long,
+        env = "HPC_LEDGER_READ_DATABASE_URL_FILE",
+        global = true,
+        help_heading = "Database",
+        hide_env_values = true,
+        value_name = "FILE",
+        conflicts_with = "read_database_url"
+    )]
+    pub read_database_url_file: Option<PathBuf>,
 
     /// Directory of the embedded database (used when no database URL is given).
     #[arg(
@@ -310,21 +336,41 @@ pub enum Format {
 
 impl Cli {
     fn target(&self) -> anyhow::Result<Target> {
-        let url = match &self.database_url_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("reading the database URL from {}: {e}", path.display()))?
-                    .trim()
-                    .to_owned(),
-            ),
-            None => self.database_url.clone(),
-        };
+        let url = url_or_file(&self.database_url, &self.database_url_file, "database URL")?;
         Ok(Target::resolve(url, &self.home)?)
     }
+
+    /// Where the commands that only read go: the replica, when one is given.
+    fn readers(&self, target: &Target) -> anyhow::Result<Readers> {
+        let replica = url_or_file(
+            &self.read_database_url,
+            &self.read_database_url_file,
+            "replica's database URL",
+        )?
+        .filter(|u| !u.trim().is_empty());
+        Ok(Readers {
+            primary: target.clone(),
+            replica,
+        })
+    }
+}
+
+/// A URL given as such or in a file (a secret mounted by the service manager).
+fn url_or_file(url: &Option<String>, file: &Option<PathBuf>, what: &str) -> anyhow::Result<Option<String>> {
+    Ok(match file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("reading the {what} from {}: {e}", path.display()))?
+                .trim()
+                .to_owned(),
+        ),
+        None => url.clone(),
+    })
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let target = cli.target()?;
+    let readers = cli.readers(&target)?;
     let author = crate::service::author(cli.author.as_deref());
     let by = author.as_str();
     match cli.command {
@@ -333,7 +379,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Quote(args) => quote::run(args, &target).await,
         Command::Job(cmd) => job::run(cmd, &target, by).await,
         Command::Entries(args) => explain::run_entries(args, &target).await,
-        Command::Usage(args) => usage::run(args, &target).await,
+        Command::Usage(args) => usage::run(args, &readers).await,
         Command::Export(cmd) => export::run(cmd, &target, by).await,
         Command::Access(cmd) => access::run(cmd, &target, by).await,
         Command::Alloc(cmd) => budget::run_alloc(cmd, &target, by).await,
@@ -343,14 +389,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Slurm(cmd) => budget::run_slurm(cmd, &target, by).await,
         Command::Alerts(args) => budget::run_alerts(args, &target).await,
         Command::Import(args) => import::run(args, &target, by).await,
-        Command::Serve(args) => serve::run(args, &target, by).await,
+        Command::Serve(args) => serve::run(args, &target, &readers, by).await,
         Command::Rejected(args) => rejected::run(args, &target, by).await,
         Command::Quota(cmd) => quota::run(cmd, &target, by).await,
         Command::Bill(cmd) => bill::run(cmd, &target, by).await,
-        Command::Statement(args) => statement::run(args, &target).await,
+        Command::Statement(args) => statement::run(args, &readers).await,
         Command::Close(args) => close::run_close(args, &target, by).await,
-        Command::Verify(args) => close::run_verify(args, &target).await,
-        Command::Audit(args) => close::run_audit(args, &target).await,
+        Command::Verify(args) => close::run_verify(args, &readers).await,
+        Command::Audit(args) => close::run_audit(args, &readers).await,
         Command::Reverse(args) => correct::run_reverse(args, &target, by).await,
         Command::Refund(args) => correct::run_refund(args, &target, by).await,
         Command::Adjust(args) => correct::run_adjust(args, &target, by).await,

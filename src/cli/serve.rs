@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::db::Target;
+use crate::db::{Readers, Target};
 use crate::serve::{self, Credentials, Metrics, Options};
 
 #[derive(Debug, clap::Args)]
@@ -33,7 +33,7 @@ pub struct Args {
     max_connections: usize,
 }
 
-pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
+pub async fn run(args: Args, target: &Target, readers: &Readers, author: &str) -> anyhow::Result<ExitCode> {
     let credentials = Credentials::from_env().map_err(anyhow::Error::msg)?;
     if credentials.is_empty() && !serve::open_allowed(&args.listen) {
         anyhow::bail!(
@@ -46,6 +46,11 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
         );
     }
     let pool = target.open_configured().await?;
+    // The web view's pages read from the replica when one is given.
+    let reader = match readers.replica {
+        Some(_) => Some(readers.open_configured().await?),
+        None => None,
+    };
     let listener = serve::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
     tracing::info!(
@@ -60,6 +65,7 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
     let options = Options {
         credentials,
         web,
+        reader,
         max_batch: args.max_batch,
         supersede: args.supersede,
         author: author.to_owned(),

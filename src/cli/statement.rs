@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 
 use super::print_json;
-use crate::db::Target;
+use crate::db::Readers;
 use crate::document::{line_is_product, metric_label, num};
 use crate::domain::period::Month;
 use crate::service::statement::{
@@ -52,8 +52,8 @@ pub struct Args {
     out: Option<PathBuf>,
 }
 
-pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
-    let pool = target.open_configured().await?;
+pub async fn run(args: Args, readers: &Readers) -> anyhow::Result<ExitCode> {
+    let pool = readers.open_configured().await?;
     let which = match &args.project {
         Some(p) => Which::Project(p),
         None => Which::All,

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use super::{ListFormat, print_json, table};
-use crate::db::Target;
+use crate::db::Readers;
 use crate::domain::period::Month;
 use crate::service::usage::{By, usage};
 
@@ -41,8 +41,8 @@ pub struct Args {
     format: ListFormat,
 }
 
-pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
-    let pool = target.open_configured().await?;
+pub async fn run(args: Args, readers: &Readers) -> anyhow::Result<ExitCode> {
+    let pool = readers.open_configured().await?;
     let by = match args.by {
         Group::User => By::User,
         Group::Cluster => By::Cluster,

@@ -159,6 +159,41 @@ impl Target {
     }
 }
 
+/// Where the commands that only read go: the ledger's primary, or a
+/// streaming replica of it (`--read-database-url`, docs/scaling.md).
+#[derive(Debug, Clone)]
+pub struct Readers {
+    pub primary: Target,
+    pub replica: Option<String>,
+}
+
+impl Readers {
+    /// A pool for reading the ledger: on the replica when one is given
+    /// (checked like an external primary: this version's schema and a
+    /// center), else [`Target::open_configured`].
+    pub async fn open_configured(&self) -> Result<PgPool, DbError> {
+        let Some(url) = &self.replica else {
+            return self.primary.open_configured().await;
+        };
+        let pool = connect(url).await?;
+        check_migrated(&pool).await?;
+        if !reference::center_exists(&pool).await? {
+            return Err(DbError::NoCenter {
+                place: format!("the replica {}", redact(url)),
+            });
+        }
+        Ok(pool)
+    }
+}
+
+/// Whether the server behind `conn` is a standby replaying the primary's
+/// WAL (read-only: it can create nothing, not even a temporary view).
+pub async fn is_replica(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT pg_is_in_recovery() AS "r!""#)
+        .fetch_one(conn)
+        .await
+}
+
 fn options(url: &str) -> Result<PgConnectOptions, DbError> {
     Ok(url
         .parse::<PgConnectOptions>()

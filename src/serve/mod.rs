@@ -71,6 +71,10 @@ pub struct Options {
     /// The billing office's credential for the web view (`/ui`); empty:
     /// only project tokens see anything there.
     pub web: Credentials,
+    /// A streaming replica the web view reads from (`--read-database-url`);
+    /// `None`: the primary. Job posts, start checks and the web view's token
+    /// checks (a revoked token must stop at once) stay on the primary.
+    pub reader: Option<PgPool>,
     /// Jobs per transaction, at most.
     pub max_batch: usize,
     /// Re-sent records that change the charge replace it (docs/rules.md D9).
@@ -98,6 +102,8 @@ struct App {
     queue: mpsc::Sender<Pending>,
     metrics: Arc<Metrics>,
     pool: PgPool,
+    /// Where the web view's pages read: the replica, or `pool`.
+    reader: PgPool,
     health: Arc<health::Health>,
     /// The rate catalog for start checks, loaded again when the rules change.
     catalog: crate::service::quote::CatalogCache,
@@ -154,6 +160,7 @@ pub async fn serve(
         queue,
         metrics,
         health,
+        reader: options.reader.unwrap_or_else(|| pool.clone()),
         pool,
         catalog: crate::service::quote::CatalogCache::default(),
         junk: std::sync::Mutex::new(std::collections::HashMap::new()),

@@ -138,7 +138,7 @@ pub(super) async fn home(State(app): State<Arc<App>>, headers: HeaderMap, uri: U
         Err(r) => return r,
     };
     let r = match viewer {
-        Viewer::Project(id) => match web::code_of(&app.pool, id).await {
+        Viewer::Project(id) => match web::code_of(&app.reader, id).await {
             Ok(Some(code)) => (
                 StatusCode::SEE_OTHER,
                 [(header::LOCATION, format!("/ui/projects/{}", document::web::seg(&code)))],
@@ -149,7 +149,7 @@ pub(super) async fn home(State(app): State<Arc<App>>, headers: HeaderMap, uri: U
         },
         Viewer::Billing => {
             let now = chrono::Utc::now();
-            let this = match web::this_month(&app.pool, now).await {
+            let this = match web::this_month(&app.reader, now).await {
                 Ok(m) => m,
                 Err(e) => return failed(e),
             };
@@ -162,7 +162,7 @@ pub(super) async fn home(State(app): State<Arc<App>>, headers: HeaderMap, uri: U
                 Some(Ok(p)) => p,
                 Some(Err(_)) => return bad_request("page must be a number".into()),
             };
-            match web::overview(&app.pool, month, page, now).await {
+            match web::overview(&app.reader, month, page, now).await {
                 Ok(o) => (html_headers(), document::web::overview(&o)).into_response(),
                 Err(e) => failed(e),
             }
@@ -186,12 +186,12 @@ pub(super) async fn project(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let p = match web::visible(&app.pool, viewer, &code).await {
+    let p = match web::visible(&app.reader, viewer, &code).await {
         Ok(Some(p)) => p,
         Ok(None) => return not_found(),
         Err(e) => return failed(e),
     };
-    let this = match web::this_month(&app.pool, chrono::Utc::now()).await {
+    let this = match web::this_month(&app.reader, chrono::Utc::now()).await {
         Ok(m) => m,
         Err(e) => return failed(e),
     };
@@ -208,7 +208,7 @@ pub(super) async fn project(
         Viewer::Billing => "the billing office".to_owned(),
         Viewer::Project(_) => format!("a token of {}", p.code),
     };
-    let r = match web::project_page(&app.pool, &p, month, before).await {
+    let r = match web::project_page(&app.reader, &p, month, before).await {
         Ok(page) => (html_headers(), document::web::project(&page, &who)).into_response(),
         Err(e) => failed(e),
     };
@@ -229,7 +229,7 @@ pub(super) async fn statement(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let p = match web::visible(&app.pool, viewer, &code).await {
+    let p = match web::visible(&app.reader, viewer, &code).await {
         Ok(Some(p)) => p,
         Ok(None) => return not_found(),
         Err(e) => return failed(e),
@@ -243,7 +243,7 @@ pub(super) async fn statement(
     if !matches!(ext, "html" | "pdf" | "csv") {
         return not_found();
     }
-    let (s, d) = match web::statement(&app.pool, &p, month).await {
+    let (s, d) = match web::statement(&app.reader, &p, month).await {
         Ok(x) => x,
         Err(e) => return failed(e),
     };

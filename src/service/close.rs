@@ -307,6 +307,10 @@ pub struct AuditReport {
     pub rejections: crate::db::rejected::RejectionSummary,
     /// Functions, audit views and triggers that are not the migrations'.
     pub definitions: Vec<crate::db::definitions::Altered>,
+    /// Read on a streaming replica (`--read-database-url`): everything
+    /// above, except the audit views' queries, which a replica cannot
+    /// create again to compare (the primary's audit does).
+    pub replica: bool,
 }
 
 impl AuditReport {
@@ -320,10 +324,14 @@ pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
     // migrations' (on a connection of its own: it rolls its work back).
     // Plan the audit on statistics that know how big the ledger is (a
     // billing run may have just written a charge per project).
-    crate::service::refresh_statistics(pool, &[]).await;
-    let definitions = {
+    let (definitions, replica) = {
         let mut conn = pool.acquire().await?;
-        crate::db::definitions::altered(&mut conn).await?
+        let replica = crate::db::is_replica(&mut conn).await?;
+        if !replica {
+            // A replica has its primary's statistics, and may not write them.
+            crate::service::refresh_statistics(pool, &[]).await;
+        }
+        (crate::db::definitions::altered(&mut conn, !replica).await?, replica)
     };
     let mut tx = pool.begin().await?;
     // One pass over millions of charges: compiling it (JIT) costs more than
@@ -334,6 +342,7 @@ pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
         seals: periods::seal_checks(&mut tx, None).await?,
         rejections: crate::db::rejected::summary(&mut tx).await?,
         definitions,
+        replica,
     };
     tx.commit().await?;
     Ok(report)

@@ -110,6 +110,7 @@ fn serve_on(pool: &sqlx::PgPool) -> Served {
     let options = hpc_ledger::serve::Options {
         credentials: hpc_ledger::serve::Credentials::default(),
         web: hpc_ledger::serve::Credentials::default(),
+        reader: None,
         max_batch: 10,
         supersede: false,
         author: "t".into(),

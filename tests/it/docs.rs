@@ -42,6 +42,10 @@ const NOT_RUN: &[(&str, &str)] = &[
         "needs sacctmgr: tests/it/budget.rs runs it against a stand-in, tests/slurm/e2e.sh against a real Slurm",
     ),
     (
+        "export HPC_LEDGER_READ_DATABASE_URL=",
+        "names the center's own replica: tests/it/replica.rs runs these commands against a real standby",
+    ),
+    (
         "db stop",
         "stops the embedded database, not a server given by URL: tests/it/embedded.rs",
     ),
@@ -73,6 +77,7 @@ const PAGES: &[(&str, Start)] = &[
     ("docs/auditing.md", Start::Closed),
     ("docs/budgets.md", Start::Sample),
     ("docs/web.md", Start::Sample),
+    ("docs/scaling.md", Start::Closed),
 ];
 
 /// The commands of a page's ```sh blocks that call hpc-ledger, continuation

@@ -23,6 +23,7 @@ mod month_end;
 mod record_cli;
 mod rejected;
 mod reliability;
+mod replica;
 mod rounding;
 mod rules_versions;
 mod schema;

@@ -51,6 +51,7 @@ async fn start_limited(
     let options = Options {
         credentials,
         web: Credentials::none(),
+        reader: None,
         max_batch: 500,
         supersede,
         author: "serve-test".into(),

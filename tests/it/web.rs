@@ -39,6 +39,7 @@ fn start_with(pool: &PgPool, web: Credentials) -> Running {
     let options = Options {
         credentials: Credentials::none(),
         web,
+        reader: None,
         max_batch: 10,
         supersede: false,
         author: "web-test".into(),
