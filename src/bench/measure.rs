@@ -158,6 +158,101 @@ pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Mon
     Ok((took, metrics.batches().0))
 }
 
+/// Latencies of a run: the median and the 99th percentile.
+fn p50_p99(mut times: Vec<Duration>) -> (Duration, Duration) {
+    times.sort();
+    let p99 = times[(times.len() * 99).div_ceil(100).saturating_sub(1)];
+    (median(times), p99)
+}
+
+/// One sequential sender at Slurm's pace: `n` new jobcomp documents
+/// (numbered from `first`) posted one after another on one kept-alive
+/// connection, each after the last was answered. The time, the median and
+/// the 99th percentile of the posts.
+pub(super) async fn serve_one_sender(
+    pool: &PgPool,
+    first: u64,
+    n: u64,
+    projects: u64,
+    month: Month,
+) -> Result<(Duration, Duration, Duration)> {
+    use crate::serve::client::Session;
+    let docs: Vec<String> = (first..first + n)
+        .map(|i| crate::synthetic::bench_jobcomp(i, projects, month))
+        .collect();
+    let (addr, stop, server, _) = serve_in_process(pool, 500)?;
+    let mut session = Session::connect(addr).await?;
+    let mut times = Vec::with_capacity(docs.len());
+    let t = Instant::now();
+    for doc in &docs {
+        let one = Instant::now();
+        let r = session.post("/slurm/_doc", None, doc.as_bytes()).await?;
+        times.push(one.elapsed());
+        if r.status != 201 {
+            fail!("serve answered {} to a new job: {}", r.status, r.body.trim());
+        }
+    }
+    let took = t.elapsed();
+    drop(session);
+    let _ = stop.send(());
+    server.await??;
+    let (p50, p99) = p50_p99(times);
+    Ok((took, p50, p99))
+}
+
+/// What PostgreSQL itself commits for one client: `pgbench` with one
+/// connection inserting one row per durable transaction into a table with
+/// an identity key, for `seconds`: transactions per second, and the median
+/// and 99th percentile of their latencies (from pgbench's per-transaction
+/// log).
+pub(super) async fn pgbench_one_client(
+    setup: &Setup,
+    pool: &PgPool,
+    seconds: u32,
+) -> Result<(f64, Duration, Duration)> {
+    let pgbench = crate::embedded::client_binary("pgbench")
+        .context("pgbench (PostgreSQL's own benchmark client) is needed for the one-sender baseline")?;
+    sqlx::raw_sql(
+        "DROP TABLE IF EXISTS bench_pgbench;
+         CREATE TABLE bench_pgbench (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL)",
+    )
+    .execute(pool)
+    .await?;
+    let script = setup.dir.join("pgbench-insert.sql");
+    std::fs::write(&script, "INSERT INTO bench_pgbench (v) VALUES ('a job');\n")?;
+    let logs = setup.dir.join("pgbench-log");
+    std::fs::create_dir_all(&logs)?;
+    let out = Command::new(&pgbench)
+        .args(["-n", "-c", "1", "-j", "1", "-T", &seconds.to_string(), "-l"])
+        .arg(format!("--log-prefix={}", logs.join("tx").display()))
+        .arg("-f")
+        .arg(&script)
+        .arg(&setup.url)
+        .stdin(Stdio::null())
+        .output()
+        .context("running pgbench")?;
+    if !out.status.success() {
+        fail!("pgbench failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    // Each log line: client, transaction, latency in µs, script, epoch s, µs.
+    let mut times = Vec::new();
+    for entry in std::fs::read_dir(&logs)? {
+        for line in std::fs::read_to_string(entry?.path())?.lines() {
+            if let Some(us) = line.split_whitespace().nth(2).and_then(|f| f.parse::<u64>().ok()) {
+                times.push(Duration::from_micros(us));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&logs)?;
+    sqlx::raw_sql("DROP TABLE bench_pgbench").execute(pool).await?;
+    if times.is_empty() {
+        fail!("pgbench logged no transactions");
+    }
+    let tps = times.len() as f64 / f64::from(seconds);
+    let (p50, p99) = p50_p99(times);
+    Ok((tps, p50, p99))
+}
+
 /// `n` sequential `POST /check` requests (a scheduler hook's start check,
 /// one connection each) for project `code` against `serve` in process: the
 /// median and the 99th percentile of their times, and whether the last was

@@ -12,6 +12,7 @@
 //! | import of N jobs (a child process, as a user runs it) | `COPY` of the same lines into a bare table with one unique index |
 //! | re-import of the same file | the first import |
 //! | `serve`: jobcomp posts from 16 concurrent senders | the import's jobs/s |
+//! | `serve`: jobcomp posts from one sequential sender, kept alive (p50, p99) | `pgbench`, one client, one-row durable INSERTs |
 //! | `job record` as its own process | `psql -c` inserting one row |
 //! | storage billing of every project | `INSERT … SELECT` of the same rows into bare tables |
 //! | one project's statement, before and after the ledger grows | – |
@@ -52,9 +53,10 @@ use baselines::{
 };
 use measure::{
     HOSTILE, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job,
-    second_busiest_project, serve_posts, serve_under_attack, statement_time, usage_time, web_page_times,
+    pgbench_one_client, second_busiest_project, serve_one_sender, serve_posts, serve_under_attack, statement_time,
+    usage_time, web_page_times,
 };
-use report::{count, millis, per_second, secs};
+use report::{count, fine_millis, millis, per_second, secs};
 pub use report::{grouped, render};
 
 use crate::db::{self, MIGRATOR};
@@ -331,8 +333,38 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         ),
         baseline: format!("import: {} jobs/s", grouped(import_rate)),
         ratio: Some(serve_rate as f64 / import_rate.max(1) as f64),
-        target: "– (reported)".into(),
-        pass: true,
+        target: "≥ 0.5 × import".into(),
+        pass: serve_rate as f64 >= 0.5 * import_rate as f64,
+    });
+    say("serve: one sequential sender, and pgbench with one client");
+    let single = (sizes.jobs / 50).clamp(100, 20_000);
+    let (took, p50, p99) =
+        serve_one_sender(&pool, posts, single, sizes.job_projects.min(sizes.projects), month).await?;
+    // pgbench for about as long as the sender posted (2 to 10 s).
+    let seconds = u32::try_from(took.as_secs().clamp(2, 10)).unwrap_or(10);
+    let (tps, pg_p50, pg_p99) = pgbench_one_client(setup, &pool, seconds).await?;
+    let rate = single as f64 / took.as_secs_f64();
+    figures.push(Figure {
+        figure: format!(
+            "`serve`: {} jobcomp posts from one sequential sender (one kept-alive connection)",
+            grouped(single)
+        ),
+        measured: format!(
+            "{} = {} jobs/s, p50 {}, p99 {}",
+            secs(took),
+            grouped(rate as u64),
+            fine_millis(p50),
+            fine_millis(p99)
+        ),
+        baseline: format!(
+            "pgbench, 1 client, one-row durable INSERTs: {} tx/s, p50 {}, p99 {}",
+            grouped(tps as u64),
+            fine_millis(pg_p50),
+            fine_millis(pg_p99)
+        ),
+        ratio: Some(rate / tps),
+        target: "≥ 0.5 × pgbench's rate; p99 ≤ 2 × its p99".into(),
+        pass: rate >= 0.5 * tps && p99 <= pg_p99 * 2,
     });
     say("serve under hostile posts");
     let hostile = serve_under_attack(setup).await?;

@@ -80,6 +80,11 @@ pub(super) fn millis(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// Latencies near a millisecond, to the hundredth.
+pub(super) fn fine_millis(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
 /// 1234567 -> "1,234,567".
 pub fn grouped(n: u64) -> String {
     let s = n.to_string();

@@ -3,9 +3,9 @@
 
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
-use crate::domain::kinds::EntryKind;
+use crate::domain::kinds::{EntryKind, SourceFormat};
 use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
 use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
@@ -29,6 +29,57 @@ pub async fn lock_for_posting(conn: &mut PgConnection) -> Result<(), sqlx::Error
     .fetch_one(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// A transaction for posting, begun with the locks of [`lock_for_posting`]
+/// taken in the same round trip as its `BEGIN` (a recording transaction of
+/// one job is a handful of round trips: each counts at Slurm's pace).
+pub async fn begin_posting(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    pool.begin_with(format!(
+        "BEGIN; SELECT set_config('jit', 'off', true), pg_advisory_xact_lock_shared(hl_period_lock_key()), \
+         pg_advisory_xact_lock_shared({})",
+        crate::db::RULES_LOCK
+    ))
+    .await
+}
+
+/// What a recording transaction reads once its locks are held (one round
+/// trip): the rules' version, the latest closed month, and whether an
+/// open (or dismissed) rejection could be resolved by the batch: one of
+/// the same bytes (`formats`, `hashes`) or, open, of the same job (`keys`,
+/// lower case).
+pub struct PostingState {
+    pub rules_version: i64,
+    pub last_closed: Option<NaiveDate>,
+    pub rejections_to_resolve: bool,
+}
+
+pub async fn posting_state(
+    conn: &mut PgConnection,
+    formats: &[SourceFormat],
+    hashes: &[Vec<u8>],
+    keys: &[String],
+) -> Result<PostingState, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT (SELECT version FROM rules_version) AS "version!",
+                  (SELECT max(period) FROM closed_period) AS last_closed,
+                  (EXISTS (SELECT 1 FROM UNNEST($1::text[], $2::bytea[]) AS u(f, h)
+                             JOIN rejected_record r ON r.source_format = u.f AND r.raw_sha256 = u.h
+                            WHERE r.resolved_at IS NULL OR r.resolution = 'dismissed')
+                   OR EXISTS (SELECT 1 FROM rejected_record
+                               WHERE resolved_at IS NULL AND lower(job_key) = ANY($3) AND kind <> 'conflict'))
+                  AS "to_resolve!""#,
+        formats as &[SourceFormat],
+        hashes,
+        keys
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(PostingState {
+        rules_version: row.version,
+        last_closed: row.last_closed,
+        rejections_to_resolve: row.to_resolve,
+    })
 }
 
 /// The latest closed month (first day), if any month is closed.

@@ -27,16 +27,6 @@ fn no_nul(s: &str) -> String {
     s.replace('\0', "\u{FFFD}")
 }
 
-/// Whether any rejection could be resolved by a recording (open ones, and
-/// dismissed ones, which a recording of their line also resolves).
-pub async fn any_to_resolve(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM rejected_record WHERE resolved_at IS NULL OR resolution = 'dismissed') AS "open!""#
-    )
-    .fetch_one(&mut *conn)
-    .await
-}
-
 /// Keep rejections; a line rejected before is updated (reason, when, how
 /// many times) rather than duplicated.
 pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<(), sqlx::Error> {

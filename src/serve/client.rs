@@ -1,6 +1,6 @@
 //! A minimal HTTP/1.1 client for `serve`'s own tests, the bench and the
 //! end-to-end checks: one request per connection, `Connection: close`, the
-//! reply read whole. Not a general client (no TLS, no chunked bodies, no
+//! reply read whole; or a [`Session`] keeping one connection alive. Not a general client (no TLS, no chunked bodies, no
 //! redirects): `serve` never sends those.
 
 use std::io;
@@ -72,6 +72,67 @@ pub async fn get(addr: SocketAddr, path: &str) -> io::Result<Reply> {
 /// `GET path` with an `Authorization` header.
 pub async fn get_as(addr: SocketAddr, path: &str, authorization: &str) -> io::Result<Reply> {
     request(addr, "GET", path, Some(authorization), b"").await
+}
+
+/// One kept-alive connection, requests sent one after another on it (as
+/// Slurm's jobcomp plugin does through libcurl). The reply's body is read by
+/// its `Content-Length`.
+pub struct Session {
+    addr: SocketAddr,
+    stream: tokio::io::BufReader<TcpStream>,
+}
+
+impl Session {
+    pub async fn connect(addr: SocketAddr) -> io::Result<Session> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Session {
+            addr,
+            stream: tokio::io::BufReader::new(stream),
+        })
+    }
+
+    /// `POST path` with a JSON body on this connection.
+    pub async fn post(&mut self, path: &str, authorization: Option<&str>, body: &[u8]) -> io::Result<Reply> {
+        use tokio::io::AsyncBufReadExt;
+        let mut head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        if let Some(a) = authorization {
+            head.push_str(&format!("Authorization: {a}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut request = head.into_bytes();
+        request.extend_from_slice(body);
+        self.stream.get_mut().write_all(&request).await?;
+        let mut raw = Vec::new();
+        let mut length = 0usize;
+        loop {
+            let start = raw.len();
+            if self.stream.read_until(b'\n', &mut raw).await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection",
+                ));
+            }
+            let line = String::from_utf8_lossy(&raw[start..]).to_ascii_lowercase();
+            if let Some(v) = line.strip_prefix("content-length:") {
+                length = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a bad Content-Length"))?;
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; length];
+        self.stream.read_exact(&mut body).await?;
+        raw.extend_from_slice(&body);
+        parse_reply(&raw)
+    }
 }
 
 fn parse_reply(raw: &[u8]) -> io::Result<Reply> {

@@ -252,7 +252,7 @@ impl Recorder {
         jobs: &[Submission],
         malformed: &[(Source, String)],
     ) -> Result<Vec<Outcome>, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = ledger::begin_posting(&self.pool).await?;
         let result = self.batch_in(&mut tx, jobs, malformed).await;
         crate::service::finish(tx, result).await
     }
@@ -263,14 +263,28 @@ impl Recorder {
         jobs: &[Submission],
         malformed: &[(Source, String)],
     ) -> Result<Vec<Outcome>, sqlx::Error> {
-        ledger::lock_for_posting(&mut *tx).await?;
-        let version = ledger::rules_version(&mut *tx).await?;
+        // The posting locks are held (taken with BEGIN): what they guard is
+        // read in one round trip, with whether the batch may resolve a
+        // rejection (most batches cannot: then nothing more is asked).
+        let (formats, hashes): (Vec<SourceFormat>, Vec<Vec<u8>>) = jobs
+            .iter()
+            .map(|j| &j.source)
+            .chain(malformed.iter().map(|(source, _)| source))
+            .map(|source| (source.format, source.raw_sha256()))
+            .unzip();
+        // As rejections keep them: PostgreSQL text holds no NUL.
+        let keys: Vec<String> = jobs
+            .iter()
+            .map(|j| j.input.key().to_lowercase().replace('\0', "\u{FFFD}"))
+            .collect();
+        let state = ledger::posting_state(&mut *tx, &formats, &hashes, &keys).await?;
+        let version = state.rules_version;
         if self.catalog.as_ref().map(|(v, _)| *v) != Some(version) {
             let catalog = reference::load_catalog(&mut *tx).await?;
             self.catalog = Some((version, catalog));
         }
         self.load_projects(&mut *tx, jobs).await?;
-        let last_closed = ledger::last_closed(&mut *tx).await?.map(Month::of_date);
+        let last_closed = state.last_closed.map(Month::of_date);
         let now = Utc::now();
         let catalog = &self.catalog.as_ref().expect("loaded above").1;
 
@@ -352,8 +366,13 @@ impl Recorder {
                 .await?;
             pending = later;
         }
+        // A rejection this batch may resolve: one found above, or one it
+        // kept itself (a later record of the same run in the batch).
+        let to_resolve = state.rejections_to_resolve || !rejections.is_empty();
         rejected::upsert(&mut *tx, &rejections).await?;
-        resolve_rejections(&mut *tx, jobs, &outcomes, &records, catalog).await?;
+        if to_resolve {
+            resolve_rejections(&mut *tx, jobs, &outcomes, &records, catalog).await?;
+        }
         Ok(outcomes
             .into_iter()
             .map(|o| o.expect("every job has an outcome"))
@@ -401,9 +420,6 @@ async fn resolve_rejections(
     records: &[Option<JobRecordId>],
     catalog: &Catalog,
 ) -> Result<(), sqlx::Error> {
-    if !rejected::any_to_resolve(conn).await? {
-        return Ok(());
-    }
     let mut formats = Vec::new();
     let mut hashes = Vec::new();
     let mut resolutions = Vec::new();
