@@ -40,16 +40,7 @@ pub async fn request(
 ) -> io::Result<Reply> {
     let stage = |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what} {addr}: {e}"));
     let mut stream = TcpStream::connect(addr).await.map_err(stage("connecting to"))?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(a) = authorization {
-        head.push_str(&format!("Authorization: {a}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut request = head.into_bytes();
-    request.extend_from_slice(body);
+    let request = encode(method, path, addr, authorization, body, "Connection: close\r\n");
     stream.write_all(&request).await.map_err(stage("sending to"))?;
     let mut raw = Vec::new();
     stream
@@ -95,17 +86,7 @@ impl Session {
     /// `POST path` with a JSON body on this connection.
     pub async fn post(&mut self, path: &str, authorization: Option<&str>, body: &[u8]) -> io::Result<Reply> {
         use tokio::io::AsyncBufReadExt;
-        let mut head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-            self.addr,
-            body.len()
-        );
-        if let Some(a) = authorization {
-            head.push_str(&format!("Authorization: {a}\r\n"));
-        }
-        head.push_str("\r\n");
-        let mut request = head.into_bytes();
-        request.extend_from_slice(body);
+        let request = encode("POST", path, self.addr, authorization, body, "");
         self.stream.get_mut().write_all(&request).await?;
         let mut raw = Vec::new();
         let mut length = 0usize;
@@ -133,6 +114,28 @@ impl Session {
         raw.extend_from_slice(&body);
         parse_reply(&raw)
     }
+}
+
+/// A request's bytes: its head (with `extra` header lines) and body.
+fn encode(
+    method: &str,
+    path: &str,
+    addr: SocketAddr,
+    authorization: Option<&str>,
+    body: &[u8],
+    extra: &str,
+) -> Vec<u8> {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(a) = authorization {
+        head.push_str(&format!("Authorization: {a}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    request
 }
 
 fn parse_reply(raw: &[u8]) -> io::Result<Reply> {

@@ -179,17 +179,9 @@ pub(super) async fn project(
     uri: Uri,
 ) -> Response {
     let started = Instant::now();
-    let Ok(_slot) = app.web_slots.acquire().await else {
-        return failed("closed");
-    };
-    let viewer = match viewer(&app, &headers).await {
-        Ok(v) => v,
+    let (_slot, viewer, p) = match page_of(&app, &headers, &code).await {
+        Ok(found) => found,
         Err(r) => return r,
-    };
-    let p = match web::visible(&app.reader, viewer, &code).await {
-        Ok(Some(p)) => p,
-        Ok(None) => return not_found(),
-        Err(e) => return failed(e),
     };
     let this = match web::this_month(&app.reader, chrono::Utc::now()).await {
         Ok(m) => m,
@@ -215,6 +207,32 @@ pub(super) async fn project(
     with_timing(r, started)
 }
 
+/// A web view slot, the viewer and the project whose page `code` names, or
+/// the answer to give instead (401 without a viewer, one 404 for another
+/// project's page and a missing one).
+async fn page_of<'a>(
+    app: &'a App,
+    headers: &HeaderMap,
+    code: &str,
+) -> Result<
+    (
+        tokio::sync::SemaphorePermit<'a>,
+        Viewer,
+        crate::db::reference::ProjectRow,
+    ),
+    Response,
+> {
+    let Ok(slot) = app.web_slots.acquire().await else {
+        return Err(failed("closed"));
+    };
+    let viewer = viewer(app, headers).await?;
+    match web::visible(&app.reader, viewer, code).await {
+        Ok(Some(p)) => Ok((slot, viewer, p)),
+        Ok(None) => Err(not_found()),
+        Err(e) => Err(failed(e)),
+    }
+}
+
 /// `GET /ui/projects/{code}/statements/{YYYY-MM.ext}`.
 pub(super) async fn statement(
     State(app): State<Arc<App>>,
@@ -222,17 +240,9 @@ pub(super) async fn statement(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let Ok(_slot) = app.web_slots.acquire().await else {
-        return failed("closed");
-    };
-    let viewer = match viewer(&app, &headers).await {
-        Ok(v) => v,
+    let (_slot, _, p) = match page_of(&app, &headers, &code).await {
+        Ok(found) => found,
         Err(r) => return r,
-    };
-    let p = match web::visible(&app.reader, viewer, &code).await {
-        Ok(Some(p)) => p,
-        Ok(None) => return not_found(),
-        Err(e) => return failed(e),
     };
     let Some((month, ext)) = file.split_once('.') else {
         return not_found();
