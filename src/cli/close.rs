@@ -9,7 +9,7 @@ use super::{Format, print_json, table};
 use crate::db::{Readers, Target};
 use crate::domain::period::Month;
 use crate::service::close::{
-    Anchor, AuditReport, CloseOutcome, anchors, audit, close, close_through, verify, verify_against,
+    Anchor, AuditReport, CloseOutcome, anchors, audit_of, close, close_through, verify, verify_against,
 };
 
 /// Exit code of `verify` and `audit` when they find something.
@@ -359,8 +359,13 @@ pub struct AuditArgs {
     /// it with what the ledger stored from it (cluster, job, times, project,
     /// queue, nodes, cores, memory, GPUs, fingerprints), and report runs
     /// without records and charging records without charges.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "month")]
     deep: bool,
+    /// Audit one posting month, YYYY-MM: the findings of its entries,
+    /// draws and journal exports, and its seal. Findings of no month
+    /// (rejected records, holds, transfers) are the whole audit's.
+    #[arg(long, value_name = "YYYY-MM")]
+    month: Option<Month>,
     /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: super::ListFormat,
@@ -368,7 +373,7 @@ pub struct AuditArgs {
 
 pub async fn run_audit(args: AuditArgs, readers: &Readers) -> anyhow::Result<ExitCode> {
     let pool = readers.open_configured().await?;
-    let report = audit(&pool).await?;
+    let report = audit_of(&pool, args.month).await?;
     let deep = match args.deep {
         true => Some(crate::service::deep::deep_audit(&pool).await?),
         false => None,
@@ -537,6 +542,11 @@ fn findings_csv(r: &AuditReport, deep: Option<&crate::service::deep::DeepReport>
 
 pub fn render(r: &AuditReport) -> String {
     let mut o = String::new();
+    if let Some(m) = r.month {
+        o.push_str(&format!(
+            "audit of {m}: its entries, draws, journal exports and seal (findings of no month are the whole audit's)\n"
+        ));
+    }
     if r.replica {
         o.push_str(
             "read on a streaming replica: everything below as of its last replayed change; the audit views' \
@@ -601,7 +611,9 @@ pub fn render(r: &AuditReport) -> String {
         ));
     }
     let broken: Vec<_> = r.seals.iter().filter(|s| !s.holds()).collect();
-    if broken.is_empty() {
+    if let (Some(m), true) = (r.month, r.seals.is_empty()) {
+        o.push_str(&format!("{m} is not closed: no seal yet\n"));
+    } else if broken.is_empty() {
         o.push_str(&format!("{} closed month(s): every seal holds\n", r.seals.len()));
     } else {
         for s in broken {

@@ -24,3 +24,17 @@ pub async fn discrepancies(conn: &mut PgConnection) -> Result<Vec<Discrepancy>, 
     .fetch_all(&mut *conn)
     .await
 }
+
+/// The findings of one posting month (`period`, its first day): those of
+/// its entries, draws and journal exports. Findings of no month (rejected
+/// records, holds, transfers) are the full audit's.
+pub async fn discrepancies_of(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<Discrepancy>, sqlx::Error> {
+    sqlx::query_as!(
+        Discrepancy,
+        r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
+             FROM audit.discrepancies WHERE period = $1 ORDER BY entry_id NULLS FIRST, field"#,
+        period
+    )
+    .fetch_all(&mut *conn)
+    .await
+}

@@ -311,6 +311,9 @@ pub struct AuditReport {
     /// above, except the audit views' queries, which a replica cannot
     /// create again to compare (the primary's audit does).
     pub replica: bool,
+    /// `audit --month`: the findings of this posting month only, and its
+    /// seal; `None`, the whole ledger.
+    pub month: Option<Month>,
 }
 
 impl AuditReport {
@@ -319,7 +322,15 @@ impl AuditReport {
     }
 }
 
+/// The whole ledger's audit.
 pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
+    audit_of(pool, None).await
+}
+
+/// The audit of the whole ledger, or of one posting month: its entries'
+/// findings and its seal (if it is closed); the functions, views and
+/// triggers are checked either way.
+pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport, DbError> {
     // First, whether the guards and views the audit relies on are still the
     // migrations' (on a connection of its own: it rolls its work back).
     // Plan the audit on statistics that know how big the ledger is (a
@@ -337,12 +348,17 @@ pub async fn audit(pool: &PgPool) -> Result<AuditReport, DbError> {
     // One pass over millions of charges: compiling it (JIT) costs more than
     // it saves (measured with `hpc-ledger bench`).
     crate::db::jit_off(&mut tx).await?;
+    let discrepancies = match month {
+        None => crate::db::audit::discrepancies(&mut tx).await?,
+        Some(m) => crate::db::audit::discrepancies_of(&mut tx, m.first_day()).await?,
+    };
     let report = AuditReport {
-        discrepancies: crate::db::audit::discrepancies(&mut tx).await?,
-        seals: periods::seal_checks(&mut tx, None).await?,
+        discrepancies,
+        seals: periods::seal_checks(&mut tx, month.map(Month::first_day)).await?,
         rejections: crate::db::rejected::summary(&mut tx).await?,
         definitions,
         replica,
+        month,
     };
     tx.commit().await?;
     Ok(report)

@@ -6,7 +6,7 @@ use std::path::Path;
 use chrono::Utc;
 use hpc_ledger::domain::period::Month;
 use hpc_ledger::ingest::Format;
-use hpc_ledger::service::close::{audit, close, close_through, verify};
+use hpc_ledger::service::close::{audit, audit_of, close, close_through, verify};
 use hpc_ledger::service::correct::{RefundBy, Target, Why, adjust, refund, reverse};
 use hpc_ledger::service::statement::{Status, Which, statements};
 use hpc_ledger::service::storage::bill_through;
@@ -426,6 +426,57 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
     assert_eq!(o.status.code(), Some(5));
     assert!(
         stdout(&o).contains("discrepancies between SQL and the ledger"),
+        "{}",
+        stdout(&o)
+    );
+    // One month at a time: October's audit finds the same entry and its
+    // broken seal; September's finds nothing, its seal holds.
+    let october = audit_of(&db.pool, Some("2026-10".parse().unwrap())).await.unwrap();
+    let of_october: Vec<Finding> = october
+        .discrepancies
+        .iter()
+        .map(|d| (d.entry_id, d.field.clone(), d.expected.clone(), d.recorded.clone()))
+        .collect();
+    assert_eq!(
+        of_october.iter().filter(|(e, ..)| *e == Some(id)).count(),
+        found.iter().filter(|(e, ..)| *e == Some(id)).count(),
+        "{of_october:#?}"
+    );
+    assert!(
+        october
+            .discrepancies
+            .iter()
+            .all(|d| d.period.map(|p| p.to_string()).as_deref() == Some("2026-10-01")),
+        "{of_october:#?}"
+    );
+    let seals: Vec<(String, bool)> = october
+        .seals
+        .iter()
+        .map(|c| (c.period.to_string(), c.holds()))
+        .collect();
+    assert_eq!(seals, [("2026-10-01".to_owned(), false)]);
+    let september = audit_of(&db.pool, Some("2026-09".parse().unwrap())).await.unwrap();
+    assert!(september.discrepancies.is_empty(), "{:#?}", september.discrepancies);
+    assert!(september.seals.len() == 1 && september.seals[0].holds());
+    // (Not clean all the same: the guards were switched off and on again,
+    // which leaves them enabled as ORIGIN, not ALWAYS; every audit says so.)
+    assert!(!september.definitions.is_empty());
+    let o = db.cli(&["audit", "--month", "2026-09"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("audit of 2026-09: "), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("every charge recomputed in SQL matches the ledger")
+            && stdout(&o).contains("1 closed month(s): every seal holds"),
+        "{}",
+        stdout(&o)
+    );
+    let o = db.cli(&["audit", "--month", "2026-10", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(5));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(json["month"], "2026-10");
+    let o = db.cli(&["audit", "--month", "2026-11"]);
+    assert!(
+        stdout(&o).contains("2026-11 is not closed: no seal yet"),
         "{}",
         stdout(&o)
     );
