@@ -152,8 +152,9 @@ impl Target {
         self.prepare(embedded::DATABASE).await?;
         let pool = connect(&self.url(None)?).await?;
         match self {
-            Target::Embedded(_) => MIGRATOR.run(&pool).await?,
-            Target::External { .. } => check_migrated(&pool).await?,
+            // A standby (`db standby`) is migrated by its primary.
+            Target::Embedded(_) if !is_replica(&mut *pool.acquire().await?).await? => MIGRATOR.run(&pool).await?,
+            _ => check_migrated(&pool).await?,
         }
         Ok(pool)
     }

@@ -88,6 +88,11 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
         "{replica}"
     );
     assert_ne!(replica, run(&["db", "url"]).trim());
+    // The standby's own home answers `db url` and `db status` (it is not
+    // migrated there: its primary migrates it).
+    let standby_env = [("HPC_LEDGER_HOME", standby_home.to_str().unwrap())];
+    assert_eq!(ok(&cli_with_env(&["db", "url"], &standby_env, None)).trim(), replica);
+    assert!(ok(&cli_with_env(&["db", "status"], &standby_env, None)).starts_with("embedded PostgreSQL: running"));
     let mut standby = PgConnection::connect(&replica).await.unwrap();
     let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
         .fetch_one(&mut standby)
