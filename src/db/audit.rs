@@ -15,24 +15,19 @@ pub struct Discrepancy {
     pub recorded: Option<String>,
 }
 
-pub async fn discrepancies(conn: &mut PgConnection) -> Result<Vec<Discrepancy>, sqlx::Error> {
+/// The findings of the whole ledger, or of one posting month (`period`,
+/// its first day): those of its entries, draws and journal exports
+/// (findings of no month, such as rejected records, holds and transfers,
+/// are the whole audit's).
+pub async fn discrepancies(
+    conn: &mut PgConnection,
+    period: Option<NaiveDate>,
+) -> Result<Vec<Discrepancy>, sqlx::Error> {
     sqlx::query_as!(
         Discrepancy,
         r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
-             FROM audit.discrepancies ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field"#
-    )
-    .fetch_all(&mut *conn)
-    .await
-}
-
-/// The findings of one posting month (`period`, its first day): those of
-/// its entries, draws and journal exports. Findings of no month (rejected
-/// records, holds, transfers) are the full audit's.
-pub async fn discrepancies_of(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<Discrepancy>, sqlx::Error> {
-    sqlx::query_as!(
-        Discrepancy,
-        r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
-             FROM audit.discrepancies WHERE period = $1 ORDER BY entry_id NULLS FIRST, field"#,
+             FROM audit.discrepancies WHERE $1::date IS NULL OR period = $1
+            ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field"#,
         period
     )
     .fetch_all(&mut *conn)

@@ -10,30 +10,18 @@ use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
 use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
-/// Hold the posting locks for this transaction: closing a month waits for
-/// it, and it waits for a month being closed (and for a configuration being
-/// applied).
+/// A transaction for posting, with the posting locks held: closing a month
+/// waits for it, and it waits for a month being closed (and for a
+/// configuration being applied). The locks are taken in the round trip of
+/// its `BEGIN` (a recording transaction of one job is a handful of round
+/// trips: each counts at Slurm's pace).
 ///
-/// Also turns JIT compilation off for the transaction (in the same round
-/// trip): a posting runs a handful of statements over one batch, and right
-/// after a large import, statistics not yet refreshed made PostgreSQL
-/// estimate the lookup of a batch's records above `jit_above_cost` and
-/// compile it, ≈ 40 ms per batch of 2,000 against ≈ 8 ms of work
-/// (auto_explain; a re-import of 20,000 jobs 1.1 s against 0.34 s).
-pub async fn lock_for_posting(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query_scalar!(
-        "SELECT set_config('jit', 'off', true)
-           FROM (SELECT pg_advisory_xact_lock_shared(hl_period_lock_key()), pg_advisory_xact_lock_shared($1)) locks",
-        crate::db::RULES_LOCK
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// A transaction for posting, begun with the locks of [`lock_for_posting`]
-/// taken in the same round trip as its `BEGIN` (a recording transaction of
-/// one job is a handful of round trips: each counts at Slurm's pace).
+/// Also turns JIT compilation off for the transaction: a posting runs a
+/// handful of statements over one batch, and right after a large import,
+/// statistics not yet refreshed made PostgreSQL estimate the lookup of a
+/// batch's records above `jit_above_cost` and compile it, ≈ 40 ms per batch
+/// of 2,000 against ≈ 8 ms of work (auto_explain; a re-import of 20,000
+/// jobs 1.1 s against 0.34 s).
 pub async fn begin_posting(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
     pool.begin_with(format!(
         "BEGIN; SELECT set_config('jit', 'off', true), pg_advisory_xact_lock_shared(hl_period_lock_key()), \

@@ -348,12 +348,8 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
     // One pass over millions of charges: compiling it (JIT) costs more than
     // it saves (measured with `hpc-ledger bench`).
     crate::db::jit_off(&mut tx).await?;
-    let discrepancies = match month {
-        None => crate::db::audit::discrepancies(&mut tx).await?,
-        Some(m) => crate::db::audit::discrepancies_of(&mut tx, m.first_day()).await?,
-    };
     let report = AuditReport {
-        discrepancies,
+        discrepancies: crate::db::audit::discrepancies(&mut tx, month.map(Month::first_day)).await?,
         seals: periods::seal_checks(&mut tx, month.map(Month::first_day)).await?,
         rejections: crate::db::rejected::summary(&mut tx).await?,
         definitions,

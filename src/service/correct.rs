@@ -303,7 +303,7 @@ pub async fn reverse(
     now: DateTime<Utc>,
 ) -> Result<Correction, CorrectError> {
     check_reason(why)?;
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = ledger::begin_posting(pool).await.map_err(DbError::from)?;
     let result = reverse_in(&mut tx, target, why, now).await;
     crate::service::finish(tx, result).await
 }
@@ -314,7 +314,6 @@ async fn reverse_in(
     why: &Why,
     now: DateTime<Utc>,
 ) -> Result<Correction, CorrectError> {
-    ledger::lock_for_posting(&mut *tx).await?;
     let request =
         serde_json::json!({ "target": target.json(), "reason": why.reason, "month": why.month.map(|m| m.to_string()) });
     if let Some(done) = posted_before(&mut *tx, why, EntryKind::Reversal, &request).await? {
@@ -364,7 +363,7 @@ pub async fn refund(
     now: DateTime<Utc>,
 ) -> Result<Correction, CorrectError> {
     check_reason(why)?;
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = ledger::begin_posting(pool).await.map_err(DbError::from)?;
     let result = refund_in(&mut tx, target, by, why, now).await;
     crate::service::finish(tx, result).await
 }
@@ -376,7 +375,6 @@ async fn refund_in(
     why: &Why,
     now: DateTime<Utc>,
 ) -> Result<Correction, CorrectError> {
-    ledger::lock_for_posting(&mut *tx).await?;
     let by_json = match by {
         RefundBy::Fraction(f) => serde_json::json!({ "fraction": f.to_string() }),
         RefundBy::Amount(a) => serde_json::json!({ "amount": a.to_string() }),
@@ -488,7 +486,7 @@ pub async fn adjust(
             "an adjustment is a non-zero amount with at most 2 decimal places (negative: a credit), not {amount}"
         ));
     }
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = ledger::begin_posting(pool).await.map_err(DbError::from)?;
     let result = adjust_in(&mut tx, project, amount, why, now).await;
     crate::service::finish(tx, result).await
 }
@@ -500,7 +498,6 @@ async fn adjust_in(
     why: &Why,
     now: DateTime<Utc>,
 ) -> Result<Correction, CorrectError> {
-    ledger::lock_for_posting(&mut *tx).await?;
     let request = serde_json::json!({ "project": project, "amount": amount.to_string(), "reason": why.reason,
                                       "month": why.month.map(|m| m.to_string()) });
     if let Some(done) = posted_before(&mut *tx, why, EntryKind::Adjustment, &request).await? {

@@ -265,7 +265,8 @@ impl Recorder {
     ) -> Result<Vec<Outcome>, sqlx::Error> {
         // The posting locks are held (taken with BEGIN): what they guard is
         // read in one round trip, with whether the batch may resolve a
-        // rejection (most batches cannot: then nothing more is asked).
+        // rejection (most batches cannot: then nothing more is asked). Each
+        // record's bytes are hashed here once, for everything below.
         let (formats, hashes): (Vec<SourceFormat>, Vec<Vec<u8>>) = jobs
             .iter()
             .map(|j| &j.source)
@@ -308,11 +309,8 @@ impl Recorder {
         // A record whose unknown account was reassigned to a project
         // (`rejected reassign`, migration 0025) is charged to that project.
         if !unknown_project.is_empty() {
-            let formats: Vec<SourceFormat> = unknown_project.iter().map(|(i, _)| jobs[*i].source.format).collect();
-            let hashes: Vec<Vec<u8>> = unknown_project
-                .iter()
-                .map(|(i, _)| jobs[*i].source.raw_sha256())
-                .collect();
+            let formats: Vec<SourceFormat> = unknown_project.iter().map(|(i, _)| formats[*i]).collect();
+            let hashes: Vec<Vec<u8>> = unknown_project.iter().map(|(i, _)| hashes[*i].clone()).collect();
             let found: HashMap<(SourceFormat, Vec<u8>), String> = rejected::reassigned(&mut *tx, &formats, &hashes)
                 .await?
                 .into_iter()
@@ -371,7 +369,7 @@ impl Recorder {
         let to_resolve = state.rejections_to_resolve || !rejections.is_empty();
         rejected::upsert(&mut *tx, &rejections).await?;
         if to_resolve {
-            resolve_rejections(&mut *tx, jobs, &outcomes, &records, catalog).await?;
+            resolve_rejections(&mut *tx, jobs, &hashes[..jobs.len()], &outcomes, &records, catalog).await?;
         }
         Ok(outcomes
             .into_iter()
@@ -416,6 +414,7 @@ fn rejection_row(source: &Source, kind: RejectKind, reason: &str, job_key: Optio
 async fn resolve_rejections(
     conn: &mut PgConnection,
     jobs: &[Submission],
+    job_hashes: &[Vec<u8>],
     outcomes: &[Option<Outcome>],
     records: &[Option<JobRecordId>],
     catalog: &Catalog,
@@ -424,7 +423,7 @@ async fn resolve_rejections(
     let mut hashes = Vec::new();
     let mut resolutions = Vec::new();
     let mut proofs = Vec::new();
-    for ((job, outcome), record) in jobs.iter().zip(outcomes).zip(records) {
+    for (((job, hash), outcome), record) in jobs.iter().zip(job_hashes).zip(outcomes).zip(records) {
         let resolution = match outcome {
             Some(
                 o @ (Outcome::Recorded { .. }
@@ -436,7 +435,7 @@ async fn resolve_rejections(
         };
         let Some(record) = record else { continue };
         formats.push(job.source.format);
-        hashes.push(job.source.raw_sha256());
+        hashes.push(hash.clone());
         resolutions.push(resolution);
         proofs.push(record.0);
     }

@@ -104,7 +104,7 @@ pub async fn bill(
     dry_run: bool,
     now: DateTime<Utc>,
 ) -> Result<BillOutcome, StorageBillError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = ledger::begin_posting(pool).await?;
     let result = bill_in(&mut tx, month, author, dry_run, now).await;
     if dry_run {
         // A preview posts nothing.
@@ -154,7 +154,6 @@ async fn bill_in(
     dry_run: bool,
     now: DateTime<Utc>,
 ) -> Result<BillOutcome, StorageBillError> {
-    ledger::lock_for_posting(&mut *tx).await?;
     sdb::lock_billing(&mut *tx).await?;
     let catalog = reference::load_catalog(&mut *tx).await?;
     let center = catalog.center.as_ref().ok_or(StorageBillError::NoConfig)?;
