@@ -40,6 +40,14 @@ fn main() {
                 if let Some(body) = first_dollar_quoted(head) {
                     functions.insert(name, body.to_owned());
                 }
+            } else if words.starts_with(&["drop", "function"]) {
+                // DROP FUNCTION [IF EXISTS] name(...)
+                let name = words[2..]
+                    .iter()
+                    .find(|w| !matches!(**w, "if" | "exists"))
+                    .map(|w| w.split(['(', ';']).next().unwrap_or_default().to_owned())
+                    .unwrap_or_default();
+                functions.remove(&name);
             } else if words.starts_with(&["create", "view"]) || words.starts_with(&["create", "or", "replace", "view"])
             {
                 let at = lower.find("view").expect("seen") + "view".len();

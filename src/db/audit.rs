@@ -16,7 +16,7 @@ pub struct Discrepancy {
 }
 
 /// The findings of the whole ledger, or of one posting month (`period`,
-/// its first day): those of its entries, draws and journal exports
+/// its first day): those of its entries, draws, usage sums and journal exports
 /// (findings of no month, such as rejected records, holds and transfers,
 /// are the whole audit's).
 pub async fn discrepancies(

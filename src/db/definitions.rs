@@ -55,6 +55,7 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("center", "center_rules_version", "hl_bump_rules_version", 'O'),
     ("closed_period", "closed_period_append_only", "hl_refuse_change", 'A'),
     ("closed_period", "closed_period_fold_draws", "hl_ledger_draw_fold", 'A'),
+    ("closed_period", "closed_period_fold_usage", "hl_ledger_usage_fold", 'A'),
     (
         "closed_period",
         "closed_period_in_order",
@@ -115,7 +116,6 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("journal_export", "journal_export_append_only", "hl_refuse_change", 'A'),
     ("journal_export", "journal_export_no_truncate", "hl_refuse_change", 'A'),
     ("ledger_entry", "ledger_entry_append_only", "hl_refuse_change", 'A'),
-    ("ledger_entry", "ledger_entry_draws", "hl_ledger_draw_add", 'A'),
     ("ledger_entry", "ledger_entry_guard", "hl_ledger_entry_guard", 'A'),
     ("ledger_entry", "ledger_entry_no_truncate", "hl_refuse_change", 'A'),
     (
@@ -124,6 +124,7 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "hl_ledger_entry_references",
         'A',
     ),
+    ("ledger_entry", "ledger_entry_rollups", "hl_ledger_rollups_add", 'A'),
     (
         "node_type",
         "node_type_keep_referenced",

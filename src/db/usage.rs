@@ -1,11 +1,16 @@
 //! Usage reports (`hpc-ledger usage`): a project's (or every project's)
 //! ledger over a range of months, summed by user, cluster, node type or
-//! month, or rate class. Corrections and discounts count where what they correct counts (a refund of a
-//! job of ada's on owens is ada's, owens'), so every sum is net.
+//! month, or rate class. Corrections and discounts count where what they
+//! correct counts (a refund of a job of ada's on owens is ada's, owens'), so
+//! every sum is net. They are read from `ledger_usage`, the entries summed
+//! per project, month and key as they are posted (migration 0032; the audit
+//! sums the entries again).
 
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
+
+use crate::ids::ProjectId;
 
 /// One row of a usage report.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -14,7 +19,9 @@ pub struct UsageRow {
     /// The user, cluster, `cluster/node type` or `YYYY-MM`; entries that are
     /// not of a job are `(storage)` or `(adjustment)`.
     pub key: String,
-    /// Job runs charged in the range (a run recorded again counts once).
+    /// Jobs charged in the range, net: a job's charge counts 1, its reversal
+    /// −1 (a job recorded again with `--supersede` counts once, in the month
+    /// of its first charge; a job moved to another project, in the new one).
     pub jobs: i64,
     pub core_hours: Decimal,
     pub gpu_hours: Decimal,
@@ -22,13 +29,13 @@ pub struct UsageRow {
     pub amount: Decimal,
 }
 
-/// The rows for projects (`None`: every project) between two months
+/// The rows for a project (`None`: every project) between two months
 /// (first days, inclusive), by `by`: `user`, `cluster`, `node-type`,
 /// `month` or `class` (the rate class of the card or storage rate that
 /// priced each charge).
 pub async fn usage(
     conn: &mut PgConnection,
-    project: Option<&str>,
+    project: Option<ProjectId>,
     from: NaiveDate,
     to: NaiveDate,
     by: &str,
@@ -37,36 +44,33 @@ pub async fn usage(
         UsageRow,
         r#"SELECT p.code AS "project!",
                   CASE $4
-                      WHEN 'month' THEN to_char(e.period, 'YYYY-MM')
-                      WHEN 'user' THEN CASE WHEN r.id IS NULL THEN '(' || coalesce(o.kind, e.kind) || ')'
-                                            ELSE coalesce(nullif(r.user_name, ''), '(no user)') END
-                      WHEN 'cluster' THEN coalesce(c.name, '(' || coalesce(o.kind, e.kind) || ')')
+                      WHEN 'month' THEN to_char(u.period, 'YYYY-MM')
+                      WHEN 'user' THEN CASE WHEN u.kind <> 'job' THEN '(' || u.kind || ')'
+                                            ELSE coalesce(nullif(u.user_name, ''), '(no user)') END
+                      WHEN 'cluster' THEN coalesce(c.name, '(' || u.kind || ')')
                       -- The class of the card or storage rate that priced it.
                       WHEN 'class' THEN coalesce(
                           (SELECT coalesce(k.name, 'default') FROM rate_card rc LEFT JOIN rate_class k ON k.id = rc.rate_class_id
-                            WHERE rc.id = coalesce(e.rate_card_id, o.rate_card_id)),
+                            WHERE rc.id = u.rate_card_id),
                           (SELECT coalesce(k.name, 'default') FROM storage_rate sr LEFT JOIN rate_class k ON k.id = sr.rate_class_id
-                            WHERE sr.id = coalesce(e.storage_rate_id, o.storage_rate_id)),
-                          '(' || coalesce(o.kind, e.kind) || ')')
-                      ELSE coalesce(c.name || '/' || n.name, '(' || coalesce(o.kind, e.kind) || ')')
+                            WHERE sr.id = u.storage_rate_id),
+                          '(' || u.kind || ')')
+                      ELSE coalesce(c.name || '/' || n.name, '(' || u.kind || ')')
                   END AS "key!",
-                  count(DISTINCT r.job_id) FILTER (WHERE e.kind = 'job') AS "jobs!",
-                  coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'core_hours'), 0) AS "core_hours!",
-                  coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'gpu_hours'), 0) AS "gpu_hours!",
-                  coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'tb_months'), 0) AS "tb_months!",
-                  sum(e.amount) AS "amount!"
-             FROM ledger_entry e
-             JOIN project p ON p.id = e.project_id
-             LEFT JOIN ledger_entry o ON o.id = e.corrects_id
-             LEFT JOIN job_record r ON r.id = coalesce(e.job_record_id, o.job_record_id)
-             -- A record's cluster is its run's (the foreign key (job_id, cluster_id, started_at)).
-             LEFT JOIN cluster c ON c.id = r.cluster_id
-             LEFT JOIN node_type n ON n.id = r.node_type_id
-            WHERE e.period BETWEEN $2 AND $3
-              AND ($1::text IS NULL OR lower(p.code) = lower($1))
+                  sum(u.jobs)::bigint AS "jobs!",
+                  sum(u.core_hours) AS "core_hours!",
+                  sum(u.gpu_hours) AS "gpu_hours!",
+                  sum(u.tb_months) AS "tb_months!",
+                  sum(u.amount) AS "amount!"
+             FROM ledger_usage u
+             JOIN project p ON p.id = u.project_id
+             LEFT JOIN cluster c ON c.id = u.cluster_id
+             LEFT JOIN node_type n ON n.id = u.node_type_id
+            WHERE u.period BETWEEN $2 AND $3
+              AND ($1::bigint IS NULL OR u.project_id = $1)
             GROUP BY 1, 2
             ORDER BY lower(p.code), 2"#,
-        project,
+        project as Option<ProjectId>,
         from,
         to,
         by

@@ -304,6 +304,6 @@ async fn details_in(conn: &mut sqlx::PgConnection, s: &Statement) -> Result<Deta
         .map_err(StatementError::UnknownProject)?;
     let period = s.month.first_day();
     let days = sdb::spend_by_day(&mut *conn, p.id, period).await?;
-    let users = crate::db::usage::usage(&mut *conn, Some(&p.code), period, period, "user").await?;
+    let users = crate::db::usage::usage(&mut *conn, Some(p.id), period, period, "user").await?;
     Ok(Details { days, users })
 }

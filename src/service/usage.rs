@@ -1,6 +1,8 @@
 //! Usage reports (issue 18, item 2): what a project — or every project —
 //! used and spent over a range of months, by user, cluster, node type,
-//! month or rate class, from the ledger and the job records alone.
+//! month or rate class, from the ledger's own sums (`ledger_usage`,
+//! migration 0032), kept per project, posting month and key as entries are
+//! posted.
 
 use serde::Serialize;
 use sqlx::PgPool;
@@ -64,11 +66,15 @@ pub async fn usage(pool: &PgPool, project: Option<&str>, from: Month, to: Month,
         return Err(UsageError::Range { from, to });
     }
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    if let Some(code) = project {
-        crate::service::project(&mut conn, code)
-            .await?
-            .map_err(UsageError::UnknownProject)?;
-    }
-    let rows = udb::usage(&mut conn, project, from.first_day(), to.first_day(), by.as_str()).await?;
+    let id = match project {
+        Some(code) => Some(
+            crate::service::project(&mut conn, code)
+                .await?
+                .map_err(UsageError::UnknownProject)?
+                .id,
+        ),
+        None => None,
+    };
+    let rows = udb::usage(&mut conn, id, from.first_day(), to.first_day(), by.as_str()).await?;
     Ok(Usage { from, to, by, rows })
 }

@@ -256,3 +256,20 @@ pub async fn close_by_hand(pool: &PgPool, period: &str) {
     .await
     .unwrap();
 }
+
+/// Sum `ledger_usage` again from the entries, as migration 0032 did when it
+/// was created: for fixtures that rewrite entries to stand for what an
+/// earlier version posted (an UPDATE fires no insert trigger).
+pub async fn rederive_usage(pool: &PgPool) {
+    sqlx::raw_sql(
+        "DELETE FROM ledger_usage;
+         INSERT INTO ledger_usage (project_id, period, kind, user_name, cluster_id, node_type_id, rate_card_id,
+                                   storage_rate_id, jobs, core_hours, gpu_hours, tb_months, amount, entries)
+         SELECT project_id, period, kind, user_name, cluster_id, node_type_id, rate_card_id, storage_rate_id,
+                sum(jobs), sum(core_hours), sum(gpu_hours), sum(tb_months), sum(amount), count(*)
+           FROM audit.entry_usage GROUP BY 1, 2, 3, 4, 5, 6, 7, 8",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}

@@ -121,6 +121,7 @@ async fn each_entry_is_audited_by_the_rules_that_priced_it() {
         ),
     )
     .await;
+    crate::harness::rederive_usage(&db.pool).await;
     assert_eq!(entry(&db, "B").await.4.to_string(), "750.57");
     // Both clean: each by its own version.
     assert_eq!(findings(&db).await, []);

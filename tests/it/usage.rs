@@ -3,7 +3,7 @@
 
 use rust_decimal::Decimal;
 
-use crate::harness::{TestDb, ok, stderr};
+use crate::harness::{TestDb, cli_with_env, close_by_hand, ok, stderr, stdout};
 
 async fn sample() -> TestDb {
     let db = TestDb::with_example().await;
@@ -148,5 +148,170 @@ async fn usage_sums_agree_with_the_statements_and_follow_corrections() {
         stderr(&o).contains("--from 2026-10 is after --to 2026-09"),
         "{}",
         stderr(&o)
+    );
+}
+
+/// `jobs, amount` of `key`'s row in a CSV usage report (`None`: no row).
+fn row(csv: &str, key: &str) -> Option<(i64, Decimal)> {
+    csv.lines().skip(1).find_map(|l| {
+        let cells: Vec<&str> = l.split(',').collect();
+        (cells[1] == key).then(|| (cells[2].parse().unwrap(), cells.last().unwrap().parse().unwrap()))
+    })
+}
+
+#[tokio::test]
+async fn a_supersede_moves_the_job_and_its_charge_and_closing_keeps_every_sum() {
+    let db = sample().await;
+    let env = [("DATABASE_URL", db.url.as_str())];
+    let by = |what: &str| {
+        ok(&db.cli(&[
+            "usage",
+            "--project",
+            "PAS1234",
+            "--from",
+            "2026-10",
+            "--by",
+            what,
+            "--format",
+            "csv",
+        ]))
+    };
+    let (ada_jobs, ada_amount) = row(&by("user"), "ada").expect("ada's row");
+    assert_eq!(row(&by("user"), "grace"), None);
+    // One more job of ada's on owens (2 cores for 2 hours) ...
+    let job = r#"{"cluster": "owens", "job_id": "7001", "project": "PAS1234", "user": "ada", "queue": "batch",
+                 "cores": 2, "submit": "2026-10-22T08:00:00-04:00", "start": "2026-10-22T08:00:00-04:00",
+                 "end": "2026-10-22T10:00:00-04:00", "state": "COMPLETED"}"#
+        .replace('\n', " ");
+    ok(&cli_with_env(&["job", "record", "--json"], &env, Some(&job)));
+    let (jobs, amount) = row(&by("user"), "ada").unwrap();
+    assert_eq!(jobs, ada_jobs + 1);
+    let first = amount - ada_amount;
+    assert!(first > Decimal::ZERO, "{first}");
+    // ... then sent again as grace's with 4 cores: the old charge is reversed
+    // (ada's again, one job fewer), the new one is grace's.
+    let changed = job
+        .replace("\"ada\"", "\"grace\"")
+        .replace("\"cores\": 2", "\"cores\": 4");
+    ok(&cli_with_env(
+        &["job", "record", "--json", "--supersede"],
+        &env,
+        Some(&changed),
+    ));
+    let users = by("user");
+    assert_eq!(row(&users, "ada"), Some((ada_jobs, ada_amount)), "{users}");
+    let (grace_jobs, grace_amount) = row(&users, "grace").expect("grace's row");
+    let (charged,): (Decimal,) = sqlx::query_as(
+        "SELECT sum(e.amount) FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+          WHERE r.kind = 'supersede' AND e.kind = 'job'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(charged > first, "{charged} for 4 cores, {first} for 2");
+    assert_eq!((grace_jobs, grace_amount), (1, charged), "{users}");
+    // Every sum is the ledger's, read straight from the entries.
+    let (direct, direct_jobs): (Decimal, i64) = sqlx::query_as(
+        "SELECT sum(e.amount), count(*) FILTER (WHERE e.kind = 'job')
+                                 - count(*) FILTER (WHERE e.kind = 'reversal' AND o.kind = 'job')
+           FROM ledger_entry e JOIN project p ON p.id = e.project_id
+           LEFT JOIN ledger_entry o ON o.id = e.corrects_id
+          WHERE p.code = 'PAS1234' AND e.period = '2026-10-01'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let all: Vec<(i64, Decimal)> = users
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            (c[2].parse().unwrap(), c.last().unwrap().parse().unwrap())
+        })
+        .collect();
+    assert_eq!(all.iter().map(|r| r.0).sum::<i64>(), direct_jobs, "{users}");
+    assert_eq!(all.iter().map(|r| r.1).sum::<Decimal>(), direct, "{users}");
+
+    // A job is counted once, whether or not it held GPUs (a GPU job has a
+    // core-hours and a GPU-hours line): every project's count in October
+    // is its number of runs charged (none of the others was recorded again).
+    let all = ok(&db.cli(&["usage", "--all", "--from", "2026-10", "--by", "user", "--format", "csv"]));
+    let counted: std::collections::BTreeMap<String, i64> = all.lines().skip(1).fold(Default::default(), |mut m, l| {
+        let c: Vec<&str> = l.split(',').collect();
+        *m.entry(c[0].to_owned()).or_default() += c[2].parse::<i64>().unwrap();
+        m
+    });
+    let runs: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT p.code, count(DISTINCT r.job_id)
+           FROM ledger_entry e JOIN project p ON p.id = e.project_id JOIN job_record r ON r.id = e.job_record_id
+          WHERE e.kind = 'job' AND e.period = '2026-10-01'
+            AND NOT EXISTS (SELECT 1 FROM ledger_entry v WHERE v.corrects_id = e.id AND v.kind = 'reversal')
+          GROUP BY p.code ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(runs.iter().any(|(p, _)| p == "PAA0042"), "{runs:?}");
+    assert_eq!(runs, counted.into_iter().collect::<Vec<_>>(), "{all}");
+    let (gpu_jobs,): (i64,) = sqlx::query_as(
+        "SELECT count(DISTINCT r.job_id) FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+          WHERE e.metric = 'gpu_hours' AND e.period = '2026-10-01'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(gpu_jobs > 0, "the sample holds a GPU job");
+
+    // Closing October folds its rows to one per key and changes no report.
+    let reports: Vec<String> = ["user", "cluster", "node-type", "class", "month"]
+        .iter()
+        .map(|b| by(b))
+        .collect();
+    let rows = |p: &sqlx::PgPool| {
+        let p = p.clone();
+        async move {
+            sqlx::query_as::<_, (i64, i64)>(
+                "SELECT count(*), count(DISTINCT (project_id, kind, user_name, cluster_id, node_type_id,
+                                                  rate_card_id, storage_rate_id))
+                   FROM ledger_usage WHERE period = '2026-10-01'",
+            )
+            .fetch_one(&p)
+            .await
+            .unwrap()
+        }
+    };
+    let (before, _) = rows(&db.pool).await;
+    for month in 1..=10 {
+        close_by_hand(&db.pool, &format!("2026-{month:02}-01")).await;
+    }
+    let (after, keys) = rows(&db.pool).await;
+    assert!(
+        before > after && after == keys,
+        "{before} rows folded to {after} for {keys} keys"
+    );
+    let again: Vec<String> = ["user", "cluster", "node-type", "class", "month"]
+        .iter()
+        .map(|b| by(b))
+        .collect();
+    assert_eq!(reports, again);
+
+    // The audit sums the entries again: a month whose kept sums no longer
+    // match them is a finding (expected: the entries' sum, {direct}).
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    sqlx::query(
+        "UPDATE ledger_usage SET amount = amount + 1
+          WHERE ctid = (SELECT ctid FROM ledger_usage WHERE period = '2026-10-01' AND user_name = 'grace')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let o = db.cli(&["audit", "--month", "2026-10"]);
+    assert_ne!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    let finding = out.lines().find(|l| l.contains("usage sums")).unwrap_or_default();
+    assert!(
+        finding.contains("2026-10") && finding.contains("PAS1234") && finding.contains(&format!("{direct}")),
+        "{out}"
     );
 }
