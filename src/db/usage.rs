@@ -67,7 +67,10 @@ pub async fn usage(
              LEFT JOIN cluster c ON c.id = u.cluster_id
              LEFT JOIN node_type n ON n.id = u.node_type_id
             WHERE u.period BETWEEN $2 AND $3
-              AND ($1::bigint IS NULL OR u.project_id = $1)
+              -- A range, not `$1 IS NULL OR …`: a plan made for any
+              -- project (a generic plan) still reads one project's rows
+              -- through (project_id, period).
+              AND u.project_id BETWEEN coalesce($1::bigint, 0) AND coalesce($1::bigint, 9223372036854775807)
             GROUP BY 1, 2
             ORDER BY lower(p.code), 2"#,
         project as Option<ProjectId>,
