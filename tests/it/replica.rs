@@ -36,7 +36,18 @@ impl Drop for Clusters {
 }
 
 /// Wait until the standby has replayed everything the primary has written.
+/// The test cluster commits asynchronously (`fast`), so another session's
+/// commit can still sit in the primary's WAL buffers, not yet written or
+/// sent: one durable commit here flushes everything before it.
 async fn caught_up(primary: &mut PgConnection, standby: &mut PgConnection) {
+    sqlx::query("SET synchronous_commit = on")
+        .execute(&mut *primary)
+        .await
+        .unwrap();
+    sqlx::query("SELECT txid_current()")
+        .execute(&mut *primary)
+        .await
+        .unwrap();
     let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
         .fetch_one(&mut *primary)
         .await
@@ -157,8 +168,9 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
         .execute(&mut standby)
         .await
         .unwrap();
-    for _ in 0..200 {
-        let state: String = sqlx::query_scalar("SELECT pg_get_wal_replay_pause_state()")
+    let mut state = String::new();
+    for _ in 0..600 {
+        state = sqlx::query_scalar("SELECT pg_get_wal_replay_pause_state()")
             .fetch_one(&mut standby)
             .await
             .unwrap();
@@ -167,6 +179,7 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    assert_eq!(state, "paused", "the standby's replay did not pause in 30 s");
     // serve: posts go to the primary, pages come from the replica.
     let primary_pool = hpc_ledger::db::connect(&primary.url("hpc_ledger")).await.unwrap();
     let replica_pool = hpc_ledger::db::connect(&replica).await.unwrap();
@@ -205,10 +218,16 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
         assert_eq!(r.status, 200, "{}", r.body);
         r.body
     };
+    // The job cells read `cluster/job id`; a bare "9902" could be part of
+    // an amount or a hash elsewhere on the page.
     let before = page(addr).await;
     assert!(
-        before.contains("9901") && !before.contains("9902"),
-        "the paused replica has the job replayed before the pause, not the one posted after it"
+        before.contains("owens/9901"),
+        "the paused replica shows the job it replayed before the pause: {before}"
+    );
+    assert!(
+        !before.contains("owens/9902"),
+        "the paused replica does not show the job posted after the pause: {before}"
     );
     let november = [
         "usage",
@@ -233,7 +252,7 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
         .await
         .unwrap();
     caught_up(&mut primary_conn, &mut standby).await;
-    assert!(page(addr).await.contains("9902"));
+    assert!(page(addr).await.contains("owens/9902"));
     assert_eq!(ok(&on_replica(&november)), current);
     let _ = stop.send(());
     served.await.unwrap().unwrap();
