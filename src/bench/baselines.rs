@@ -238,7 +238,7 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
         "SELECT setval(pg_get_serial_sequence('job', 'id'), (SELECT max(id) FROM job));
          SELECT setval(pg_get_serial_sequence('job_record', 'id'), (SELECT max(id) FROM job_record));
          SELECT setval(pg_get_serial_sequence('ledger_entry', 'id'), (SELECT max(id) FROM ledger_entry));
-         ANALYZE job, job_record, ledger_entry;",
+         ANALYZE job, job_record, ledger_entry, ledger_draw, ledger_usage;",
     )
     .execute(pool)
     .await?;

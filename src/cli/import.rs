@@ -187,13 +187,18 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
 async fn refresh_after(pool: &sqlx::PgPool, summary: &Summary) {
     // A recorded or superseding run writes a record and at least one charge;
     // a revision writes a record.
+    // The ledger's insert trigger adds at most a row per entry to each of
+    // its rollups (migration 0033).
     let charged = summary.recorded + summary.superseded;
+    let entries = charged + summary.superseded;
     crate::service::refresh_statistics(
         pool,
         &[
             ("job", summary.recorded),
             ("job_record", charged + summary.revised),
-            ("ledger_entry", charged + summary.superseded),
+            ("ledger_entry", entries),
+            ("ledger_draw", entries),
+            ("ledger_usage", entries),
         ],
     )
     .await;

@@ -115,11 +115,18 @@ pub async fn bill(
     // A run writes a charge per project in one go: the audit and the close
     // that follow must not be planned as if the ledger were still empty.
     if matches!(outcome.state, BillState::Posted { .. }) {
-        // Every entry has at least one segment.
+        // Every entry has at least one segment, and adds at most a row to
+        // each of the ledger's rollups.
         let n = outcome.entry_count as u64;
         crate::service::refresh_statistics(
             pool,
-            &[("ledger_entry", n), ("storage_charge_segment", n), ("billing_run", 1)],
+            &[
+                ("ledger_entry", n),
+                ("storage_charge_segment", n),
+                ("billing_run", 1),
+                ("ledger_draw", n),
+                ("ledger_usage", n),
+            ],
         )
         .await;
     }
