@@ -65,16 +65,17 @@ pub async fn usage(pool: &PgPool, project: Option<&str>, from: Month, to: Month,
     if from > to {
         return Err(UsageError::Range { from, to });
     }
-    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin_custom_plans(pool).await.map_err(DbError::from)?;
     let id = match project {
         Some(code) => Some(
-            crate::service::project(&mut conn, code)
+            crate::service::project(&mut tx, code)
                 .await?
                 .map_err(UsageError::UnknownProject)?
                 .id,
         ),
         None => None,
     };
-    let rows = udb::usage(&mut conn, id, from.first_day(), to.first_day(), by.as_str()).await?;
+    let rows = udb::usage(&mut tx, id, from.first_day(), to.first_day(), by.as_str()).await?;
+    tx.commit().await.map_err(DbError::from)?;
     Ok(Usage { from, to, by, rows })
 }

@@ -19,14 +19,32 @@ async fn sample() -> TestDb {
     db
 }
 
-fn amounts(csv: &str, column: usize) -> Vec<(String, Decimal)> {
+/// One row of a CSV usage report: project, key, jobs and amount (the last column).
+struct Row {
+    project: String,
+    key: String,
+    jobs: i64,
+    amount: Decimal,
+}
+
+fn rows(csv: &str) -> Vec<Row> {
     csv.lines()
         .skip(1)
         .map(|l| {
             let cells: Vec<&str> = l.split(',').collect();
-            (cells[column].to_owned(), cells.last().unwrap().parse().unwrap())
+            Row {
+                project: cells[0].to_owned(),
+                key: cells[1].to_owned(),
+                jobs: cells[2].parse().unwrap(),
+                amount: cells.last().unwrap().parse().unwrap(),
+            }
         })
         .collect()
+}
+
+/// `key, amount` of each row.
+fn amounts(csv: &str) -> Vec<(String, Decimal)> {
+    rows(csv).into_iter().map(|r| (r.key, r.amount)).collect()
 }
 
 #[tokio::test]
@@ -64,7 +82,7 @@ async fn usage_sums_agree_with_the_statements_and_follow_corrections() {
         csv.starts_with("project,month,jobs,core_hours,gpu_hours,tb_months,amount\n"),
         "{csv}"
     );
-    let months = amounts(&csv, 1);
+    let months = amounts(&csv);
     assert_eq!(months.len(), 10, "{csv}");
     for (month, amount) in &months {
         let json: serde_json::Value = serde_json::from_str(&ok(&db.cli(&[
@@ -95,7 +113,7 @@ async fn usage_sums_agree_with_the_statements_and_follow_corrections() {
         "--format",
         "csv",
     ]));
-    let users = amounts(&csv, 1);
+    let users = amounts(&csv);
     let total: Decimal = users.iter().map(|(_, a)| *a).sum();
     assert_eq!(total, months.last().unwrap().1, "{csv}");
     assert!(users.iter().any(|(u, _)| u == "(storage)"), "{csv}");
@@ -153,10 +171,7 @@ async fn usage_sums_agree_with_the_statements_and_follow_corrections() {
 
 /// `jobs, amount` of `key`'s row in a CSV usage report (`None`: no row).
 fn row(csv: &str, key: &str) -> Option<(i64, Decimal)> {
-    csv.lines().skip(1).find_map(|l| {
-        let cells: Vec<&str> = l.split(',').collect();
-        (cells[1] == key).then(|| (cells[2].parse().unwrap(), cells.last().unwrap().parse().unwrap()))
-    })
+    rows(csv).into_iter().find(|r| r.key == key).map(|r| (r.jobs, r.amount))
 }
 
 #[tokio::test]
@@ -221,26 +236,19 @@ async fn a_supersede_moves_the_job_and_its_charge_and_closing_keeps_every_sum() 
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let all: Vec<(i64, Decimal)> = users
-        .lines()
-        .skip(1)
-        .map(|l| {
-            let c: Vec<&str> = l.split(',').collect();
-            (c[2].parse().unwrap(), c.last().unwrap().parse().unwrap())
-        })
-        .collect();
-    assert_eq!(all.iter().map(|r| r.0).sum::<i64>(), direct_jobs, "{users}");
-    assert_eq!(all.iter().map(|r| r.1).sum::<Decimal>(), direct, "{users}");
+    let all = rows(&users);
+    assert_eq!(all.iter().map(|r| r.jobs).sum::<i64>(), direct_jobs, "{users}");
+    assert_eq!(all.iter().map(|r| r.amount).sum::<Decimal>(), direct, "{users}");
 
     // A job is counted once, whether or not it held GPUs (a GPU job has a
     // core-hours and a GPU-hours line): every project's count in October
     // is its number of runs charged (none of the others was recorded again).
     let all = ok(&db.cli(&["usage", "--all", "--from", "2026-10", "--by", "user", "--format", "csv"]));
-    let counted: std::collections::BTreeMap<String, i64> = all.lines().skip(1).fold(Default::default(), |mut m, l| {
-        let c: Vec<&str> = l.split(',').collect();
-        *m.entry(c[0].to_owned()).or_default() += c[2].parse::<i64>().unwrap();
-        m
-    });
+    let counted: std::collections::BTreeMap<String, i64> =
+        rows(&all).into_iter().fold(Default::default(), |mut m, r| {
+            *m.entry(r.project).or_default() += r.jobs;
+            m
+        });
     let runs: Vec<(String, i64)> = sqlx::query_as(
         "SELECT p.code, count(DISTINCT r.job_id)
            FROM ledger_entry e JOIN project p ON p.id = e.project_id JOIN job_record r ON r.id = e.job_record_id
