@@ -186,9 +186,8 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
 /// empty ledger, typically).
 async fn refresh_after(pool: &sqlx::PgPool, summary: &Summary) {
     // A recorded or superseding run writes a record and at least one charge;
-    // a revision writes a record.
-    // The ledger's insert trigger adds at most a row per entry to each of
-    // its rollups (migration 0033).
+    // a revision writes a record; the ledger's insert trigger adds at most
+    // a row per entry to each of its rollups (migration 0033).
     let charged = summary.recorded + summary.superseded;
     let entries = charged + summary.superseded;
     crate::service::refresh_statistics(
