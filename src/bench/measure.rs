@@ -84,6 +84,7 @@ pub(crate) const BENCH_WEB_TOKEN: &str = "bench-web-view";
 fn serve_in_process(
     pool: &PgPool,
     max_batch: usize,
+    intake: bool,
 ) -> Result<(
     std::net::SocketAddr,
     tokio::sync::oneshot::Sender<()>,
@@ -104,6 +105,7 @@ fn serve_in_process(
         author: "bench".into(),
         limits: crate::serve::conn::Limits::default(),
         restart: None,
+        intake,
     };
     let server = tokio::spawn(crate::serve::serve(
         pool.clone(),
@@ -120,18 +122,56 @@ fn serve_in_process(
 /// Concurrent senders of the `serve` figure (as the issue asks).
 pub(super) const SENDERS: u64 = 16;
 
-/// Post `n` new jobcomp documents to an in-process `serve` from
-/// [`SENDERS`] tasks, each waiting for its reply before its next post (as
-/// slurmctld does), one connection per post. The time, and how many
-/// transactions the server used.
-pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Month) -> Result<(Duration, u64)> {
+/// What posting to `serve` took.
+pub(super) struct Posted {
+    /// Until the last post was answered.
+    pub took: Duration,
+    /// Until every post was recorded: `took` without `--intake`; with it,
+    /// until `job_intake` was empty.
+    pub recorded: Duration,
+    /// Recording transactions.
+    pub transactions: u64,
+}
+
+/// The answer a new job gets: 201 recorded, or 200 accepted (`--intake`).
+fn expected_status(intake: bool) -> u16 {
+    if intake { 200 } else { 201 }
+}
+
+/// Wait until `serve --intake` has recorded everything it accepted.
+async fn intake_recorded(pool: &PgPool) -> Result<()> {
+    for _ in 0..60_000 {
+        let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM job_intake")
+            .fetch_one(pool)
+            .await?;
+        if waiting == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    fail!("serve --intake did not record what it accepted within 5 minutes")
+}
+
+/// Post `n` new jobcomp documents (numbered from `first`) to an in-process
+/// `serve` (with `--intake` or without) from [`SENDERS`] tasks, each
+/// waiting for its reply before its next post (as slurmctld does), one
+/// connection per post.
+pub(super) async fn serve_posts(
+    pool: &PgPool,
+    first: u64,
+    n: u64,
+    projects: u64,
+    month: Month,
+    intake: bool,
+) -> Result<Posted> {
     use crate::serve::client;
     let docs: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
-        (0..n)
+        (first..first + n)
             .map(|i| crate::synthetic::bench_jobcomp(i, projects, month))
             .collect(),
     );
-    let (addr, stop, server, metrics) = serve_in_process(pool, 500)?;
+    let (addr, stop, server, metrics) = serve_in_process(pool, 500, intake)?;
+    let status = expected_status(intake);
     let t = Instant::now();
     let mut senders = Vec::new();
     for s in 0..SENDERS {
@@ -141,7 +181,7 @@ pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Mon
             while i < n {
                 let doc = &docs[usize::try_from(i).unwrap_or(usize::MAX)];
                 let r = client::post(addr, "/slurm/_doc", None, doc.as_bytes()).await?;
-                if r.status != 201 {
+                if r.status != status {
                     fail!("serve answered {} to a new job: {}", r.status, r.body.trim());
                 }
                 i += SENDERS;
@@ -153,9 +193,17 @@ pub(super) async fn serve_posts(pool: &PgPool, n: u64, projects: u64, month: Mon
         s.await??;
     }
     let took = t.elapsed();
+    if intake {
+        intake_recorded(pool).await?;
+    }
+    let recorded = t.elapsed();
     let _ = stop.send(());
     server.await??;
-    Ok((took, metrics.batches().0))
+    Ok(Posted {
+        took,
+        recorded,
+        transactions: metrics.batches().0,
+    })
 }
 
 /// Latencies of a run: the median and the 99th percentile.
@@ -167,20 +215,22 @@ fn p50_p99(mut times: Vec<Duration>) -> (Duration, Duration) {
 
 /// One sequential sender at Slurm's pace: `n` new jobcomp documents
 /// (numbered from `first`) posted one after another on one kept-alive
-/// connection, each after the last was answered. The time, the median and
-/// the 99th percentile of the posts.
+/// connection, each after the last was answered. What it took, the median
+/// and the 99th percentile of the posts.
 pub(super) async fn serve_one_sender(
     pool: &PgPool,
     first: u64,
     n: u64,
     projects: u64,
     month: Month,
-) -> Result<(Duration, Duration, Duration)> {
+    intake: bool,
+) -> Result<(Posted, Duration, Duration)> {
     use crate::serve::client::Session;
     let docs: Vec<String> = (first..first + n)
         .map(|i| crate::synthetic::bench_jobcomp(i, projects, month))
         .collect();
-    let (addr, stop, server, _) = serve_in_process(pool, 500)?;
+    let (addr, stop, server, metrics) = serve_in_process(pool, 500, intake)?;
+    let status = expected_status(intake);
     let mut session = Session::connect(addr).await?;
     let mut times = Vec::with_capacity(docs.len());
     let t = Instant::now();
@@ -188,16 +238,25 @@ pub(super) async fn serve_one_sender(
         let one = Instant::now();
         let r = session.post("/slurm/_doc", None, doc.as_bytes()).await?;
         times.push(one.elapsed());
-        if r.status != 201 {
+        if r.status != status {
             fail!("serve answered {} to a new job: {}", r.status, r.body.trim());
         }
     }
     let took = t.elapsed();
     drop(session);
+    if intake {
+        intake_recorded(pool).await?;
+    }
+    let recorded = t.elapsed();
     let _ = stop.send(());
     server.await??;
     let (p50, p99) = p50_p99(times);
-    Ok((took, p50, p99))
+    let posted = Posted {
+        took,
+        recorded,
+        transactions: metrics.batches().0,
+    };
+    Ok((posted, p50, p99))
 }
 
 /// What PostgreSQL itself commits for one client: `pgbench` with one
@@ -259,7 +318,7 @@ pub(super) async fn pgbench_one_client(
 /// allowed.
 pub(super) async fn check_latency(pool: &PgPool, code: &str, n: usize) -> Result<(Duration, Duration, bool)> {
     use crate::serve::client;
-    let (addr, stop, server, _) = serve_in_process(pool, 10)?;
+    let (addr, stop, server, _) = serve_in_process(pool, 10, false)?;
     let body = serde_json::json!({"project": code, "cluster": "bench", "queue": "batch", "resources": "-n 28",
                                   "walltime": "4:00:00", "job_id": "bench-check"})
     .to_string();
@@ -293,7 +352,7 @@ pub(super) async fn web_page_times(
     calls: u32,
 ) -> Result<Vec<(Duration, Duration, usize)>> {
     use crate::serve::client;
-    let (addr, stop, server, _) = serve_in_process(pool, 10)?;
+    let (addr, stop, server, _) = serve_in_process(pool, 10, false)?;
     let auth = format!("Bearer {BENCH_WEB_TOKEN}");
     let mut out = Vec::new();
     for path in paths {

@@ -154,6 +154,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
         (serde_json::to_string(&job)?, None, SourceFormat::Cli)
     };
     let source = Source {
+        intake: None,
         format,
         reference: "job record".into(),
         raw: raw.clone(),
@@ -190,6 +191,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
             // Name the job as far as the record allows.
             let job = crate::ingest::json_job_key(&raw, "job_id", Some("array_index"), None);
             let source = Source {
+                intake: None,
                 job: job.clone(),
                 ..source
             };

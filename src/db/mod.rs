@@ -11,6 +11,7 @@ pub mod definitions;
 pub mod errors;
 pub mod explain;
 pub mod follow;
+pub mod intake;
 pub mod jobs;
 pub mod journal;
 pub mod kinds;

@@ -1,12 +1,14 @@
 //! The one task that owns the [`Recorder`]: requests queue up while a
 //! transaction commits and go into the next one together (group commit);
-//! each is answered only once its transaction committed.
+//! each is answered only once its transaction committed. With `--intake`
+//! it also records the documents stored in `job_intake` ([`super::intake`]).
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::Metrics;
+use super::intake::Intake;
 use crate::service::record::{Outcome, Recorder, Source, Submission};
 
 /// One unit of work for the batcher.
@@ -26,13 +28,28 @@ pub(super) struct Pending {
     pub(super) reply: oneshot::Sender<Answer>,
 }
 
+/// With `intake` (`--intake`), the task also records the stored documents
+/// whenever it is woken, one batch at a time between the queued requests,
+/// and what is left when the queue closes.
 pub(super) async fn batcher(
     mut recorder: Recorder,
     mut rx: mpsc::Receiver<Pending>,
     max: usize,
     metrics: Arc<Metrics>,
+    mut intake: Option<Intake>,
 ) {
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = match &mut intake {
+            None => rx.recv().await,
+            Some(intake) => tokio::select! {
+                p = rx.recv() => p,
+                () = intake.woken() => {
+                    intake.round(&mut recorder).await;
+                    continue;
+                }
+            },
+        };
+        let Some(first) = first else { break };
         let mut pending = vec![first];
         while pending.len() < max {
             match rx.try_recv() {
@@ -73,5 +90,8 @@ pub(super) async fn batcher(
                 }
             }
         }
+    }
+    if let Some(intake) = &mut intake {
+        intake.drain(&mut recorder).await;
     }
 }

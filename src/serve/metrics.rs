@@ -22,6 +22,10 @@ pub struct Metrics {
     /// `POST /check` requests answered, and the time spent answering them.
     checks: AtomicU64,
     check_micros: AtomicU64,
+    /// With `--intake`: documents waiting after the last recording round,
+    /// and when the oldest of them was received (Unix seconds; 0: none).
+    intake_waiting: AtomicU64,
+    intake_oldest: AtomicU64,
 }
 
 impl Metrics {
@@ -50,6 +54,11 @@ impl Metrics {
         self.checks.fetch_add(1, Ordering::Relaxed);
         self.check_micros
             .fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    pub(super) fn intake(&self, waiting: u64, oldest_unix: u64) {
+        self.intake_waiting.store(waiting, Ordering::Relaxed);
+        self.intake_oldest.store(oldest_unix, Ordering::Relaxed);
     }
 
     pub(super) fn batch(&self, jobs: usize) {
@@ -83,6 +92,7 @@ impl Metrics {
         out.push_str("# TYPE hpc_ledger_serve_jobs_total counter\n");
         let outcomes = self.outcomes.lock().expect("metrics lock").clone();
         for name in [
+            "accepted",
             "recorded",
             "replayed",
             "revised",
@@ -132,6 +142,24 @@ impl Metrics {
             "hpc_ledger_serve_check_seconds_total {}",
             self.check_micros.load(Ordering::Relaxed) as f64 / 1e6
         );
+        out.push_str(
+            "# HELP hpc_ledger_intake_waiting Jobs stored by serve --intake and not yet recorded, after the last recording round.\n",
+        );
+        out.push_str("# TYPE hpc_ledger_intake_waiting gauge\n");
+        let _ = writeln!(
+            out,
+            "hpc_ledger_intake_waiting {}",
+            self.intake_waiting.load(Ordering::Relaxed)
+        );
+        out.push_str(
+            "# HELP hpc_ledger_intake_oldest_timestamp_seconds When the oldest of them was received (0: none).\n",
+        );
+        out.push_str("# TYPE hpc_ledger_intake_oldest_timestamp_seconds gauge\n");
+        let _ = writeln!(
+            out,
+            "hpc_ledger_intake_oldest_timestamp_seconds {}",
+            self.intake_oldest.load(Ordering::Relaxed)
+        );
         out
     }
 }
@@ -149,6 +177,7 @@ mod tests {
         m.request(201, Duration::from_millis(7));
         m.request(200, Duration::from_millis(300));
         m.batch(2);
+        m.intake(3, 1_700_000_000);
         let text = m.render();
         assert!(
             text.contains("hpc_ledger_serve_jobs_total{outcome=\"recorded\"} 2\n"),
@@ -164,6 +193,8 @@ mod tests {
         assert!(text.contains("hpc_ledger_serve_request_seconds_count 2\n"));
         assert!(text.contains("hpc_ledger_serve_request_seconds_sum 0.307\n"), "{text}");
         assert!(text.contains("hpc_ledger_serve_transaction_jobs_total 2\n"));
+        assert!(text.contains("hpc_ledger_intake_waiting 3\n"), "{text}");
+        assert!(text.contains("hpc_ledger_intake_oldest_timestamp_seconds 1700000000\n"));
         assert_eq!(m.jobs("recorded"), 2);
     }
 }

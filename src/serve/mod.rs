@@ -29,6 +29,7 @@ mod body;
 pub mod client;
 pub mod conn;
 pub mod health;
+mod intake;
 mod metrics;
 mod routes;
 mod web;
@@ -86,6 +87,9 @@ pub struct Options {
     /// How to start the database again when it stops answering: the
     /// embedded one; `None` for an external database ([`health`]).
     pub restart: Option<health::Restart>,
+    /// Answer a jobcomp document once it is stored in `job_intake`, and
+    /// record it moments later in a batch (`--intake`; [`intake`]).
+    pub intake: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +104,8 @@ struct App {
     credentials: Credentials,
     web: Credentials,
     queue: mpsc::Sender<Pending>,
+    /// With `--intake`: the task that stores documents ([`intake::storer`]).
+    intake: Option<mpsc::Sender<intake::Store>>,
     metrics: Arc<Metrics>,
     pool: PgPool,
     /// Where the web view's pages read: the replica, or `pool`.
@@ -131,11 +137,28 @@ pub async fn serve(
             author: options.author.clone(),
         },
     );
+    let intake = options
+        .intake
+        .then(|| intake::Intake::new(pool.clone(), options.max_batch, metrics.clone()));
+    // The stores have connections of their own, not tested before each
+    // use (a round trip of a post's two): a connection lost with the
+    // database fails its post with 503, and Slurm sends it again.
+    let stores = intake.as_ref().map(|i| {
+        let stores = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .test_before_acquire(false)
+            .connect_lazy_with((*pool.connect_options()).clone());
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(intake::storer(stores, rx, i.wake.clone()));
+        tx
+    });
     let batcher = tokio::spawn(batcher::batcher(
         recorder,
         rx,
         options.max_batch.max(1),
         metrics.clone(),
+        intake,
     ));
     // The batcher ends on its own only if it failed (a panic): then stop
     // serving rather than answer 503 forever, so the service manager sees
@@ -158,6 +181,7 @@ pub async fn serve(
         credentials: options.credentials,
         web: options.web,
         queue,
+        intake: stores,
         metrics,
         health,
         reader: options.reader.unwrap_or_else(|| pool.clone()),

@@ -126,8 +126,9 @@ pub(super) async fn jobcomp_doc(
     let sender = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0.0.ip());
     let options = ReadOptions::default();
     let source = |raw: String, raw_bytes: Option<Vec<u8>>| Source {
+        intake: None,
         format: SourceFormat::Jobcomp,
-        reference: "serve /slurm/_doc".into(),
+        reference: super::intake::REFERENCE.into(),
         raw,
         raw_bytes,
         options: options.clone(),
@@ -173,7 +174,10 @@ pub(super) async fn jobcomp_doc(
                 input: *job,
                 source: source(jobcomp::stored_document(doc), exact),
             };
-            job_reply(app, submission).await
+            match &app.intake {
+                Some(stores) => accept_reply(app, stores, submission).await,
+                None => job_reply(app, submission).await,
+            }
         }
         Item::Skip(s) => {
             app.metrics.outcome("skipped");
@@ -251,6 +255,34 @@ pub(super) async fn job_reply(app: &App, submission: Submission) -> Response {
         }
         Ok(None) => unavailable("no outcome"),
         Err(e) => unavailable(&e),
+    }
+}
+
+/// `serve --intake`: store the document durably, wake the recording task
+/// and answer; the job is priced and recorded moments later, in a batch
+/// (docs/recording.md, "Accepted first").
+async fn accept_reply(
+    app: &App,
+    stores: &tokio::sync::mpsc::Sender<super::intake::Store>,
+    submission: Submission,
+) -> Response {
+    let job = submission.input.key();
+    let (answer, stored) = oneshot::channel();
+    let store = super::intake::Store {
+        document: submission.source.raw,
+        exact: submission.source.raw_bytes,
+        reply: answer,
+    };
+    if stores.send(store).await.is_err() {
+        return unavailable(SHUTTING_DOWN);
+    }
+    match stored.await {
+        Ok(Ok(())) => {
+            app.metrics.outcome("accepted");
+            reply(StatusCode::OK, json!({"outcome": "accepted", "job": job}))
+        }
+        Ok(Err(e)) => unavailable(&e),
+        Err(_) => unavailable(SHUTTING_DOWN),
     }
 }
 
@@ -335,6 +367,7 @@ pub(super) async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Respo
                 let work = Work::Job(Box::new(Submission {
                     input: *job,
                     source: Source {
+                        intake: None,
                         format: SourceFormat::Json,
                         reference: format!("serve /jobs #{index}"),
                         raw,

@@ -29,6 +29,12 @@ pub enum CloseError {
         list(.months), .months.last().expect("at least one"), .months[0]
     )]
     UnbilledStorage { month: Month, months: Vec<Month> },
+    #[error(
+        "cannot close {month}: {count} posted job(s) are stored by `serve --intake` and not yet recorded \
+         (the oldest received {oldest}); they may have ended in {month}. `serve --intake` records them once \
+         posts pause (start it if it is stopped); close again when they are recorded"
+    )]
+    IntakeWaiting { month: Month, count: i64, oldest: String },
     #[error("close {first} first: months are closed in order, and {first} holds entries")]
     EarlierMonthOpen { first: Month },
     #[error("{0}")]
@@ -214,6 +220,18 @@ async fn close_in(
         return Err(CloseError::NotOver {
             month,
             ends: month.end(tz).with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string(),
+        });
+    }
+    // A job answered by `serve --intake` and not yet recorded would be
+    // charged to the next open month as late.
+    let (count, oldest) = crate::db::intake::waiting(&mut *tx).await?;
+    if count > 0 {
+        return Err(CloseError::IntakeWaiting {
+            month,
+            count,
+            oldest: oldest.map_or_else(String::new, |t| {
+                t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z").to_string()
+            }),
         });
     }
     let last = ledger::last_closed(&mut *tx).await?.map(Month::of_date);

@@ -222,6 +222,7 @@ async fn read_file(
         summary.lines += 1;
         let reference = format!("{}:{}", path.display(), at.lines);
         let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: ReadOptions| Source {
+            intake: None,
             format: f.format.source(),
             reference: reference.clone(),
             raw,
@@ -252,6 +253,7 @@ async fn read_file(
                     let job = p.job_key(&text);
                     malformed.push((
                         Source {
+                            intake: None,
                             job,
                             ..source(text, exact, p.options())
                         },

@@ -284,6 +284,7 @@ impl Reader {
         }
         self.batch.lines += 1;
         let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: ReadOptions, job: Option<String>| Source {
+            intake: None,
             format: self.format.source(),
             reference: reference.clone(),
             raw,
@@ -501,6 +502,7 @@ pub async fn retry_rejected(
             let format = r.source_format;
             let options: ReadOptions = serde_json::from_value(r.read_options.clone()).unwrap_or_default();
             let source = Source {
+                intake: None,
                 format,
                 reference: r.source_ref.clone(),
                 raw: r.raw.clone(),

@@ -43,6 +43,9 @@ pub struct Source {
     /// The job the record names (`cluster/job`), when known although the
     /// record could not be read: kept on its rejection.
     pub job: Option<String>,
+    /// The `job_intake` row it was taken from (`serve --intake`): deleted
+    /// in the transaction that records it.
+    pub intake: Option<i64>,
 }
 
 impl Source {
@@ -244,6 +247,11 @@ impl Recorder {
             }
             rejected::upsert(&mut conn, &rows).await.map_err(db_error)?;
         }
+        // Kept as rejected: out of the intake (were this to fail, the next
+        // attempt would find the rejection kept and count it again).
+        crate::db::intake::done(&mut conn, &intake_ids(jobs, malformed))
+            .await
+            .map_err(db_error)?;
         Ok(outcomes)
     }
 
@@ -371,6 +379,7 @@ impl Recorder {
         if to_resolve {
             resolve_rejections(&mut *tx, jobs, &hashes[..jobs.len()], &outcomes, &records, catalog).await?;
         }
+        crate::db::intake::done(&mut *tx, &intake_ids(jobs, malformed)).await?;
         Ok(outcomes
             .into_iter()
             .map(|o| o.expect("every job has an outcome"))
@@ -393,6 +402,15 @@ impl Recorder {
         }
         Ok(())
     }
+}
+
+/// The `job_intake` rows a batch was taken from.
+fn intake_ids(jobs: &[Submission], malformed: &[(Source, String)]) -> Vec<i64> {
+    jobs.iter()
+        .map(|j| &j.source)
+        .chain(malformed.iter().map(|(source, _)| source))
+        .filter_map(|source| source.intake)
+        .collect()
 }
 
 fn rejection_row(source: &Source, kind: RejectKind, reason: &str, job_key: Option<String>) -> NewRejection {

@@ -35,49 +35,76 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 18, "{names:#?}");
+    assert_eq!(names.len(), 20, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
-    // A twentieth of the jobs again, posted to `serve`, all recorded.
-    assert_eq!(names[2], "`serve`: 30 jobcomp posts from 16 concurrent senders");
-    let serve = figures[2]["measured"].as_str().unwrap();
+    // A twentieth of the jobs again, posted to `serve --intake` and to
+    // `serve` answering once recorded; all recorded.
+    assert_eq!(
+        names[2],
+        "`serve --intake`: 30 jobcomp posts from 16 concurrent senders"
+    );
+    let queued = figures[2]["measured"].as_str().unwrap();
+    assert!(
+        queued.starts_with("answered in ")
+            && queued.contains(" jobs/s; all recorded after ")
+            && queued.ends_with(" transactions)"),
+        "{queued}"
+    );
+    assert_eq!(
+        names[3],
+        "`serve` (answering once recorded): 30 jobcomp posts from 16 concurrent senders"
+    );
+    let serve = figures[3]["measured"].as_str().unwrap();
     assert!(
         serve.contains(" jobs/s in ") && serve.ends_with(" transactions"),
         "{serve}"
     );
     // One sequential sender on one kept-alive connection, beside pgbench.
     assert_eq!(
-        names[3],
-        "`serve`: 100 jobcomp posts from one sequential sender (one kept-alive connection)"
+        names[4],
+        "`serve --intake`: 100 jobcomp posts from one sequential sender (one kept-alive connection)"
     );
-    let single = figures[3]["measured"].as_str().unwrap();
-    assert!(
-        single.contains(" jobs/s, p50 ") && single.contains(" ms, p99 "),
-        "{single}"
+    assert_eq!(
+        names[5],
+        "`serve` (answering once recorded): 100 jobcomp posts from one sequential sender"
     );
-    let pgbench = figures[3]["baseline"].as_str().unwrap();
+    for f in &figures[4..6] {
+        let single = f["measured"].as_str().unwrap();
+        assert!(
+            single.contains(" jobs/s, p50 ") && single.contains(" ms, p99 "),
+            "{single}"
+        );
+        let pgbench = f["baseline"].as_str().unwrap();
+        assert!(
+            pgbench.starts_with("pgbench, 1 client, one-row durable INSERTs: ") && pgbench.contains(" tx/s, p50 "),
+            "{pgbench}"
+        );
+    }
     assert!(
-        pgbench.starts_with("pgbench, 1 client, one-row durable INSERTs: ") && pgbench.contains(" tx/s, p50 "),
-        "{pgbench}"
+        figures[4]["measured"]
+            .as_str()
+            .unwrap()
+            .contains("; all recorded after ")
     );
     // serve as its own process under 20 hostile 16 MB posts: all refused.
     assert!(
-        names[4].starts_with("peak RSS of `serve` under 20 concurrent 16 MB posts"),
+        names[6].starts_with("peak RSS of `serve` under 20 concurrent 16 MB posts"),
         "{names:#?}"
     );
-    let hostile = figures[4]["measured"].as_str().unwrap();
+    let hostile = figures[6]["measured"].as_str().unwrap();
     assert!(hostile.contains("400×10"), "{hostile}");
-    assert!(names[7].starts_with("storage billing of 60 projects"), "{names:#?}");
-    // 730 jobs (600 imported, 30 and 100 posted to serve) post 730 core-hour
+    assert!(names[9].starts_with("storage billing of 60 projects"), "{names:#?}");
+    // 860 jobs (600 imported, 2 × 30 and 2 × 100 posted to serve) post 860 core-hour
     // charges plus one GPU-hour charge per GPU job (a tenth); the bench's
     // one-off jobs and storage charges come on top.
-    let small: u64 = names[9]
+    let small: u64 = names[11]
         .trim_start_matches("one project's statement at ")
         .trim_end_matches(" entries")
         .replace(',', "")
         .parse()
         .unwrap();
-    assert!((790..=950).contains(&small), "{names:#?}");
-    let large: u64 = names[10]
+    assert!((920..=1080).contains(&small), "{names:#?}");
+    let large: u64 = names[12]
         .trim_start_matches("one project's statement at ")
         .trim_end_matches(" entries")
         .replace(',', "")
@@ -86,11 +113,11 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     // Grown ×3: two copies of every job charge (not of storage or the rest).
     let copies = large - small;
     assert!(
-        copies.is_multiple_of(2) && copies >= 2 * 732 && copies < 2 * small,
+        copies.is_multiple_of(2) && copies >= 2 * 862 && copies < 2 * small,
         "{small} -> {large}"
     );
     // A year of the busiest project's usage by user, on the grown ledger.
-    let grown = names[10].split(" at ").nth(1).unwrap();
+    let grown = names[12].split(" at ").nth(1).unwrap();
     // The bench's month is the last one that ended (in its center's zone).
     let month = hpc_ledger::domain::period::Month::of_instant(chrono::Utc::now(), chrono_tz::America::New_York).prev();
     let mut year_before = month;
@@ -98,48 +125,48 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         year_before = year_before.prev();
     }
     assert!(
-        names[11].starts_with(&format!(
+        names[13].starts_with(&format!(
             "one project's usage report by user, {year_before} to {month} ("
-        )) && names[11].ends_with(&format!(" at {grown}")),
+        )) && names[13].ends_with(&format!(" at {grown}")),
         "{names:#?}"
     );
     // The same project's balance, an allocation over that year in force.
     assert!(
-        names[12].starts_with(&format!("one project's balance, drawn since {year_before} ("))
-            && names[12].ends_with(&format!(" at {grown}")),
+        names[14].starts_with(&format!("one project's balance, drawn since {year_before} ("))
+            && names[14].ends_with(&format!(" at {grown}")),
         "{names:#?}"
     );
     assert!(
-        names[13].starts_with("`serve` POST /check of that project, 200 in a row"),
+        names[15].starts_with("`serve` POST /check of that project, 200 in a row"),
         "{names:#?}"
     );
-    let check = figures[13]["measured"].as_str().unwrap();
+    let check = figures[15]["measured"].as_str().unwrap();
     assert!(check.starts_with("p50 ") && check.contains(", p99 "), "{check}");
     // The web view's two pages, over HTTP, each answered 200 (else the
     // bench fails) with a page of some size.
     assert!(
-        names[14].starts_with("web view, that project's page (") && names[14].ends_with(&format!(" at {grown}")),
+        names[16].starts_with("web view, that project's page (") && names[16].ends_with(&format!(" at {grown}")),
         "{names:#?}"
     );
     assert!(
-        names[15].starts_with("web view, the billing office's project list"),
+        names[17].starts_with("web view, the billing office's project list"),
         "{names:#?}"
     );
-    for f in &figures[14..16] {
+    for f in &figures[16..16] {
         let m = f["measured"].as_str().unwrap();
         assert!(m.contains(" ms (slowest ") && m.ends_with(" KB)"), "{m}");
     }
     assert_eq!(
-        names[16],
+        names[18],
         format!(
             "audit of {} entries (clean)",
-            names[10].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
+            names[12].split(" at ").nth(1).unwrap().trim_end_matches(" entries")
         )
     );
-    // Every record read again: the 600 imported, the 130 posted to serve and
+    // Every record read again: the 600 imported, the 260 posted to serve and
     // the one-off `job record` ones.
-    assert!(names[8].starts_with("audit --deep: "), "{names:#?}");
-    let deep: u64 = names[8]
+    assert!(names[10].starts_with("audit --deep: "), "{names:#?}");
+    let deep: u64 = names[10]
         .trim_start_matches("audit --deep: ")
         .split(' ')
         .next()
@@ -147,13 +174,13 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         .replace(',', "")
         .parse()
         .unwrap();
-    assert!((730..800).contains(&deep), "{deep}");
+    assert!((860..930).contains(&deep), "{deep}");
     // The month end of a center just set up, in a second scratch database.
     assert_eq!(
-        names[17],
+        names[19],
         "month end of a fresh center of 70 projects: bill storage, close, audit"
     );
-    let end = figures[17]["measured"].as_str().unwrap();
+    let end = figures[19]["measured"].as_str().unwrap();
     assert!(
         end.starts_with("bill ") && end.contains(", close ") && end.contains(", audit "),
         "{end}"

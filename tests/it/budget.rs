@@ -116,6 +116,7 @@ fn serve_on(pool: &sqlx::PgPool) -> Served {
         author: "t".into(),
         limits: hpc_ledger::serve::conn::Limits::default(),
         restart: None,
+        intake: false,
     };
     let metrics = Arc::new(hpc_ledger::serve::Metrics::new());
     let done = tokio::spawn(hpc_ledger::serve::serve(

@@ -198,6 +198,7 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
             author: "replica-test".into(),
             limits: hpc_ledger::serve::conn::Limits::default(),
             restart: None,
+            intake: false,
         },
         Arc::new(Metrics::new()),
         async {

@@ -35,7 +35,26 @@ async fn start(pool: &PgPool, credentials: Credentials) -> Running {
 }
 
 async fn start_with(pool: &PgPool, credentials: Credentials, supersede: bool) -> Running {
-    start_limited(pool, credentials, supersede, hpc_ledger::serve::conn::Limits::default()).await
+    start_limited(
+        pool,
+        credentials,
+        supersede,
+        hpc_ledger::serve::conn::Limits::default(),
+        false,
+    )
+    .await
+}
+
+/// `serve --intake`: answered once stored, recorded in batches.
+async fn start_intake(pool: &PgPool, credentials: Credentials) -> Running {
+    start_limited(
+        pool,
+        credentials,
+        false,
+        hpc_ledger::serve::conn::Limits::default(),
+        true,
+    )
+    .await
 }
 
 async fn start_limited(
@@ -43,6 +62,7 @@ async fn start_limited(
     credentials: Credentials,
     supersede: bool,
     limits: hpc_ledger::serve::conn::Limits,
+    intake: bool,
 ) -> Running {
     let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
@@ -57,6 +77,7 @@ async fn start_limited(
         author: "serve-test".into(),
         limits,
         restart: None,
+        intake,
     };
     let done = tokio::spawn(serve(pool.clone(), listener, options, metrics.clone(), async {
         let _ = stopped.await;
@@ -831,7 +852,7 @@ async fn slow_idle_and_surplus_connections_are_not_held() {
         body_timeout: Duration::from_secs(2),
         ..Default::default()
     };
-    let server = start_limited(&db.pool, Credentials::none(), false, limits).await;
+    let server = start_limited(&db.pool, Credentials::none(), false, limits, false).await;
     let addr = server.addr;
     // Closed by the server: reading gives EOF (or a reset) before `within`.
     async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> (bool, String) {
@@ -889,4 +910,255 @@ async fn slow_idle_and_surplus_connections_are_not_held() {
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.body);
     server.stop().await;
+}
+
+/// Until `serve --intake` has recorded everything it accepted.
+async fn drained(pool: &PgPool) {
+    for _ in 0..400 {
+        if count(pool, "SELECT count(*) FROM job_intake").await == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the intake was not recorded within 20 s");
+}
+
+/// What the ledger kept of each record: its job, raw text, exact bytes,
+/// content fingerprint.
+async fn kept_records(pool: &PgPool) -> Vec<(String, String, Option<Vec<u8>>, Vec<u8>)> {
+    sqlx::query_as(
+        "SELECT j.scheduler_job_id || coalesce('_' || j.array_index, ''), r.raw, r.raw_bytes, r.content_fingerprint
+           FROM job_record r JOIN job j ON j.id = r.job_id ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The lab's real body for job 3 with its job name re-encoded as Latin-1
+/// (not UTF-8), renumbered `id`.
+fn latin1_body(id: u32) -> Vec<u8> {
+    let body = jobcomp_bodies()
+        .into_iter()
+        .find(|b| b.contains(r#""job_name":"hugemem""#))
+        .unwrap()
+        .replace(r#""jobid":3,"#, &format!(r#""jobid":{id},"#))
+        .replace(r#""job_name":"hugemem""#, "\"job_name\":\"caf\u{1}\"");
+    body.into_bytes()
+        .into_iter()
+        .map(|b| if b == 1 { 0xe9 } else { b })
+        .collect()
+}
+
+/// `serve --intake` answers Slurm's real posts once they are stored, then
+/// records them exactly as `serve` without it does: the same charges, the
+/// same text and bytes kept (so a re-send or an import is a replay), the
+/// same skips and refusals.
+#[tokio::test]
+async fn with_intake_real_posts_are_answered_when_stored_and_charged_as_without() {
+    let db = fixture_db().await;
+    let server = start_intake(&db.pool, basic_only()).await;
+    let mut bodies: Vec<Vec<u8>> = jobcomp_bodies().into_iter().map(String::into_bytes).collect();
+    bodies.push(latin1_body(903));
+    let mut outcomes: BTreeMap<(u16, String), u32> = BTreeMap::new();
+    for b in &bodies {
+        let r = server.post_bytes("/slurm/_doc", b).await;
+        *outcomes
+            .entry((r.status, body(&r)["outcome"].as_str().unwrap_or("?").to_owned()))
+            .or_default() += 1;
+    }
+    // 16 jobs ran (the lab's 15 and the Latin-1 one); 9 and 12 never ran.
+    assert_eq!(
+        outcomes,
+        BTreeMap::from([((200, "accepted".into()), 16), ((200, "skipped".into()), 2)])
+    );
+    drained(&db.pool).await;
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 16);
+    assert_eq!(server.metrics.jobs("recorded"), 16);
+    let m = client::get(server.addr, "/metrics").await.unwrap();
+    assert!(
+        m.body
+            .contains("hpc_ledger_serve_jobs_total{outcome=\"accepted\"} 16\n")
+            && m.body.contains("hpc_ledger_intake_waiting 0\n"),
+        "{}",
+        m.body
+    );
+
+    // The same posts without --intake, into a second ledger.
+    let other = fixture_db().await;
+    let direct = start(&other.pool, basic_only()).await;
+    for b in &bodies {
+        let r = direct.post_bytes("/slurm/_doc", b).await;
+        assert!([200, 201].contains(&r.status), "{}", r.body);
+    }
+    direct.stop().await;
+    assert_eq!(ledger(&db.pool).await, ledger(&other.pool).await);
+    let kept = kept_records(&db.pool).await;
+    assert_eq!(kept.len(), 16);
+    assert_eq!(kept, kept_records(&other.pool).await);
+    assert!(
+        kept.iter().any(|k| k.0 == "903" && k.2.is_some()),
+        "the Latin-1 bytes are kept"
+    );
+    // Worked by hand: multinode job 11 held 2 nodes of 4 cores for 3 s.
+    assert_eq!(
+        ledger(&db.pool).await["testclu/11"],
+        vec![("core_hours".into(), "0.006666666667".into(), "0.00".into())]
+    );
+
+    // Slurm re-sends everything: accepted again, recorded as replays.
+    let entries = count(&db.pool, "SELECT count(*) FROM ledger_entry").await;
+    for b in &bodies {
+        let r = server.post_bytes("/slurm/_doc", b).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    drained(&db.pool).await;
+    assert_eq!(server.metrics.jobs("replayed"), 16);
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM ledger_entry").await, entries);
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job_record").await, 16);
+
+    // Malformed documents and missing credentials are refused at once,
+    // never stored.
+    let r = server.post("/slurm/_doc", r#"{"jobid": 77,"#).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = client::post(server.addr, "/slurm/_doc", None, bodies[0].as_slice())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job_intake").await, 0);
+    server.stop().await;
+}
+
+/// What a stopped server left in the intake (answered, not yet recorded) is
+/// recorded by the next one; a stored document that no longer reads is kept
+/// as malformed; two servers on one database both accept and one records,
+/// so each job is charged once; a stop records what was accepted.
+#[tokio::test]
+async fn the_intake_outlives_a_stop_and_two_servers_record_each_job_once() {
+    let db = fixture_db().await;
+    let doc = |id: u32| {
+        String::from_utf8(
+            latin1_body(id)
+                .into_iter()
+                .map(|b| if b == 0xe9 { b'e' } else { b })
+                .collect(),
+        )
+        .unwrap()
+    };
+    // As a server that stopped after answering would leave them.
+    for (document, exact) in [
+        (doc(801), None),
+        (r#"{"jobid":802,"#.to_owned(), None),
+        (
+            String::from_utf8_lossy(&latin1_body(803)).into_owned(),
+            Some(latin1_body(803)),
+        ),
+    ] {
+        sqlx::query("INSERT INTO job_intake (document, exact) VALUES ($1, $2)")
+            .bind(document)
+            .bind(exact)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    // A month is not closed while jobs that may have ended in it wait.
+    let month = hpc_ledger::domain::period::Month::of_instant(chrono::Utc::now(), chrono_tz::UTC).prev();
+    match hpc_ledger::service::close::close(&db.pool, month, "test", chrono::Utc::now()).await {
+        Err(e @ hpc_ledger::service::close::CloseError::IntakeWaiting { count: 3, .. }) => {
+            assert!(
+                e.to_string().contains("3 posted job(s) are stored by `serve --intake`"),
+                "{e}"
+            );
+        }
+        other => panic!("closed with documents waiting: {other:?}"),
+    }
+    let a = start_intake(&db.pool, Credentials::none()).await;
+    let b = start_intake(&db.pool, Credentials::none()).await;
+    drained(&db.pool).await;
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM job WHERE scheduler_job_id IN ('801', '803')"
+        )
+        .await,
+        2
+    );
+    let kept: Vec<(String, String, String)> = sqlx::query_as("SELECT kind, reason, raw FROM rejected_record")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        (kept[0].0.as_str(), kept[0].2.as_str()),
+        ("malformed", r#"{"jobid":802,"#),
+        "{kept:?}"
+    );
+    assert!(kept[0].1.starts_with("not JSON"), "{kept:?}");
+
+    // 200 posts, alternating between the two servers, 8 at a time.
+    let mut accepted = 0;
+    for chunk in (1000..1200u32).collect::<Vec<_>>().chunks(8) {
+        let posts: Vec<_> = chunk
+            .iter()
+            .map(|&id| {
+                let addr = if id % 2 == 0 { a.addr } else { b.addr };
+                let d = doc(id);
+                tokio::spawn(async move { client::post(addr, "/slurm/_doc", None, d.as_bytes()).await })
+            })
+            .collect();
+        for p in posts {
+            let r = p.await.unwrap().unwrap();
+            assert_eq!(
+                (r.status, body(&r)["outcome"].as_str()),
+                (200, Some("accepted")),
+                "{}",
+                r.body
+            );
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, 200);
+    // One of them recorded everything.
+    drained(&db.pool).await;
+    let recorded = (a.metrics.jobs("recorded"), b.metrics.jobs("recorded"));
+    assert!(recorded.0 == 0 || recorded.1 == 0, "both recorded: {recorded:?}");
+    assert_eq!(recorded.0 + recorded.1, 202, "{recorded:?}");
+    let q = "SELECT count(*) FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id \
+             JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id::int BETWEEN 1000 AND 1199";
+    assert_eq!(count(&db.pool, q).await, 200, "one charge a job");
+
+    // A stop while posts are in flight: every accepted post is recorded
+    // when the server has stopped (the other server is stopped first, so
+    // the one stopping holds the intake).
+    let (recording, other) = if recorded.0 > 0 { (a, b) } else { (b, a) };
+    other.stop().await;
+    let posts: Vec<_> = (2000..2100u32)
+        .map(|id| {
+            let addr = recording.addr;
+            let d = doc(id);
+            tokio::spawn(async move { client::post(addr, "/slurm/_doc", None, d.as_bytes()).await })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let Running { stop, done, .. } = recording;
+    stop.send(()).unwrap();
+    let mut answered = 0i64;
+    for p in posts {
+        match p.await.unwrap() {
+            Ok(r) if r.status == 200 => answered += 1,
+            Ok(r) => panic!("unexpected reply {} {}", r.status, r.body),
+            Err(_) => {} // refused: the listener had closed
+        }
+    }
+    done.await.unwrap().unwrap();
+    assert!(
+        answered > 0,
+        "the stop came before any post was accepted; nothing was tested"
+    );
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job_intake").await, 0);
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM job WHERE scheduler_job_id::int >= 2000").await,
+        answered,
+        "every accepted job, and only those, is recorded"
+    );
 }

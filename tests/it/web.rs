@@ -45,6 +45,7 @@ fn start_with(pool: &PgPool, web: Credentials) -> Running {
         author: "web-test".into(),
         limits: hpc_ledger::serve::conn::Limits::default(),
         restart: None,
+        intake: false,
     };
     let done = tokio::spawn(serve(
         pool.clone(),
