@@ -1,4 +1,4 @@
--- Accepted first, recorded next (issue 19, item 1; docs/recording.md):
+-- Accepted first, recorded next (issue 19, item 1; docs/slurm.md):
 -- `serve --intake` answers a jobcomp post once its document is stored here,
 -- durably, in one single-row INSERT (the cost of a pgbench transaction),
 -- and its recording task takes the rows in batches, records them as every
@@ -15,7 +15,11 @@ CREATE TABLE job_intake (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     received_at timestamptz NOT NULL DEFAULT now(),
     document    text NOT NULL,
-    exact       bytea
+    exact       bytea,
+    -- Why it could not be recorded, nor kept as rejected (the database
+    -- refused both): set aside so that the documents after it are
+    -- recorded; tried again when serve starts. NULL: waiting.
+    failed      text
 );
 
 COMMENT ON TABLE job_intake IS
@@ -24,7 +28,7 @@ COMMENT ON TABLE job_intake IS
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_ingest') THEN
-        GRANT SELECT, INSERT, DELETE ON job_intake TO hpc_ledger_ingest;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON job_intake TO hpc_ledger_ingest;
     END IF;
 END
 $$;

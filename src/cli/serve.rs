@@ -27,7 +27,7 @@ pub struct Args {
     supersede: bool,
     /// Answer a Slurm jobcomp post as soon as its document is stored
     /// durably, and price and record it moments later in a batch: a
-    /// backlog drains several times faster (docs/recording.md, "Accepted
+    /// backlog drains several times faster (docs/slurm.md, "Accepted
     /// first"). The reply then says "accepted" instead of the charge.
     #[arg(long)]
     intake: bool,

@@ -34,15 +34,41 @@ pub async fn accept(pool: &PgPool, documents: &[String], exact: &[Option<Vec<u8>
     Ok(())
 }
 
-/// The oldest `limit` documents waiting.
+/// The oldest `limit` documents waiting (not set aside as failed).
 pub async fn oldest(conn: &mut PgConnection, limit: i64) -> Result<Vec<Waiting>, sqlx::Error> {
     sqlx::query_as!(
         Waiting,
-        "SELECT id, document, exact FROM job_intake ORDER BY id LIMIT $1",
+        "SELECT id, document, exact FROM job_intake WHERE failed IS NULL ORDER BY id LIMIT $1",
         limit
     )
     .fetch_all(conn)
     .await
+}
+
+/// Of `ids`, those still waiting (not recorded since they were read).
+pub async fn still_waiting(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT id FROM job_intake WHERE id = ANY($1) ORDER BY id", ids)
+        .fetch_all(conn)
+        .await
+}
+
+/// Set a document aside: it could not be recorded, nor kept as rejected.
+pub async fn set_aside(conn: &mut PgConnection, id: i64, reason: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!("UPDATE job_intake SET failed = $2 WHERE id = $1", id, reason)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Try the documents set aside again (when `serve` starts: a new version,
+/// or a cause since fixed). How many.
+pub async fn retry_set_aside(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+    Ok(
+        sqlx::query!("UPDATE job_intake SET failed = NULL WHERE failed IS NOT NULL")
+            .execute(conn)
+            .await?
+            .rows_affected(),
+    )
 }
 
 /// Delete recorded documents (in the transaction that recorded them).
@@ -56,12 +82,35 @@ pub async fn done(conn: &mut PgConnection, ids: &[i64]) -> Result<(), sqlx::Erro
     Ok(())
 }
 
-/// How many documents wait, and when the oldest was received.
-pub async fn waiting(conn: &mut PgConnection) -> Result<(i64, Option<DateTime<Utc>>), sqlx::Error> {
-    let row = sqlx::query!(r#"SELECT count(*) AS "n!", min(received_at) AS oldest FROM job_intake"#)
-        .fetch_one(conn)
-        .await?;
-    Ok((row.n, row.oldest))
+/// What `job_intake` holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Documents waiting to be recorded.
+    pub waiting: i64,
+    /// Documents set aside (could not be recorded nor kept as rejected).
+    pub failed: i64,
+    /// When the oldest of either was received.
+    pub oldest: Option<DateTime<Utc>>,
+    /// Why the oldest set aside failed.
+    pub first_failure: Option<String>,
+}
+
+pub async fn held(conn: &mut PgConnection) -> Result<Held, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT count(*) FILTER (WHERE failed IS NULL) AS "waiting!",
+                  count(*) FILTER (WHERE failed IS NOT NULL) AS "failed!",
+                  min(received_at) AS oldest,
+                  (SELECT failed FROM job_intake WHERE failed IS NOT NULL ORDER BY id LIMIT 1) AS first_failure
+           FROM job_intake"#
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(Held {
+        waiting: row.waiting,
+        failed: row.failed,
+        oldest: row.oldest,
+        first_failure: row.first_failure,
+    })
 }
 
 /// Take the lock that makes this session the one recording the intake;

@@ -1,7 +1,7 @@
 //! The one task that owns the [`Recorder`]: requests queue up while a
 //! transaction commits and go into the next one together (group commit);
-//! each is answered only once its transaction committed. With `--intake`
-//! it also records the documents stored in `job_intake` ([`super::intake`]).
+//! each is answered only once its transaction committed. It also records
+//! the documents stored in `job_intake` ([`super::intake`]).
 
 use std::sync::Arc;
 
@@ -28,26 +28,25 @@ pub(super) struct Pending {
     pub(super) reply: oneshot::Sender<Answer>,
 }
 
-/// With `intake` (`--intake`), the task also records the stored documents
-/// whenever it is woken, one batch at a time between the queued requests,
-/// and what is left when the queue closes.
+/// The task also records the documents stored in `job_intake` whenever a
+/// round is due, one batch at a time between the queued requests, and
+/// what is left when the queue closes and the `storer` (`--intake`) has
+/// finished.
 pub(super) async fn batcher(
     mut recorder: Recorder,
     mut rx: mpsc::Receiver<Pending>,
     max: usize,
     metrics: Arc<Metrics>,
-    mut intake: Option<Intake>,
+    mut intake: Intake,
+    storer: Option<tokio::task::JoinHandle<()>>,
 ) {
     loop {
-        let first = match &mut intake {
-            None => rx.recv().await,
-            Some(intake) => tokio::select! {
-                p = rx.recv() => p,
-                () = intake.woken() => {
-                    intake.round(&mut recorder).await;
-                    continue;
-                }
-            },
+        let first = tokio::select! {
+            p = rx.recv() => p,
+            () = intake.woken() => {
+                intake.round(&mut recorder).await;
+                continue;
+            }
         };
         let Some(first) = first else { break };
         let mut pending = vec![first];
@@ -91,7 +90,10 @@ pub(super) async fn batcher(
             }
         }
     }
-    if let Some(intake) = &mut intake {
-        intake.drain(&mut recorder).await;
+    // The queue closed: every request has been answered; a store still in
+    // flight (its sender gone) commits before the last round.
+    if let Some(storer) = storer {
+        let _ = storer.await;
     }
+    intake.drain(&mut recorder).await;
 }

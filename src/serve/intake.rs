@@ -22,13 +22,14 @@ use std::time::Duration;
 
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::Metrics;
 use crate::db::errors::is_connection_error;
 use crate::db::intake::{self, Waiting};
 use crate::domain::kinds::SourceFormat;
 use crate::ingest::{Item, ReadOptions, jobcomp};
-use crate::service::record::{Outcome, Recorder, Source, Submission};
+use crate::service::record::{Outcome, RecordError, Recorder, Source, Submission};
 
 /// How often the intake is looked at without being woken: documents left
 /// by a stopped server, or by one that lost the lock.
@@ -53,13 +54,17 @@ pub(super) const REFERENCE: &str = "serve /slurm/_doc";
 
 pub(super) struct Intake {
     pool: PgPool,
-    /// Woken by the route after each document it stored.
+    /// Woken by the storer after each INSERT.
     pub(super) wake: Arc<Notify>,
     /// The connection holding the lock, once taken: out of the pool, so
     /// that the lock ends with it (a pooled one would keep it after stop).
     held: Option<PgConnection>,
     /// Since when documents wait to be recorded (woken, no round since).
-    due_since: Option<tokio::time::Instant>,
+    due_since: Option<Instant>,
+    /// When the last document was stored, as far as this task was woken.
+    last_store: Instant,
+    /// When to look without being woken.
+    next_tick: Instant,
     /// The last round recorded a full batch: more wait, go on at once.
     more: bool,
     max: usize,
@@ -79,24 +84,26 @@ pub(super) enum Drained {
 
 impl Intake {
     pub(super) fn new(pool: PgPool, max: usize, metrics: Arc<Metrics>) -> Intake {
-        let wake = Arc::new(Notify::new());
-        // Documents left from before: look at once.
-        wake.notify_one();
+        let now = Instant::now();
         Intake {
             pool,
-            wake,
+            wake: Arc::new(Notify::new()),
             held: None,
-            due_since: None,
+            // Documents left from before: a round at once.
+            due_since: Some(now),
+            last_store: now,
+            next_tick: now + TICK,
             more: false,
             max: max.max(1),
             metrics,
         }
     }
 
-    /// Until a round is due: woken by the route (or [`TICK`] passed), then
+    /// Until a round is due: woken by the storer (or [`TICK`] passed), then
     /// no document stored for [`IDLE`] or the first waited [`MAX_WAIT`];
-    /// at once while the last round left more. Cancel-safe: being woken is
-    /// remembered until the round.
+    /// at once while the last round left more. Cancel-safe (the batcher
+    /// drops it whenever a request comes first): what it waits for are
+    /// deadlines kept here, and being woken is remembered until the round.
     pub(super) async fn woken(&mut self) {
         if self.more {
             return;
@@ -105,16 +112,16 @@ impl Intake {
             Some(since) => since,
             None => {
                 tokio::select! {
-                    () = self.wake.notified() => {}
-                    () = tokio::time::sleep(TICK) => {}
+                    () = self.wake.notified() => self.last_store = Instant::now(),
+                    () = tokio::time::sleep_until(self.next_tick) => {}
                 }
-                *self.due_since.insert(tokio::time::Instant::now())
+                *self.due_since.insert(Instant::now())
             }
         };
         loop {
             tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(IDLE) => return,
+                () = self.wake.notified() => self.last_store = Instant::now(),
+                () = tokio::time::sleep_until(self.last_store + IDLE) => return,
                 () = tokio::time::sleep_until(since + MAX_WAIT) => return,
             }
         }
@@ -123,6 +130,7 @@ impl Intake {
     /// Record one batch of the oldest documents.
     pub(super) async fn round(&mut self, recorder: &mut Recorder) {
         self.due_since = None;
+        self.next_tick = Instant::now() + TICK;
         let drained = self.drain_once(recorder).await;
         self.more = drained == Drained::More;
         if drained == Drained::Failed {
@@ -149,17 +157,35 @@ impl Intake {
         }
     }
 
-    async fn try_drain(&mut self, recorder: &mut Recorder) -> Result<Drained, String> {
+    /// The connection holding the lock, taking it if no process holds it;
+    /// `None` when another does.
+    async fn lock(&mut self) -> Result<Option<&mut PgConnection>, sqlx::Error> {
         if self.held.is_none() {
-            let mut conn = self.pool.acquire().await.map_err(|e| e.to_string())?.detach();
-            if !intake::try_lock(&mut conn).await.map_err(|e| e.to_string())? {
-                return Ok(Drained::Done);
+            // Tried on a pooled connection (a lock not taken holds nothing),
+            // kept out of the pool once taken.
+            let mut conn = self.pool.acquire().await?;
+            if !intake::try_lock(&mut conn).await? {
+                return Ok(None);
+            }
+            let mut conn = conn.detach();
+            // What an earlier server set aside is tried again.
+            let retried = intake::retry_set_aside(&mut conn).await?;
+            if retried > 0 {
+                tracing::info!("trying again {retried} posted job(s) set aside by an earlier server");
             }
             self.held = Some(conn);
         }
-        let conn = self.held.as_mut().expect("taken above");
+        Ok(self.held.as_mut())
+    }
+
+    async fn try_drain(&mut self, recorder: &mut Recorder) -> Result<Drained, String> {
         let limit = i64::try_from(self.max).unwrap_or(i64::MAX);
-        let waiting = match intake::oldest(conn, limit).await {
+        let waiting = match self.lock().await {
+            Ok(None) => return Ok(Drained::Done),
+            Ok(Some(conn)) => intake::oldest(conn, limit).await,
+            Err(e) => Err(e),
+        };
+        let waiting = match waiting {
             Ok(w) => w,
             Err(e) => {
                 if is_connection_error(&e) {
@@ -184,7 +210,14 @@ impl Intake {
             }
         }
         self.metrics.batch(jobs.len() + malformed.len());
-        let outcomes = recorder.record(&jobs, &malformed).await.map_err(|e| e.to_string())?;
+        let outcomes = match recorder.record(&jobs, &malformed).await {
+            Ok(outcomes) => outcomes,
+            Err(e @ RecordError::Connection(_)) => return Err(e.to_string()),
+            // The database refused to record one of them and to keep it
+            // as rejected: one by one, setting aside what it refuses, so
+            // that one document cannot stop the others.
+            Err(_) => self.one_by_one(recorder, &jobs, &malformed).await?,
+        };
         for outcome in &outcomes {
             self.metrics.outcome(outcome.name());
             if let Outcome::Rejected { job, reason, .. } = outcome {
@@ -194,16 +227,68 @@ impl Intake {
         for _ in &malformed {
             self.metrics.outcome("malformed");
         }
-        let conn = self.held.as_mut().expect("taken above");
+        let conn = self.held.as_mut().ok_or("the intake's lock was lost")?;
         if !skipped.is_empty() {
             intake::done(conn, &skipped).await.map_err(|e| e.to_string())?;
         }
-        let (left, oldest) = intake::waiting(conn).await.map_err(|e| e.to_string())?;
+        if full {
+            // More follows at once: counted when it is done.
+            return Ok(Drained::More);
+        }
+        let held = intake::held(conn).await.map_err(|e| e.to_string())?;
         self.metrics.intake(
-            u64::try_from(left).unwrap_or(0),
-            oldest.map_or(0, |t| u64::try_from(t.timestamp()).unwrap_or(0)),
+            u64::try_from(held.waiting).unwrap_or(0),
+            u64::try_from(held.failed).unwrap_or(0),
+            held.oldest.map_or(0, |t| u64::try_from(t.timestamp()).unwrap_or(0)),
         );
-        Ok(if full { Drained::More } else { Drained::Done })
+        Ok(Drained::Done)
+    }
+
+    /// Record each document by itself; set aside each the database refuses.
+    async fn one_by_one(
+        &mut self,
+        recorder: &mut Recorder,
+        jobs: &[Submission],
+        malformed: &[(Source, String)],
+    ) -> Result<Vec<Outcome>, String> {
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        // The recorder's own fallback may have recorded some before it
+        // gave up: those are no longer waiting.
+        let ids: Vec<i64> = jobs
+            .iter()
+            .map(|j| &j.source)
+            .chain(malformed.iter().map(|m| &m.0))
+            .filter_map(|s| s.intake)
+            .collect();
+        let conn = self.held.as_mut().ok_or("the intake's lock was lost")?;
+        let waiting: std::collections::HashSet<i64> = intake::still_waiting(conn, &ids)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .collect();
+        let sources = jobs
+            .iter()
+            .map(|j| (std::slice::from_ref(j), &[][..], &j.source))
+            .chain(malformed.iter().map(|m| (&[][..], std::slice::from_ref(m), &m.0)))
+            .filter(|(_, _, source)| source.intake.is_some_and(|id| waiting.contains(&id)));
+        for (job, line, source) in sources {
+            match recorder.record(job, line).await {
+                Ok(o) => outcomes.extend(o),
+                Err(e @ RecordError::Connection(_)) => return Err(e.to_string()),
+                Err(e) => {
+                    let id = source.intake.expect("read from the intake");
+                    tracing::error!(
+                        "a posted job (intake {id}) could not be recorded nor kept as rejected; set aside: {e}"
+                    );
+                    let conn = self.held.as_mut().ok_or("the intake's lock was lost")?;
+                    intake::set_aside(conn, id, &e.to_string())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    self.metrics.outcome("set_aside");
+                }
+            }
+        }
+        Ok(outcomes)
     }
 }
 

@@ -22,9 +22,11 @@ pub struct Metrics {
     /// `POST /check` requests answered, and the time spent answering them.
     checks: AtomicU64,
     check_micros: AtomicU64,
-    /// With `--intake`: documents waiting after the last recording round,
-    /// and when the oldest of them was received (Unix seconds; 0: none).
+    /// `job_intake` after this process's last recording round: documents
+    /// waiting, set aside, and when the oldest was received (Unix seconds;
+    /// 0: none).
     intake_waiting: AtomicU64,
+    intake_failed: AtomicU64,
     intake_oldest: AtomicU64,
 }
 
@@ -56,8 +58,9 @@ impl Metrics {
             .fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    pub(super) fn intake(&self, waiting: u64, oldest_unix: u64) {
+    pub(super) fn intake(&self, waiting: u64, failed: u64, oldest_unix: u64) {
         self.intake_waiting.store(waiting, Ordering::Relaxed);
+        self.intake_failed.store(failed, Ordering::Relaxed);
         self.intake_oldest.store(oldest_unix, Ordering::Relaxed);
     }
 
@@ -101,6 +104,7 @@ impl Metrics {
             "skipped",
             "malformed",
             "malformed_not_kept",
+            "set_aside",
         ] {
             let n = outcomes.get(name).copied().unwrap_or(0);
             let _ = writeln!(out, "hpc_ledger_serve_jobs_total{{outcome=\"{name}\"}} {n}");
@@ -143,13 +147,22 @@ impl Metrics {
             self.check_micros.load(Ordering::Relaxed) as f64 / 1e6
         );
         out.push_str(
-            "# HELP hpc_ledger_intake_waiting Jobs stored by serve --intake and not yet recorded, after the last recording round.\n",
+            "# HELP hpc_ledger_intake_waiting Jobs stored by serve --intake and not yet recorded, after this process's last recording round (0 in a process that does not hold the intake).\n",
         );
         out.push_str("# TYPE hpc_ledger_intake_waiting gauge\n");
         let _ = writeln!(
             out,
             "hpc_ledger_intake_waiting {}",
             self.intake_waiting.load(Ordering::Relaxed)
+        );
+        out.push_str(
+            "# HELP hpc_ledger_intake_failed Of them, set aside: the database refused to record them or keep them as rejected.\n",
+        );
+        out.push_str("# TYPE hpc_ledger_intake_failed gauge\n");
+        let _ = writeln!(
+            out,
+            "hpc_ledger_intake_failed {}",
+            self.intake_failed.load(Ordering::Relaxed)
         );
         out.push_str(
             "# HELP hpc_ledger_intake_oldest_timestamp_seconds When the oldest of them was received (0: none).\n",
@@ -177,7 +190,7 @@ mod tests {
         m.request(201, Duration::from_millis(7));
         m.request(200, Duration::from_millis(300));
         m.batch(2);
-        m.intake(3, 1_700_000_000);
+        m.intake(3, 1, 1_700_000_000);
         let text = m.render();
         assert!(
             text.contains("hpc_ledger_serve_jobs_total{outcome=\"recorded\"} 2\n"),
@@ -194,6 +207,7 @@ mod tests {
         assert!(text.contains("hpc_ledger_serve_request_seconds_sum 0.307\n"), "{text}");
         assert!(text.contains("hpc_ledger_serve_transaction_jobs_total 2\n"));
         assert!(text.contains("hpc_ledger_intake_waiting 3\n"), "{text}");
+        assert!(text.contains("hpc_ledger_intake_failed 1\n"), "{text}");
         assert!(text.contains("hpc_ledger_intake_oldest_timestamp_seconds 1700000000\n"));
         assert_eq!(m.jobs("recorded"), 2);
     }

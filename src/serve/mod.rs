@@ -137,28 +137,31 @@ pub async fn serve(
             author: options.author.clone(),
         },
     );
-    let intake = options
-        .intake
-        .then(|| intake::Intake::new(pool.clone(), options.max_batch, metrics.clone()));
+    // Every server records what `--intake` servers stored (its own posts
+    // with `--intake`; what a stopped one left otherwise).
+    let intake = intake::Intake::new(pool.clone(), options.max_batch, metrics.clone());
     // The stores have connections of their own, not tested before each
     // use (a round trip of a post's two): a connection lost with the
     // database fails its post with 503, and Slurm sends it again.
-    let stores = intake.as_ref().map(|i| {
+    let (stores, storer) = if options.intake {
         let stores = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(std::time::Duration::from_secs(10))
             .test_before_acquire(false)
             .connect_lazy_with((*pool.connect_options()).clone());
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(intake::storer(stores, rx, i.wake.clone()));
-        tx
-    });
+        let storer = tokio::spawn(intake::storer(stores, rx, intake.wake.clone()));
+        (Some(tx), Some(storer))
+    } else {
+        (None, None)
+    };
     let batcher = tokio::spawn(batcher::batcher(
         recorder,
         rx,
         options.max_batch.max(1),
         metrics.clone(),
         intake,
+        storer,
     ));
     // The batcher ends on its own only if it failed (a panic): then stop
     // serving rather than answer 503 forever, so the service manager sees

@@ -260,7 +260,7 @@ pub(super) async fn job_reply(app: &App, submission: Submission) -> Response {
 
 /// `serve --intake`: store the document durably, wake the recording task
 /// and answer; the job is priced and recorded moments later, in a batch
-/// (docs/recording.md, "Accepted first").
+/// (docs/slurm.md, "Accepted first").
 async fn accept_reply(
     app: &App,
     stores: &tokio::sync::mpsc::Sender<super::intake::Store>,

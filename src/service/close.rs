@@ -31,10 +31,16 @@ pub enum CloseError {
     UnbilledStorage { month: Month, months: Vec<Month> },
     #[error(
         "cannot close {month}: {count} posted job(s) are stored by `serve --intake` and not yet recorded \
-         (the oldest received {oldest}); they may have ended in {month}. `serve --intake` records them once \
+         (the oldest received {oldest}){failed}; they may have ended in {month}. `serve` records them once \
          posts pause (start it if it is stopped); close again when they are recorded"
     )]
-    IntakeWaiting { month: Month, count: i64, oldest: String },
+    IntakeWaiting {
+        month: Month,
+        count: i64,
+        oldest: String,
+        /// What was set aside, and why (empty: nothing).
+        failed: String,
+    },
     #[error("close {first} first: months are closed in order, and {first} holds entries")]
     EarlierMonthOpen { first: Month },
     #[error("{0}")]
@@ -224,14 +230,22 @@ async fn close_in(
     }
     // A job answered by `serve --intake` and not yet recorded would be
     // charged to the next open month as late.
-    let (count, oldest) = crate::db::intake::waiting(&mut *tx).await?;
-    if count > 0 {
+    let held = crate::db::intake::held(&mut *tx).await?;
+    if held.waiting + held.failed > 0 {
         return Err(CloseError::IntakeWaiting {
             month,
-            count,
-            oldest: oldest.map_or_else(String::new, |t| {
+            count: held.waiting + held.failed,
+            oldest: held.oldest.map_or_else(String::new, |t| {
                 t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z").to_string()
             }),
+            failed: match held.first_failure {
+                Some(why) => format!(
+                    ", {} of them set aside because the database refused to record them or keep them as \
+                     rejected (the first: {why}; `serve` tries them again when it starts)",
+                    held.failed
+                ),
+                None => String::new(),
+            },
         });
     }
     let last = ledger::last_closed(&mut *tx).await?.map(Month::of_date);

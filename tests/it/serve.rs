@@ -912,10 +912,11 @@ async fn slow_idle_and_surplus_connections_are_not_held() {
     server.stop().await;
 }
 
-/// Until `serve --intake` has recorded everything it accepted.
+/// Until `serve --intake` has recorded everything it accepted (or set it
+/// aside).
 async fn drained(pool: &PgPool) {
     for _ in 0..400 {
-        if count(pool, "SELECT count(*) FROM job_intake").await == 0 {
+        if count(pool, "SELECT count(*) FROM job_intake WHERE failed IS NULL").await == 0 {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -1161,4 +1162,81 @@ async fn the_intake_outlives_a_stop_and_two_servers_record_each_job_once() {
         answered,
         "every accepted job, and only those, is recorded"
     );
+}
+
+/// A document the database refuses both to record and to keep as rejected
+/// (here: a cluster name too long for the rejections' index) is set aside,
+/// so that the jobs posted after it are still recorded; `close` names it;
+/// the next server tries it again.
+#[tokio::test]
+async fn a_document_the_database_refuses_is_set_aside_and_the_rest_recorded() {
+    let db = fixture_db().await;
+    let server = start_intake(&db.pool, Credentials::none()).await;
+    let base = jobcomp_bodies()
+        .into_iter()
+        .find(|b| b.contains(r#""job_name":"hugemem""#))
+        .unwrap();
+    // 20,000 pseudo-random hex digits: nothing compresses them under the
+    // B-tree's 2,704-byte limit.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let noise: String = (0..20_000)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            char::from_digit(u32::try_from(x >> 60).unwrap(), 16).unwrap()
+        })
+        .collect();
+    let poison = base
+        .replace(r#""jobid":3,"#, r#""jobid":701,"#)
+        .replace(r#""cluster":"testclu""#, &format!(r#""cluster":"{noise}""#));
+    assert_ne!(poison, base, "the cluster was replaced");
+    let after = base.replace(r#""jobid":3,"#, r#""jobid":702,"#);
+    for doc in [&poison, &after] {
+        let r = client::post(server.addr, "/slurm/_doc", None, doc.as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.status, body(&r)["outcome"].as_str()),
+            (200, Some("accepted")),
+            "{}",
+            r.body
+        );
+    }
+    drained(&db.pool).await;
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM job WHERE scheduler_job_id = '702'").await,
+        1
+    );
+    let (id, failed): (i64, String) = sqlx::query_as("SELECT id, failed FROM job_intake")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(failed.contains("index row requires"), "{failed}");
+    assert_eq!(server.metrics.jobs("set_aside"), 1);
+    let month = hpc_ledger::domain::period::Month::of_instant(chrono::Utc::now(), chrono_tz::UTC).prev();
+    let refused = hpc_ledger::service::close::close(&db.pool, month, "test", chrono::Utc::now())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("1 posted job(s) are stored") && refused.contains("1 of them set aside"),
+        "{refused}"
+    );
+    server.stop().await;
+    // The next server tries it again (and sets it aside again).
+    let next = start_intake(&db.pool, Credentials::none()).await;
+    for _ in 0..200 {
+        if next.metrics.jobs("set_aside") == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(next.metrics.jobs("set_aside"), 1);
+    let still: (i64, bool) = sqlx::query_as("SELECT id, failed IS NOT NULL FROM job_intake")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(still, (id, true));
+    next.stop().await;
 }

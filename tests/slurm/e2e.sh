@@ -15,7 +15,8 @@
 # Environment: HPC_LEDGER_BIN (default target/release/hpc-ledger, built if
 # missing), SLURM_E2E_DIR (default target/slurm-e2e), SLURM_E2E_BURST (jobs in
 # the restart burst, default 16), SLURM_E2E_KEEP=1 (keep the accounting
-# database and ledgers after the run; daemons are stopped anyway).
+# database and ledgers after the run; daemons are stopped anyway),
+# SLURM_E2E_SERVE_FLAGS (more options for `serve`, e.g. --intake).
 # Exit: 0 passed or SKIPPED (packages cannot be installed), 1 failed.
 set -uo pipefail
 
@@ -315,7 +316,7 @@ start_serve() {
     SERVE_STARTS=$((SERVE_STARTS + 1))
     echo "---- start $SERVE_STARTS $(date -u +%FT%TZ)" >> "$OUT/serve.log"
     HPC_LEDGER_HOME=$L1 HPC_LEDGER_SERVE_BASIC_FILE=$ETC/serve-basic \
-        "$BIN" serve --listen "127.0.0.1:$P_SERVE" >> "$OUT/serve.log" 2>&1 &
+        "$BIN" serve --listen "127.0.0.1:$P_SERVE" ${SLURM_E2E_SERVE_FLAGS:-} >> "$OUT/serve.log" 2>&1 &
     SERVE_PID=$!
     echo "$SERVE_PID" > "$VAR/run/serve.pid"
     waitfor 30 "hpc-ledger serve on :$P_SERVE to answer /healthz (out/serve.log)" healthy
