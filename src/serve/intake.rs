@@ -1,7 +1,7 @@
 //! `serve --intake`: accepted first, recorded next. A jobcomp post is
 //! answered once its document is stored in `job_intake` (one single-row
 //! INSERT that commits by itself, `routes::accept_reply`); the batcher task
-//! takes the stored documents in batches of up to `--max-batch`, reads them
+//! takes the stored documents in batches of up to an import's (2,000), reads them
 //! again, records them with the same [`Recorder`] as every other post and
 //! deletes them in the transaction that recorded them. A document is
 //! therefore either waiting or recorded (or kept as rejected), never both
@@ -12,10 +12,14 @@
 //! recorded in the pause after it, instead of every post waiting behind
 //! the recording of the ones before.
 //!
-//! One task per database records the intake: it holds a session advisory
-//! lock on a connection of its own, so two `serve --intake` processes on one
-//! database both accept, and one records (the other takes over when the
-//! first stops). Documents left by a stopped server are recorded by the next.
+//! Every `serve`, with `--intake` or without, runs the recording; one per
+//! database records at a time: it holds a session advisory lock on a
+//! connection of its own, so several servers on one database all accept
+//! and one records (another takes over when it stops), and documents left
+//! by a stopped server are recorded by the next. A document the database
+//! refuses both to record and to keep as rejected is set aside
+//! (`job_intake.failed`) so that the ones after it are recorded; it is
+//! tried again when a server takes the lock.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -146,33 +146,28 @@ impl Metrics {
             "hpc_ledger_serve_check_seconds_total {}",
             self.check_micros.load(Ordering::Relaxed) as f64 / 1e6
         );
-        out.push_str(
-            "# HELP hpc_ledger_intake_waiting Jobs stored by serve --intake and not yet recorded, after this process's last recording round (0 in a process that does not hold the intake).\n",
-        );
-        out.push_str("# TYPE hpc_ledger_intake_waiting gauge\n");
-        let _ = writeln!(
-            out,
-            "hpc_ledger_intake_waiting {}",
-            self.intake_waiting.load(Ordering::Relaxed)
-        );
-        out.push_str(
-            "# HELP hpc_ledger_intake_failed Of them, set aside: the database refused to record them or keep them as rejected.\n",
-        );
-        out.push_str("# TYPE hpc_ledger_intake_failed gauge\n");
-        let _ = writeln!(
-            out,
-            "hpc_ledger_intake_failed {}",
-            self.intake_failed.load(Ordering::Relaxed)
-        );
-        out.push_str(
-            "# HELP hpc_ledger_intake_oldest_timestamp_seconds When the oldest of them was received (0: none).\n",
-        );
-        out.push_str("# TYPE hpc_ledger_intake_oldest_timestamp_seconds gauge\n");
-        let _ = writeln!(
-            out,
-            "hpc_ledger_intake_oldest_timestamp_seconds {}",
-            self.intake_oldest.load(Ordering::Relaxed)
-        );
+        // `job_intake` after this process's last recording round (0 in a
+        // process that does not record it).
+        for (name, help, value) in [
+            (
+                "hpc_ledger_intake_waiting",
+                "Jobs stored by serve --intake and not yet recorded, after the last recording round of the process that records them.",
+                &self.intake_waiting,
+            ),
+            (
+                "hpc_ledger_intake_failed",
+                "Of them, set aside: the database refused to record them or keep them as rejected.",
+                &self.intake_failed,
+            ),
+            (
+                "hpc_ledger_intake_oldest_timestamp_seconds",
+                "When the oldest of them was received (0: none).",
+                &self.intake_oldest,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
         out
     }
 }

@@ -139,7 +139,8 @@ pub async fn serve(
     );
     // Every server records what `--intake` servers stored (its own posts
     // with `--intake`; what a stopped one left otherwise).
-    let intake = intake::Intake::new(pool.clone(), options.max_batch, metrics.clone());
+    // In an import's batches: what waits there has been answered already.
+    let intake = intake::Intake::new(pool.clone(), crate::service::import::BATCH, metrics.clone());
     // The stores have connections of their own, not tested before each
     // use (a round trip of a post's two): a connection lost with the
     // database fails its post with 503, and Slurm sends it again.

@@ -1164,35 +1164,71 @@ async fn the_intake_outlives_a_stop_and_two_servers_record_each_job_once() {
     );
 }
 
-/// A document the database refuses both to record and to keep as rejected
-/// (here: a cluster name too long for the rejections' index) is set aside,
-/// so that the jobs posted after it are still recorded; `close` names it;
-/// the next server tries it again.
-#[tokio::test]
-async fn a_document_the_database_refuses_is_set_aside_and_the_rest_recorded() {
-    let db = fixture_db().await;
-    let server = start_intake(&db.pool, Credentials::none()).await;
-    let base = jobcomp_bodies()
-        .into_iter()
-        .find(|b| b.contains(r#""job_name":"hugemem""#))
-        .unwrap();
-    // 20,000 pseudo-random hex digits: nothing compresses them under the
-    // B-tree's 2,704-byte limit.
+/// 20,000 pseudo-random hex digits: nothing compresses them under a
+/// B-tree entry's 2,704-byte limit.
+fn noise() -> String {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let noise: String = (0..20_000)
+    (0..20_000)
         .map(|_| {
             x = x
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
             char::from_digit(u32::try_from(x >> 60).unwrap(), 16).unwrap()
         })
-        .collect();
-    let poison = base
-        .replace(r#""jobid":3,"#, r#""jobid":701,"#)
-        .replace(r#""cluster":"testclu""#, &format!(r#""cluster":"{noise}""#));
-    assert_ne!(poison, base, "the cluster was replaced");
-    let after = base.replace(r#""jobid":3,"#, r#""jobid":702,"#);
-    for doc in [&poison, &after] {
+        .collect()
+}
+
+/// The lab's real body for job 3, renumbered `id`.
+fn job3(id: u32) -> String {
+    jobcomp_bodies()
+        .into_iter()
+        .find(|b| b.contains(r#""job_name":"hugemem""#))
+        .unwrap()
+        .replace(r#""jobid":3,"#, &format!(r#""jobid":{id},"#))
+}
+
+/// A cluster name longer than any index entry may be: the job is kept as
+/// rejected (its key cut), not refused by the database with a 503 that
+/// Slurm would send again forever.
+#[tokio::test]
+async fn a_cluster_name_too_long_for_an_index_is_kept_as_rejected() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, Credentials::none()).await;
+    let long = job3(601).replace(r#""cluster":"testclu""#, &format!(r#""cluster":"{}""#, noise()));
+    let r = client::post(server.addr, "/slurm/_doc", None, long.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, body(&r)["outcome"].as_str()),
+        (200, Some("rejected")),
+        "{}",
+        r.body
+    );
+    let key: String = sqlx::query_scalar("SELECT job_key FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(key.chars().count(), 501, "cut to 500 characters and marked");
+    assert!(key.ends_with('…'));
+    server.stop().await;
+}
+
+/// A document the database refuses both to record and to keep as rejected
+/// (here: constraints the test adds) is set aside, so that the jobs posted
+/// after it are still recorded; `close` names it; the next server tries it
+/// again.
+#[tokio::test]
+async fn a_document_the_database_refuses_is_set_aside_and_the_rest_recorded() {
+    let db = fixture_db().await;
+    sqlx::raw_sql(
+        "ALTER TABLE job ADD CONSTRAINT test_refuses_701 CHECK (scheduler_job_id <> '701');
+         ALTER TABLE rejected_record ADD CONSTRAINT test_refuses_701 CHECK (coalesce(job_key, '') NOT LIKE '%/701')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let server = start_intake(&db.pool, Credentials::none()).await;
+    for doc in [job3(701), job3(702)] {
         let r = client::post(server.addr, "/slurm/_doc", None, doc.as_bytes())
             .await
             .unwrap();
@@ -1212,7 +1248,7 @@ async fn a_document_the_database_refuses_is_set_aside_and_the_rest_recorded() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert!(failed.contains("index row requires"), "{failed}");
+    assert!(failed.contains("test_refuses_701"), "{failed}");
     assert_eq!(server.metrics.jobs("set_aside"), 1);
     let month = hpc_ledger::domain::period::Month::of_instant(chrono::Utc::now(), chrono_tz::UTC).prev();
     let refused = hpc_ledger::service::close::close(&db.pool, month, "test", chrono::Utc::now())
