@@ -71,6 +71,9 @@ pub(super) struct Intake {
     next_tick: Instant,
     /// The last round recorded a full batch: more wait, go on at once.
     more: bool,
+    /// The last round failed: not before this (the batcher serves its
+    /// queue meanwhile).
+    retry_at: Option<Instant>,
     max: usize,
     metrics: Arc<Metrics>,
 }
@@ -98,6 +101,7 @@ impl Intake {
             last_store: now,
             next_tick: now + TICK,
             more: false,
+            retry_at: None,
             max: max.max(1),
             metrics,
         }
@@ -109,6 +113,10 @@ impl Intake {
     /// drops it whenever a request comes first): what it waits for are
     /// deadlines kept here, and being woken is remembered until the round.
     pub(super) async fn woken(&mut self) {
+        if let Some(at) = self.retry_at {
+            tokio::time::sleep_until(at).await;
+            self.retry_at = None;
+        }
         if self.more {
             return;
         }
@@ -134,11 +142,15 @@ impl Intake {
     /// Record one batch of the oldest documents.
     pub(super) async fn round(&mut self, recorder: &mut Recorder) {
         self.due_since = None;
-        self.next_tick = Instant::now() + TICK;
         let drained = self.drain_once(recorder).await;
+        let now = Instant::now();
+        self.next_tick = now + TICK;
         self.more = drained == Drained::More;
         if drained == Drained::Failed {
-            tokio::time::sleep(BACKOFF).await;
+            // Again after the backoff, without sleeping here: requests
+            // queued for the batcher are served meanwhile.
+            self.retry_at = Some(now + BACKOFF);
+            self.due_since = Some(now);
         }
     }
 
@@ -175,7 +187,7 @@ impl Intake {
             // What an earlier server set aside is tried again.
             let retried = intake::retry_set_aside(&mut conn).await?;
             if retried > 0 {
-                tracing::info!("trying again {retried} posted job(s) set aside by an earlier server");
+                tracing::info!("trying again {retried} posted job(s) set aside before this server took the intake");
             }
             self.held = Some(conn);
         }
@@ -185,7 +197,11 @@ impl Intake {
     async fn try_drain(&mut self, recorder: &mut Recorder) -> Result<Drained, String> {
         let limit = i64::try_from(self.max).unwrap_or(i64::MAX);
         let waiting = match self.lock().await {
-            Ok(None) => return Ok(Drained::Done),
+            Ok(None) => {
+                // Another process records the intake, and counts it.
+                self.metrics.intake(0, 0, 0);
+                return Ok(Drained::Done);
+            }
             Ok(Some(conn)) => intake::oldest(conn, limit).await,
             Err(e) => Err(e),
         };
@@ -200,6 +216,7 @@ impl Intake {
             }
         };
         if waiting.is_empty() {
+            self.count_held().await?;
             return Ok(Drained::Done);
         }
         let full = waiting.len() == self.max;
@@ -239,13 +256,20 @@ impl Intake {
             // More follows at once: counted when it is done.
             return Ok(Drained::More);
         }
+        self.count_held().await?;
+        Ok(Drained::Done)
+    }
+
+    /// The gauges of `/metrics`: what `job_intake` holds now.
+    async fn count_held(&mut self) -> Result<(), String> {
+        let conn = self.held.as_mut().ok_or("the intake's lock was lost")?;
         let held = intake::held(conn).await.map_err(|e| e.to_string())?;
         self.metrics.intake(
             u64::try_from(held.waiting).unwrap_or(0),
             u64::try_from(held.failed).unwrap_or(0),
             held.oldest.map_or(0, |t| u64::try_from(t.timestamp()).unwrap_or(0)),
         );
-        Ok(Drained::Done)
+        Ok(())
     }
 
     /// Record each document by itself; set aside each the database refuses.

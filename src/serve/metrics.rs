@@ -156,12 +156,12 @@ impl Metrics {
             ),
             (
                 "hpc_ledger_intake_failed",
-                "Of them, set aside: the database refused to record them or keep them as rejected.",
+                "Jobs set aside in job_intake (not counted in waiting): the database refused to record them or keep them as rejected.",
                 &self.intake_failed,
             ),
             (
                 "hpc_ledger_intake_oldest_timestamp_seconds",
-                "When the oldest of them was received (0: none).",
+                "When the oldest of either was received (0: none).",
                 &self.intake_oldest,
             ),
         ] {

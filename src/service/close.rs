@@ -241,7 +241,8 @@ async fn close_in(
             failed: match held.first_failure {
                 Some(why) => format!(
                     ", {} of them set aside because the database refused to record them or keep them as \
-                     rejected (the first: {why}; `serve` tries them again when it starts)",
+                     rejected (the first: {why}; `serve` tries them again when it next takes the intake, as at its start; \
+                     docs/slurm.md says how to remove one for good)",
                     held.failed
                 ),
                 None => String::new(),

@@ -413,16 +413,19 @@ fn intake_ids(jobs: &[Submission], malformed: &[(Source, String)]) -> Vec<i64> {
         .collect()
 }
 
-/// The most characters of a job key a rejection keeps: the key is indexed
-/// (`rejected_record_open_job`), and a B-tree entry holds at most 2,704
-/// bytes; a record whose cluster or job id is longer (junk, or an attack)
-/// must still be kept, not refused by the index.
+/// A rejection's job key is indexed (`rejected_record_open_job`), and a
+/// B-tree entry holds at most 2,704 bytes: a key longer than this (a
+/// cluster or job id of junk, or an attack) is kept cut to
+/// [`KEPT_KEY_CHARS`] characters, so the record is still kept, not refused
+/// by the index. Real keys (`cluster/id_index`) are far shorter and are
+/// kept whole (resolving a rejection matches them).
+const MAX_KEY_BYTES: usize = 2000;
 const KEPT_KEY_CHARS: usize = 500;
 
 fn rejection_row(source: &Source, kind: RejectKind, reason: &str, job_key: Option<String>) -> NewRejection {
     let job_key = job_key.map(|k| match k.char_indices().nth(KEPT_KEY_CHARS) {
-        Some((cut, _)) => format!("{}…", &k[..cut]),
-        None => k,
+        Some((cut, _)) if k.len() > MAX_KEY_BYTES => format!("{}…", &k[..cut]),
+        _ => k,
     });
     NewRejection {
         source_format: source.format,

@@ -164,6 +164,24 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
 
     // Replay paused: the replica lags; what it shows is what it replayed.
     caught_up(&mut primary_conn, &mut standby).await;
+    // And the import's job is visible there (once, under a loaded suite,
+    // the page below did not show it: this says whether the replica's SQL
+    // did not either).
+    let mut seen = 0i64;
+    for _ in 0..600 {
+        seen = sqlx::query_scalar("SELECT count(*) FROM job WHERE scheduler_job_id = '9901'")
+            .fetch_one(&mut standby)
+            .await
+            .unwrap();
+        if seen == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen, 1,
+        "the standby did not show job 9901 within 30 s of replaying past its commit"
+    );
     sqlx::query("SELECT pg_wal_replay_pause()")
         .execute(&mut standby)
         .await
