@@ -152,24 +152,32 @@ async fn intake_recorded(pool: &PgPool) -> Result<()> {
     fail!("serve --intake did not record what it accepted within 5 minutes")
 }
 
-/// Post `n` new jobcomp documents (numbered from `first`) to an in-process
-/// `serve` (with `--intake` or without) from [`SENDERS`] tasks, each
-/// waiting for its reply before its next post (as slurmctld does), one
-/// connection per post.
-pub(super) async fn serve_posts(
-    pool: &PgPool,
-    first: u64,
-    n: u64,
-    projects: u64,
-    month: Month,
-    intake: bool,
-) -> Result<Posted> {
+/// What a `serve` figure posts: `n` new jobcomp documents numbered from
+/// `first`, for `projects` projects in `month`, to `serve` with
+/// `--intake` or without.
+pub(super) struct Posts {
+    pub first: u64,
+    pub n: u64,
+    pub projects: u64,
+    pub month: Month,
+    pub intake: bool,
+}
+
+impl Posts {
+    fn documents(&self) -> Vec<String> {
+        (self.first..self.first + self.n)
+            .map(|i| crate::synthetic::bench_jobcomp(i, self.projects, self.month))
+            .collect()
+    }
+}
+
+/// Post to an in-process `serve` from [`SENDERS`] tasks, each waiting for
+/// its reply before its next post (as slurmctld does), one connection per
+/// post.
+pub(super) async fn serve_posts(pool: &PgPool, posts: Posts) -> Result<Posted> {
     use crate::serve::client;
-    let docs: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
-        (first..first + n)
-            .map(|i| crate::synthetic::bench_jobcomp(i, projects, month))
-            .collect(),
-    );
+    let Posts { n, intake, .. } = posts;
+    let docs = std::sync::Arc::new(posts.documents());
     let (addr, stop, server, metrics) = serve_in_process(pool, 500, intake)?;
     let status = expected_status(intake);
     let t = Instant::now();
@@ -213,22 +221,13 @@ fn p50_p99(mut times: Vec<Duration>) -> (Duration, Duration) {
     (median(times), p99)
 }
 
-/// One sequential sender at Slurm's pace: `n` new jobcomp documents
-/// (numbered from `first`) posted one after another on one kept-alive
-/// connection, each after the last was answered. What it took, the median
-/// and the 99th percentile of the posts.
-pub(super) async fn serve_one_sender(
-    pool: &PgPool,
-    first: u64,
-    n: u64,
-    projects: u64,
-    month: Month,
-    intake: bool,
-) -> Result<(Posted, Duration, Duration)> {
+/// One sequential sender at Slurm's pace: the documents posted one after
+/// another on one kept-alive connection, each after the last was
+/// answered. What it took, the median and the 99th percentile of the posts.
+pub(super) async fn serve_one_sender(pool: &PgPool, posts: Posts) -> Result<(Posted, Duration, Duration)> {
     use crate::serve::client::Session;
-    let docs: Vec<String> = (first..first + n)
-        .map(|i| crate::synthetic::bench_jobcomp(i, projects, month))
-        .collect();
+    let intake = posts.intake;
+    let docs = posts.documents();
     let (addr, stop, server, metrics) = serve_in_process(pool, 500, intake)?;
     let status = expected_status(intake);
     let mut session = Session::connect(addr).await?;

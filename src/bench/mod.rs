@@ -52,7 +52,7 @@ use baselines::{
     Copies, checkpoint, copy_baseline, insert_select, join_of_inputs, ledger_rows, ledger_size, seq_scan, settings,
 };
 use measure::{
-    HOSTILE, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job,
+    HOSTILE, Posts, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job,
     pgbench_one_client, second_busiest_project, serve_one_sender, serve_posts, serve_under_attack, statement_time,
     usage_time, web_page_times,
 };
@@ -319,8 +319,15 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     say("serve: 16 senders, with --intake and without");
     let posts = (sizes.jobs / 20).max(1);
     let projects = sizes.job_projects.min(sizes.projects);
-    let queued = serve_posts(&pool, 0, posts, projects, month, true).await?;
-    let direct = serve_posts(&pool, posts, posts, projects, month, false).await?;
+    let batch = |first, n, intake| Posts {
+        first,
+        n,
+        projects,
+        month,
+        intake,
+    };
+    let queued = serve_posts(&pool, batch(0, posts, true)).await?;
+    let direct = serve_posts(&pool, batch(posts, posts, false)).await?;
     let queued_rate = per_second(posts, queued.took);
     let direct_rate = per_second(posts, direct.took);
     figures.push(Figure {
@@ -359,11 +366,11 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     });
     say("serve: one sequential sender, with --intake and without, and pgbench with one client");
     let single = (sizes.jobs / 50).clamp(100, 20_000);
-    let (queued, q50, q99) = serve_one_sender(&pool, 2 * posts, single, projects, month, true).await?;
+    let (queued, q50, q99) = serve_one_sender(&pool, batch(2 * posts, single, true)).await?;
     // pgbench for about as long as the sender posted (2 to 10 s).
     let seconds = u32::try_from(queued.took.as_secs().clamp(2, 10)).unwrap_or(10);
     let (tps, pg_p50, pg_p99) = pgbench_one_client(setup, &pool, seconds).await?;
-    let (direct, d50, d99) = serve_one_sender(&pool, 2 * posts + single, single, projects, month, false).await?;
+    let (direct, d50, d99) = serve_one_sender(&pool, batch(2 * posts + single, single, false)).await?;
     let pgbench = format!(
         "pgbench, 1 client, one-row durable INSERTs: {} tx/s, p50 {}, p99 {}",
         grouped(tps as u64),
