@@ -21,6 +21,7 @@
 //! | that project's start check, `POST /check` to `serve`, 200 in a row (p50, p99) | its balance |
 //! | the web view: that project's page and the billing office's project list, over HTTP | its statement |
 //! | `audit` of the grown ledger | a sequential scan of the ledger |
+//! | `audit --month M` of the grown ledger | the same audit when the ledger held only M |
 //! | `audit --deep`: every raw record read again | the import's jobs/s |
 //! | peak RSS of the import | – |
 //! | peak RSS of `serve` under 20 concurrent hostile 16 MB posts | its RSS when idle |
@@ -537,6 +538,20 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         target: "– (reported)".into(),
         pass: true,
     });
+    // 3c. One month's audit while the ledger holds only that month (its
+    // copies go to earlier months): the baseline of the same audit once
+    // the ledger has grown.
+    say("audit --month");
+    let t = Instant::now();
+    let only = service::close::audit_of(&pool, Some(month)).await?;
+    let month_alone = t.elapsed();
+    if !only.clean() {
+        fail!(
+            "the audit of {month} found {} discrepancies (first: {:?})",
+            only.discrepancies.len(),
+            only.discrepancies.first()
+        );
+    }
     // 4. A statement, before and after the ledger grows.
     say("statements");
     let code = busiest_project(&pool, month).await?;
@@ -683,6 +698,31 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         ratio: Some(ratio),
         target: "≤ 3 ×".into(),
         pass: ratio <= 3.0,
+    });
+    // One month's audit in the grown ledger, against the same month's in
+    // the ledger that held only it (issue 19): proportional to its month.
+    let t = Instant::now();
+    let of_month = service::close::audit_of(&pool, Some(month)).await?;
+    let month_grown = t.elapsed();
+    if !of_month.clean() {
+        fail!(
+            "the audit of {month} in the grown ledger found {} discrepancies (first: {:?})",
+            of_month.discrepancies.len(),
+            of_month.discrepancies.first()
+        );
+    }
+    let ratio = month_grown.as_secs_f64() / month_alone.as_secs_f64();
+    figures.push(Figure {
+        figure: format!("audit --month {month} at {} entries (clean)", grouped(large)),
+        measured: secs(month_grown),
+        baseline: format!(
+            "the same audit at {} entries, only {month}: {}",
+            grouped(small),
+            secs(month_alone)
+        ),
+        ratio: Some(ratio),
+        target: "≤ 2 ×".into(),
+        pass: ratio <= 2.0,
     });
     pool.close().await;
 

@@ -23,13 +23,30 @@ pub async fn discrepancies(
     conn: &mut PgConnection,
     period: Option<NaiveDate>,
 ) -> Result<Vec<Discrepancy>, sqlx::Error> {
-    sqlx::query_as!(
-        Discrepancy,
-        r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
-             FROM audit.discrepancies WHERE $1::date IS NULL OR period = $1
-            ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field"#,
-        period
-    )
-    .fetch_all(&mut *conn)
-    .await
+    // Two statements, not `$1 IS NULL OR period = $1`: a plan made for any
+    // month (PostgreSQL's generic plan of a prepared statement) could not
+    // use the month to read only that month's entries.
+    match period {
+        None => {
+            sqlx::query_as!(
+                Discrepancy,
+                r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
+                     FROM audit.discrepancies
+                    ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field"#
+            )
+            .fetch_all(&mut *conn)
+            .await
+        }
+        Some(month) => {
+            sqlx::query_as!(
+                Discrepancy,
+                r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
+                     FROM audit.discrepancies WHERE period = $1
+                    ORDER BY entry_id NULLS FIRST, field"#,
+                month
+            )
+            .fetch_all(&mut *conn)
+            .await
+        }
+    }
 }

@@ -89,17 +89,38 @@ impl SealCheck {
     }
 }
 
+/// The closed months' seals next to their recomputation: every month along
+/// the whole chain, or one month (`period`, its first day) from the seal
+/// recorded for the month before it.
 pub async fn seal_checks(conn: &mut PgConnection, period: Option<NaiveDate>) -> Result<Vec<SealCheck>, sqlx::Error> {
-    sqlx::query_as!(
-        SealCheck,
-        r#"SELECT period AS "period!", recorded_seal AS "recorded_seal!", recomputed_seal AS "recomputed_seal!",
-                  recorded_entries AS "recorded_entries!", entries AS "entries!", recorded_total AS "recorded_total!",
-                  total AS "total!"
-             FROM audit.seals WHERE $1::date IS NULL OR period = $1 ORDER BY period"#,
-        period
-    )
-    .fetch_all(&mut *conn)
-    .await
+    match period {
+        // The whole chain, from the first closed month.
+        None => {
+            sqlx::query_as!(
+                SealCheck,
+                r#"SELECT period AS "period!", recorded_seal AS "recorded_seal!", recomputed_seal AS "recomputed_seal!",
+                          recorded_entries AS "recorded_entries!", entries AS "entries!",
+                          recorded_total AS "recorded_total!", total AS "total!"
+                     FROM audit.seals ORDER BY period"#
+            )
+            .fetch_all(&mut *conn)
+            .await
+        }
+        // One month, from the seal recorded for the month before it: its
+        // own entries only, however many months are closed.
+        Some(month) => {
+            sqlx::query_as!(
+                SealCheck,
+                r#"SELECT period AS "period!", recorded_seal AS "recorded_seal!", recomputed_seal AS "recomputed_seal!",
+                          recorded_entries AS "recorded_entries!", entries AS "entries!",
+                          recorded_total AS "recorded_total!", total AS "total!"
+                     FROM audit.month_seals WHERE period = $1"#,
+                month
+            )
+            .fetch_all(&mut *conn)
+            .await
+        }
+    }
 }
 
 /// Every closed month as recorded, oldest first.

@@ -35,7 +35,7 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let figures = r["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 20, "{names:#?}");
+    assert_eq!(names.len(), 21, "{names:#?}");
     assert!(names[0].starts_with("import of 600 jobs"), "{names:#?}");
     // A twentieth of the jobs again, posted to `serve --intake` and to
     // `serve` answering once recorded; all recorded.
@@ -152,7 +152,7 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         names[17].starts_with("web view, the billing office's project list"),
         "{names:#?}"
     );
-    for f in &figures[16..16] {
+    for f in &figures[16..18] {
         let m = f["measured"].as_str().unwrap();
         assert!(m.contains(" ms (slowest ") && m.ends_with(" KB)"), "{m}");
     }
@@ -175,12 +175,24 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         .parse()
         .unwrap();
     assert!((860..930).contains(&deep), "{deep}");
+    // One month's audit of the grown ledger, beside the same month's
+    // audit when the ledger held only that month (both clean, else the
+    // bench fails).
+    assert_eq!(names[19], format!("audit --month {month} at {grown} (clean)"));
+    let alone = figures[19]["baseline"].as_str().unwrap();
+    assert!(
+        alone.starts_with(&format!(
+            "the same audit at {}, only {month}: ",
+            names[11].split(" at ").nth(1).unwrap()
+        )),
+        "{alone}"
+    );
     // The month end of a center just set up, in a second scratch database.
     assert_eq!(
-        names[19],
+        names[20],
         "month end of a fresh center of 70 projects: bill storage, close, audit"
     );
-    let end = figures[19]["measured"].as_str().unwrap();
+    let end = figures[20]["measured"].as_str().unwrap();
     assert!(
         end.starts_with("bill ") && end.contains(", close ") && end.contains(", audit "),
         "{end}"

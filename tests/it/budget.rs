@@ -1252,4 +1252,10 @@ async fn balances_summed_by_draw_day_equal_the_entries_for_every_window_and_surv
     let o = db.cli(&["audit"]);
     assert_ne!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("draw"), "{}", stdout(&o));
+    // October's own audit finds it; September's does not.
+    let o = db.cli(&["audit", "--month", "2026-10"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("drawn on 2026-10-"), "{}", stdout(&o));
+    let o = db.cli(&["audit", "--month", "2026-09"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }

@@ -763,6 +763,125 @@ async fn every_kind_of_tampering_is_its_own_finding() {
         );
     }
     assert_eq!(found.iter().filter(|f| f.0.is_none()).count(), 2, "{found:#?}");
+    // One month's audit finds exactly the whole audit's findings of that
+    // month, for every month with findings (job, storage, statement and
+    // usage findings in July to October).
+    let whole = audit(&db.pool).await.unwrap().discrepancies;
+    let months: std::collections::BTreeSet<_> = whole.iter().filter_map(|d| d.period).collect();
+    assert!(months.len() >= 3, "{whole:#?}");
+    for month in months {
+        let mut want: Vec<String> = whole
+            .iter()
+            .filter(|d| d.period == Some(month))
+            .map(|d| format!("{d:?}"))
+            .collect();
+        let of_month = audit_of(&db.pool, Some(Month::of_date(month))).await.unwrap();
+        let mut got: Vec<String> = of_month.discrepancies.iter().map(|d| format!("{d:?}")).collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{month}");
+    }
+}
+
+/// A scan, in EXPLAIN's JSON, of a table that grows with the ledger.
+#[derive(Debug)]
+struct Scan {
+    table: String,
+    node: String,
+    index: Option<String>,
+    /// Its index or recheck condition (what bounds the rows it reads).
+    cond: Option<String>,
+    filter: Option<String>,
+}
+
+fn ledger_scans(plan: &serde_json::Value, out: &mut Vec<Scan>) {
+    // (Job records and runs are joined by key from the month's charges;
+    // whether the planner looks each up or hashes the table is its choice.)
+    const GROWING: [&str; 4] = ["ledger_entry", "ledger_usage", "ledger_draw", "statement"];
+    let text = |key: &str| plan.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    if let Some(table) = text("Relation Name")
+        && GROWING.contains(&table.as_str())
+    {
+        out.push(Scan {
+            table,
+            node: text("Node Type").unwrap(),
+            index: text("Index Name"),
+            cond: text("Index Cond").or_else(|| text("Recheck Cond")),
+            filter: text("Filter"),
+        });
+    }
+    for child in plan.get("Plans").and_then(|p| p.as_array()).into_iter().flatten() {
+        ledger_scans(child, out);
+    }
+}
+
+#[tokio::test]
+async fn one_months_audit_reads_that_month_and_what_it_points_to() {
+    let db = october().await;
+    close_through_october(&db.pool).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    // Where an index could serve, take it: a scan left without a condition
+    // means the month did not reach that table.
+    sqlx::raw_sql("SET enable_seqscan = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    for (view, month) in [
+        ("audit.discrepancies", "2026-09-01"),
+        ("audit.month_seals", "2026-10-01"),
+    ] {
+        let plan: serde_json::Value = sqlx::query_scalar(&format!(
+            "EXPLAIN (FORMAT JSON) SELECT * FROM {view} WHERE period = '{month}'"
+        ))
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        let mut scans = Vec::new();
+        ledger_scans(&plan[0]["Plan"], &mut scans);
+        // Each scan is bounded: by the month, or by the key of a row the
+        // month's rows point to (a corrected entry), or it reads a partial
+        // index of corrections and discount lines (a probe whether any
+        // exist, or the corrections a month's
+        // charges are joined with: their number, not the ledger's). Whole
+        // index scans without either, like a sequential scan, mean the
+        // month did not reach that table.
+        for scan in &scans {
+            let month = [&scan.cond, &scan.filter]
+                .iter()
+                .any(|c| c.as_deref().is_some_and(|c| c.contains("period")));
+            let key = scan.cond.is_some();
+            let corrections = scan.table == "ledger_entry"
+                && matches!(
+                    scan.index.as_deref(),
+                    Some(
+                        "ledger_entry_one_discount" | "ledger_entry_one_reversal" | "ledger_entry_project_corrections"
+                    )
+                );
+            assert!(
+                scan.node != "Seq Scan" && (month || key || corrections),
+                "{view}: {scan:?} is not bounded by the month: {scans:#?}"
+            );
+        }
+        let by_month = scans
+            .iter()
+            .filter(|s| s.table == "ledger_entry" && s.cond.as_deref().is_some_and(|c| c.contains("period")))
+            .count();
+        assert!(by_month >= 2, "{view}: {scans:#?}");
+    }
+    // The month's seal, from the seal recorded for the month before: the
+    // same as the whole chain's for every month while nothing is changed.
+    let chain = verify(&db.pool, None).await.unwrap();
+    assert_eq!(chain.len(), 10);
+    for c in &chain {
+        let one = verify(&db.pool, Some(Month::of_date(c.period))).await.unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            (&one[0].recomputed_seal, one[0].holds()),
+            (&c.recomputed_seal, true),
+            "{}",
+            c.period
+        );
+    }
 }
 
 #[tokio::test]

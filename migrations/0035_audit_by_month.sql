@@ -1,0 +1,463 @@
+-- `audit --month M` in proportion to its month (issue 19).
+--
+-- The audit of one month is audit.discrepancies filtered on `period`. Three
+-- things kept that filter from the ledger's month index, so one month's
+-- audit read the whole ledger:
+--
+-- * the job charges' recomputation sat behind an `OFFSET 0` (which also
+--   keeps PostgreSQL from pushing a filter into a subquery);
+-- * the usage sums and the draws were compared by a FULL JOIN of two sums,
+--   whose month (`coalesce` of both sides) no filter can be pushed through;
+-- * a storage charge's recomputed TB-days were joined by entry alone, so
+--   every month's storage was recomputed.
+--
+-- The views below find exactly what they found before (the integration
+-- tests tamper with each kind of row and compare); only their plans change.
+
+-- audit.storage_recomputed (0026), and each charge's month (`period`), so
+-- that a storage charge is joined to its recomputation by entry and month.
+CREATE OR REPLACE VIEW audit.storage_recomputed AS
+WITH tz AS (SELECT time_zone FROM center),
+months AS (
+    SELECT DISTINCT period, (period + interval '1 month' - interval '1 day')::date AS last_day
+      FROM ledger_entry WHERE kind = 'storage'),
+quotas AS MATERIALIZED (
+    SELECT q.project_id, q.quota_tb, hl_first_day_after(q.effective_from, tz.time_zone) AS first_day,
+           hl_last_day_until(lead(q.effective_from) OVER (PARTITION BY q.project_id ORDER BY q.effective_from),
+                             tz.time_zone) AS last_day
+      FROM storage_quota q CROSS JOIN tz),
+classes AS MATERIALIZED (
+    SELECT pc.project_id, coalesce(pc.rate_class_id, 0) AS class,
+           hl_first_day_after(pc.effective_from, tz.time_zone) AS first_day,
+           hl_last_day_until(lead(pc.effective_from) OVER (PARTITION BY pc.project_id ORDER BY pc.effective_from),
+                             tz.time_zone) AS last_day
+      FROM project_class pc CROSS JOIN tz
+    UNION ALL
+    SELECT pc.project_id, 0, '-infinity'::date, hl_last_day_until(min(pc.effective_from), tz.time_zone)
+      FROM project_class pc CROSS JOIN tz
+     GROUP BY pc.project_id, tz.time_zone),
+pieces AS (
+    SELECT q.project_id, q.quota_tb, greatest(q.first_day, c.first_day) AS first_day,
+           least(q.last_day, c.last_day) AS last_day, c.class
+      FROM quotas q JOIN classes c ON c.project_id = q.project_id
+     WHERE c.first_day <= q.last_day AND c.last_day >= q.first_day
+    UNION ALL
+    SELECT q.project_id, q.quota_tb, q.first_day, q.last_day, 0
+      FROM quotas q
+     WHERE NOT EXISTS (SELECT 1 FROM project_class pc WHERE pc.project_id = q.project_id)),
+rates AS MATERIALIZED (
+    SELECT r.id, coalesce(r.rate_class_id, 0) AS class, hl_first_day_after(r.valid_from, tz.time_zone) AS first_day,
+           hl_last_day_until(r.valid_until, tz.time_zone) AS last_day
+      FROM storage_rate r CROSS JOIN tz),
+summed AS (
+    SELECT q.project_id, m.period, r.id AS storage_rate_id,
+           sum(q.quota_tb * (least(m.last_day, q.last_day, r.last_day)
+                             - greatest(m.period, q.first_day, r.first_day) + 1)) AS tb_days
+      FROM months m
+      JOIN rates r ON r.first_day <= m.last_day AND r.last_day >= m.period
+      JOIN pieces q ON q.class = r.class
+                   AND q.first_day <= least(m.last_day, r.last_day) AND q.last_day >= greatest(m.period, r.first_day)
+     WHERE least(m.last_day, q.last_day, r.last_day) >= greatest(m.period, q.first_day, r.first_day)
+     GROUP BY q.project_id, m.period, r.id)
+SELECT e.id AS entry_id, s.tb_days,
+       extract(day FROM (e.period + interval '1 month' - interval '1 day'))::int AS days_in_month,
+       e.period
+  FROM ledger_entry e
+  LEFT JOIN summed s ON s.project_id = e.project_id AND s.period = e.period AND s.storage_rate_id = e.storage_rate_id
+ WHERE e.kind = 'storage';
+
+
+-- audit.charge_discrepancies (0026), its job charges' recomputation
+-- reached by a filter on the month, and a storage charge joined to its
+-- recomputation by entry and month.
+CREATE OR REPLACE VIEW audit.charge_discrepancies AS
+SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p WHERE p.id = x.project_id) AS project,
+       f.field, f.expected, f.recorded
+  FROM (SELECT y.*,
+               y.quantity IS DISTINCT FROM y.want_quantity AS bad_quantity,
+               y.unit_rate <> y.want_rate AS bad_rate,
+               y.amount <> round(y.want_exact, 2) OR y.amount_exact <> y.want_exact
+                   OR (y.charging_rules = 1 AND y.amount_exact <> y.quantity * y.unit_rate)
+                   AS bad_amount,
+               y.card_node_type_id <> y.node_type_id
+                   OR NOT (y.card_from <= y.priced_at AND (y.card_until IS NULL OR y.priced_at < y.card_until))
+                   AS bad_card,
+               (NOT y.late AND y.period <> y.end_month) OR (y.late AND y.period <= y.end_month) AS bad_period,
+               y.project_id <> y.record_project_id AS bad_project,
+               y.record_found IS NULL OR y.job_found IS NULL OR y.card_found IS NULL OR y.project_found IS NULL
+                   AS bad_reference
+          -- `recomputed_at` (a volatile value, never NULL) keeps PostgreSQL
+          -- from merging this subquery into the one above, as 0026's
+          -- OFFSET 0 did: each recomputed value is computed once per charge.
+          -- Unlike OFFSET 0, a filter on `period` still reaches the ledger's
+          -- month index; the filter on the findings below names
+          -- `recomputed_at`, so it stays above the recomputation.
+          FROM (SELECT clock_timestamp() AS recomputed_at, e.id AS entry_id, e.period, e.late, e.quantity,
+                       e.unit_rate, e.amount_exact, e.amount,
+                       e.charging_rules,
+                       e.project_id, r.project_id AS record_project_id, r.node_type_id, rc.node_type_id AS card_node_type_id,
+                       e.job_record_id, e.rate_card_id, rc.valid_from AS card_from, rc.valid_until AS card_until,
+                       r.id AS record_found, j.id AS job_found, rc.id AS card_found, pe.id AS project_found,
+                       coalesce(j.submitted_at, j.started_at) AS priced_at,
+                       CASE WHEN e.charging_rules = 1
+                            THEN CASE e.metric WHEN 'core_hours' THEN q.core_hours ELSE q.gpu_hours END
+                            ELSE CASE e.metric WHEN 'core_hours' THEN q2.core_hours ELSE q2.gpu_hours END
+                       END AS want_quantity,
+                       CASE e.metric WHEN 'core_hours' THEN rc.core_hour_price ELSE rc.gpu_hour_price END AS want_rate,
+                       -- Version 1: the 12-place quantity times the rate;
+                       -- version 2: the exact value truncated to 12 places.
+                       CASE WHEN e.charging_rules = 1
+                            THEN CASE e.metric WHEN 'core_hours' THEN q.core_hours * rc.core_hour_price
+                                               ELSE q.gpu_hours * rc.gpu_hour_price END
+                            ELSE CASE e.metric WHEN 'core_hours' THEN q2.core_exact ELSE q2.gpu_exact END
+                       END AS want_exact,
+                       date_trunc('month', r.ended_at AT TIME ZONE (SELECT time_zone FROM center))::date AS end_month
+                  FROM ledger_entry e
+                  -- Outer joins, so a charge whose record, run, rate card or
+                  -- project is missing is reported, not skipped.
+                  LEFT JOIN job_record r ON r.id = e.job_record_id
+                  LEFT JOIN job j ON j.id = r.job_id
+                  LEFT JOIN rate_card rc ON rc.id = e.rate_card_id
+                  LEFT JOIN project pe ON pe.id = e.project_id
+                 CROSS JOIN LATERAL hl_charge_quantities(r.nodes, r.cores, r.memory_bytes, r.gpus,
+                                                         extract(epoch FROM r.ended_at - j.started_at)::bigint,
+                                                         rc.memory_per_core_bytes, rc.cores_per_node) q
+                 CROSS JOIN LATERAL hl_charge_v2(r.nodes, r.cores, r.memory_bytes, r.gpus,
+                                                 extract(epoch FROM r.ended_at - j.started_at)::bigint,
+                                                 rc.memory_per_core_bytes, rc.cores_per_node,
+                                                 rc.core_hour_price, rc.gpu_hour_price) q2
+                 WHERE e.kind = 'job') y) x
+ CROSS JOIN LATERAL (VALUES
+       ('quantity', x.want_quantity::text, x.quantity::text, x.bad_quantity),
+       ('unit_rate', x.want_rate::text, x.unit_rate::text, x.bad_rate),
+       ('amount', round(x.want_exact, 2)::text
+                  || CASE WHEN x.amount_exact <> x.want_exact THEN ' (exactly ' || x.want_exact || ')' ELSE '' END
+                  || ' by charging rules ' || x.charging_rules,
+        x.amount::text || CASE WHEN x.amount_exact <> x.want_exact THEN ' (exactly ' || x.amount_exact || ')' ELSE '' END,
+        x.bad_amount),
+       ('rate_card', 'a card of node type ' || (SELECT nt.name FROM node_type nt WHERE nt.id = x.node_type_id)
+                     || ' in force at ' || x.priced_at, 'card ' || x.rate_card_id, x.bad_card),
+       ('period', to_char(x.end_month, 'YYYY-MM') || CASE WHEN x.late THEN ' or later' ELSE '' END,
+        to_char(x.period, 'YYYY-MM') || CASE WHEN x.late THEN ' (late)' ELSE '' END, x.bad_period),
+       ('project', (SELECT rp.code FROM project rp WHERE rp.id = x.record_project_id),
+        (SELECT p.code FROM project p WHERE p.id = x.project_id), x.bad_project),
+       ('reference', 'job record ' || x.job_record_id || ' and its run, rate card ' || x.rate_card_id
+                     || ', project ' || x.project_id,
+        concat_ws(', ', CASE WHEN x.record_found IS NULL THEN 'no job record ' || x.job_record_id END,
+                        CASE WHEN x.record_found IS NOT NULL AND x.job_found IS NULL
+                             THEN 'no run for job record ' || x.job_record_id END,
+                        CASE WHEN x.card_found IS NULL THEN 'no rate card ' || x.rate_card_id END,
+                        CASE WHEN x.project_found IS NULL THEN 'no project ' || x.project_id END),
+        x.bad_reference)
+     ) f(field, expected, recorded, bad)
+ WHERE (x.bad_quantity OR x.bad_rate OR x.bad_amount OR x.bad_card OR x.bad_period OR x.bad_project
+        OR x.bad_reference OR x.recomputed_at IS NULL) AND f.bad
+UNION ALL
+-- A job charge's class and discount (migration 0026), in a pass of their own
+-- that carries no arithmetic: the card is of the project's class at the
+-- pricing instant, and the charge has exactly the discount line the
+-- discounts give it, of -(its exact amount × percent ÷ 100).
+SELECT z.entry_id, 'job', z.period, (SELECT p.code FROM project p WHERE p.id = z.project_id), f.field, f.expected,
+       f.recorded
+  FROM (SELECT e.id AS entry_id, e.period, e.project_id, e.amount_exact, e.rate_card_id,
+               rc.rate_class_id AS card_class, cp.rate_class_id AS want_class,
+               coalesce(dp.id, dc.id) AS want_discount, coalesce(dp.percent, dc.percent) AS want_percent,
+               dl.discount_id AS got_discount, dl.amount_exact AS got_discount_exact
+          FROM ledger_entry e
+          JOIN job_record r ON r.id = e.job_record_id
+          JOIN job j ON j.id = r.job_id
+          JOIN rate_card rc ON rc.id = e.rate_card_id
+          LEFT JOIN (SELECT project_id, rate_class_id, effective_from,
+                            lead(effective_from) OVER (PARTITION BY project_id ORDER BY effective_from) AS until
+                       FROM project_class) cp
+                 ON cp.project_id = e.project_id AND cp.effective_from <= coalesce(j.submitted_at, j.started_at)
+                AND (cp.until IS NULL OR coalesce(j.submitted_at, j.started_at) < cp.until)
+          LEFT JOIN discount dp
+                 ON dp.project_id = e.project_id AND dp.valid_from <= coalesce(j.submitted_at, j.started_at)
+                AND (dp.valid_until IS NULL OR coalesce(j.submitted_at, j.started_at) < dp.valid_until)
+          LEFT JOIN discount dc
+                 ON dc.rate_class_id = cp.rate_class_id AND dc.valid_from <= coalesce(j.submitted_at, j.started_at)
+                AND (dc.valid_until IS NULL OR coalesce(j.submitted_at, j.started_at) < dc.valid_until)
+          LEFT JOIN ledger_entry dl ON dl.corrects_id = e.id AND dl.kind = 'discount'
+         WHERE e.kind = 'job'
+           -- Nothing to check (and no pass over the job charges) while no
+           -- class or discount exists and no discount line was ever posted.
+           AND (EXISTS (SELECT 1 FROM project_class) OR EXISTS (SELECT 1 FROM discount)
+                OR EXISTS (SELECT 1 FROM rate_card WHERE rate_class_id IS NOT NULL)
+                OR EXISTS (SELECT 1 FROM ledger_entry x WHERE x.kind = 'discount'))) z
+ CROSS JOIN LATERAL (VALUES
+       ('rate_class', coalesce((SELECT c.name FROM rate_class c WHERE c.id = z.want_class), 'default'),
+        coalesce((SELECT c.name FROM rate_class c WHERE c.id = z.card_class), 'default') || ' (card ' || z.rate_card_id || ')',
+        coalesce(z.card_class, 0) <> coalesce(z.want_class, 0)),
+       ('discount', coalesce('discount ' || z.want_discount || ': ' || (-(z.amount_exact * z.want_percent / 100))::text, 'none'),
+        coalesce('discount ' || z.got_discount || ': ' || z.got_discount_exact::text, 'none'),
+        z.want_discount IS DISTINCT FROM z.got_discount
+            OR (z.got_discount IS NOT NULL AND z.got_discount_exact <> -(z.amount_exact * z.want_percent / 100)))
+     ) f(field, expected, recorded, bad)
+ WHERE f.bad
+UNION ALL
+-- Every charging record has one core-hours entry, and one GPU-hours entry
+-- exactly when it held GPUs.
+SELECT NULL::bigint, 'job', NULL::date, p.code, 'entries',
+       CASE WHEN r.gpus > 0 THEN '1 core_hours, 1 gpu_hours' ELSE '1 core_hours, 0 gpu_hours' END,
+       coalesce(g.core_hours, 0) || ' core_hours, ' || coalesce(g.gpu_hours, 0) || ' gpu_hours for job record ' || r.id
+  FROM job_record r
+  LEFT JOIN project p ON p.id = r.project_id
+  LEFT JOIN (SELECT job_record_id, count(*) FILTER (WHERE metric = 'core_hours') AS core_hours,
+                    count(*) FILTER (WHERE metric = 'gpu_hours') AS gpu_hours
+               FROM ledger_entry WHERE kind = 'job' GROUP BY job_record_id) g ON g.job_record_id = r.id
+ WHERE r.kind IN ('original', 'supersede')
+   AND (coalesce(g.core_hours, 0) <> 1 OR coalesce(g.gpu_hours, 0) <> CASE WHEN r.gpus > 0 THEN 1 ELSE 0 END)
+UNION ALL
+-- A storage charge: TB-months, amounts, segments and discount against the recomputation.
+SELECT s.entry_id, 'storage', s.period, s.project, f.field, f.expected, f.recorded
+  FROM (SELECT sc.entry_id, sc.period, sc.project, sc.tb_months, sc.amount, sc.amount_exact,
+               sc.tb_days AS recorded_tb_days, sc.charging_rules,
+               sr.tb_days, w.want, w.want_exact AS want_amount,
+               sc.tb_months IS DISTINCT FROM w.want AS bad_tb_months,
+               sc.amount <> round(w.want_exact, 2) OR sc.unit_rate <> sc.tb_month_price
+                   OR sc.amount_exact <> w.want_exact
+                   OR (sc.charging_rules = 1 AND sc.amount_exact <> sc.tb_months * sc.unit_rate) AS bad_amount,
+               sc.tb_days IS DISTINCT FROM sr.tb_days AS bad_segments,
+               sc.missing <> '' AS bad_reference, sc.missing,
+               sc.want_discount, sc.want_percent, sc.got_discount, sc.got_discount_exact,
+               sc.want_discount IS DISTINCT FROM sc.got_discount
+                   OR (sc.got_discount IS NOT NULL AND sc.got_discount_exact <> -(sc.amount_exact * sc.want_percent / 100))
+                   AS bad_discount
+          FROM (SELECT e.id AS entry_id, e.period, p.code AS project, e.quantity AS tb_months, e.unit_rate,
+                       e.amount_exact, e.amount, rt.tb_month_price, g.tb_days, e.charging_rules,
+                       concat_ws(', ', CASE WHEN p.id IS NULL THEN 'no project ' || e.project_id END,
+                                       CASE WHEN rt.id IS NULL THEN 'no storage rate ' || e.storage_rate_id END,
+                                       CASE WHEN b.id IS NULL THEN 'no billing run ' || e.billing_run_id END) AS missing,
+                       coalesce(dp.id, dc.id) AS want_discount, coalesce(dp.percent, dc.percent) AS want_percent,
+                       dl.discount_id AS got_discount, dl.amount_exact AS got_discount_exact
+                  FROM ledger_entry e
+                  -- A storage charge is priced at its month's last instant.
+                 CROSS JOIN LATERAL (
+                       SELECT hl_day_end((e.period + interval '1 month' - interval '1 day')::date,
+                                         (SELECT time_zone FROM center)) - interval '1 microsecond' AS at) pa
+                  LEFT JOIN project p ON p.id = e.project_id
+                  LEFT JOIN storage_rate rt ON rt.id = e.storage_rate_id
+                  LEFT JOIN billing_run b ON b.id = e.billing_run_id
+                  LEFT JOIN (SELECT ledger_entry_id, sum(days * quota_tb) AS tb_days
+                               FROM storage_charge_segment GROUP BY ledger_entry_id) g ON g.ledger_entry_id = e.id
+                  -- Its project's class and discounts then (joins, not a
+                  -- function call per charge: a month holds one per project).
+                  LEFT JOIN (SELECT project_id, rate_class_id, effective_from,
+                                    lead(effective_from) OVER (PARTITION BY project_id ORDER BY effective_from) AS until
+                               FROM project_class) cp
+                         ON cp.project_id = e.project_id AND cp.effective_from <= pa.at
+                        AND (cp.until IS NULL OR pa.at < cp.until)
+                  LEFT JOIN discount dp
+                         ON dp.project_id = e.project_id AND dp.valid_from <= pa.at
+                        AND (dp.valid_until IS NULL OR pa.at < dp.valid_until)
+                  LEFT JOIN discount dc
+                         ON dc.rate_class_id = cp.rate_class_id AND dc.valid_from <= pa.at
+                        AND (dc.valid_until IS NULL OR pa.at < dc.valid_until)
+                  LEFT JOIN ledger_entry dl ON dl.corrects_id = e.id AND dl.kind = 'discount'
+                 WHERE e.kind = 'storage') sc
+          JOIN audit.storage_recomputed sr ON sr.entry_id = sc.entry_id AND sr.period = sc.period
+         CROSS JOIN LATERAL (SELECT v.want, CASE WHEN sc.charging_rules = 1 THEN v.want * sc.tb_month_price
+                                                 ELSE hl_div_trunc_nonneg(coalesce(sr.tb_days, 0) * sc.tb_month_price,
+                                                                          sr.days_in_month, 12) END AS want_exact
+                               FROM (SELECT hl_div_round(coalesce(sr.tb_days, 0), sr.days_in_month, 12) AS want
+                                     OFFSET 0) v
+                              OFFSET 0) w) s
+ CROSS JOIN LATERAL (VALUES
+       ('tb_months', s.want::text, s.tb_months::text, s.bad_tb_months),
+       ('amount', round(s.want_amount, 2)::text || ' by charging rules ' || s.charging_rules, s.amount::text,
+        s.bad_amount),
+       ('segments', s.tb_days::text, s.recorded_tb_days::text, s.bad_segments),
+       ('reference', 'its project, storage rate and billing run', s.missing, s.bad_reference),
+       ('discount', coalesce('discount ' || s.want_discount || ': ' || (-(s.amount_exact * s.want_percent / 100))::text, 'none'),
+        coalesce('discount ' || s.got_discount || ': ' || s.got_discount_exact::text, 'none'), s.bad_discount)
+     ) f(field, expected, recorded, bad)
+ WHERE (s.bad_tb_months OR s.bad_amount OR s.bad_segments OR s.bad_reference OR s.bad_discount) AND f.bad
+UNION ALL
+-- A project with a quota above zero on some day of a billed month but no
+-- storage charge that month. A quota counts for a day when it is the one in
+-- force at the day's end: the first day end after it took effect must come
+-- before the next quota took effect, and within the month.
+SELECT NULL, 'storage', m.period, p.code, 'missing storage charge', 'a storage charge', 'none'
+  FROM (SELECT DISTINCT b.period, q.project_id
+          FROM billing_run b CROSS JOIN center c
+          JOIN (SELECT project_id, quota_tb, effective_from,
+                       lead(effective_from) OVER (PARTITION BY project_id ORDER BY effective_from) AS until
+                  FROM storage_quota) q ON q.quota_tb > 0
+         CROSS JOIN LATERAL (SELECT greatest(hl_day_end((q.effective_from AT TIME ZONE c.time_zone)::date, c.time_zone),
+                                             hl_day_end(b.period, c.time_zone)) AS first_end) f
+         WHERE b.kind = 'storage'
+           AND f.first_end <= hl_day_end((b.period + interval '1 month' - interval '1 day')::date, c.time_zone)
+           AND (q.until IS NULL OR f.first_end <= q.until)) m
+  JOIN project p ON p.id = m.project_id
+ WHERE NOT EXISTS (SELECT 1 FROM ledger_entry e WHERE e.kind = 'storage' AND e.period = m.period AND e.project_id = m.project_id)
+UNION ALL
+-- A discount line belongs to a job or storage charge of its project, month
+-- and metric, and names a discount.
+SELECT l.id, 'discount', l.period, (SELECT p.code FROM project p WHERE p.id = l.project_id), 'discount line',
+       'a discount of a job or storage charge of the same project, month and metric',
+       coalesce(c.kind || ' entry ' || c.id, 'no entry ' || l.corrects_id)
+       || CASE WHEN d.id IS NULL THEN ', no discount ' || l.discount_id ELSE '' END
+  FROM ledger_entry l
+  LEFT JOIN ledger_entry c ON c.id = l.corrects_id
+  LEFT JOIN discount d ON d.id = l.discount_id
+ WHERE l.kind = 'discount'
+   AND (c.id IS NULL OR c.kind NOT IN ('job', 'storage') OR c.project_id <> l.project_id OR c.period <> l.period
+        OR c.metric IS DISTINCT FROM l.metric OR d.id IS NULL)
+UNION ALL
+-- A discount line is reversed only with its charge.
+SELECT l.id, 'discount', l.period, (SELECT p.code FROM project p WHERE p.id = l.project_id), 'reversed alone',
+       'reversed with its charge, entry ' || l.corrects_id, 'the charge is not reversed'
+  FROM ledger_entry l
+ WHERE l.kind = 'discount'
+   AND EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = l.id AND r.kind = 'reversal')
+   AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = l.corrects_id AND r.kind = 'reversal')
+UNION ALL
+-- Corrections: a reversal mirrors its entry; every entry's arithmetic holds.
+SELECT e.id, e.kind, e.period, p.code, 'mirror', (-o.amount_exact)::text, e.amount_exact::text
+  FROM ledger_entry e JOIN ledger_entry o ON o.id = e.corrects_id JOIN project p ON p.id = e.project_id
+ WHERE e.kind = 'reversal' AND (e.amount_exact <> -o.amount_exact OR e.quantity <> -o.quantity OR e.project_id <> o.project_id
+                                OR e.charging_rules <> o.charging_rules)
+UNION ALL
+-- A correction's arithmetic, and the rows it refers to.
+SELECT e.id, e.kind, e.period, (SELECT p.code FROM project p WHERE p.id = e.project_id), f.field, f.expected,
+       f.recorded
+  FROM ledger_entry e
+ CROSS JOIN LATERAL (VALUES
+       ('arithmetic', CASE WHEN e.charging_rules = 1 THEN round(e.quantity * e.unit_rate, 2)
+                           ELSE round(e.amount_exact, 2) END::text, e.amount::text,
+        (e.charging_rules = 1 AND e.amount_exact <> e.quantity * e.unit_rate) OR e.amount <> round(e.amount_exact, 2)),
+       ('reference', 'project ' || e.project_id, 'missing',
+        NOT EXISTS (SELECT 1 FROM project p WHERE p.id = e.project_id)),
+       ('reference', 'ledger entry ' || e.corrects_id, 'missing',
+        e.corrects_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ledger_entry o WHERE o.id = e.corrects_id)),
+       ('reference', 'job record ' || e.job_record_id, 'missing',
+        e.job_record_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM job_record r WHERE r.id = e.job_record_id)),
+       ('reference', 'rate card ' || e.rate_card_id, 'missing',
+        e.rate_card_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rate_card c WHERE c.id = e.rate_card_id)),
+       ('reference', 'storage rate ' || e.storage_rate_id, 'missing',
+        e.storage_rate_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM storage_rate s WHERE s.id = e.storage_rate_id)),
+       ('reference', 'billing run ' || e.billing_run_id, 'missing',
+        e.billing_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM billing_run b WHERE b.id = e.billing_run_id))
+     ) f(field, expected, recorded, bad)
+ WHERE e.kind IN ('reversal', 'refund', 'adjustment') AND f.bad
+UNION ALL
+-- A closed month's statements add up to the ledger.
+SELECT NULL, 'statement', s.period, p.code, 'total',
+       (SELECT coalesce(sum(e.amount), 0) FROM ledger_entry e WHERE e.project_id = s.project_id AND e.period = s.period)::text,
+       s.total::text
+  FROM statement s JOIN project p ON p.id = s.project_id
+ WHERE s.total <> (SELECT coalesce(sum(e.amount), 0) FROM ledger_entry e WHERE e.project_id = s.project_id AND e.period = s.period);
+
+-- audit.usage_discrepancies (0032): its two sums (ledger_usage's, and the
+-- entries summed again) side by side in one grouping per project and
+-- month, instead of a full join, whose month (`coalesce` of both sides) no
+-- filter can be pushed through. Each side has at most one row per project
+-- and month, so `max … FILTER` is that row's value, NULL where it has none.
+CREATE OR REPLACE VIEW audit.usage_discrepancies AS
+SELECT p.code AS project, s.period,
+       s.jobs || ' jobs, ' || s.core_hours || ' core-hours, ' || s.gpu_hours || ' GPU-hours, '
+           || s.tb_months || ' TB-months, ' || s.amount || ' from ' || s.entries || ' entries' AS expected,
+       s.kept_jobs || ' jobs, ' || s.kept_core_hours || ' core-hours, ' || s.kept_gpu_hours || ' GPU-hours, '
+           || s.kept_tb_months || ' TB-months, ' || s.kept_amount || ' from ' || s.kept_entries || ' entries' AS recorded
+  FROM (SELECT u.project_id, u.period,
+               max(u.jobs) FILTER (WHERE NOT u.kept) AS jobs,
+               max(u.core_hours) FILTER (WHERE NOT u.kept) AS core_hours,
+               max(u.gpu_hours) FILTER (WHERE NOT u.kept) AS gpu_hours,
+               max(u.tb_months) FILTER (WHERE NOT u.kept) AS tb_months,
+               max(u.amount) FILTER (WHERE NOT u.kept) AS amount,
+               max(u.entries) FILTER (WHERE NOT u.kept) AS entries,
+               max(u.jobs) FILTER (WHERE u.kept) AS kept_jobs,
+               max(u.core_hours) FILTER (WHERE u.kept) AS kept_core_hours,
+               max(u.gpu_hours) FILTER (WHERE u.kept) AS kept_gpu_hours,
+               max(u.tb_months) FILTER (WHERE u.kept) AS kept_tb_months,
+               max(u.amount) FILTER (WHERE u.kept) AS kept_amount,
+               max(u.entries) FILTER (WHERE u.kept) AS kept_entries
+          FROM (SELECT k.project_id, k.period, true AS kept, sum(k.jobs) AS jobs, sum(k.core_hours) AS core_hours,
+                       sum(k.gpu_hours) AS gpu_hours, sum(k.tb_months) AS tb_months, sum(k.amount) AS amount,
+                       sum(k.entries) AS entries
+                  FROM ledger_usage k
+                 GROUP BY 1, 2
+                UNION ALL
+                SELECT e.project_id, e.period, false,
+                       count(*) FILTER (WHERE e.kind = 'job' AND e.metric = 'core_hours')
+                           - count(*) FILTER (WHERE e.kind = 'reversal' AND o.kind = 'job' AND o.metric = 'core_hours'),
+                       coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'core_hours'), 0),
+                       coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'gpu_hours'), 0),
+                       coalesce(sum(e.quantity) FILTER (WHERE e.metric = 'tb_months'), 0),
+                       sum(e.amount), count(*)
+                  FROM ledger_entry e
+                  LEFT JOIN LATERAL (SELECT x.kind, x.metric FROM ledger_entry x
+                                      WHERE e.corrects_id IS NOT NULL AND x.id = e.corrects_id OFFSET 0) o ON true
+                 GROUP BY 1, 2) u
+         GROUP BY u.project_id, u.period) s
+  JOIN project p ON p.id = s.project_id
+ WHERE (s.jobs, s.core_hours, s.gpu_hours, s.tb_months, s.amount, s.entries)
+       IS DISTINCT FROM (s.kept_jobs, s.kept_core_hours, s.kept_gpu_hours, s.kept_tb_months, s.kept_amount,
+                         s.kept_entries);
+
+-- audit.draw_discrepancies (0028), likewise: ledger_draw's sums and the
+-- draws recomputed from the entries side by side, per project, month,
+-- cluster and day.
+CREATE OR REPLACE VIEW audit.draw_discrepancies AS
+WITH budgeted AS (SELECT DISTINCT project_id FROM allocation)
+SELECT p.code AS project, s.period, c.name AS cluster, s.day,
+       s.amount || ' from ' || s.entries || ' entries drawn ' || s.first_at || ' to ' || s.last_at AS expected,
+       s.kept_amount || ' from ' || s.kept_entries || ' entries drawn ' || s.kept_first_at || ' to ' || s.kept_last_at
+           AS recorded
+  FROM (SELECT d.project_id, d.period, d.cluster_id, d.day,
+               max(d.amount) FILTER (WHERE NOT d.kept) AS amount,
+               max(d.first_at) FILTER (WHERE NOT d.kept) AS first_at,
+               max(d.last_at) FILTER (WHERE NOT d.kept) AS last_at,
+               max(d.entries) FILTER (WHERE NOT d.kept) AS entries,
+               max(d.amount) FILTER (WHERE d.kept) AS kept_amount,
+               max(d.first_at) FILTER (WHERE d.kept) AS kept_first_at,
+               max(d.last_at) FILTER (WHERE d.kept) AS kept_last_at,
+               max(d.entries) FILTER (WHERE d.kept) AS kept_entries
+          FROM (SELECT k.project_id, k.period, k.cluster_id, k.day, true AS kept, sum(k.amount) AS amount,
+                       min(k.first_at) AS first_at, max(k.last_at) AS last_at, sum(k.entries) AS entries
+                  FROM ledger_draw k WHERE k.project_id IN (SELECT project_id FROM budgeted)
+                 GROUP BY 1, 2, 3, 4
+                UNION ALL
+                SELECT m.project_id, m.period, x.cluster_id, x.day, false, sum(x.amount), min(x.draw), max(x.draw),
+                       count(*)
+                  FROM (SELECT DISTINCT e.project_id, e.period FROM ledger_entry e
+                         WHERE e.project_id IN (SELECT project_id FROM budgeted)) m
+                 CROSS JOIN LATERAL hl_entry_draws(m.project_id, m.period) x
+                 GROUP BY 1, 2, 3, 4) d
+         GROUP BY d.project_id, d.period, d.cluster_id, d.day) s
+  JOIN project p ON p.id = s.project_id
+  LEFT JOIN cluster c ON c.id = s.cluster_id
+ WHERE (s.amount, s.first_at, s.last_at, s.entries)
+       IS DISTINCT FROM (s.kept_amount, s.kept_first_at, s.kept_last_at, s.kept_entries);
+
+-- One closed month's seal, recomputed from its entries and the seal
+-- recorded for the month before it (audit.seals recomputes the whole chain
+-- from the first closed month, reading every closed month's entries). A
+-- month whose seal holds here and in every other month's row holds in the
+-- chain; `audit --month` and `verify --month` read this view, `audit` and
+-- `verify` the chain.
+CREATE VIEW audit.month_seals AS
+SELECT cp.period, cp.closed_at, cp.closed_by, cp.seal_algorithm, encode(cp.seal, 'hex') AS recorded_seal,
+       encode(CASE cp.seal_algorithm
+                  WHEN 'sha256-chain-v1' THEN hl_month_seal(cp.period, b.seal)
+                  ELSE hl_month_seal_v2(cp.period, b.seal, cp.currency, cp.closed_by, cp.closed_at) END, 'hex')
+           AS recomputed_seal,
+       cp.entry_count AS recorded_entries,
+       (SELECT count(*) FROM ledger_entry e WHERE e.period = cp.period) AS entries,
+       cp.total AS recorded_total,
+       (SELECT coalesce(sum(e.amount), 0) FROM ledger_entry e WHERE e.period = cp.period) AS total,
+       cp.currency
+  FROM closed_period cp
+  LEFT JOIN LATERAL (SELECT p.seal FROM closed_period p WHERE p.period < cp.period
+                      ORDER BY p.period DESC LIMIT 1) b ON true;
+COMMENT ON VIEW audit.month_seals IS
+    'Each closed month: its recorded seal, entry count and total next to their recomputation from its entries and the recorded seal of the month before it.';
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_auditor') THEN
+        EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA audit TO hpc_ledger_auditor';
+    END IF;
+END
+$$;
