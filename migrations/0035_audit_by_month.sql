@@ -9,7 +9,8 @@
 -- * the usage sums and the draws were compared by a FULL JOIN of two sums,
 --   whose month (`coalesce` of both sides) no filter can be pushed through;
 -- * a storage charge's recomputed TB-days were joined by entry alone, so
---   every month's storage was recomputed.
+--   every month's storage was recomputed, and its segments were summed
+--   for every storage charge before being joined.
 --
 -- The views below find exactly what they found before (the integration
 -- tests tamper with each kind of row and compare); only their plans change.
@@ -68,8 +69,8 @@ SELECT e.id AS entry_id, s.tb_days,
 
 
 -- audit.charge_discrepancies (0026), its job charges' recomputation
--- reached by a filter on the month, and a storage charge joined to its
--- recomputation by entry and month.
+-- reached by a filter on the month, a storage charge joined to its
+-- recomputation by entry and month, and its segments looked up by entry.
 CREATE OR REPLACE VIEW audit.charge_discrepancies AS
 SELECT x.entry_id, 'job'::text AS kind, x.period, (SELECT p.code FROM project p WHERE p.id = x.project_id) AS project,
        f.field, f.expected, f.recorded
@@ -239,8 +240,10 @@ SELECT s.entry_id, 'storage', s.period, s.project, f.field, f.expected, f.record
                   LEFT JOIN project p ON p.id = e.project_id
                   LEFT JOIN storage_rate rt ON rt.id = e.storage_rate_id
                   LEFT JOIN billing_run b ON b.id = e.billing_run_id
-                  LEFT JOIN (SELECT ledger_entry_id, sum(days * quota_tb) AS tb_days
-                               FROM storage_charge_segment GROUP BY ledger_entry_id) g ON g.ledger_entry_id = e.id
+                  -- Its segments' TB-days, looked up by entry (a month's
+                  -- audit reads that month's segments only).
+                  LEFT JOIN LATERAL (SELECT sum(sg.days * sg.quota_tb) AS tb_days
+                                       FROM storage_charge_segment sg WHERE sg.ledger_entry_id = e.id) g ON true
                   -- Its project's class and discounts then (joins, not a
                   -- function call per charge: a month holds one per project).
                   LEFT JOIN (SELECT project_id, rate_class_id, effective_from,

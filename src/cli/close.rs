@@ -204,7 +204,8 @@ fn render_close(o: &CloseOutcome, tz: chrono_tz::Tz) -> String {
 
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// Only this month (default: every closed month).
+    /// Only this month, its seal recomputed from the seal recorded for the
+    /// month before it (default: every closed month, along the whole chain).
     #[arg(long)]
     month: Option<Month>,
     /// Check the database against seals kept outside it (an anchor file

@@ -797,7 +797,13 @@ struct Scan {
 fn ledger_scans(plan: &serde_json::Value, out: &mut Vec<Scan>) {
     // (Job records and runs are joined by key from the month's charges;
     // whether the planner looks each up or hashes the table is its choice.)
-    const GROWING: [&str; 4] = ["ledger_entry", "ledger_usage", "ledger_draw", "statement"];
+    const GROWING: [&str; 5] = [
+        "ledger_entry",
+        "ledger_usage",
+        "ledger_draw",
+        "statement",
+        "storage_charge_segment",
+    ];
     let text = |key: &str| plan.get(key).and_then(|v| v.as_str()).map(str::to_owned);
     if let Some(table) = text("Relation Name")
         && GROWING.contains(&table.as_str())
