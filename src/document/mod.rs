@@ -17,12 +17,34 @@ use crate::service::statement::{Details, Statement, Status, StorageBilling};
 pub mod pdf;
 pub mod web;
 
-/// A CSV cell: quoted when it holds a comma, quote or line break.
+/// A CSV cell: quoted when it holds a comma, quote or line break. Text a
+/// spreadsheet would run as a formula (beginning with `=`, `+`, `-`, `@`,
+/// a tab or a carriage return: a job name or user a cluster's users chose,
+/// a raw record) is prefixed with `'`, which spreadsheets show as text
+/// (OWASP, "CSV injection"); a number (a credit's `-12.50`) and a lone
+/// `-` are left as they are.
 pub fn csv_field(v: &str) -> String {
+    let v = if runs_as_formula(v) {
+        std::borrow::Cow::Owned(format!("'{v}"))
+    } else {
+        std::borrow::Cow::Borrowed(v)
+    };
     if v.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", v.replace('"', "\"\""))
     } else {
-        v.to_owned()
+        v.into_owned()
+    }
+}
+
+/// Whether a spreadsheet would take a cell as a formula: it begins with
+/// `=`, `@`, a tab or a carriage return, or with `+` or `-` and is not a
+/// number.
+fn runs_as_formula(v: &str) -> bool {
+    match v.chars().next() {
+        Some('=' | '@' | '\t' | '\r') => true,
+        // (Thousands separated, as `money` writes them, too.)
+        Some('+' | '-') => v != "-" && v.replace(',', "").parse::<Decimal>().is_err(),
+        _ => false,
     }
 }
 
@@ -850,6 +872,26 @@ mod tests {
         assert_eq!(money(dec!(1000)), "1,000.00");
         assert_eq!(money(dec!(1234567.891)), "1,234,567.89");
         assert_eq!(money(dec!(-12345.6)), "-12,345.60");
+    }
+
+    #[test]
+    fn a_csv_cell_never_runs_as_a_formula() {
+        assert_eq!(
+            csv_field("=HYPERLINK(\"http://x\")"),
+            "\"'=HYPERLINK(\"\"http://x\"\")\""
+        );
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("+cmd|' /C calc'!A0"), "'+cmd|' /C calc'!A0");
+        assert_eq!(csv_field("-2+3+cmd"), "'-2+3+cmd");
+        assert_eq!(csv_field("\tx"), "'\tx");
+        assert_eq!(csv_field("\r=1"), "\"'\r=1\"");
+        // Numbers and plain text are left alone.
+        assert_eq!(csv_field("-12.50"), "-12.50");
+        assert_eq!(csv_field("-1,234.56"), "\"-1,234.56\"");
+        assert_eq!(csv_field("+3"), "+3");
+        assert_eq!(csv_field("-"), "-");
+        assert_eq!(csv_field("a=b"), "a=b");
+        assert_eq!(csv_field("R&D, west"), "\"R&D, west\"");
     }
 
     #[test]

