@@ -216,6 +216,22 @@ pub struct Setup {
 }
 
 /// Run every measurement on a freshly created, empty database.
+/// `audit --month month`, timed; a finding fails the bench (every charge
+/// it grows is a correct one).
+async fn clean_month_audit(pool: &sqlx::PgPool, month: Month) -> Result<Duration> {
+    let t = Instant::now();
+    let report = service::close::audit_of(pool, Some(month)).await?;
+    let took = t.elapsed();
+    if !report.clean() {
+        fail!(
+            "the audit of {month} found {} discrepancies (first: {:?})",
+            report.discrepancies.len(),
+            report.discrepancies.first()
+        );
+    }
+    Ok(took)
+}
+
 pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     let say = |s: &str| (setup.progress)(s);
     let pool = db::connect(&setup.url).await?;
@@ -542,16 +558,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     // copies go to earlier months): the baseline of the same audit once
     // the ledger has grown.
     say("audit --month");
-    let t = Instant::now();
-    let only = service::close::audit_of(&pool, Some(month)).await?;
-    let month_alone = t.elapsed();
-    if !only.clean() {
-        fail!(
-            "the audit of {month} found {} discrepancies (first: {:?})",
-            only.discrepancies.len(),
-            only.discrepancies.first()
-        );
-    }
+    let month_alone = clean_month_audit(&pool, month).await?;
     // 4. A statement, before and after the ledger grows.
     say("statements");
     let code = busiest_project(&pool, month).await?;
@@ -701,16 +708,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     });
     // One month's audit in the grown ledger, against the same month's in
     // the ledger that held only it (issue 19): proportional to its month.
-    let t = Instant::now();
-    let of_month = service::close::audit_of(&pool, Some(month)).await?;
-    let month_grown = t.elapsed();
-    if !of_month.clean() {
-        fail!(
-            "the audit of {month} in the grown ledger found {} discrepancies (first: {:?})",
-            of_month.discrepancies.len(),
-            of_month.discrepancies.first()
-        );
-    }
+    let month_grown = clean_month_audit(&pool, month).await?;
     let ratio = month_grown.as_secs_f64() / month_alone.as_secs_f64();
     figures.push(Figure {
         figure: format!("audit --month {month} at {} entries (clean)", grouped(large)),
