@@ -211,20 +211,25 @@ fn bench_job(i: u64, x: u64, days: u64, month: Month) -> BenchJob {
     }
 }
 
-/// `n` finished jobs on the bench center's cluster during `month`, charged
-/// to its first `projects` projects, as `sacct --parsable2` with a header.
+/// Jobs `jobs` (of one endless stream: the same `i` is the same job in
+/// every call) finished on the bench center's cluster during `month`,
+/// charged to its first `projects` projects, as `sacct --parsable2` with a
+/// header.
 /// The mix of a general-purpose cluster: 40% single-core, 15% multi-core,
 /// 15% memory-bound (charged by memory), 10% multi-node, 10% GPU, 5%
 /// hugemem, 5% arrays of single-core tasks.
-pub fn write_bench_sacct(mut w: impl Write, n: u64, projects: u64, month: Month) -> io::Result<()> {
+pub fn write_bench_sacct(mut w: impl Write, jobs: std::ops::Range<u64>, projects: u64, month: Month) -> io::Result<()> {
     writeln!(w, "{SACCT_HEADER}")?;
     let projects = projects.max(1);
     let days = u64::from(month.days());
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    for i in 0..n {
+    for i in 0..jobs.end {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
+        if i < jobs.start {
+            continue;
+        }
         let BenchJob {
             partition,
             nodes,

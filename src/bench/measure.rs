@@ -488,16 +488,16 @@ pub(super) struct Run {
     pub(super) summary: String,
 }
 
-/// `hpc-ledger import --format slurm FILE` as its own process: wall time,
-/// peak RSS and the summary.
-pub(super) fn import(setup: &Setup, file: &Path) -> Result<Run> {
+/// `hpc-ledger import --format slurm FILE` as its own process, into the
+/// database at `url`: wall time, peak RSS and the summary.
+pub(super) fn import(setup: &Setup, url: &str, file: &Path) -> Result<Run> {
     let out_path = setup.dir.join("import.json");
     let out = std::fs::File::create(&out_path)?;
     let t = Instant::now();
     let child = Command::new(&setup.exe)
         .args(["import", "--format", "slurm", "--output", "json"])
         .arg(file)
-        .env("DATABASE_URL", &setup.url)
+        .env("DATABASE_URL", url)
         .env_remove("HPC_LEDGER_DATABASE_URL_FILE")
         .env("HPC_LEDGER_LOG", "warn")
         .stdin(Stdio::null())

@@ -41,6 +41,7 @@
 mod baselines;
 mod measure;
 mod report;
+pub mod scale;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -59,6 +60,7 @@ use measure::{
 };
 use report::{count, fine_millis, millis, per_second, secs};
 pub use report::{grouped, render};
+pub use scale::ScaleSizes;
 
 use crate::db::{self, MIGRATOR};
 use crate::domain::period::Month;
@@ -259,7 +261,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     let file = std::fs::File::create(&jobs).context(&format!("creating {}", jobs.display()))?;
     crate::synthetic::write_bench_sacct(
         std::io::BufWriter::new(file),
-        sizes.jobs,
+        0..sizes.jobs,
         sizes.job_projects.min(sizes.projects),
         month,
     )?;
@@ -269,7 +271,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     let copy = copy_baseline(&pool, &jobs).await?;
     say("import");
     checkpoint(&pool).await?;
-    let first = import(setup, &jobs)?;
+    let first = import(setup, &setup.url, &jobs)?;
     if first.recorded != sizes.jobs {
         fail!(
             "the import recorded {} of {} jobs: {}",
@@ -290,7 +292,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         pass: import_rate * 2 >= copy_rate,
     });
     say("re-import");
-    let again = import(setup, &jobs)?;
+    let again = import(setup, &setup.url, &jobs)?;
     if again.replayed != sizes.jobs {
         fail!(
             "the re-import replayed {} of {} jobs: {}",

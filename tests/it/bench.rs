@@ -211,3 +211,153 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
             .unwrap();
     assert!(!left);
 }
+
+/// `bench --scale` at toy sizes: the month imported into an empty ledger and
+/// into one grown past `--entries`, every earlier month closed before the
+/// month's close, and what it leaves (kept with `--keep`) seals and audits
+/// clean.
+#[tokio::test]
+async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
+    let db = TestDb::new().await;
+    let scratch = format!("hl_scale_{}", std::process::id());
+    let o = cli_with_env(
+        &[
+            "bench",
+            "--scale",
+            "--jobs",
+            "300",
+            "--projects",
+            "40",
+            "--job-projects",
+            "10",
+            "--entries",
+            "3000",
+            "--calls",
+            "2",
+            "--database",
+            &scratch,
+            "--keep",
+            "--format",
+            "json",
+        ],
+        &[("DATABASE_URL", &db.url)],
+        None,
+    );
+    assert!(matches!(o.status.code(), Some(0 | 6)), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let figures = r["figures"].as_array().unwrap();
+    let names: Vec<&str> = figures.iter().map(|f| f["figure"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 5, "{names:#?}");
+    let number = |s: &str| -> u64 { s.replace(',', "").parse().unwrap() };
+    let month = hpc_ledger::domain::period::Month::of_instant(chrono::Utc::now(), chrono_tz::America::New_York).prev();
+
+    // The grown ledger: whole copies of the first file's charges, at least
+    // --entries of them.
+    let grown = number(
+        names[0]
+            .strip_prefix("import of 300 jobs at ")
+            .and_then(|s| s.strip_suffix(" entries"))
+            .unwrap_or_else(|| panic!("{names:#?}")),
+    );
+    let copies = r["sizes"]["grow"].as_u64().unwrap();
+    assert!(
+        grown >= 3000 && grown.is_multiple_of(copies),
+        "{grown} in {copies} copies"
+    );
+    assert!(grown - grown / copies < 3000, "one copy fewer would have done: {grown}");
+    assert!(
+        figures[0]["baseline"]
+            .as_str()
+            .unwrap()
+            .starts_with("the same number into an empty ledger: "),
+        "{:?}",
+        figures[0]
+    );
+    let at = |i: usize| {
+        names[i]
+            .rsplit(" at ")
+            .next()
+            .unwrap()
+            .trim_end_matches(" entries (clean)")
+            .trim_end_matches(" entries")
+    };
+    let large = number(at(1));
+    assert!(
+        names[1].starts_with(&format!("one project's statement ({month}) at ")),
+        "{names:#?}"
+    );
+    assert!(
+        names[2].starts_with("one project's balance, drawn since "),
+        "{names:#?}"
+    );
+    assert_eq!(number(at(2)), large);
+    assert_eq!(names[3], format!("audit --month {month} at {} entries (clean)", at(1)));
+    let closing = names[4]
+        .strip_prefix(&format!("closing {month} ("))
+        .unwrap_or_else(|| panic!("{names:#?}"));
+    let in_month = number(closing.split(' ').next().unwrap());
+    let statements = number(closing.split(", ").nth(1).unwrap().split(' ').next().unwrap());
+
+    // What the run left: every month through the bench's closed and
+    // sealed, the figures' counts the ledger's.
+    let scratch_url = {
+        let mut u = url::Url::parse(&db.url).unwrap();
+        u.set_path(&scratch);
+        u.to_string()
+    };
+    let pool = sqlx::PgPool::connect(&scratch_url).await.unwrap();
+    let (entries, month_entries, month_statements, storage, stored, open): (i64, i64, i64, i64, i64, i64) =
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM ledger_entry),
+                (SELECT count(*) FROM ledger_entry WHERE period = $1),
+                (SELECT count(*) FROM statement WHERE period = $1),
+                (SELECT count(*) FROM ledger_entry WHERE period = $1 AND kind = 'storage'),
+                (SELECT count(DISTINCT project_id) FROM ledger_entry WHERE period = $1 AND kind = 'storage'),
+                (SELECT count(DISTINCT period) FROM ledger_entry e
+                  WHERE NOT EXISTS (SELECT 1 FROM closed_period c WHERE c.period = e.period))",
+        )
+        .bind(month.first_day())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    // The month's storage was billed after the figures were measured.
+    assert_eq!((entries - storage) as u64, large);
+    assert_eq!(month_entries as u64, in_month);
+    assert_eq!(month_statements as u64, statements);
+    assert_eq!(statements, 40, "every project has a storage charge, ten have jobs");
+    assert_eq!(stored, 40);
+    assert_eq!(open, 0, "every month with entries is closed");
+    // The month alone held the same two files' charges, without storage.
+    let alone = figures[3]["baseline"].as_str().unwrap();
+    assert!(
+        alone.starts_with(&format!(
+            "the same month in a ledger of only it ({} entries): ",
+            hpc_ledger::bench::grouped(in_month - storage as u64)
+        )),
+        "{alone}"
+    );
+    let notes = r["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n.as_str().unwrap().starts_with("closing the ")),
+        "{notes:#?}"
+    );
+    let verify = cli_with_env(&["verify"], &[("DATABASE_URL", &scratch_url)], None);
+    assert!(verify.status.success(), "{}{}", stdout(&verify), stderr(&verify));
+    let audit = cli_with_env(&["audit"], &[("DATABASE_URL", &scratch_url)], None);
+    assert!(audit.status.success(), "{}{}", stdout(&audit), stderr(&audit));
+
+    for name in [scratch.clone(), format!("{scratch}_fresh")] {
+        sqlx::query(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    let kept = stderr(&o);
+    let dir = kept
+        .split("generated files in ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{kept}"))
+        .trim();
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -1,0 +1,369 @@
+//! `hpc-ledger bench --scale`: the ledger of years (issue 19, item 2).
+//!
+//! A month of jobs is imported twice, as two files of the same size: the
+//! first into an empty ledger (in a second database, where the month is
+//! then audited alone), the second into a ledger grown to `entries` charges
+//! by copies of the first into earlier months ([`grow_ledger`]), every copy
+//! a correct charge. On the grown ledger it measures what a center does
+//! every day and every month:
+//!
+//! | figure | baseline | target |
+//! |---|---|---|
+//! | import of the second file | the first file into the empty ledger | rate within 10 % |
+//! | one project's statement | – | ≤ 10 ms |
+//! | one project's balance, an allocation over a year | – | ≤ 10 ms |
+//! | `audit --month M` | the same month audited in a ledger that holds only it | ≤ 2 × |
+//! | closing M (every earlier month closed first) | reading M's entries in seal order | ≤ 5 × |
+//!
+//! The growth drops the secondary indexes of the tables it copies into and
+//! builds them again afterwards (how a bulk load is done; the copies are
+//! the same rows either way), so that fifty million entries grow in
+//! minutes, not hours.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use super::baselines::{checkpoint, grow_ledger, ledger_size, settings};
+use super::measure::{balance_time, busiest_project, import, statement_time};
+use super::report::{millis, per_second, secs};
+use super::{Figure, Report, Result, Setup, Sizes, clean_month_audit, fail, grouped};
+use crate::db::{self, MIGRATOR};
+use crate::domain::period::Month;
+use crate::service;
+
+/// How big a `--scale` run is.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleSizes {
+    /// Jobs in each of the two files.
+    pub jobs: u64,
+    /// Projects in the center, each with a storage quota.
+    pub projects: u64,
+    /// Projects the jobs are charged to.
+    pub job_projects: u64,
+    /// The ledger grows to at least this many entries.
+    pub entries: u64,
+    /// Calls timed for a statement and a balance (the median is reported).
+    pub calls: u32,
+}
+
+impl ScaleSizes {
+    /// Fifty million entries: five years of a large center.
+    pub const FULL: ScaleSizes = ScaleSizes {
+        jobs: 1_000_000,
+        projects: 100_000,
+        job_projects: 2_000,
+        entries: 50_000_000,
+        calls: 20,
+    };
+}
+
+/// The bench center's rate cards hold from 2020-01; the copies, 35 days
+/// apart, must end after that.
+const MAX_COPIES: u32 = 70;
+
+/// The tables the growth copies into.
+const GROWN: [&str; 3] = ["job", "job_record", "ledger_entry"];
+
+pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
+    let say = |s: &str| (setup.progress)(s);
+    let month = Month::of_instant(Utc::now(), chrono_tz::America::New_York).prev();
+    let mut figures = Vec::new();
+    let mut notes = Vec::new();
+
+    say("the center and two files of the month's jobs");
+    let mut center = Vec::new();
+    crate::synthetic::write_bench_center(&mut center, sizes.projects, month)?;
+    let config = crate::config::parse(std::str::from_utf8(&center)?)?;
+    let projects = sizes.job_projects.min(sizes.projects);
+    let files = [("first.txt", 0..sizes.jobs), ("second.txt", sizes.jobs..2 * sizes.jobs)];
+    let mut paths = Vec::new();
+    for (name, jobs) in files {
+        let path = setup.dir.join(name);
+        let file = std::fs::File::create(&path)?;
+        crate::synthetic::write_bench_sacct(std::io::BufWriter::new(file), jobs, projects, month)?;
+        paths.push(path);
+    }
+    let (first, second) = (&paths[0], &paths[1]);
+
+    // The month alone: both files into an empty ledger of their own, the
+    // first timed, then that month's audit.
+    say("the month alone: both files into an empty ledger");
+    let alone = db::connect(&setup.fresh_url).await?;
+    MIGRATOR.run(&alone).await?;
+    service::config::apply(&alone, &config, "bench").await?;
+    checkpoint(&alone).await?;
+    let empty = import(setup, &setup.fresh_url, first)?;
+    expect_recorded(&empty, sizes.jobs)?;
+    expect_recorded(&import(setup, &setup.fresh_url, second)?, sizes.jobs)?;
+    say("audit --month, the month alone");
+    let month_alone = clean_month_audit(&alone, month).await?;
+    let alone_entries = ledger_size(&alone).await?;
+    alone.close().await;
+
+    // The grown ledger: the first file, its copies, then the second file.
+    let pool = db::connect(&setup.url).await?;
+    MIGRATOR.run(&pool).await?;
+    let settings = settings(&pool).await?;
+    service::config::apply(&pool, &config, "bench").await?;
+    say("the first file into the ledger to grow");
+    expect_recorded(&import(setup, &setup.url, first)?, sizes.jobs)?;
+    let once = ledger_size(&pool).await?;
+    let copies = u32::try_from(sizes.entries.div_ceil(once.max(1)))?;
+    if copies > MAX_COPIES {
+        fail!(
+            "{} entries need {copies} copies of a month of {} entries; the bench center's rates reach back \
+             {MAX_COPIES} copies (about six years): import more jobs a month (--jobs)",
+            grouped(sizes.entries),
+            grouped(once)
+        );
+    }
+    say(&format!("growing the ledger to {copies} × {} entries", grouped(once)));
+    let t = Instant::now();
+    let rebuilt = grow_bulk(&pool, copies).await?;
+    let grown = ledger_size(&pool).await?;
+    notes.push(format!(
+        "growing the ledger from {} to {} entries ({copies} copies of the month's job charges into earlier \
+         months): {}, of which building the {} secondary indexes of {} again: {}",
+        grouped(once),
+        grouped(grown),
+        secs(t.elapsed()),
+        rebuilt.count,
+        GROWN.join(", "),
+        secs(rebuilt.took)
+    ));
+    checkpoint(&pool).await?;
+
+    say("the second file into the grown ledger");
+    let at_scale = import(setup, &setup.url, second)?;
+    expect_recorded(&at_scale, sizes.jobs)?;
+    let large = ledger_size(&pool).await?;
+    let (empty_rate, scale_rate) = (
+        per_second(sizes.jobs, empty.wall),
+        per_second(sizes.jobs, at_scale.wall),
+    );
+    let ratio = at_scale.wall.as_secs_f64().recip() / empty.wall.as_secs_f64().recip();
+    figures.push(Figure {
+        figure: format!("import of {} jobs at {} entries", grouped(sizes.jobs), grouped(grown)),
+        measured: format!("{} = {} jobs/s", secs(at_scale.wall), grouped(scale_rate)),
+        baseline: format!(
+            "the same number into an empty ledger: {} = {} jobs/s",
+            secs(empty.wall),
+            grouped(empty_rate)
+        ),
+        ratio: Some(ratio),
+        target: "≥ 0.9 × the empty ledger's rate".into(),
+        pass: ratio >= 0.9,
+    });
+
+    say("a statement and a balance");
+    let code = busiest_project(&pool, month).await?;
+    let statement = statement_time(&pool, month, &code, sizes.calls).await?;
+    figures.push(Figure {
+        figure: format!("one project's statement ({month}) at {} entries", grouped(large)),
+        measured: millis(statement),
+        baseline: "–".into(),
+        ratio: None,
+        target: "≤ 10 ms".into(),
+        pass: statement <= Duration::from_millis(10),
+    });
+    let mut from = month;
+    for _ in 0..12 {
+        from = from.prev();
+    }
+    let since = from.start(chrono_tz::America::New_York);
+    let (balance, used) = balance_time(&pool, &code, since, sizes.calls).await?;
+    figures.push(Figure {
+        figure: format!(
+            "one project's balance, drawn since {from} ({used:.2}), at {} entries",
+            grouped(large)
+        ),
+        measured: millis(balance),
+        baseline: format!("its statement: {}", millis(statement)),
+        ratio: Some(balance.as_secs_f64() / statement.as_secs_f64()),
+        target: "≤ 10 ms".into(),
+        pass: balance <= Duration::from_millis(10),
+    });
+
+    say("audit --month, the grown ledger");
+    let month_grown = clean_month_audit(&pool, month).await?;
+    let ratio = month_grown.as_secs_f64() / month_alone.as_secs_f64();
+    figures.push(Figure {
+        figure: format!("audit --month {month} at {} entries (clean)", grouped(large)),
+        measured: secs(month_grown),
+        baseline: format!(
+            "the same month in a ledger of only it ({} entries): {}",
+            grouped(alone_entries),
+            secs(month_alone)
+        ),
+        ratio: Some(ratio),
+        target: "≤ 2 ×".into(),
+        pass: ratio <= 2.0,
+    });
+
+    // The month end: every earlier month closed (their storage waived, the
+    // copies carry none), the month's storage billed, then the close timed
+    // against reading its entries in the seal's order.
+    say("closing the earlier months");
+    let now = Utc::now();
+    service::storage::waive_through(&pool, month.prev(), "before the bench's month", "bench", now)
+        .await?
+        .1
+        .map_or(Ok(()), Err)?;
+    let t = Instant::now();
+    let earlier = service::close::close_through(&pool, month.prev(), "bench", now).await?;
+    if let Some(e) = earlier.stopped {
+        return Err(e.into());
+    }
+    notes.push(format!(
+        "closing the {} earlier months in order (a seal and statements each): {}",
+        earlier.months.len(),
+        secs(t.elapsed())
+    ));
+    service::storage::bill(&pool, month, "bench", false, now).await?;
+    checkpoint(&pool).await?;
+    let floor = read_in_seal_order(&pool, month).await?;
+    let t = Instant::now();
+    let closed = service::close::close(&pool, month, "bench", Utc::now()).await?;
+    let close = t.elapsed();
+    if !closed.closed_now {
+        fail!("{month} was closed before the bench closed it");
+    }
+    let seal = seal_again(&pool, month).await?;
+    let ratio = close.as_secs_f64() / floor.as_secs_f64();
+    figures.push(Figure {
+        figure: format!(
+            "closing {month} ({} entries, {} statements) at {} entries",
+            grouped(u64::try_from(closed.entry_count)?),
+            grouped(closed.statements.len() as u64),
+            grouped(large)
+        ),
+        measured: secs(close),
+        baseline: format!("reading its entries in the seal's order: {}", secs(floor)),
+        ratio: Some(ratio),
+        target: "≤ 5 ×".into(),
+        pass: ratio <= 5.0,
+    });
+    let bytes: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
+        .fetch_one(&pool)
+        .await?;
+    notes.push(format!(
+        "database size at {} entries: {} GB ({} bytes per entry, with its job, record and indexes)",
+        grouped(large),
+        bytes / 1_000_000_000,
+        grouped(u64::try_from(bytes)? / large.max(1))
+    ));
+    pool.close().await;
+    Ok(Report {
+        sizes: Sizes {
+            jobs: sizes.jobs,
+            projects: sizes.projects,
+            job_projects: projects,
+            grow: copies,
+            calls: sizes.calls,
+            fresh_projects: 0,
+        },
+        month: month.to_string(),
+        database: db::redact(&setup.url),
+        figures,
+        notes,
+        bounds: vec![format!(
+            "closing a month: its entries read in the seal's order (posting order), each row as text: {}; \
+             the month's seal alone, computed again (a SHA-256 chain over each entry's JSON text, \
+             hl_month_seal_v2): {} = {:.1} × that; the close takes {:.1} × the reading",
+            secs(floor),
+            secs(seal),
+            seal.as_secs_f64() / floor.as_secs_f64(),
+            close.as_secs_f64() / floor.as_secs_f64()
+        )],
+        settings,
+    })
+}
+
+fn expect_recorded(run: &super::measure::Run, jobs: u64) -> Result<()> {
+    if run.recorded != jobs {
+        fail!("the import recorded {} of {jobs} jobs: {}", run.recorded, run.summary);
+    }
+    Ok(())
+}
+
+/// The floor under a close: every entry of `month` read in posting order
+/// (the seal's), each row turned into text (the better of two runs).
+async fn read_in_seal_order(pool: &PgPool, month: Month) -> Result<Duration> {
+    let mut best = Duration::MAX;
+    for _ in 0..2 {
+        let t = Instant::now();
+        sqlx::query(
+            "SELECT count(*), sum(length(t))
+               FROM (SELECT e::text AS t FROM ledger_entry e WHERE e.period = $1 ORDER BY e.id) s",
+        )
+        .bind(month.first_day())
+        .execute(pool)
+        .await?;
+        best = best.min(t.elapsed());
+    }
+    Ok(best)
+}
+
+/// The month's seal computed again from its entries and the seal before
+/// it, timed; it must be the one the close recorded.
+async fn seal_again(pool: &PgPool, month: Month) -> Result<Duration> {
+    let t = Instant::now();
+    let same: bool = sqlx::query_scalar(
+        "SELECT hl_month_seal_v2(c.period, b.seal, c.currency, c.closed_by, c.closed_at) = c.seal
+           FROM closed_period c LEFT JOIN closed_period b ON b.period = (c.period - interval '1 month')::date
+          WHERE c.period = $1",
+    )
+    .bind(month.first_day())
+    .fetch_one(pool)
+    .await?;
+    let took = t.elapsed();
+    if !same {
+        fail!("the seal of {month} computed again is not the one its close recorded");
+    }
+    Ok(took)
+}
+
+/// What [`grow_bulk`] rebuilt.
+struct Rebuilt {
+    count: usize,
+    took: Duration,
+}
+
+/// [`grow_ledger`] with the secondary indexes of the tables it writes
+/// dropped first and built again after (those not backing a constraint;
+/// the unique ones are checked again as they are built).
+async fn grow_bulk(pool: &PgPool, copies: u32) -> Result<Rebuilt> {
+    let tables: Vec<String> = GROWN.iter().map(|t| (*t).to_owned()).collect();
+    let indexes: Vec<(String, String)> = sqlx::query_as(
+        "SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+           FROM pg_index i
+          WHERE i.indrelid = ANY (SELECT to_regclass(t) FROM unnest($1::text[]) t)
+            AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+          ORDER BY 1",
+    )
+    .bind(&tables)
+    .fetch_all(pool)
+    .await?;
+    for (name, _) in &indexes {
+        sqlx::raw_sql(&format!("DROP INDEX {name}")).execute(pool).await?;
+    }
+    grow_ledger(pool, copies).await?;
+    let t = Instant::now();
+    let mut conn = pool.acquire().await?;
+    sqlx::raw_sql("SET maintenance_work_mem = '1GB'")
+        .execute(&mut *conn)
+        .await?;
+    for (_, def) in &indexes {
+        sqlx::raw_sql(def).execute(&mut *conn).await?;
+    }
+    sqlx::raw_sql("RESET maintenance_work_mem; ANALYZE job, job_record, ledger_entry")
+        .execute(&mut *conn)
+        .await?;
+    Ok(Rebuilt {
+        count: indexes.len(),
+        took: t.elapsed(),
+    })
+}
