@@ -9,34 +9,38 @@
 //!
 //! | figure | baseline |
 //! |---|---|
-//! | import of N jobs (a child process, as a user runs it) | `COPY` of the same lines into a bare table with one unique index |
+//! | import of N jobs (a child process, as a user runs it) | its floor: its rows by `INSERT … SELECT` into copies of their tables with the same indexes and checks |
 //! | re-import of the same file | the first import |
 //! | `serve`: jobcomp posts from 16 concurrent senders | the import's jobs/s |
 //! | `serve`: jobcomp posts from one sequential sender, kept alive (p50, p99) | `pgbench`, one client, one-row durable INSERTs |
 //! | `job record` as its own process | `psql -c` inserting one row |
-//! | storage billing of every project | `INSERT … SELECT` of the same rows into bare tables |
+//! | storage billing of every project | its floor: the same rows by `INSERT … SELECT` into copies with the ledger's indexes and checks |
 //! | one project's statement, before and after the ledger grows | – |
 //! | one project's usage report by user over a year of the grown ledger | its statement |
 //! | one project's balance with an allocation over that year | its statement |
 //! | that project's start check, `POST /check` to `serve`, 200 in a row (p50, p99) | its balance |
 //! | the web view: that project's page and the billing office's project list, over HTTP | its statement |
-//! | `audit` of the grown ledger | a sequential scan of the ledger |
+//! | `audit` of the grown ledger | its floor: every job charge read with its record and run, joined, no arithmetic |
 //! | `audit --month M` of the grown ledger | the same audit when the ledger held only M |
 //! | `audit --deep`: every raw record read again | the import's jobs/s |
 //! | peak RSS of the import | – |
 //! | peak RSS of `serve` under 20 concurrent hostile 16 MB posts | its RSS when idle |
 //! | month end (bill, close, audit) of a freshly configured center, in a second database | the billing run |
 //!
-//! Beside the figures, the run measures what PostgreSQL alone needs for the
-//! same work (the "bounds"): the import's and the storage run's rows written
-//! by `INSERT … SELECT` into copies of their tables with the same indexes
-//! and checks, and the audit's inputs read and joined without arithmetic.
-//! No implementation on this schema and machine can beat those; where a
-//! target sits below its bound, the bound says so.
+//! The floors are what PostgreSQL alone needs for the same work, measured
+//! in the same run (issue 19, item 5: import and storage billing ≤ 1.5 ×,
+//! the audit ≤ 3 ×): no implementation on this schema and machine can beat
+//! them. The "bounds" beside the figures say what each floor was and the
+//! older, lower baselines (`COPY` of the file, bare copies, a sequential
+//! scan) the targets were once set against.
 //!
 //! The ledger grows by copies of the month's job charges into earlier
 //! months ([`grow_ledger`]): the same inputs shifted by whole days, so
 //! every copy is still a correct charge and the audit must come out clean.
+//!
+//! `bench --scale` ([`scale`]) measures the ledger of years instead: a
+//! month imported into an empty ledger and into one grown to fifty million
+//! entries, and what a center does there every day and at month end.
 
 mod baselines;
 mod measure;
@@ -58,7 +62,7 @@ use measure::{
     pgbench_one_client, second_busiest_project, serve_one_sender, serve_posts, serve_under_attack, statement_time,
     usage_time, web_page_times,
 };
-use report::{count, fine_millis, millis, per_second, secs};
+use report::{fine_millis, millis, per_second, secs};
 pub use report::{grouped, render};
 pub use scale::ScaleSizes;
 
@@ -280,17 +284,8 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
             first.summary
         );
     }
-    let jobs_f = count(sizes.jobs);
     let import_rate = per_second(sizes.jobs, first.wall);
     let copy_rate = per_second(sizes.jobs, copy);
-    figures.push(Figure {
-        figure: format!("import of {} jobs (priced, posted, idempotent)", grouped(sizes.jobs)),
-        measured: format!("{} = {} jobs/s", secs(first.wall), grouped(import_rate)),
-        baseline: format!("COPY: {} = {} rows/s", secs(copy), grouped(copy_rate)),
-        ratio: Some(jobs_f / first.wall.as_secs_f64() / (jobs_f / copy.as_secs_f64())),
-        target: "≥ 0.5 × COPY's rows/s".into(),
-        pass: import_rate * 2 >= copy_rate,
-    });
     say("re-import");
     let again = import(setup, &setup.url, &jobs)?;
     if again.replayed != sizes.jobs {
@@ -302,18 +297,6 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         );
     }
     let speedup = first.wall.as_secs_f64() / again.wall.as_secs_f64();
-    figures.push(Figure {
-        figure: "re-import of the same file (all replays)".into(),
-        measured: format!(
-            "{} = {} jobs/s",
-            secs(again.wall),
-            grouped(per_second(sizes.jobs, again.wall))
-        ),
-        baseline: format!("first import: {}", secs(first.wall)),
-        ratio: Some(speedup),
-        target: "≥ 2 × faster".into(),
-        pass: speedup >= 2.0,
-    });
     // After the re-import (which writes nothing), so its work does not
     // disturb the re-import's reading of the fresh rows.
     say("the import's rows, stored by PostgreSQL alone");
@@ -327,13 +310,40 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         Copies::Indexed,
     )
     .await?;
+    let ratio = first.wall.as_secs_f64() / floor.as_secs_f64();
+    figures.push(Figure {
+        figure: format!("import of {} jobs (priced, posted, idempotent)", grouped(sizes.jobs)),
+        measured: format!("{} = {} jobs/s", secs(first.wall), grouped(import_rate)),
+        baseline: format!(
+            "its {} rows by INSERT … SELECT (the floor): {} = {} jobs/s",
+            grouped(ledger_rows(&pool).await?),
+            secs(floor),
+            grouped(per_second(sizes.jobs, floor))
+        ),
+        ratio: Some(ratio),
+        target: "≤ 1.5 × its floor".into(),
+        pass: ratio <= 1.5,
+    });
+    figures.push(Figure {
+        figure: "re-import of the same file (all replays)".into(),
+        measured: format!(
+            "{} = {} jobs/s",
+            secs(again.wall),
+            grouped(per_second(sizes.jobs, again.wall))
+        ),
+        baseline: format!("first import: {}", secs(first.wall)),
+        ratio: Some(speedup),
+        target: "≥ 2 × faster".into(),
+        pass: speedup >= 2.0,
+    });
     bounds.push(format!(
-        "import: its {} rows (runs, records, charges), written again by INSERT … SELECT into empty copies of \
-         their tables with the same indexes and checks: {} = {} jobs/s; the import takes {:.1} × that",
-        grouped(ledger_rows(&pool).await?),
+        "import: its rows (runs, records, charges) written again by INSERT … SELECT into empty copies of their \
+         tables with the same indexes and checks (the floor above): {}; COPY of the file's lines into a bare \
+         table with one unique index: {} = {} rows/s ({:.1} × the floor's rate)",
         secs(floor),
-        grouped(per_second(sizes.jobs, floor)),
-        first.wall.as_secs_f64() / floor.as_secs_f64()
+        secs(copy),
+        grouped(copy_rate),
+        floor.as_secs_f64() / copy.as_secs_f64()
     ));
     say("serve: 16 senders, with --intake and without");
     let posts = (sizes.jobs / 20).max(1);
@@ -509,12 +519,13 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     let bare = insert_select(&pool, &rows, Copies::Bare).await?;
     let indexed = insert_select(&pool, &rows, Copies::Indexed).await?;
     bounds.push(format!(
-        "storage billing: the same rows by INSERT … SELECT into copies with the ledger's indexes and checks: {}; \
-         the run takes {:.1} × that",
+        "storage billing: the same rows by INSERT … SELECT into copies with the ledger's indexes and checks (the \
+         floor above): {}; into bare copies (no index, no check): {}, the run takes {:.1} × that",
         secs(indexed),
-        billing.as_secs_f64() / indexed.as_secs_f64()
+        secs(bare),
+        billing.as_secs_f64() / bare.as_secs_f64()
     ));
-    let ratio = billing.as_secs_f64() / bare.as_secs_f64();
+    let ratio = billing.as_secs_f64() / indexed.as_secs_f64();
     figures.push(Figure {
         figure: format!(
             "storage billing of {} projects ({} entries)",
@@ -522,10 +533,10 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
             grouped(bill.entry_count as u64)
         ),
         measured: secs(billing),
-        baseline: format!("INSERT … SELECT: {}", secs(bare)),
+        baseline: format!("its rows by INSERT … SELECT (the floor): {}", secs(indexed)),
         ratio: Some(ratio),
-        target: "≤ 2 ×".into(),
-        pass: ratio <= 2.0,
+        target: "≤ 1.5 × its floor".into(),
+        pass: ratio <= 1.5,
     });
 
     // 3b. The deep audit: every raw record read again (before the ledger
@@ -687,10 +698,12 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     let audit_time = t.elapsed();
     bounds.push(format!(
         "audit: reading every job charge joined with its record and run (the inputs it recomputes from, \
-         no arithmetic): {} = {:.1} × the sequential scan; the audit takes {:.1} × that",
+         no arithmetic; the floor above): {} = {:.1} × a sequential scan of the ledger ({}); the audit takes \
+         {:.1} × the scan",
         secs(inputs),
         inputs.as_secs_f64() / scan.as_secs_f64(),
-        audit_time.as_secs_f64() / inputs.as_secs_f64()
+        secs(scan),
+        audit_time.as_secs_f64() / scan.as_secs_f64()
     ));
     if !audit.clean() {
         fail!(
@@ -699,13 +712,13 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
             audit.discrepancies.first()
         );
     }
-    let ratio = audit_time.as_secs_f64() / scan.as_secs_f64();
+    let ratio = audit_time.as_secs_f64() / inputs.as_secs_f64();
     figures.push(Figure {
         figure: format!("audit of {} entries (clean)", grouped(large)),
         measured: secs(audit_time),
-        baseline: format!("sequential scan: {}", secs(scan)),
+        baseline: format!("its inputs joined (the floor): {}", secs(inputs)),
         ratio: Some(ratio),
-        target: "≤ 3 ×".into(),
+        target: "≤ 3 × its floor".into(),
         pass: ratio <= 3.0,
     });
     // One month's audit in the grown ledger, against the same month's in

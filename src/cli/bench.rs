@@ -21,7 +21,7 @@ pub struct Args {
     /// The ledger of years instead: a month of jobs imported into an empty
     /// ledger and into one grown to --entries, the statement, the balance,
     /// the month's audit and its close measured there (50 million entries:
-    /// about an hour and 70 GB on 2 cores).
+    /// about two hours and 80 GB of disk on 2 cores).
     #[arg(long)]
     scale: bool,
     /// With --scale: grow the ledger to this many entries.
