@@ -122,7 +122,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Text if args.scale => {
             println!(
-                "hpc-ledger bench --scale: {} jobs a file, {} projects ({} with jobs), {} copies of the first \
+                "hpc-ledger bench --scale: {} jobs a file, {} projects ({} with jobs), ledger {} × the first \
                  file's charges, month {}, on {}\n",
                 bench::grouped(report.sizes.jobs),
                 bench::grouped(report.sizes.projects),

@@ -363,6 +363,22 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
         notes.iter().any(|n| n.as_str().unwrap().starts_with("closing the ")),
         "{notes:#?}"
     );
+    // The indexes the growth dropped are all back, as the migrations made them.
+    let indexes = |pool: sqlx::PgPool| async move {
+        let defs: Vec<(String, String)> = sqlx::query_as(
+            "SELECT indexname::text, indexdef FROM pg_indexes
+              WHERE schemaname = 'public' AND tablename IN ('job', 'job_record', 'ledger_entry') ORDER BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        defs
+    };
+    let scratch_pool = sqlx::PgPool::connect(&scratch_url).await.unwrap();
+    let kept = indexes(scratch_pool.clone()).await;
+    scratch_pool.close().await;
+    assert!(kept.len() > 12, "{kept:#?}");
+    assert_eq!(kept, indexes(db.pool.clone()).await);
     let verify = cli_with_env(&["verify"], &[("DATABASE_URL", &scratch_url)], None);
     assert!(verify.status.success(), "{}{}", stdout(&verify), stderr(&verify));
     let audit = cli_with_env(&["audit"], &[("DATABASE_URL", &scratch_url)], None);
