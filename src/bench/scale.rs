@@ -30,7 +30,7 @@ use sqlx::PgPool;
 use super::baselines::{checkpoint, grow_ledger, ledger_size, settings};
 use super::measure::{balance_time, busiest_project, import, statement_time};
 use super::report::{millis, per_second, secs};
-use super::{Figure, Report, Result, Setup, Sizes, clean_month_audit, fail, grouped};
+use super::{Figure, Report, Result, Setup, Sizes, balance_figure, clean_month_audit, fail, grouped};
 use crate::db::{self, MIGRATOR};
 use crate::domain::period::Month;
 use crate::service;
@@ -186,17 +186,7 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     }
     let since = from.start(chrono_tz::America::New_York);
     let (balance, used) = balance_time(&pool, &code, since, sizes.calls).await?;
-    figures.push(Figure {
-        figure: format!(
-            "one project's balance, drawn since {from} ({used:.2}), at {} entries",
-            grouped(large)
-        ),
-        measured: millis(balance),
-        baseline: format!("its statement: {}", millis(statement)),
-        ratio: Some(balance.as_secs_f64() / statement.as_secs_f64()),
-        target: "≤ 10 ms".into(),
-        pass: balance <= Duration::from_millis(10),
-    });
+    figures.push(balance_figure(from, used, balance, statement, large));
 
     say("audit --month, the grown ledger");
     let month_grown = clean_month_audit(&pool, month).await?;
