@@ -488,6 +488,14 @@ pub(super) struct Run {
     pub(super) summary: String,
 }
 
+/// Stop the run unless an import recorded all its `jobs`.
+pub(super) fn expect_recorded(run: &Run, jobs: u64) -> Result<()> {
+    if run.recorded != jobs {
+        fail!("the import recorded {} of {jobs} jobs: {}", run.recorded, run.summary);
+    }
+    Ok(())
+}
+
 /// `hpc-ledger import --format slurm FILE` as its own process, into the
 /// database at `url`: wall time, peak RSS and the summary.
 pub(super) fn import(setup: &Setup, url: &str, file: &Path) -> Result<Run> {

@@ -58,9 +58,9 @@ use baselines::{
     Copies, checkpoint, copy_baseline, insert_select, join_of_inputs, ledger_rows, ledger_size, seq_scan, settings,
 };
 use measure::{
-    HOSTILE, Posts, SENDERS, balance_time, busiest_project, check_latency, fresh_month_end, import, one_job,
-    pgbench_one_client, second_busiest_project, serve_one_sender, serve_posts, serve_under_attack, statement_time,
-    usage_time, web_page_times,
+    HOSTILE, Posts, SENDERS, balance_time, busiest_project, check_latency, expect_recorded, fresh_month_end, import,
+    one_job, pgbench_one_client, second_busiest_project, serve_one_sender, serve_posts, serve_under_attack,
+    statement_time, usage_time, web_page_times,
 };
 use report::{fine_millis, millis, per_second, secs};
 pub use report::{grouped, render};
@@ -298,14 +298,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     say("import");
     checkpoint(&pool).await?;
     let first = import(setup, &setup.url, &jobs)?;
-    if first.recorded != sizes.jobs {
-        fail!(
-            "the import recorded {} of {} jobs: {}",
-            first.recorded,
-            sizes.jobs,
-            first.summary
-        );
-    }
+    expect_recorded(&first, sizes.jobs)?;
     let import_rate = per_second(sizes.jobs, first.wall);
     let copy_rate = per_second(sizes.jobs, copy);
     say("re-import");

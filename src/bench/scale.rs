@@ -28,7 +28,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use super::baselines::{checkpoint, grow_ledger, ledger_size, settings};
-use super::measure::{balance_time, busiest_project, import, statement_time};
+use super::measure::{balance_time, busiest_project, expect_recorded, import, statement_time};
 use super::report::{millis, per_second, secs};
 use super::{Figure, Report, Result, Setup, Sizes, balance_figure, clean_month_audit, fail, grouped};
 use crate::db::{self, MIGRATOR};
@@ -132,7 +132,7 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     let grown = ledger_size(&pool).await?;
     notes.push(format!(
         "growing the ledger from {} to {} entries ({} copies of the month's job charges into earlier \
-         months): {}, of which building the {} secondary indexes of {} again: {}; then vacuuming and analyzing \
+         months): {}, of which building the {} secondary indexes of {} again: {}, and vacuuming and analyzing \
          them: {}",
         grouped(once),
         grouped(grown),
@@ -282,13 +282,6 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
         )],
         settings,
     })
-}
-
-fn expect_recorded(run: &super::measure::Run, jobs: u64) -> Result<()> {
-    if run.recorded != jobs {
-        fail!("the import recorded {} of {jobs} jobs: {}", run.recorded, run.summary);
-    }
-    Ok(())
 }
 
 /// The floor under a close: every entry of `month` read in posting order
