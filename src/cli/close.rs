@@ -217,6 +217,11 @@ pub struct VerifyArgs {
     /// file for months closed before one was kept.
     #[arg(long, conflicts_with_all = ["month", "against"])]
     export: bool,
+    /// Check archive files (a directory, or one file) written by `archive`:
+    /// each file's seal recomputed from the file, chained to the month
+    /// before it, and the month archived in the ledger with that file.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["month", "against", "export"])]
+    archive: Option<std::path::PathBuf>,
     /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: super::ListFormat,
@@ -229,6 +234,9 @@ pub async fn run_verify(args: VerifyArgs, readers: &Readers) -> anyhow::Result<E
             println!("{}", serde_json::to_string(&a)?);
         }
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(path) = &args.archive {
+        return super::archive::run_verify(&pool, path, args.format).await;
     }
     if let Some(path) = &args.against {
         let text = std::fs::read_to_string(path)
@@ -329,7 +337,14 @@ pub async fn run_verify(args: VerifyArgs, readers: &Readers) -> anyhow::Result<E
             for c in &checks {
                 let month = Month::of_date(c.period);
                 if c.holds() {
-                    println!("{month}: seal holds ({} entries, total {:.2})", c.entries, c.total);
+                    let archived = c
+                        .archived_to
+                        .as_ref()
+                        .map_or_else(String::new, |f| format!("; archived to {f}"));
+                    println!(
+                        "{month}: seal holds ({} entries, total {:.2}{archived})",
+                        c.entries, c.total
+                    );
                 } else {
                     println!("{month}: SEAL BROKEN");
                     println!(

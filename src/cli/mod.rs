@@ -2,6 +2,7 @@
 //! arguments and `run`. Results go to stdout, logs and errors to stderr.
 
 mod access;
+mod archive;
 mod bench;
 mod bill;
 mod budget;
@@ -184,6 +185,7 @@ pub enum Command {
     /// Examples:
     ///   hpc-ledger verify
     ///   hpc-ledger verify --against seals.jsonl
+    ///   hpc-ledger verify --archive /archive/hpc-ledger
     #[command(verbatim_doc_comment)]
     Verify(close::VerifyArgs),
     /// Check every charge again in SQL, and every seal; non-zero exit on any finding.
@@ -193,6 +195,13 @@ pub enum Command {
     ///   hpc-ledger audit --deep --format json
     #[command(verbatim_doc_comment)]
     Audit(close::AuditArgs),
+    /// Move closed months out of the live ledger into sealed files (retention).
+    ///
+    /// Examples:
+    ///   hpc-ledger archive --through 2019-12 --to /archive/hpc-ledger
+    ///   hpc-ledger verify --archive /archive/hpc-ledger
+    #[command(verbatim_doc_comment)]
+    Archive(archive::Args),
     /// Tokens that let one project's people read its pages in serve's web view (/ui).
     #[command(subcommand)]
     Access(access::Cmd),
@@ -397,6 +406,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Close(args) => close::run_close(args, &target, by).await,
         Command::Verify(args) => close::run_verify(args, &readers).await,
         Command::Audit(args) => close::run_audit(args, &readers).await,
+        Command::Archive(args) => archive::run(args, &target, by).await,
         Command::Reverse(args) => correct::run_reverse(args, &target, by).await,
         Command::Refund(args) => correct::run_refund(args, &target, by).await,
         Command::Adjust(args) => correct::run_adjust(args, &target, by).await,

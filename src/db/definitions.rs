@@ -45,6 +45,30 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "hl_bump_rules_version",
         'O',
     ),
+    (
+        "archived_charge",
+        "archived_charge_append_only",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "archived_charge",
+        "archived_charge_no_truncate",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "archived_period",
+        "archived_period_append_only",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "archived_period",
+        "archived_period_no_truncate",
+        "hl_refuse_change",
+        'A',
+    ),
     ("billing_run", "billing_run_append_only", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_no_truncate", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_not_waived", "hl_storage_waiver_check", 'A'),
@@ -115,7 +139,12 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("job_record", "job_record_references", "hl_job_record_references", 'A'),
     ("journal_export", "journal_export_append_only", "hl_refuse_change", 'A'),
     ("journal_export", "journal_export_no_truncate", "hl_refuse_change", 'A'),
-    ("ledger_entry", "ledger_entry_append_only", "hl_refuse_change", 'A'),
+    (
+        "ledger_entry",
+        "ledger_entry_append_only",
+        "hl_ledger_refuse_change",
+        'A',
+    ),
     ("ledger_entry", "ledger_entry_guard", "hl_ledger_entry_guard", 'A'),
     ("ledger_entry", "ledger_entry_no_truncate", "hl_refuse_change", 'A'),
     (
@@ -216,7 +245,7 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     (
         "storage_charge_segment",
         "storage_charge_segment_append_only",
-        "hl_refuse_change",
+        "hl_ledger_refuse_change",
         'A',
     ),
     (

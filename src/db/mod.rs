@@ -3,6 +3,7 @@
 //! This module also decides which database to use: `--database-url` /
 //! `DATABASE_URL`, or the embedded default.
 
+pub mod archive;
 pub mod audit;
 pub mod budget;
 pub mod corrections;

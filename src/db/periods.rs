@@ -79,6 +79,10 @@ pub struct SealCheck {
     pub entries: i64,
     pub recorded_total: Decimal,
     pub total: Decimal,
+    /// The month's archive file, when it is archived: its seal, count and
+    /// total are then those recorded when it was archived (the file is
+    /// checked by `verify --archive`).
+    pub archived_to: Option<String>,
 }
 
 impl SealCheck {
@@ -100,7 +104,7 @@ pub async fn seal_checks(conn: &mut PgConnection, period: Option<NaiveDate>) -> 
                 SealCheck,
                 r#"SELECT period AS "period!", recorded_seal AS "recorded_seal!", recomputed_seal AS "recomputed_seal!",
                           recorded_entries AS "recorded_entries!", entries AS "entries!",
-                          recorded_total AS "recorded_total!", total AS "total!"
+                          recorded_total AS "recorded_total!", total AS "total!", archived_to
                      FROM audit.seals ORDER BY period"#
             )
             .fetch_all(&mut *conn)
@@ -113,7 +117,7 @@ pub async fn seal_checks(conn: &mut PgConnection, period: Option<NaiveDate>) -> 
                 SealCheck,
                 r#"SELECT period AS "period!", recorded_seal AS "recorded_seal!", recomputed_seal AS "recomputed_seal!",
                           recorded_entries AS "recorded_entries!", entries AS "entries!",
-                          recorded_total AS "recorded_total!", total AS "total!"
+                          recorded_total AS "recorded_total!", total AS "total!", archived_to
                      FROM audit.month_seals WHERE period = $1"#,
                 month
             )

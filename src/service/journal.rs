@@ -189,6 +189,11 @@ pub enum JournalError {
     #[error("{0} is not closed: a journal is exported from closed months only (hpc-ledger close --month {0})")]
     NotClosed(Month),
     #[error(
+        "{month} is archived (to {file}): its journal is derived from its entries, which have left the live \
+         ledger; export it before archiving (journals exported before are in `journal_export`)"
+    )]
+    Archived { month: Month, file: String },
+    #[error(
         "the journal of {month} cannot be exported: {} statement(s) have no funding source in force for {month} — {}; add `funding` from {month} (or earlier, if no journal since was exported) to these projects in the configuration and apply it",
         .unfunded.len(),
         .unfunded.iter().map(|s| format!("statement {} ({}, {})", s.number, s.project, s.total)).collect::<Vec<_>>().join(", ")
@@ -298,6 +303,12 @@ async fn export_in(conn: &mut PgConnection, month: Month, by: &str, dry_run: boo
     let closed = periods::closed_period(conn, period)
         .await?
         .ok_or(JournalError::NotClosed(month))?;
+    if let Some(a) = crate::db::archive::archived(conn, period).await? {
+        return Err(JournalError::Archived {
+            month,
+            file: a.file_name,
+        });
+    }
     let center = crate::db::reference::load_center(conn)
         .await?
         .ok_or(JournalError::NotClosed(month))?;

@@ -1,6 +1,7 @@
 //! Use cases. Each one: open a transaction, load what it needs, decide with
 //! the pure domain, persist, commit.
 
+pub mod archive;
 pub mod budget;
 pub mod close;
 pub mod config;

@@ -613,7 +613,7 @@ impl Posting<'_> {
             resolved: &'r ResolvedJob,
             replaces: Option<JobRecordId>,
         }
-        let mut plans = Vec::new();
+        let mut plans: Vec<Plan> = Vec::new();
         for ((index, resolved), job) in round.iter().zip(&ids) {
             match decide(held.get(job).map_or(&[][..], Vec::as_slice), resolved, self.supersede) {
                 Step::Replay { record } => {
@@ -635,6 +635,32 @@ impl Posting<'_> {
                     resolved,
                     replaces,
                 }),
+            }
+        }
+        // A supersede of a record whose charges were archived cannot
+        // reverse them: charging the new record would charge the job twice.
+        let superseding: Vec<i64> = plans.iter().filter_map(|p| p.replaces.map(|r| r.0)).collect();
+        if !superseding.is_empty() {
+            let archived: HashMap<i64, chrono::NaiveDate> = crate::db::archive::archived_charges(tx, &superseding)
+                .await?
+                .into_iter()
+                .collect();
+            if !archived.is_empty() {
+                let (keep, refused): (Vec<Plan>, Vec<Plan>) = plans
+                    .into_iter()
+                    .partition(|p| p.replaces.is_none_or(|r| !archived.contains_key(&r.0)));
+                for p in refused {
+                    let month = crate::domain::period::Month::of_date(archived[&p.replaces.expect("refused").0]);
+                    let r = crate::domain::posting::Rejection {
+                        kind: RejectKind::Conflict,
+                        reason: format!(
+                            "it supersedes a record whose charges are archived ({month}): they cannot be reversed, \
+                             so it is not charged; correct the job's charge with an adjustment"
+                        ),
+                    };
+                    self.reject(jobs, p.index, r, outcomes, rejections);
+                }
+                plans = keep;
             }
         }
         if plans.is_empty() {

@@ -24,6 +24,11 @@ pub enum StatementError {
     NoConfig,
     #[error("unknown project {0}")]
     UnknownProject(String),
+    #[error(
+        "{month} is archived (to {file}): its entries have left the live ledger, so its statements cannot be \
+         printed again; the file holds every entry and statement total it sealed (hpc-ledger verify --archive)"
+    )]
+    Archived { month: Month, file: String },
     #[error(transparent)]
     Db(#[from] DbError),
 }
@@ -150,6 +155,12 @@ async fn statements_in(
         .await?
         .ok_or(StatementError::NoConfig)?;
     let period = month.first_day();
+    if let Some(a) = crate::db::archive::archived(&mut *conn, period).await? {
+        return Err(StatementError::Archived {
+            month,
+            file: a.file_name,
+        });
+    }
     let ids: Vec<ProjectId> = match which {
         Which::Project(code) => {
             let p = crate::service::project(&mut *conn, code)

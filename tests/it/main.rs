@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod archive;
 mod bench;
 mod budget;
 mod classes;

@@ -465,7 +465,7 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
          CREATE OR REPLACE VIEW audit.seals AS
          SELECT period, closed_at, closed_by, seal_algorithm, encode(seal, 'hex') AS recorded_seal,
                 encode(seal, 'hex') AS recomputed_seal, entry_count AS recorded_entries, entry_count AS entries,
-                total AS recorded_total, total::numeric AS total, currency
+                total AS recorded_total, total::numeric AS total, currency, NULL::text AS archived_to
            FROM closed_period;",
     )
     .execute(p)

@@ -1,0 +1,192 @@
+//! Archived months (migration 0037): what a month's archive file is written
+//! from — the items its seal is computed over, exactly as the database
+//! hashes them, and what the seal leaves out — and the archive itself
+//! (`hl_archive_months`, which records the months and deletes their
+//! entries).
+
+use chrono::{DateTime, NaiveDate, Utc};
+use rust_decimal::Decimal;
+use sqlx::PgConnection;
+
+/// A month recorded as archived.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ArchivedPeriod {
+    pub period: NaiveDate,
+    pub archived_at: DateTime<Utc>,
+    pub archived_by: String,
+    pub file_name: String,
+    #[serde(serialize_with = "hex_bytes")]
+    pub file_sha256: Vec<u8>,
+    #[serde(serialize_with = "hex_bytes")]
+    pub seal: Vec<u8>,
+    pub entry_count: i64,
+    pub total: Decimal,
+}
+
+fn hex_bytes<S: serde::Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex::encode(b))
+}
+
+/// The month's archive record, if it is archived.
+pub async fn archived(conn: &mut PgConnection, period: NaiveDate) -> Result<Option<ArchivedPeriod>, sqlx::Error> {
+    sqlx::query_as!(
+        ArchivedPeriod,
+        "SELECT period, archived_at, archived_by, file_name, file_sha256, seal, entry_count, total
+           FROM archived_period WHERE period = $1",
+        period
+    )
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+/// Every archived month, oldest first.
+pub async fn all_archived(conn: &mut PgConnection) -> Result<Vec<ArchivedPeriod>, sqlx::Error> {
+    sqlx::query_as!(
+        ArchivedPeriod,
+        "SELECT period, archived_at, archived_by, file_name, file_sha256, seal, entry_count, total
+           FROM archived_period ORDER BY period"
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// The closed months not archived, through `through`, oldest first.
+pub async fn archivable(conn: &mut PgConnection, through: NaiveDate) -> Result<Vec<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT c.period FROM closed_period c
+          WHERE c.period <= $1 AND NOT EXISTS (SELECT 1 FROM archived_period a WHERE a.period = c.period)
+          ORDER BY c.period",
+        through
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// The first item of a closed month's seal: its header, as the seal
+/// function of its algorithm writes it (migrations 0006 and 0018), from the
+/// seal recorded for the month before it.
+pub async fn seal_header(conn: &mut PgConnection, period: NaiveDate) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT CASE WHEN cp.seal_algorithm = 'sha256-chain-v1'
+                       THEN 'hpc-ledger seal v1 ' || to_char(cp.period, 'YYYY-MM') || ' '
+                            || coalesce(encode(b.seal, 'hex'), 'none')
+                       ELSE jsonb_build_array('hpc-ledger seal v2', to_char(cp.period, 'YYYY-MM'), encode(b.seal, 'hex'),
+                                              cp.currency, cp.closed_by,
+                                              (extract(epoch FROM cp.closed_at) * 1000000)::bigint)::text END AS "t!"
+             FROM closed_period cp
+             LEFT JOIN closed_period b ON b.period = (cp.period - interval '1 month')::date
+            WHERE cp.period = $1"#,
+        period
+    )
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+/// The seal items of a month's entries after entry `after`, in id order,
+/// at most `limit`: (id, the entry as the seal hashes it).
+pub async fn entry_items(
+    conn: &mut PgConnection,
+    period: NaiveDate,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<(i64, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT e.id, hl_entry_text(e) AS "t!" FROM ledger_entry e
+            WHERE e.period = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"#,
+        period,
+        after,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.t)).collect())
+}
+
+/// The seal items of a month's statements (seal v2 seals them; v1 did
+/// not), in number order.
+pub async fn statement_items(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT jsonb_build_array(s.number, s.project_id, s.entry_count, s.total)::text AS "t!"
+             FROM statement s JOIN closed_period cp ON cp.period = s.period
+            WHERE s.period = $1 AND cp.seal_algorithm <> 'sha256-chain-v1'
+            ORDER BY s.number"#,
+        period
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// What the seal leaves out of a month's entries, kept in the file beside
+/// it: each entry's charging rules and discount, after entry `after`, and
+/// (with `after` = 0) the storage segments of the month's charges. One JSON
+/// object per line.
+pub async fn unsealed(
+    conn: &mut PgConnection,
+    period: NaiveDate,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<(i64, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT e.id,
+                  jsonb_build_object('entry', e.id, 'charging_rules', e.charging_rules, 'discount_id', e.discount_id,
+                                     'segments', (SELECT jsonb_agg(to_jsonb(s) - 'ledger_entry_id' ORDER BY s.first_day)
+                                                    FROM storage_charge_segment s WHERE s.ledger_entry_id = e.id))::text
+                      AS "t!"
+             FROM ledger_entry e
+            WHERE e.period = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"#,
+        period,
+        after,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.t)).collect())
+}
+
+/// Archive closed months (in order) whose files are written and checked:
+/// the database records them and deletes their entries, in one go (or
+/// refuses, HL002, saying why).
+pub async fn archive_months(
+    conn: &mut PgConnection,
+    periods: &[NaiveDate],
+    by: &str,
+    file_names: &[String],
+    file_sha256s: &[Vec<u8>],
+) -> Result<Vec<ArchivedPeriod>, sqlx::Error> {
+    sqlx::query_as!(
+        ArchivedPeriod,
+        r#"SELECT period AS "period!", archived_at AS "archived_at!", archived_by AS "archived_by!",
+                  file_name AS "file_name!", file_sha256 AS "file_sha256!", seal AS "seal!",
+                  entry_count AS "entry_count!", total AS "total!"
+             FROM hl_archive_months($1, $2, $3, $4)"#,
+        periods,
+        by,
+        file_names,
+        file_sha256s
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// The latest month holding a correction of an entry of `period`.
+pub async fn latest_correction(conn: &mut PgConnection, period: NaiveDate) -> Result<Option<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT max(r.period) FROM ledger_entry o JOIN ledger_entry r ON r.corrects_id = o.id
+          WHERE o.period = $1 AND r.period > $1",
+        period
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// The job records among `records` whose charges are archived, with the
+/// month they were archived in.
+pub async fn archived_charges(conn: &mut PgConnection, records: &[i64]) -> Result<Vec<(i64, NaiveDate)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        "SELECT job_record_id, period FROM archived_charge WHERE job_record_id = ANY($1)",
+        records
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.job_record_id, r.period)).collect())
+}

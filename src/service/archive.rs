@@ -1,0 +1,615 @@
+//! Retention (issue 19, item 3): `archive --through M` moves closed months
+//! out of the live ledger into files, and `verify --archive` checks those
+//! files again, from the files alone and against the database.
+//!
+//! An archive file is one month, `hpc-ledger-archive-YYYY-MM.jsonl`:
+//!
+//! 1. a header: one JSON object (the month, its seal algorithm, recorded
+//!    seal, the seal of the month before it, entry count, total, currency,
+//!    how many seal items follow, and how many of them are statements);
+//! 2. the month's seal items, one per line, exactly the text the database
+//!    hashed when it sealed the month: the header item, every entry
+//!    (`hl_entry_text`, a JSON array) in id order, and (seal v2) every
+//!    statement in number order. The seal is the SHA-256 chain
+//!    `h = sha256(h ‖ item)` from the empty string over these lines, so
+//!    anyone can recompute it from the file without hpc-ledger;
+//! 3. one JSON object per entry with what the seal leaves out (its charging
+//!    rules version, its discount, its storage segments).
+//!
+//! The file is written beside its final name, read back, and its seal
+//! recomputed and compared with the recorded one before the database
+//! deletes a single entry (`hl_archive_months`, migration 0037). What stays
+//! in the database, and why, is in docs/retention.md.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, NaiveDate, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use crate::db::archive::{self as adb, ArchivedPeriod};
+use crate::db::{DbError, periods};
+use crate::domain::period::Month;
+
+/// The archive format's version (the header's `hpc_ledger_archive`).
+pub const FORMAT: u32 = 1;
+
+/// How many entries are read from the database at a time.
+const BATCH: i64 = 20_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("{0} is not closed: only closed months are archived (hpc-ledger close --through {0})")]
+    NotClosed(Month),
+    #[error("{0}")]
+    Refused(String),
+    #[error("{file}: {reason}")]
+    File { file: String, reason: String },
+    #[error(
+        "{month}: the archive file does not reproduce the month's recorded seal ({reason}); nothing was deleted and the file was removed"
+    )]
+    SealMismatch { month: Month, reason: String },
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for ArchiveError {
+    fn from(e: sqlx::Error) -> Self {
+        match crate::db::errors::guard_message(&e) {
+            Some(m) => ArchiveError::Refused(m),
+            None => ArchiveError::Db(e.into()),
+        }
+    }
+}
+
+/// The first line of an archive file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub hpc_ledger_archive: u32,
+    pub month: Month,
+    pub seal_algorithm: String,
+    /// The month's recorded seal (hex).
+    pub seal: String,
+    /// The seal of the month before it (hex), which its seal is chained to.
+    pub previous_seal: Option<String>,
+    pub entry_count: i64,
+    pub total: Decimal,
+    pub currency: Option<String>,
+    pub closed_at: DateTime<Utc>,
+    pub closed_by: String,
+    /// Seal items that follow the header: 1 + entries + statements.
+    pub items: u64,
+    /// Of those, statements (seal v2; 0 for v1).
+    pub statements: u64,
+}
+
+/// The file name of a month's archive.
+pub fn file_name(month: Month) -> String {
+    format!("hpc-ledger-archive-{month}.jsonl")
+}
+
+/// One month archived.
+#[derive(Debug, Clone, Serialize)]
+pub struct Archived {
+    pub month: Month,
+    pub file: PathBuf,
+    pub entries: i64,
+    pub total: Decimal,
+    pub seal: String,
+    pub file_sha256: String,
+}
+
+/// `archive --through`: what was archived, in order, and the problem that
+/// stopped it, if one did (the months before it stay archived).
+#[derive(Debug, Serialize)]
+pub struct ArchiveThrough {
+    pub months: Vec<Archived>,
+    #[serde(serialize_with = "crate::service::error_text")]
+    pub stopped: Option<ArchiveError>,
+}
+
+/// Archive every closed month not archived yet, through `through`, into
+/// `dir`, oldest first. Months go in groups, each in a transaction of its
+/// own: a month alone, or with the later months that correct its entries
+/// (a correction must not point into the archive from the live ledger).
+pub async fn archive_through(
+    pool: &PgPool,
+    through: Month,
+    dir: &Path,
+    by: &str,
+) -> Result<ArchiveThrough, ArchiveError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    if periods::closed_period(&mut conn, through.first_day()).await?.is_none() {
+        return Err(ArchiveError::NotClosed(through));
+    }
+    let months = adb::archivable(&mut conn, through.first_day()).await?;
+    std::fs::create_dir_all(dir).map_err(|e| ArchiveError::File {
+        file: dir.display().to_string(),
+        reason: format!("cannot create the directory: {e}"),
+    })?;
+    let mut done = Vec::new();
+    let mut first = 0;
+    while first < months.len() {
+        // The group ends at the first month that every correction of the
+        // group's entries is in or before (or at `through`: the database
+        // then refuses, naming the correction).
+        let mut last = first;
+        let mut reach = months[first];
+        loop {
+            if let Some(l) = adb::latest_correction(&mut conn, months[last]).await? {
+                reach = reach.max(l);
+            }
+            if reach <= months[last] || last + 1 == months.len() {
+                break;
+            }
+            last += 1;
+        }
+        let group: Vec<Month> = months[first..=last].iter().map(|&p| Month::of_date(p)).collect();
+        match archive_group(pool, &mut conn, &group, dir, by).await {
+            Ok(a) => done.extend(a),
+            Err(e) => {
+                return Ok(ArchiveThrough {
+                    months: done,
+                    stopped: Some(e),
+                });
+            }
+        }
+        first = last + 1;
+    }
+    Ok(ArchiveThrough {
+        months: done,
+        stopped: None,
+    })
+}
+
+/// Write each month's file and check it against the recorded seal, then
+/// have the database archive the months. A refusal removes the files again.
+async fn archive_group(
+    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
+    months: &[Month],
+    dir: &Path,
+    by: &str,
+) -> Result<Vec<Archived>, ArchiveError> {
+    let io = |e: std::io::Error, p: &Path| ArchiveError::File {
+        file: p.display().to_string(),
+        reason: e.to_string(),
+    };
+    let mut written: Vec<(PathBuf, FileCheck)> = Vec::new();
+    let remove = |written: &[(PathBuf, FileCheck)]| {
+        for (p, _) in written {
+            let _ = std::fs::remove_file(p);
+        }
+    };
+    for &month in months {
+        let path = dir.join(file_name(month));
+        let partial = dir.join(format!(".{}.partial", file_name(month)));
+        let checked = match write_file(&mut *conn, month, &partial).await {
+            Ok(()) => check_file(&partial),
+            Err(e) => Err(e),
+        };
+        let mismatch = match &checked {
+            Err(_) => None,
+            Ok(c) if !c.seal_holds() => Some(format!("recomputed {}, recorded {}", c.recomputed_seal, c.header.seal)),
+            Ok(c) if c.entries != c.header.entry_count || c.total != c.header.total => Some(format!(
+                "{} entries totalling {} in the file, {} totalling {} recorded",
+                c.entries, c.total, c.header.entry_count, c.header.total
+            )),
+            Ok(_) => None,
+        };
+        let check = match (checked, mismatch) {
+            (Ok(c), None) => c,
+            (Err(e), _) => {
+                let _ = std::fs::remove_file(&partial);
+                remove(&written);
+                return Err(e);
+            }
+            (Ok(_), Some(reason)) => {
+                let _ = std::fs::remove_file(&partial);
+                remove(&written);
+                return Err(ArchiveError::SealMismatch { month, reason });
+            }
+        };
+        if let Err(e) = std::fs::rename(&partial, &path) {
+            remove(&written);
+            return Err(io(e, &path));
+        }
+        written.push((path, check));
+    }
+    if let Err(e) = sync_dir(dir) {
+        remove(&written);
+        return Err(io(e, dir));
+    }
+    let periods: Vec<NaiveDate> = months.iter().map(|m| m.first_day()).collect();
+    let names: Vec<String> = months.iter().map(|&m| file_name(m)).collect();
+    let digests: Vec<Vec<u8>> = written
+        .iter()
+        .map(|(_, c)| hex::decode(&c.file_sha256).expect("hex of a digest"))
+        .collect();
+    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let archived = match adb::archive_months(&mut tx, &periods, by, &names, &digests).await {
+        Ok(a) => a,
+        Err(e) => {
+            drop(tx);
+            remove(&written);
+            return Err(e.into());
+        }
+    };
+    tx.commit().await.map_err(DbError::from)?;
+    Ok(archived
+        .into_iter()
+        .zip(written)
+        .map(|(a, (path, check))| Archived {
+            month: Month::of_date(a.period),
+            file: path,
+            entries: a.entry_count,
+            total: a.total,
+            seal: hex::encode(&a.seal),
+            file_sha256: check.file_sha256,
+        })
+        .collect())
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Write a closed month's archive file at `path` (durably).
+async fn write_file(conn: &mut sqlx::PgConnection, month: Month, path: &Path) -> Result<(), ArchiveError> {
+    let period = month.first_day();
+    let io = |e: std::io::Error| ArchiveError::File {
+        file: path.display().to_string(),
+        reason: e.to_string(),
+    };
+    let closed = periods::closed_period(&mut *conn, period)
+        .await?
+        .ok_or(ArchiveError::NotClosed(month))?;
+    let previous = periods::closed_period(&mut *conn, month.prev().first_day()).await?;
+    let seal_header = adb::seal_header(&mut *conn, period)
+        .await?
+        .ok_or(ArchiveError::NotClosed(month))?;
+    let statements = adb::statement_items(&mut *conn, period).await?;
+    let header = Header {
+        hpc_ledger_archive: FORMAT,
+        month,
+        seal_algorithm: closed.seal_algorithm.clone(),
+        seal: hex::encode(&closed.seal),
+        previous_seal: previous.map(|p| hex::encode(p.seal)),
+        entry_count: closed.entry_count,
+        total: closed.total,
+        currency: closed.currency.clone(),
+        closed_at: closed.closed_at,
+        closed_by: closed.closed_by.clone(),
+        items: 1 + closed.entry_count as u64 + statements.len() as u64,
+        statements: statements.len() as u64,
+    };
+    let file = std::fs::File::create(path).map_err(io)?;
+    let mut out = std::io::BufWriter::new(file);
+    let line = |out: &mut std::io::BufWriter<std::fs::File>, text: &str| -> Result<(), ArchiveError> {
+        if text.contains('\n') {
+            // jsonb's text never holds a raw line break; a seal item that did
+            // could not be one line of the file.
+            return Err(ArchiveError::SealMismatch {
+                month,
+                reason: "a seal item holds a line break".into(),
+            });
+        }
+        out.write_all(text.as_bytes()).map_err(io)?;
+        out.write_all(b"\n").map_err(io)
+    };
+    line(&mut out, &serde_json::to_string(&header).expect("a header serialises"))?;
+    line(&mut out, &seal_header)?;
+    let mut after = 0;
+    loop {
+        let batch = adb::entry_items(&mut *conn, period, after, BATCH).await?;
+        let Some(&(last, _)) = batch.last() else { break };
+        for (_, t) in &batch {
+            line(&mut out, t)?;
+        }
+        after = last;
+    }
+    for t in &statements {
+        line(&mut out, t)?;
+    }
+    after = 0;
+    loop {
+        let batch = adb::unsealed(&mut *conn, period, after, BATCH).await?;
+        let Some(&(last, _)) = batch.last() else { break };
+        for (_, t) in &batch {
+            line(&mut out, t)?;
+        }
+        after = last;
+    }
+    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    Ok(())
+}
+
+/// What a file says about itself, recomputed from it alone.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileCheck {
+    pub file: PathBuf,
+    pub header: Header,
+    /// The SHA-256 chain over the seal items (hex).
+    pub recomputed_seal: String,
+    /// The month in the seal's own header item agrees with the file's header
+    /// (month and, for seal v2, the previous seal).
+    pub header_item_agrees: bool,
+    /// Entries and their total (the rounded amounts), counted in the items.
+    pub entries: i64,
+    pub total: Decimal,
+    /// The whole file's SHA-256 (hex).
+    pub file_sha256: String,
+}
+
+impl FileCheck {
+    pub fn seal_holds(&self) -> bool {
+        self.recomputed_seal == self.header.seal && self.header_item_agrees
+    }
+}
+
+/// The seal chain step of migration 0006: sha256(state ‖ item).
+fn chain(state: &[u8], item: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(state);
+    h.update(item.as_bytes());
+    h.finalize().into()
+}
+
+/// Read an archive file and recompute what it claims: its seal, its entry
+/// count and total, its digest. Errors name the file and the line.
+pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
+    let name = path.display().to_string();
+    let bad = |line: u64, reason: String| ArchiveError::File {
+        file: format!("{name}:{line}"),
+        reason,
+    };
+    let f = std::fs::File::open(path).map_err(|e| ArchiveError::File {
+        file: name.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut reader = std::io::BufReader::new(f);
+    let mut digest = Sha256::new();
+    let mut buf = String::new();
+    let mut read = |buf: &mut String| -> Result<bool, ArchiveError> {
+        buf.clear();
+        let n = reader.read_line(buf).map_err(|e| ArchiveError::File {
+            file: name.clone(),
+            reason: e.to_string(),
+        })?;
+        digest.update(buf.as_bytes());
+        Ok(n > 0)
+    };
+    if !read(&mut buf)? {
+        return Err(bad(1, "the file is empty".into()));
+    }
+    let header: Header = serde_json::from_str(buf.trim_end_matches('\n'))
+        .map_err(|e| bad(1, format!("not an hpc-ledger archive header: {e}")))?;
+    if header.hpc_ledger_archive != FORMAT {
+        return Err(bad(
+            1,
+            format!(
+                "archive format {} (this hpc-ledger reads {FORMAT})",
+                header.hpc_ledger_archive
+            ),
+        ));
+    }
+    let mut state: Vec<u8> = Vec::new();
+    let mut entries = 0i64;
+    let mut total = Decimal::ZERO;
+    let mut header_item_agrees = false;
+    let first_statement = 1 + header.entry_count.max(0) as u64;
+    for i in 0..header.items {
+        let line_no = i + 2;
+        if !read(&mut buf)? {
+            return Err(bad(
+                line_no,
+                format!("the file ends after {i} of its {} seal items", header.items),
+            ));
+        }
+        let Some(item) = buf.strip_suffix('\n') else {
+            return Err(bad(
+                line_no,
+                "the last seal item has no line end: the file is cut short".into(),
+            ));
+        };
+        state = chain(&state, item).to_vec();
+        if i == 0 {
+            header_item_agrees = header_item_matches(&header, item);
+        } else if i < first_statement {
+            let fields: Vec<&serde_json::value::RawValue> =
+                serde_json::from_str(item).map_err(|e| bad(line_no, format!("not an entry: {e}")))?;
+            // hl_entry_text: the rounded amount is the 15th field.
+            let amount = fields
+                .get(14)
+                .and_then(|a| a.get().parse::<Decimal>().ok())
+                .ok_or_else(|| bad(line_no, "an entry without an amount".into()))?;
+            entries += 1;
+            total += amount;
+        }
+    }
+    // What the seal leaves out: one object per line to the end.
+    let mut line_no = header.items + 1;
+    while read(&mut buf)? {
+        line_no += 1;
+        serde_json::from_str::<serde_json::Value>(buf.trim_end_matches('\n'))
+            .map_err(|e| bad(line_no, format!("not a JSON line: {e}")))?;
+    }
+    Ok(FileCheck {
+        file: path.to_owned(),
+        recomputed_seal: hex::encode(&state),
+        header_item_agrees,
+        entries,
+        total,
+        file_sha256: hex::encode(digest.finalize()),
+        header,
+    })
+}
+
+/// Whether the seal's header item names the file header's month (and, for
+/// seal v2, its previous seal, currency and closer).
+fn header_item_matches(h: &Header, item: &str) -> bool {
+    if h.seal_algorithm == "sha256-chain-v1" {
+        let previous = h.previous_seal.as_deref().unwrap_or("none");
+        return item == format!("hpc-ledger seal v1 {} {previous}", h.month);
+    }
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(item) else {
+        return false;
+    };
+    v[0] == "hpc-ledger seal v2"
+        && v[1] == h.month.to_string()
+        && v[2].as_str() == h.previous_seal.as_deref()
+        && v[3].as_str() == h.currency.as_deref()
+        && v[4] == h.closed_by.as_str()
+}
+
+/// One archive file checked from itself and against the database.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArchiveCheck {
+    pub month: Option<Month>,
+    pub file: PathBuf,
+    /// What is wrong; empty when everything holds.
+    pub problems: Vec<String>,
+    pub entries: i64,
+    pub total: Decimal,
+}
+
+impl ArchiveCheck {
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// The archive files at `path` (a file, or a directory of them).
+fn files(path: &Path) -> Result<Vec<PathBuf>, ArchiveError> {
+    if path.is_file() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let list = std::fs::read_dir(path).map_err(|e| ArchiveError::File {
+        file: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut out: Vec<PathBuf> = list
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("hpc-ledger-archive-") && n.ends_with(".jsonl"))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// `verify --archive PATH`: every file's seal recomputed from the file, its
+/// chain to the month before, and its month against the database (archived
+/// with this file's digest and seal; every archived month has its file).
+pub async fn verify_archive(pool: &PgPool, path: &Path) -> Result<Vec<ArchiveCheck>, ArchiveError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let archived = adb::all_archived(&mut conn).await?;
+    let closed = periods::closed_periods(&mut conn).await?;
+    let mut out = Vec::new();
+    let mut seen: Vec<NaiveDate> = Vec::new();
+    for file in files(path)? {
+        let check = match check_file(&file) {
+            Ok(c) => c,
+            Err(e) => {
+                out.push(ArchiveCheck {
+                    month: None,
+                    file,
+                    problems: vec![e.to_string()],
+                    entries: 0,
+                    total: Decimal::ZERO,
+                });
+                continue;
+            }
+        };
+        let month = check.header.month;
+        let period = month.first_day();
+        seen.push(period);
+        let mut problems = Vec::new();
+        if check.recomputed_seal != check.header.seal {
+            problems.push(format!(
+                "its seal items recompute to {}, not the seal it records, {}",
+                check.recomputed_seal, check.header.seal
+            ));
+        }
+        if !check.header_item_agrees {
+            problems.push("the seal's first item does not name the month the file's header names".into());
+        }
+        if check.entries != check.header.entry_count || check.total != check.header.total {
+            problems.push(format!(
+                "it holds {} entries totalling {}; its header says {} totalling {}",
+                check.entries, check.total, check.header.entry_count, check.header.total
+            ));
+        }
+        match closed.iter().find(|c| c.period == period) {
+            None => problems.push(format!("{month} is not a closed month of this ledger")),
+            Some(c) => {
+                if hex::encode(&c.seal) != check.header.seal {
+                    problems.push(format!(
+                        "the ledger's recorded seal of {month} is {}, the file's {}",
+                        hex::encode(&c.seal),
+                        check.header.seal
+                    ));
+                }
+            }
+        }
+        let before = closed.iter().find(|c| c.period == month.prev().first_day());
+        if before.map(|c| hex::encode(&c.seal)) != check.header.previous_seal {
+            problems.push(format!(
+                "its previous seal {} is not the ledger's recorded seal of {}",
+                check.header.previous_seal.as_deref().unwrap_or("(none)"),
+                month.prev()
+            ));
+        }
+        match archived.iter().find(|a| a.period == period) {
+            None => problems.push(format!("{month} is not archived in this ledger")),
+            Some(a) => {
+                if hex::encode(&a.file_sha256) != check.file_sha256 {
+                    problems.push(format!(
+                        "the file's SHA-256 is {}; the ledger archived {} with {}",
+                        check.file_sha256,
+                        a.file_name,
+                        hex::encode(&a.file_sha256)
+                    ));
+                }
+            }
+        }
+        out.push(ArchiveCheck {
+            month: Some(month),
+            file,
+            problems,
+            entries: check.entries,
+            total: check.total,
+        });
+    }
+    // An archived month whose file is not here (checking a directory).
+    if path.is_dir() {
+        for a in archived.iter().filter(|a| !seen.contains(&a.period)) {
+            out.push(ArchiveCheck {
+                month: Some(Month::of_date(a.period)),
+                file: path.join(&a.file_name),
+                problems: vec![format!(
+                    "{} is archived (to {}), but its file is not in {}",
+                    Month::of_date(a.period),
+                    a.file_name,
+                    path.display()
+                )],
+                entries: 0,
+                total: Decimal::ZERO,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Every archived month, oldest first.
+pub async fn archived(pool: &PgPool) -> Result<Vec<ArchivedPeriod>, DbError> {
+    let mut conn = pool.acquire().await?;
+    Ok(adb::all_archived(&mut conn).await?)
+}

@@ -1,0 +1,294 @@
+//! Retention (issue 19, item 3): `archive --through` moves closed months
+//! into files, the live ledger keeps verifying and auditing clean, and
+//! `verify --archive` checks the files, from themselves and against the
+//! ledger.
+
+use std::path::{Path, PathBuf};
+
+use chrono::Utc;
+use hpc_ledger::domain::period::Month;
+use hpc_ledger::ingest::Format;
+use hpc_ledger::service::close::close_through;
+use hpc_ledger::service::storage::bill_through;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use crate::harness::{TestDb, import_file, ok, stderr, stdout};
+
+fn m(s: &str) -> Month {
+    s.parse().unwrap()
+}
+
+/// The example center with its sample jobs, storage billed January through
+/// October, and every month through September closed.
+async fn through_september() -> TestDb {
+    let db = TestDb::with_example().await;
+    for (file, format, cluster) in [
+        ("owens-sacct.txt", Format::Slurm, None),
+        ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
+        ("jobs.jsonl", Format::Jsonl, None),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
+        import_file(&db.pool, &path, file, format, cluster).await;
+    }
+    let billed = bill_through(&db.pool, m("2026-10"), "billing", false, Utc::now())
+        .await
+        .unwrap();
+    assert!(billed.stopped.is_none(), "{:?}", billed.stopped);
+    let closed = close_through(&db.pool, m("2026-09"), "billing", Utc::now())
+        .await
+        .unwrap();
+    assert!(closed.stopped.is_none(), "{:?}", closed.stopped);
+    db
+}
+
+async fn entries_through(pool: &PgPool, month: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM ledger_entry WHERE period <= $1")
+        .bind(m(month).first_day())
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+fn archive_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The seal chain recomputed here, from the file's lines alone, as
+/// docs/retention.md tells an auditor to: sha256(h ‖ line) from the empty
+/// string over the header's `items` lines after it.
+fn seal_of_file(path: &Path) -> (String, String, u64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let items = header["items"].as_u64().unwrap();
+    let mut h: Vec<u8> = Vec::new();
+    for line in lines.take(items as usize) {
+        let mut d = Sha256::new();
+        d.update(&h);
+        d.update(line.as_bytes());
+        h = d.finalize().to_vec();
+    }
+    (hex::encode(h), header["seal"].as_str().unwrap().to_owned(), items)
+}
+
+#[tokio::test]
+async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
+    let db = through_september().await;
+    let dir: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("archive-{}", db.name));
+    let dir_s = dir.to_str().unwrap();
+    // A September storage charge reversed in October: September cannot be
+    // archived while October, which points at it, is live.
+    let september: i64 =
+        sqlx::query_scalar("SELECT min(id) FROM ledger_entry WHERE period = '2026-09-01' AND kind = 'storage'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    ok(&db.cli(&[
+        "reverse",
+        "--entry",
+        &september.to_string(),
+        "--reason",
+        "quota set by mistake",
+    ]));
+    ok(&db.cli(&["close", "--month", "2026-10", "--author", "billing"]));
+    let usage_before = ok(&db.cli(&[
+        "usage", "--all", "--from", "2026-01", "--to", "2026-10", "--by", "month", "--format", "csv",
+    ]));
+    // Job 1010 ended on 1 November: the open month's entries stay live.
+    let all_entries: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let open_month = all_entries - entries_through(&db.pool, "2026-10").await;
+    assert!(open_month > 0);
+    let archived_entries = entries_through(&db.pool, "2026-08").await;
+    assert!(archived_entries > 0);
+
+    // Not a closed month: nothing happens.
+    let o = db.cli(&["archive", "--through", "2026-11", "--to", dir_s]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("2026-11 is not closed"), "{}", stderr(&o));
+    assert!(!dir.exists());
+
+    // Through September: January to August go, September is refused.
+    let o = db.cli(&["archive", "--through", "2026-09", "--to", dir_s]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("cannot archive 2026-09 without 2026-10: entry "),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(&format!("corrects entry {september} of 2026-09")),
+        "{}",
+        stderr(&o)
+    );
+    let out = stdout(&o);
+    assert_eq!(out.lines().count(), 8, "{out}");
+    assert!(out.starts_with("2026-01: "), "{out}");
+    let files = archive_files(&dir);
+    assert_eq!(files.len(), 8, "{files:?}");
+    assert_eq!(files[0], "hpc-ledger-archive-2026-01.jsonl");
+    assert_eq!(files[7], "hpc-ledger-archive-2026-08.jsonl");
+    assert_eq!(entries_through(&db.pool, "2026-08").await, 0);
+    assert!(entries_through(&db.pool, "2026-09").await > 0);
+
+    // Each file's seal is the ledger's, recomputed from the file alone.
+    let (recomputed, in_header, items) = seal_of_file(&dir.join("hpc-ledger-archive-2026-08.jsonl"));
+    let recorded: Vec<u8> = sqlx::query_scalar("SELECT seal FROM closed_period WHERE period = '2026-08-01'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(recomputed, hex::encode(&recorded));
+    assert_eq!(in_header, recomputed);
+    assert!(items > 1);
+
+    // The live ledger: every seal holds (the archived months' from what was
+    // recorded when they were archived), the audit is clean, usage is the same.
+    let v = ok(&db.cli(&["verify"]));
+    assert_eq!(v.lines().filter(|l| l.contains("seal holds")).count(), 10, "{v}");
+    let august = v.lines().find(|l| l.starts_with("2026-08: ")).unwrap();
+    assert!(
+        august.ends_with("; archived to hpc-ledger-archive-2026-08.jsonl)"),
+        "{v}"
+    );
+    let audit = db.cli(&["audit"]);
+    assert!(audit.status.success(), "{}{}", stdout(&audit), stderr(&audit));
+    assert!(
+        stdout(&audit).ends_with("\n10 closed month(s): every seal holds\n"),
+        "{}",
+        stdout(&audit)
+    );
+    let usage_after = ok(&db.cli(&[
+        "usage", "--all", "--from", "2026-01", "--to", "2026-10", "--by", "month", "--format", "csv",
+    ]));
+    assert_eq!(usage_after, usage_before);
+    // An archived month's statements are not printed again; a live one's are.
+    let o = db.cli(&["statement", "--project", "PAS1234", "--month", "2026-03"]);
+    assert!(
+        stderr(&o).contains("2026-03 is archived (to hpc-ledger-archive-2026-03.jsonl)"),
+        "{}",
+        stderr(&o)
+    );
+    ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-10"]));
+
+    // verify --archive: every file holds, and says how many entries it has.
+    let v = ok(&db.cli(&["verify", "--archive", dir_s]));
+    assert_eq!(v.lines().filter(|l| l.contains(": seal holds from ")).count(), 8, "{v}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&db.cli(&["verify", "--archive", dir_s, "--format", "json"]))).unwrap();
+    let in_files: i64 = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["entries"].as_i64().unwrap())
+        .sum();
+    assert_eq!(in_files, archived_entries);
+
+    // A changed amount in a copy of a file: its seal no longer holds.
+    let tampered = dir.join("tampered");
+    std::fs::create_dir_all(&tampered).unwrap();
+    let text = std::fs::read_to_string(dir.join("hpc-ledger-archive-2026-08.jsonl")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let entry = &mut lines[2];
+    let fields: Vec<&serde_json::value::RawValue> = serde_json::from_str(entry).unwrap();
+    let amount = fields[14].get().to_owned();
+    *entry = entry.replacen(&format!(", {amount}, "), ", 0.01, ", 1);
+    assert_ne!(text.lines().nth(2).unwrap(), lines[2]);
+    let copy = tampered.join("hpc-ledger-archive-2026-08.jsonl");
+    std::fs::write(&copy, lines.join("\n") + "\n").unwrap();
+    let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(stdout(&o).contains("2026-08: BROKEN"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("its seal items recompute to "), "{}", stdout(&o));
+    assert!(stdout(&o).contains("the file's SHA-256 is "), "{}", stdout(&o));
+    // Cut short: the line it ends at is named.
+    std::fs::write(&copy, lines[..3].join("\n")).unwrap();
+    let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5));
+    assert!(stdout(&o).contains("the file is cut short"), "{}", stdout(&o));
+    std::fs::remove_dir_all(&tampered).unwrap();
+
+    // Nobody deletes an entry outside an archive, not even the owner with
+    // the archive's setting.
+    let refused = sqlx::raw_sql(
+        "BEGIN; SELECT set_config('hl.archiving', '2026-10', true); DELETE FROM ledger_entry WHERE period = '2026-10-01'; COMMIT",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("ledger_entry is append-only: DELETE is refused"),
+        "{refused}"
+    );
+
+    // Through October: September and October go too.
+    let o = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
+    assert_eq!(o.lines().count(), 2, "{o}");
+    assert_eq!(entries_through(&db.pool, "2026-10").await, 0);
+    let again = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
+    assert!(again.starts_with("nothing to archive"), "{again}");
+    let v = ok(&db.cli(&["verify", "--archive", dir_s]));
+    assert_eq!(
+        v.lines().filter(|l| l.contains(": seal holds from ")).count(),
+        10,
+        "{v}"
+    );
+    let audit = db.cli(&["audit"]);
+    assert!(audit.status.success(), "{}{}", stdout(&audit), stderr(&audit));
+
+    // A supersede of an archived job's record cannot reverse its charges:
+    // it is refused, not charged a second time.
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "owens",
+        "--job-id",
+        "1001",
+        "--project",
+        "PAS1234",
+        "--queue",
+        "batch",
+        "--cores",
+        "2",
+        "--memory",
+        "4GB",
+        "--submit",
+        "2026-10-05T08:55:00-04:00",
+        "--start",
+        "2026-10-05T09:00:00-04:00",
+        "--end",
+        "2026-10-05T11:00:00-04:00",
+        "--supersede",
+    ]);
+    assert!(
+        format!("{}{}", stdout(&o), stderr(&o)).contains("charges are archived (2026-10)"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let charged: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(charged, open_month);
+    // A missing file is a finding.
+    std::fs::remove_file(dir.join("hpc-ledger-archive-2026-05.jsonl")).unwrap();
+    let o = db.cli(&["verify", "--archive", dir_s]);
+    assert_eq!(o.status.code(), Some(5));
+    assert!(
+        stdout(&o).contains("2026-05 is archived (to hpc-ledger-archive-2026-05.jsonl), but its file is not in"),
+        "{}",
+        stdout(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
