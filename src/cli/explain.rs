@@ -162,6 +162,13 @@ fn render_job(r: &JobReport) -> String {
         for line in entry_table(&run.entries, tz).lines() {
             let _ = writeln!(o, "    {line}");
         }
+        if let Some(m) = run.archived {
+            let _ = writeln!(
+                o,
+                "  archived: its charges of {m} are in {}; the entries and net below are the live ledger's only",
+                crate::service::archive::file_name(m)
+            );
+        }
         let _ = writeln!(o, "  net: {} {:.2}", r.currency, run.net);
     }
     o

@@ -75,6 +75,20 @@ fn failed(e: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
+/// A page that cannot be read: an archived month's is gone for good (410,
+/// saying where it went); anything else is the ledger failing.
+fn page_failed(e: web::WebError) -> Response {
+    match e {
+        web::WebError::Statement(a @ crate::service::statement::StatementError::Archived { .. }) => (
+            StatusCode::GONE,
+            [(header::X_CONTENT_TYPE_OPTIONS, "nosniff")],
+            format!("{a}\n"),
+        )
+            .into_response(),
+        e => failed(e),
+    }
+}
+
 fn bad_request(msg: String) -> Response {
     (
         StatusCode::BAD_REQUEST,
@@ -164,7 +178,7 @@ pub(super) async fn home(State(app): State<Arc<App>>, headers: HeaderMap, uri: U
             };
             match web::overview(&app.reader, month, page, now).await {
                 Ok(o) => (html_headers(), document::web::overview(&o)).into_response(),
-                Err(e) => failed(e),
+                Err(e) => page_failed(e),
             }
         }
     };
@@ -202,7 +216,7 @@ pub(super) async fn project(
     };
     let r = match web::project_page(&app.reader, &p, month, before).await {
         Ok(page) => (html_headers(), document::web::project(&page, &who)).into_response(),
-        Err(e) => failed(e),
+        Err(e) => page_failed(e),
     };
     with_timing(r, started)
 }
@@ -255,7 +269,7 @@ pub(super) async fn statement(
     }
     let (s, d) = match web::statement(&app.reader, &p, month).await {
         Ok(x) => x,
-        Err(e) => return failed(e),
+        Err(e) => return page_failed(e),
     };
     let generated = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
     let name = format!("statement-{}-{month}.{ext}", document::web::seg(&p.code));

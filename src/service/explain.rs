@@ -33,6 +33,8 @@ pub enum ExplainError {
     NoSuchJob(String),
     #[error("unknown project {0}")]
     UnknownProject(String),
+    #[error("{month} is archived (to {file}): its entries are in that file, not in the live ledger")]
+    Archived { month: Month, file: String },
     #[error(transparent)]
     Db(#[from] DbError),
 }
@@ -99,6 +101,9 @@ pub struct Run {
     pub entries: Vec<EntryRow>,
     /// The sum of every entry above: what the run costs now.
     pub net: Decimal,
+    /// The first archived month holding charges of its records, whose
+    /// entries are in that month's archive file, not among `entries`.
+    pub archived: Option<Month>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -162,7 +167,14 @@ pub async fn show_job(pool: &PgPool, name: &JobName, raw: bool) -> Result<JobRep
         let record_ids: Vec<JobRecordId> = records.iter().map(|r| r.id).collect();
         let entries = edb::entries_of_records(&mut conn, &record_ids).await?;
         let charge = charge_of(&records, &entries, &cards);
+        let ids: Vec<i64> = record_ids.iter().map(|r| r.0).collect();
+        let archived = crate::db::archive::archived_charges(&mut conn, &ids)
+            .await?
+            .into_iter()
+            .map(|(_, p)| Month::of_date(p))
+            .min();
         out.push(Run {
+            archived,
             net: entries.iter().map(|e| e.amount).sum(),
             run,
             records,
@@ -255,5 +267,11 @@ pub async fn entries(
     crate::service::project(&mut conn, project)
         .await?
         .map_err(ExplainError::UnknownProject)?;
+    if let Some(a) = crate::db::archive::archived(&mut conn, month.first_day()).await? {
+        return Err(ExplainError::Archived {
+            month,
+            file: a.file_name,
+        });
+    }
     Ok(edb::entries_of_project(&mut conn, project, month.first_day(), kind).await?)
 }

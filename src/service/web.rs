@@ -156,6 +156,13 @@ pub async fn overview(pool: &PgPool, month: Month, page: i64, now: DateTime<Utc>
     let mut tx = pool.begin().await.map_err(DbError::from)?;
     crate::db::snapshot(&mut tx).await?;
     let center = reference::load_center(&mut tx).await?.ok_or(StatementError::NoConfig)?;
+    if let Some(a) = crate::db::archive::archived(&mut tx, month.first_day()).await? {
+        return Err(StatementError::Archived {
+            month,
+            file: a.file_name,
+        }
+        .into());
+    }
     let projects = wdb::project_count(&mut tx).await?;
     let pages = ((projects + PROJECTS_PER_PAGE - 1) / PROJECTS_PER_PAGE).max(1);
     let page = page.clamp(1, pages);

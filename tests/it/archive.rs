@@ -97,6 +97,18 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
         "quota set by mistake",
     ]));
     ok(&db.cli(&["close", "--month", "2026-10", "--author", "billing"]));
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "PAS1234",
+        "500.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "award",
+    ]));
+    let balance_at = "2026-11-15T00:00:00Z";
+    let balance_before = ok(&db.cli(&["balance", "--all", "--at", balance_at, "--format", "csv"]));
     let usage_before = ok(&db.cli(&[
         "usage", "--all", "--from", "2026-01", "--to", "2026-10", "--by", "month", "--format", "csv",
     ]));
@@ -169,6 +181,9 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
         "usage", "--all", "--from", "2026-01", "--to", "2026-10", "--by", "month", "--format", "csv",
     ]));
     assert_eq!(usage_after, usage_before);
+    let balance_after = ok(&db.cli(&["balance", "--all", "--at", balance_at, "--format", "csv"]));
+    assert_eq!(balance_after, balance_before);
+    assert!(balance_after.contains("PAS1234"), "{balance_after}");
     // An archived month's statements are not printed again; a live one's are.
     let o = db.cli(&["statement", "--project", "PAS1234", "--month", "2026-03"]);
     assert!(
@@ -177,6 +192,25 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
         stderr(&o)
     );
     ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-10"]));
+
+    // In the web view, an archived month is gone (410), saying where.
+    let web = crate::web::start(&db.pool);
+    for path in ["/ui?month=2026-03", "/ui/projects/PAS1234?month=2026-03"] {
+        let r = web.get(path, Some(crate::web::BILLING)).await;
+        assert_eq!(r.status, 410, "{path}: {}", r.body);
+        assert!(
+            r.body
+                .contains("2026-03 is archived (to hpc-ledger-archive-2026-03.jsonl)"),
+            "{}",
+            r.body
+        );
+    }
+    let r = web
+        .get("/ui/projects/PAS1234?month=2026-10", Some(crate::web::BILLING))
+        .await;
+    assert_eq!(r.status, 200);
+    let _ = web.stop.send(());
+    web.done.await.unwrap().unwrap();
 
     // verify --archive: every file holds, and says how many entries it has.
     let v = ok(&db.cli(&["verify", "--archive", dir_s]));
@@ -217,12 +251,14 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
 
     // Nobody deletes an entry outside an archive, not even the owner with
     // the archive's setting.
+    let mut tx = db.pool.begin().await.unwrap();
     let refused = sqlx::raw_sql(
-        "BEGIN; SELECT set_config('hl.archiving', '2026-10', true); DELETE FROM ledger_entry WHERE period = '2026-10-01'; COMMIT",
+        "SELECT set_config('hl.archiving', '2026-10', true); DELETE FROM ledger_entry WHERE period = '2026-10-01'",
     )
-    .execute(&db.pool)
+    .execute(&mut *tx)
     .await
     .unwrap_err();
+    tx.rollback().await.unwrap();
     assert!(
         refused
             .to_string()
@@ -281,6 +317,34 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
         .await
         .unwrap();
     assert_eq!(charged, open_month);
+    let explained = ok(&db.cli(&["job", "show", "owens/1001"]));
+    assert!(
+        explained.contains("  archived: its charges of 2026-10 are in hpc-ledger-archive-2026-10.jsonl;"),
+        "{explained}"
+    );
+    let o = db.cli(&["entries", "--project", "PAS1234", "--month", "2026-10"]);
+    assert!(
+        stderr(&o).contains("2026-10 is archived (to hpc-ledger-archive-2026-10.jsonl)"),
+        "{}",
+        stderr(&o)
+    );
+    // The owner's role alone archives: not billing, not the recorder.
+    for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
+        let mut tx = db.pool.begin().await.unwrap();
+        let refused = sqlx::raw_sql(&format!(
+            "SET LOCAL ROLE {role}; SELECT hl_archive_months(ARRAY['2026-11-01'::date], 'x', ARRAY['f'], ARRAY['\\x00'::bytea])"
+        ))
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+        tx.rollback().await.unwrap();
+        assert!(
+            refused
+                .to_string()
+                .contains("permission denied for function hl_archive_months"),
+            "{role}: {refused}"
+        );
+    }
     // A missing file is a finding.
     std::fs::remove_file(dir.join("hpc-ledger-archive-2026-05.jsonl")).unwrap();
     let o = db.cli(&["verify", "--archive", dir_s]);

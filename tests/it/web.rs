@@ -20,15 +20,15 @@ use tokio::task::JoinHandle;
 
 use crate::harness::{TestDb, import_file, ok};
 
-const BILLING: &str = "Bearer billing-office-secret";
+pub(crate) const BILLING: &str = "Bearer billing-office-secret";
 
-struct Running {
+pub(crate) struct Running {
     addr: std::net::SocketAddr,
-    stop: oneshot::Sender<()>,
-    done: JoinHandle<Result<(), ServeError>>,
+    pub(crate) stop: oneshot::Sender<()>,
+    pub(crate) done: JoinHandle<Result<(), ServeError>>,
 }
 
-fn start(pool: &PgPool) -> Running {
+pub(crate) fn start(pool: &PgPool) -> Running {
     start_with(pool, Credentials::none().with_token("billing-office-secret").unwrap())
 }
 
@@ -60,7 +60,7 @@ fn start_with(pool: &PgPool, web: Credentials) -> Running {
 }
 
 impl Running {
-    async fn get(&self, path: &str, auth: Option<&str>) -> Reply {
+    pub(crate) async fn get(&self, path: &str, auth: Option<&str>) -> Reply {
         match auth {
             Some(a) => client::get_as(self.addr, path, a).await.unwrap(),
             None => client::get(self.addr, path).await.unwrap(),
