@@ -64,8 +64,13 @@ pub async fn run(args: Args, target: &Target, by: &str) -> anyhow::Result<ExitCo
 }
 
 /// `verify --archive PATH`.
-pub async fn run_verify(pool: &sqlx::PgPool, path: &Path, format: ListFormat) -> anyhow::Result<ExitCode> {
-    let checks = verify_archive(pool, path).await?;
+pub async fn run_verify(
+    pool: &sqlx::PgPool,
+    path: &Path,
+    since: Option<Month>,
+    format: ListFormat,
+) -> anyhow::Result<ExitCode> {
+    let checks = verify_archive(pool, path, since).await?;
     let bad = checks.iter().filter(|c| !c.holds()).count();
     match format {
         ListFormat::Json => print_json(&checks)?,

@@ -222,6 +222,11 @@ pub struct VerifyArgs {
     /// before it, and the month archived in the ledger with that file.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["month", "against", "export"])]
     archive: Option<std::path::PathBuf>,
+    /// With --archive: the first archived month whose file must be there
+    /// (the files of months before it were destroyed at the end of their
+    /// retention); default: every archived month's.
+    #[arg(long, value_name = "MONTH", requires = "archive")]
+    since: Option<Month>,
     /// How to print it: text for people, csv or json for programs.
     #[arg(long, value_enum, default_value_t)]
     format: super::ListFormat,
@@ -236,7 +241,7 @@ pub async fn run_verify(args: VerifyArgs, readers: &Readers) -> anyhow::Result<E
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(path) = &args.archive {
-        return super::archive::run_verify(&pool, path, args.format).await;
+        return super::archive::run_verify(&pool, path, args.since, args.format).await;
     }
     if let Some(path) = &args.against {
         let text = std::fs::read_to_string(path)

@@ -507,8 +507,13 @@ fn files(path: &Path) -> Result<Vec<PathBuf>, ArchiveError> {
 
 /// `verify --archive PATH`: every file's seal recomputed from the file, its
 /// chain to the month before, and its month against the database (archived
-/// with this file's digest and seal; every archived month has its file).
-pub async fn verify_archive(pool: &PgPool, path: &Path) -> Result<Vec<ArchiveCheck>, ArchiveError> {
+/// with this file's digest and seal; every archived month from `since` on
+/// has its file in the directory).
+pub async fn verify_archive(
+    pool: &PgPool,
+    path: &Path,
+    since: Option<Month>,
+) -> Result<Vec<ArchiveCheck>, ArchiveError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     let archived = adb::all_archived(&mut conn).await?;
     let closed = periods::closed_periods(&mut conn).await?;
@@ -590,7 +595,11 @@ pub async fn verify_archive(pool: &PgPool, path: &Path) -> Result<Vec<ArchiveChe
     }
     // An archived month whose file is not here (checking a directory).
     if path.is_dir() {
-        for a in archived.iter().filter(|a| !seen.contains(&a.period)) {
+        let since = since.map(Month::first_day);
+        for a in archived
+            .iter()
+            .filter(|a| !seen.contains(&a.period) && since.is_none_or(|s| a.period >= s))
+        {
             out.push(ArchiveCheck {
                 month: Some(Month::of_date(a.period)),
                 file: path.join(&a.file_name),

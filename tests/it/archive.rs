@@ -354,5 +354,9 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
         "{}",
         stdout(&o)
     );
+    // ... unless it was destroyed at the end of its retention.
+    let v = ok(&db.cli(&["verify", "--archive", dir_s, "--since", "2026-06"]));
+    assert_eq!(v.lines().count(), 9, "{v}");
+    assert!(v.lines().all(|l| l.contains(": seal holds from ")), "{v}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
