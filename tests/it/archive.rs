@@ -7,13 +7,11 @@ use std::path::{Path, PathBuf};
 
 use chrono::Utc;
 use hpc_ledger::domain::period::Month;
-use hpc_ledger::ingest::Format;
 use hpc_ledger::service::close::close_through;
-use hpc_ledger::service::storage::bill_through;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
-use crate::harness::{TestDb, import_file, ok, stderr, stdout};
+use crate::harness::{TestDb, ok, stderr, stdout};
 
 fn m(s: &str) -> Month {
     s.parse().unwrap()
@@ -22,19 +20,7 @@ fn m(s: &str) -> Month {
 /// The example center with its sample jobs, storage billed January through
 /// October, and every month through September closed.
 async fn through_september() -> TestDb {
-    let db = TestDb::with_example().await;
-    for (file, format, cluster) in [
-        ("owens-sacct.txt", Format::Slurm, None),
-        ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
-        ("jobs.jsonl", Format::Jsonl, None),
-    ] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
-        import_file(&db.pool, &path, file, format, cluster).await;
-    }
-    let billed = bill_through(&db.pool, m("2026-10"), "billing", false, Utc::now())
-        .await
-        .unwrap();
-    assert!(billed.stopped.is_none(), "{:?}", billed.stopped);
+    let db = crate::harness::sample_billed_through("2026-10").await;
     let closed = close_through(&db.pool, m("2026-09"), "billing", Utc::now())
         .await
         .unwrap();

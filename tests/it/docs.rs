@@ -78,6 +78,7 @@ const PAGES: &[(&str, Start)] = &[
     ("docs/budgets.md", Start::Sample),
     ("docs/web.md", Start::Sample),
     ("docs/scaling.md", Start::Closed),
+    ("docs/retention.md", Start::Closed),
 ];
 
 /// The commands of a page's ```sh blocks that call hpc-ledger, continuation

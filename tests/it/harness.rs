@@ -240,6 +240,33 @@ pub async fn import_file(
     s
 }
 
+/// The example center with the README's sample jobs recorded (Slurm, PBS
+/// and JSON lines) and its storage billed from its first quota (January)
+/// through `through`.
+pub async fn sample_billed_through(through: &str) -> TestDb {
+    use hpc_ledger::ingest::Format;
+    let db = TestDb::with_example().await;
+    for (file, format, cluster) in [
+        ("owens-sacct.txt", Format::Slurm, None),
+        ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
+        ("jobs.jsonl", Format::Jsonl, None),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
+        import_file(&db.pool, &path, file, format, cluster).await;
+    }
+    let billed = hpc_ledger::service::storage::bill_through(
+        &db.pool,
+        through.parse().unwrap(),
+        "billing",
+        false,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    assert!(billed.stopped.is_none(), "{:?}", billed.stopped);
+    db
+}
+
 /// Close `period` (first day, `YYYY-MM-01`) straight in SQL, as a fixture:
 /// earlier months with quotas never billed are waived, a storage billing run
 /// is recorded for it (none is posted), then the database's close procedure

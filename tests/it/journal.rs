@@ -4,16 +4,11 @@
 //! never contradicting an export; the audit re-deriving what was exported.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use chrono::Utc;
-use hpc_ledger::domain::period::Month;
-use hpc_ledger::ingest::Format;
-use hpc_ledger::service::storage::bill_through;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
-use crate::harness::{TestDb, import_file, ok, stderr};
+use crate::harness::{TestDb, ok, stderr};
 
 fn dec(v: &Value) -> Decimal {
     v.as_str()
@@ -23,19 +18,7 @@ fn dec(v: &Value) -> Decimal {
 
 /// The example center with its sample jobs, storage billed through November.
 async fn ledger() -> TestDb {
-    let db = TestDb::with_example().await;
-    for (file, format, cluster) in [
-        ("owens-sacct.txt", Format::Slurm, None),
-        ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
-        ("jobs.jsonl", Format::Jsonl, None),
-    ] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
-        import_file(&db.pool, &path, file, format, cluster).await;
-    }
-    let m: Month = "2026-11".parse().unwrap();
-    let billed = bill_through(&db.pool, m, "billing", false, Utc::now()).await.unwrap();
-    assert!(billed.stopped.is_none(), "{:?}", billed.stopped);
-    db
+    crate::harness::sample_billed_through("2026-11").await
 }
 
 fn journal_json(db: &TestDb, month: &str, extra: &[&str]) -> Value {

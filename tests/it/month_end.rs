@@ -1,11 +1,8 @@
 //! Statements, closing a month, corrections, and auditing every charge with
 //! SQL, on the example center and its sample jobs.
 
-use std::path::Path;
-
 use chrono::Utc;
 use hpc_ledger::domain::period::Month;
-use hpc_ledger::ingest::Format;
 use hpc_ledger::service::close::{audit, audit_of, close, close_through, verify};
 use hpc_ledger::service::correct::{RefundBy, Target, Why, adjust, refund, reverse};
 use hpc_ledger::service::statement::{Status, Which, statements};
@@ -13,7 +10,7 @@ use hpc_ledger::service::storage::bill_through;
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 
-use crate::harness::{TestDb, import_file, ok, stderr, stdout};
+use crate::harness::{TestDb, ok, stderr, stdout};
 
 fn m(s: &str) -> Month {
     s.parse().unwrap()
@@ -22,21 +19,7 @@ fn m(s: &str) -> Month {
 /// The example center with its sample jobs recorded and its storage billed
 /// from its first quota (January) through October.
 async fn october() -> TestDb {
-    let db = TestDb::with_example().await;
-    for (file, format, cluster) in [
-        ("owens-sacct.txt", Format::Slurm, None),
-        ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
-        ("jobs.jsonl", Format::Jsonl, None),
-    ] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
-        import_file(&db.pool, &path, file, format, cluster).await;
-    }
-    let billed = bill_through(&db.pool, m("2026-10"), "billing", false, Utc::now())
-        .await
-        .unwrap();
-    assert!(billed.stopped.is_none(), "{:?}", billed.stopped);
-    assert_eq!(billed.months.len(), 10);
-    db
+    crate::harness::sample_billed_through("2026-10").await
 }
 
 fn why(reason: &str) -> Why {
