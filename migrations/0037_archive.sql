@@ -568,6 +568,40 @@ SELECT NULL, 'usage', u.period, u.project, 'usage sums', coalesce(u.expected, 'n
   FROM audit.usage_discrepancies u
  WHERE NOT EXISTS (SELECT 1 FROM archived_period ap WHERE ap.period = u.period);
 
+-- hl_refresh_statistics (0033) also analyzes the archive's tables, which
+-- an archive fills with a row per job record it takes charges of. Measured
+-- with `bench --scale` (532,000 entries, 484,000 of them archived): the
+-- audit's check that every charging record has its charge, planned before
+-- archived_charge was ever analyzed, took 146 s; analyzed, 1.4 s.
+CREATE OR REPLACE FUNCTION hl_refresh_statistics(tables text[] DEFAULT ARRAY[]::text[],
+                                                 written bigint[] DEFAULT ARRAY[]::bigint[]) RETURNS text[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    t text;
+    done text[] := ARRAY[]::text[];
+    bulk constant text[] := ARRAY['ledger_entry', 'storage_charge_segment', 'billing_run', 'job', 'job_record',
+                                  'storage_quota', 'project', 'statement', 'closed_period', 'rejected_record',
+                                  'ledger_draw', 'ledger_usage', 'archived_charge', 'archived_period'];
+BEGIN
+    FOR t IN
+        SELECT s.relname::text
+          FROM pg_stat_user_tables s
+          JOIN pg_class c ON c.oid = s.relid
+          LEFT JOIN LATERAL (SELECT sum(w.n) AS n
+                               FROM unnest(tables, written) AS w(name, n)
+                              WHERE w.name = s.relname) mine ON true
+         WHERE s.schemaname = 'public'
+           AND s.relname = ANY (bulk)
+           AND s.n_mod_since_analyze + coalesce(mine.n, 0) > 50 + 0.1 * greatest(c.reltuples, 0)
+         ORDER BY s.relname
+    LOOP
+        EXECUTE format('ANALYZE %I', t);
+        done := done || t;
+    END LOOP;
+    RETURN done;
+END
+$$;
+
 -- The recorder reads which records' charges are archived (a supersede of
 -- one is refused); billing reads everything (0007); the auditor reads the
 -- audit schema.

@@ -239,6 +239,20 @@ async fn archive_group(
         }
     };
     tx.commit().await.map_err(DbError::from)?;
+    // Whole months left the ledger and a row per charged record went into
+    // archived_charge: what follows (the audit, the next archive) must not
+    // be planned on the statistics of before.
+    let n: u64 = archived.iter().map(|a| a.entry_count.max(0) as u64).sum();
+    crate::service::refresh_statistics(
+        pool,
+        &[
+            ("ledger_entry", n),
+            ("storage_charge_segment", n),
+            ("archived_charge", n),
+            ("archived_period", archived.len() as u64),
+        ],
+    )
+    .await;
     Ok(archived
         .into_iter()
         .zip(written)
