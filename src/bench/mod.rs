@@ -107,6 +107,7 @@ from_errors!(
     crate::service::config::ApplyError,
     crate::service::storage::StorageBillError,
     crate::service::close::CloseError,
+    crate::service::archive::ArchiveError,
     crate::service::record::RecordError,
     crate::service::statement::StatementError,
     crate::service::budget::BudgetError,

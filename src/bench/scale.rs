@@ -15,6 +15,9 @@
 //! | `audit --month M` | the same month audited in a ledger that holds only it | ≤ 2 × |
 //! | closing M (every earlier month closed first) | reading M's entries in seal order | ≤ 5 × |
 //!
+//! Last, the oldest year is archived into files (`archive`, reported with
+//! `verify --archive` of them and a statement after it; no target).
+//!
 //! The growth drops the secondary indexes of the tables it copies into and
 //! builds them again afterwards (how a bulk load is done; the copies are
 //! the same rows either way), then vacuums the grown tables, untimed: a
@@ -257,6 +260,50 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
         bytes as f64 / 1e9,
         grouped(u64::try_from(bytes)? / billed.max(1))
     ));
+
+    // Retention: the oldest year archived into files and checked again,
+    // and the month's statement after it (docs/retention.md).
+    if let Some(oldest) = earlier.months.first().map(|c| c.month) {
+        let mut through = oldest;
+        for _ in 0..11 {
+            if through.next() < month {
+                through = through.next();
+            }
+        }
+        say("archiving the oldest year");
+        let dir = setup.dir.join("archive");
+        let t = Instant::now();
+        let done = service::archive::archive_through(&pool, through, &dir, "bench").await?;
+        let took = t.elapsed();
+        if let Some(e) = done.stopped {
+            return Err(e.into());
+        }
+        let archived = u64::try_from(done.months.iter().map(|a| a.entries).sum::<i64>())?;
+        let mut file_bytes = 0;
+        for a in &done.months {
+            file_bytes += std::fs::metadata(&a.file)?.len();
+        }
+        let t = Instant::now();
+        let checks = service::archive::verify_archive(&pool, &dir, None).await?;
+        let verified = t.elapsed();
+        if checks.len() != done.months.len() || !checks.iter().all(|c| c.holds()) {
+            fail!("verify --archive does not hold for the files the bench archived: {checks:?}");
+        }
+        let after = statement_time(&pool, month, &code, sizes.calls).await?;
+        notes.push(format!(
+            "archiving the oldest {} months ({oldest} to {through}, {} entries) into files: {} = {} entries/s, \
+             {:.1} MB of files ({} bytes per entry); verify --archive of them: {}; one statement of {month} \
+             after it: {}",
+            done.months.len(),
+            grouped(archived),
+            secs(took),
+            grouped(per_second(archived, took)),
+            file_bytes as f64 / 1e6,
+            grouped(file_bytes / archived.max(1)),
+            secs(verified),
+            millis(after)
+        ));
+    }
     pool.close().await;
     Ok(Report {
         sizes: Sizes {

@@ -329,7 +329,7 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     let pool = sqlx::PgPool::connect(&scratch_url).await.unwrap();
     let (entries, month_entries, month_statements, storage, stored, open): (i64, i64, i64, i64, i64, i64) =
         sqlx::query_as(
-            "SELECT (SELECT count(*) FROM ledger_entry),
+            "SELECT (SELECT count(*) FROM ledger_entry) + (SELECT coalesce(sum(entry_count), 0)::bigint FROM archived_period),
                 (SELECT count(*) FROM ledger_entry WHERE period = $1),
                 (SELECT count(*) FROM statement WHERE period = $1),
                 (SELECT count(*) FROM ledger_entry WHERE period = $1 AND kind = 'storage'),
@@ -341,7 +341,20 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
         .fetch_one(&pool)
         .await
         .unwrap();
+    let (archived_months, archived, earlier): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), coalesce(sum(entry_count), 0)::bigint,
+                (SELECT count(*) FROM closed_period WHERE period < $1)
+           FROM archived_period",
+    )
+    .bind(month.first_day())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     pool.close().await;
+    // The oldest year was archived last: the earliest closed months, twelve
+    // or fewer.
+    assert_eq!(archived_months, earlier.min(12), "{archived_months} of {earlier}");
+    assert!(archived > 0);
     // The month's storage was billed after the figures were measured.
     assert_eq!((entries - storage) as u64, large);
     assert_eq!(month_entries as u64, in_month);
@@ -361,6 +374,17 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     let notes = r["notes"].as_array().unwrap();
     assert!(
         notes.iter().any(|n| n.as_str().unwrap().starts_with("closing the ")),
+        "{notes:#?}"
+    );
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("archiving the oldest {archived_months} months ("))
+            && n.as_str().unwrap().contains(&format!(
+                ", {} entries) into files: ",
+                hpc_ledger::bench::grouped(archived as u64)
+            ))),
         "{notes:#?}"
     );
     // The indexes the growth dropped are all back, as the migrations made them.
@@ -384,17 +408,33 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     let audit = cli_with_env(&["audit"], &[("DATABASE_URL", &scratch_url)], None);
     assert!(audit.status.success(), "{}{}", stdout(&audit), stderr(&audit));
 
-    for name in [scratch.clone(), format!("{scratch}_fresh")] {
-        sqlx::query(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
-            .execute(&db.pool)
-            .await
-            .unwrap();
-    }
     let kept = stderr(&o);
     let dir = kept
         .split("generated files in ")
         .nth(1)
         .unwrap_or_else(|| panic!("{kept}"))
         .trim();
+    // The files it archived into still hold, checked by the command.
+    let archive_dir = format!("{dir}/archive");
+    let checked = cli_with_env(
+        &["verify", "--archive", &archive_dir],
+        &[("DATABASE_URL", &scratch_url)],
+        None,
+    );
+    assert_eq!(
+        stdout(&checked)
+            .lines()
+            .filter(|l| l.contains(": seal holds from "))
+            .count() as i64,
+        archived_months,
+        "{}",
+        stdout(&checked)
+    );
+    for name in [scratch.clone(), format!("{scratch}_fresh")] {
+        sqlx::query(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
