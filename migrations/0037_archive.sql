@@ -45,7 +45,10 @@ ALTER TABLE archived_period ENABLE ALWAYS TRIGGER archived_period_no_truncate;
 -- charging the job twice.
 CREATE TABLE archived_charge (
     job_record_id bigint PRIMARY KEY REFERENCES job_record (id),
-    period        date NOT NULL REFERENCES archived_period (period)
+    period        date NOT NULL REFERENCES archived_period (period),
+    -- The rate card of its job charge (audit --deep compares a record with
+    -- the card's cores per node).
+    rate_card_id  bigint
 );
 COMMENT ON TABLE archived_charge IS
     'Job records whose charges are in an archived month (the first such month).';
@@ -56,16 +59,42 @@ CREATE TRIGGER archived_charge_no_truncate BEFORE TRUNCATE ON archived_charge
 ALTER TABLE archived_charge ENABLE ALWAYS TRIGGER archived_charge_append_only;
 ALTER TABLE archived_charge ENABLE ALWAYS TRIGGER archived_charge_no_truncate;
 
+-- The rules (rate cards, storage rates, discounts) archived charges were
+-- priced by, with the latest instant each priced among them: their guards
+-- keep them frozen as if the charges were still live (a rule that priced
+-- something never changes, and never ends before what it priced).
+CREATE TABLE archived_rule (
+    kind           text NOT NULL CHECK (kind IN ('rate_card', 'storage_rate', 'discount')),
+    id             bigint NOT NULL,
+    period         date NOT NULL REFERENCES archived_period (period),
+    last_priced_at timestamptz NOT NULL,
+    PRIMARY KEY (kind, id, period)
+);
+COMMENT ON TABLE archived_rule IS
+    'Rate cards, storage rates and discounts that priced charges of an archived month, and the latest instant they priced there.';
+CREATE TRIGGER archived_rule_append_only BEFORE UPDATE OR DELETE ON archived_rule
+    FOR EACH ROW EXECUTE FUNCTION hl_refuse_change();
+CREATE TRIGGER archived_rule_no_truncate BEFORE TRUNCATE ON archived_rule
+    FOR EACH STATEMENT EXECUTE FUNCTION hl_refuse_change();
+ALTER TABLE archived_rule ENABLE ALWAYS TRIGGER archived_rule_append_only;
+ALTER TABLE archived_rule ENABLE ALWAYS TRIGGER archived_rule_no_truncate;
+
 -- The append-only guard of the ledger's entries and storage segments: as
 -- hl_refuse_change(), except a DELETE by hl_archive_months() of a row of
--- the month it is deleting.
+-- the month it is deleting: the delete must come from that function (the
+-- call stack says so), for the month it names, recorded as archived.
 CREATE FUNCTION hl_ledger_refuse_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     p date;
+    stack text;
 BEGIN
-    IF TG_OP = 'DELETE' AND current_setting('hl.archiving', true) IS NOT NULL
-       AND current_setting('hl.archiving', true) <> '' THEN
+    IF TG_OP = 'DELETE' AND coalesce(current_setting('hl.archiving', true), '') <> '' THEN
+        GET DIAGNOSTICS stack = PG_CONTEXT;
+        IF position('PL/pgSQL function hl_archive_months(date[],text,text[],bytea[])' IN stack) = 0 THEN
+            RAISE EXCEPTION '% is append-only: DELETE is refused outside hl_archive_months()', TG_TABLE_NAME
+                USING ERRCODE = 'HL001';
+        END IF;
         IF TG_TABLE_NAME = 'ledger_entry' THEN
             p := OLD.period;
         ELSE
@@ -93,10 +122,12 @@ ALTER TABLE storage_charge_segment ENABLE ALWAYS TRIGGER storage_charge_segment_
 
 -- Archive closed months whose files have been written and checked, in one
 -- transaction: record them, then delete their entries. Months are archived
--- in order, and never a month whose entries a live month corrects (the
--- correction would point at nothing): such months go together with the
--- month that corrects them, which is why this takes several. Entries are
--- deleted latest month first, as a correction always points back in time.
+-- in order, and a correction and the entry it corrects leave together: a
+-- month whose entries a later month corrects, or whose corrections name an
+-- entry of a later month (a supersede posts its reversals into the month
+-- of the new record, which may come before the old one's), goes in one
+-- call with that month, which is why this takes several. Each month's
+-- deleted entries must be its recorded count.
 CREATE FUNCTION hl_archive_months(months date[], by_whom text, file_names text[], file_sha256s bytea[])
 RETURNS SETOF archived_period
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -107,6 +138,7 @@ DECLARE
     i integer;
     first_unarchived date;
     later record;
+    n bigint;
     last_month date := months[array_upper(months, 1)];
 BEGIN
     PERFORM pg_advisory_xact_lock(hl_period_lock_key());
@@ -131,23 +163,41 @@ BEGIN
             RAISE EXCEPTION 'cannot archive %: archive % first (months are archived in order)',
                 to_char(p, 'YYYY-MM'), to_char(first_unarchived, 'YYYY-MM') USING ERRCODE = 'HL002';
         END IF;
-        SELECT r.id, r.period, r.corrects_id INTO later
-          FROM ledger_entry o JOIN ledger_entry r ON r.corrects_id = o.id
-         WHERE o.period = p AND r.period > last_month
-         ORDER BY r.period DESC, r.id LIMIT 1;
+        SELECT x.* INTO later
+          FROM (SELECT r.id AS r_id, r.period AS r_period, o.id AS o_id, o.period AS o_period, r.period AS other
+                  FROM ledger_entry o JOIN ledger_entry r ON r.corrects_id = o.id
+                 WHERE o.period = p AND r.period > last_month
+                UNION ALL
+                SELECT r.id, r.period, o.id, o.period, o.period
+                  FROM ledger_entry r JOIN ledger_entry o ON o.id = r.corrects_id
+                 WHERE r.period = p AND o.period > last_month) x
+         ORDER BY x.other DESC, x.r_id LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'cannot archive % without %: entry % of % corrects entry % of %',
-                to_char(p, 'YYYY-MM'), to_char(later.period, 'YYYY-MM'), later.id, to_char(later.period, 'YYYY-MM'),
-                later.corrects_id, to_char(p, 'YYYY-MM')
+                to_char(p, 'YYYY-MM'), to_char(later.other, 'YYYY-MM'), later.r_id, to_char(later.r_period, 'YYYY-MM'),
+                later.o_id, to_char(later.o_period, 'YYYY-MM')
                 USING ERRCODE = 'HL002',
-                      HINT = 'Archive through ' || to_char(later.period, 'YYYY-MM') || ' (once it is closed).';
+                      HINT = 'Archive through ' || to_char(later.other, 'YYYY-MM') || ' (once it is closed).';
         END IF;
         INSERT INTO archived_period (period, archived_by, file_name, file_sha256, seal, entry_count, total)
         VALUES (p, by_whom, file_names[i], file_sha256s[i], cp.seal, cp.entry_count, cp.total)
         RETURNING * INTO a;
-        INSERT INTO archived_charge (job_record_id, period)
-        SELECT DISTINCT e.job_record_id, p FROM ledger_entry e WHERE e.period = p AND e.job_record_id IS NOT NULL
+        INSERT INTO archived_charge (job_record_id, period, rate_card_id)
+        SELECT e.job_record_id, p, min(e.rate_card_id) FILTER (WHERE e.kind = 'job')
+          FROM ledger_entry e WHERE e.period = p AND e.job_record_id IS NOT NULL
+         GROUP BY e.job_record_id
         ON CONFLICT (job_record_id) DO NOTHING;
+        INSERT INTO archived_rule (kind, id, period, last_priced_at)
+        SELECT 'rate_card', e.rate_card_id, p, max(hl_charge_priced_at(e))
+          FROM ledger_entry e WHERE e.period = p AND e.kind = 'job' GROUP BY e.rate_card_id
+        UNION ALL
+        SELECT 'storage_rate', e.storage_rate_id, p, max((s.last_day + 1)::timestamp AT TIME ZONE c.time_zone)
+          FROM ledger_entry e JOIN storage_charge_segment s ON s.ledger_entry_id = e.id CROSS JOIN center c
+         WHERE e.period = p AND e.kind = 'storage' GROUP BY e.storage_rate_id
+        UNION ALL
+        SELECT 'discount', l.discount_id, p, max(hl_charge_priced_at(c))
+          FROM ledger_entry l JOIN ledger_entry c ON c.id = l.corrects_id
+         WHERE l.period = p AND l.kind = 'discount' GROUP BY l.discount_id;
         RETURN NEXT a;
     END LOOP;
     FOR i IN REVERSE array_length(months, 1) .. 1 LOOP
@@ -155,6 +205,12 @@ BEGIN
         PERFORM set_config('hl.archiving', to_char(p, 'YYYY-MM'), true);
         DELETE FROM storage_charge_segment s USING ledger_entry e WHERE e.id = s.ledger_entry_id AND e.period = p;
         DELETE FROM ledger_entry e WHERE e.period = p;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> (SELECT x.entry_count FROM archived_period x WHERE x.period = p) THEN
+            RAISE EXCEPTION 'archive of %: % entries found, % recorded when it closed', to_char(p, 'YYYY-MM'), n,
+                (SELECT x.entry_count FROM archived_period x WHERE x.period = p)
+                USING ERRCODE = 'HL002';
+        END IF;
     END LOOP;
     PERFORM set_config('hl.archiving', '', true);
 END
@@ -602,16 +658,202 @@ BEGIN
 END
 $$;
 
+-- The guards of rate cards, storage rates and discounts (0026, 0010): a
+-- rule that priced an archived charge stays as frozen as one that priced a
+-- live one (archived_rule).
+CREATE OR REPLACE FUNCTION hl_rate_card_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM ledger_entry WHERE rate_card_id = OLD.id)
+       AND NOT EXISTS (SELECT 1 FROM archived_rule a WHERE a.kind = 'rate_card' AND a.id = OLD.id) THEN
+        RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    IF TG_OP = 'DELETE'
+       OR (NEW.cluster_id, NEW.node_type_id, NEW.rate_class_id, NEW.valid_from, NEW.core_hour_price,
+           NEW.gpu_hour_price, NEW.memory_per_core_bytes, NEW.cores_per_node)
+          IS DISTINCT FROM
+          (OLD.cluster_id, OLD.node_type_id, OLD.rate_class_id, OLD.valid_from, OLD.core_hour_price,
+           OLD.gpu_hour_price, OLD.memory_per_core_bytes, OLD.cores_per_node) THEN
+        RAISE EXCEPTION 'rate card % has priced charges and cannot be changed or removed', OLD.id
+            USING ERRCODE = 'HL004', HINT = 'Add a new dated rate card instead.';
+    END IF;
+    IF NEW.valid_until IS NOT NULL AND EXISTS (
+        SELECT 1 FROM ledger_entry e
+          JOIN job_record r ON r.id = e.job_record_id
+          JOIN job j ON j.id = r.job_id
+         WHERE e.rate_card_id = OLD.id AND coalesce(j.submitted_at, j.started_at) >= NEW.valid_until)
+       OR EXISTS (SELECT 1 FROM archived_rule a
+                   WHERE a.kind = 'rate_card' AND a.id = OLD.id AND a.last_priced_at >= NEW.valid_until) THEN
+        RAISE EXCEPTION 'rate card % priced jobs submitted after %; it cannot end before them', OLD.id, NEW.valid_until
+            USING ERRCODE = 'HL004';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION hl_storage_rate_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM ledger_entry WHERE storage_rate_id = OLD.id)
+       AND NOT EXISTS (SELECT 1 FROM archived_rule a WHERE a.kind = 'storage_rate' AND a.id = OLD.id) THEN
+        RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    IF TG_OP = 'DELETE'
+       OR (NEW.valid_from, NEW.tb_month_price, NEW.rate_class_id)
+          IS DISTINCT FROM (OLD.valid_from, OLD.tb_month_price, OLD.rate_class_id) THEN
+        RAISE EXCEPTION 'storage rate % has priced charges and cannot be changed or removed', OLD.id
+            USING ERRCODE = 'HL004', HINT = 'Add a new dated storage rate instead.';
+    END IF;
+    IF NEW.valid_until IS NOT NULL AND EXISTS (
+        SELECT 1 FROM ledger_entry e
+          JOIN storage_charge_segment s ON s.ledger_entry_id = e.id
+         CROSS JOIN center c
+         WHERE e.storage_rate_id = OLD.id
+           AND ((s.last_day + 1)::timestamp AT TIME ZONE c.time_zone) > NEW.valid_until)
+       OR EXISTS (SELECT 1 FROM archived_rule a
+                   WHERE a.kind = 'storage_rate' AND a.id = OLD.id AND a.last_priced_at > NEW.valid_until) THEN
+        RAISE EXCEPTION 'storage rate % priced days after %; it cannot end before them', OLD.id, NEW.valid_until
+            USING ERRCODE = 'HL004';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION hl_discount_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    bad bigint;
+BEGIN
+    IF TG_OP <> 'INSERT' AND (EXISTS (SELECT 1 FROM ledger_entry WHERE discount_id = OLD.id)
+                              OR EXISTS (SELECT 1 FROM archived_rule a WHERE a.kind = 'discount' AND a.id = OLD.id)) THEN
+        IF TG_OP = 'DELETE'
+           OR (NEW.id, NEW.project_id, NEW.rate_class_id, NEW.percent, NEW.valid_from, NEW.reason)
+              IS DISTINCT FROM (OLD.id, OLD.project_id, OLD.rate_class_id, OLD.percent, OLD.valid_from, OLD.reason) THEN
+            RAISE EXCEPTION 'discount % has discounted charges and cannot be changed or removed', OLD.id
+                USING ERRCODE = 'HL004', HINT = 'End it (until) and add a new dated discount instead.';
+        END IF;
+        IF NEW.valid_until IS NOT NULL AND EXISTS (
+            SELECT 1 FROM ledger_entry l JOIN ledger_entry c ON c.id = l.corrects_id
+             WHERE l.discount_id = OLD.id AND hl_charge_priced_at(c) >= NEW.valid_until)
+           OR EXISTS (SELECT 1 FROM archived_rule a
+                       WHERE a.kind = 'discount' AND a.id = OLD.id AND a.last_priced_at >= NEW.valid_until) THEN
+            RAISE EXCEPTION 'discount % discounted charges priced after %; it cannot end before them', OLD.id,
+                NEW.valid_until USING ERRCODE = 'HL004';
+        END IF;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    -- Serialised with every posting, whoever writes (config apply holds it already).
+    PERFORM pg_advisory_xact_lock(7523094288207667810);
+    PERFORM hl_require_read_committed('recording a discount');
+    IF TG_OP = 'INSERT' OR (NEW.project_id, NEW.rate_class_id, NEW.valid_from)
+                           IS DISTINCT FROM (OLD.project_id, OLD.rate_class_id, OLD.valid_from) THEN
+        bad := hl_discount_covers_posted(NEW, NEW.valid_from, NEW.valid_until);
+    ELSIF OLD.valid_until IS NOT NULL AND (NEW.valid_until IS NULL OR NEW.valid_until > OLD.valid_until) THEN
+        bad := hl_discount_covers_posted(NEW, OLD.valid_until, NEW.valid_until);
+    END IF;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'the discount of % %% from % would cover ledger entry %, posted before it',
+            NEW.percent, NEW.valid_from, bad
+            USING ERRCODE = 'HL004',
+                  HINT = 'A rule change never re-prices a past charge: start the discount after the charges already posted, and credit those with hpc-ledger adjust.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION hl_rate_keep_referenced() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.id = OLD.id THEN
+        RETURN NEW;
+    END IF;
+    PERFORM hl_require_read_committed(format('removing or renumbering %s %s', TG_TABLE_NAME, OLD.id));
+    IF (TG_TABLE_NAME = 'rate_card' AND EXISTS (SELECT 1 FROM ledger_entry WHERE rate_card_id = OLD.id))
+       OR (TG_TABLE_NAME = 'storage_rate' AND EXISTS (SELECT 1 FROM ledger_entry WHERE storage_rate_id = OLD.id))
+       OR EXISTS (SELECT 1 FROM archived_rule a WHERE a.kind = TG_TABLE_NAME AND a.id = OLD.id) THEN
+        RAISE EXCEPTION '% % has priced charges and cannot be removed or renumbered', TG_TABLE_NAME, OLD.id
+            USING ERRCODE = 'HL004', HINT = 'Add a new dated row instead.';
+    END IF;
+    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+END
+$$;
+
+-- Every job record for `audit --deep` (0020), and the month its charges
+-- were archived in: their rate card (its cores per node) is found through
+-- archived_charge, and their charge is in the archive, not missing.
+CREATE OR REPLACE VIEW audit.job_records AS
+SELECT r.id AS record_id, r.job_id AS run_id, r.kind, r.revision,
+       c.name AS cluster, coalesce(c.time_zone, ce.time_zone) AS time_zone,
+       j.scheduler_job_id, j.array_index, j.submitted_at,
+       r.started_at, r.ended_at, j.started_at AS run_started_at, j.cluster_id = r.cluster_id AS run_cluster_holds,
+       p.code AS project, r.queue, r.nodes, r.cores, r.memory_bytes, r.gpus,
+       r.charge_fingerprint, r.content_fingerprint,
+       r.source_format, r.source_ref, r.raw, r.raw_bytes, r.read_options, r.recorded_at,
+       r.recorded_at >= (SELECT m.installed_on FROM _sqlx_migrations m WHERE m.version = 20) AS options_kept,
+       (SELECT count(*) FROM ledger_entry e WHERE e.job_record_id = r.id AND e.kind = 'job') AS job_entries,
+       coalesce((SELECT rc.cores_per_node FROM ledger_entry e JOIN rate_card rc ON rc.id = e.rate_card_id
+                  WHERE e.job_record_id = r.id AND e.kind = 'job' LIMIT 1),
+                (SELECT rc.cores_per_node FROM job_record r2
+                   JOIN ledger_entry e ON e.job_record_id = r2.id AND e.kind = 'job'
+                   JOIN rate_card rc ON rc.id = e.rate_card_id
+                  WHERE r2.job_id = r.job_id
+                  ORDER BY r2.revision DESC LIMIT 1),
+                (SELECT rc.cores_per_node FROM archived_charge ac JOIN rate_card rc ON rc.id = ac.rate_card_id
+                  WHERE ac.job_record_id = r.id)) AS cores_per_node,
+       (SELECT ac.period FROM archived_charge ac WHERE ac.job_record_id = r.id) AS archived_in
+  FROM job_record r
+  JOIN job j ON j.id = r.job_id
+  JOIN cluster c ON c.id = r.cluster_id
+  JOIN project p ON p.id = r.project_id
+  LEFT JOIN center ce ON true;
+
+-- The center guard (0018): the currency and time zone also stay once a
+-- month is closed, whose entries may since have been archived.
+CREATE OR REPLACE FUNCTION hl_center_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'TRUNCATE') THEN
+        IF EXISTS (SELECT 1 FROM ledger_entry) OR EXISTS (SELECT 1 FROM job) OR EXISTS (SELECT 1 FROM closed_period) THEN
+            RAISE EXCEPTION 'the center cannot be removed once anything is recorded (its currency and time zone priced and sealed it)'
+                USING ERRCODE = 'HL004';
+        END IF;
+        RETURN OLD;
+    END IF;
+    IF (NEW.currency, NEW.time_zone) IS DISTINCT FROM (OLD.currency, OLD.time_zone)
+       AND (EXISTS (SELECT 1 FROM ledger_entry) OR EXISTS (SELECT 1 FROM closed_period)) THEN
+        RAISE EXCEPTION 'the currency and billing time zone cannot change once charges are posted'
+            USING ERRCODE = 'HL004';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- What `verify --archive` compares a file with, for every closed month (the
+-- auditor reads the audit schema, not the tables).
+CREATE VIEW audit.archives AS
+SELECT cp.period, encode(cp.seal, 'hex') AS recorded_seal, cp.seal_algorithm, cp.entry_count AS recorded_entries,
+       cp.total AS recorded_total, cp.currency, cp.closed_by, cp.closed_at,
+       encode(b.seal, 'hex') AS previous_seal,
+       ap.file_name AS archived_to, encode(ap.file_sha256, 'hex') AS file_sha256, ap.archived_at, ap.archived_by,
+       encode(ap.seal, 'hex') AS archived_seal, ap.entry_count AS archived_entries, ap.total AS archived_total
+  FROM closed_period cp
+  LEFT JOIN closed_period b ON b.period = (cp.period - interval '1 month')::date
+  LEFT JOIN archived_period ap ON ap.period = cp.period;
+COMMENT ON VIEW audit.archives IS
+    'Every closed month with its recorded seal, count and total, the seal of the month before it, and where and how it was archived (verify --archive compares each file with this).';
+
 -- The recorder reads which records' charges are archived (a supersede of
 -- one is refused); billing reads everything (0007); the auditor reads the
 -- audit schema.
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_ingest') THEN
-        EXECUTE 'GRANT SELECT ON archived_period, archived_charge TO hpc_ledger_ingest';
+        EXECUTE 'GRANT SELECT ON archived_period, archived_charge, archived_rule TO hpc_ledger_ingest';
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_billing') THEN
-        EXECUTE 'GRANT SELECT ON archived_period, archived_charge TO hpc_ledger_billing';
+        EXECUTE 'GRANT SELECT ON archived_period, archived_charge, archived_rule TO hpc_ledger_billing';
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_auditor') THEN
         EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA audit TO hpc_ledger_auditor';

@@ -8,6 +8,8 @@ use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
+use crate::ids::JobId;
+
 /// A month recorded as archived.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ArchivedPeriod {
@@ -36,17 +38,6 @@ pub async fn archived(conn: &mut PgConnection, period: NaiveDate) -> Result<Opti
         period
     )
     .fetch_optional(&mut *conn)
-    .await
-}
-
-/// Every archived month, oldest first.
-pub async fn all_archived(conn: &mut PgConnection) -> Result<Vec<ArchivedPeriod>, sqlx::Error> {
-    sqlx::query_as!(
-        ArchivedPeriod,
-        "SELECT period, archived_at, archived_by, file_name, file_sha256, seal, entry_count, total
-           FROM archived_period ORDER BY period"
-    )
-    .fetch_all(&mut *conn)
     .await
 }
 
@@ -168,14 +159,56 @@ pub async fn archive_months(
     .await
 }
 
-/// The latest month holding a correction of an entry of `period`.
+/// The latest month after `period` tied to it by a correction: holding a
+/// correction of one of its entries, or an entry one of its corrections
+/// names (a supersede posts its reversals into the new record's month).
 pub async fn latest_correction(conn: &mut PgConnection, period: NaiveDate) -> Result<Option<NaiveDate>, sqlx::Error> {
     sqlx::query_scalar!(
-        "SELECT max(r.period) FROM ledger_entry o JOIN ledger_entry r ON r.corrects_id = o.id
-          WHERE o.period = $1 AND r.period > $1",
+        "SELECT max(x.p) FROM (SELECT r.period AS p FROM ledger_entry o JOIN ledger_entry r ON r.corrects_id = o.id
+                                WHERE o.period = $1 AND r.period > $1
+                               UNION ALL
+                               SELECT o.period FROM ledger_entry r JOIN ledger_entry o ON o.id = r.corrects_id
+                                WHERE r.period = $1 AND o.period > $1) x",
         period
     )
     .fetch_one(&mut *conn)
+    .await
+}
+
+/// The lock only one `archive` run holds at a time (for its session).
+pub const ARCHIVE_LOCK: i64 = 7_523_094_288_207_667_811;
+
+/// Take the archive lock for this session, if no other run holds it.
+pub async fn try_lock(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT pg_try_advisory_lock($1) AS "locked!""#, ARCHIVE_LOCK)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// Every closed month as `verify --archive` compares a file with it
+/// (`audit.archives`, which the auditor may read).
+#[derive(Debug, Clone)]
+pub struct MonthRecord {
+    pub period: NaiveDate,
+    pub recorded_seal: String,
+    pub recorded_entries: i64,
+    pub recorded_total: Decimal,
+    pub closed_at: DateTime<Utc>,
+    pub previous_seal: Option<String>,
+    pub archived_to: Option<String>,
+    pub file_sha256: Option<String>,
+    pub archived_seal: Option<String>,
+}
+
+pub async fn month_records(conn: &mut PgConnection) -> Result<Vec<MonthRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        MonthRecord,
+        r#"SELECT period AS "period!", recorded_seal AS "recorded_seal!", recorded_entries AS "recorded_entries!",
+                  recorded_total AS "recorded_total!", closed_at AS "closed_at!", previous_seal, archived_to,
+                  file_sha256, archived_seal
+             FROM audit.archives ORDER BY period"#
+    )
+    .fetch_all(&mut *conn)
     .await
 }
 
@@ -189,4 +222,21 @@ pub async fn archived_charges(conn: &mut PgConnection, records: &[i64]) -> Resul
     .fetch_all(&mut *conn)
     .await?;
     Ok(rows.into_iter().map(|r| (r.job_record_id, r.period)).collect())
+}
+
+/// The first archived month holding charges of a run's records.
+pub async fn archived_month_of_run(conn: &mut PgConnection, run: JobId) -> Result<Option<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT min(ac.period) FROM archived_charge ac JOIN job_record r ON r.id = ac.job_record_id WHERE r.job_id = $1",
+        run as JobId
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// Whether any month is archived.
+pub async fn any_archived(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM archived_period) AS "any!""#)
+        .fetch_one(&mut *conn)
+        .await
 }

@@ -39,6 +39,9 @@ pub struct KeptRecord {
     pub options_kept: bool,
     pub job_entries: i64,
     pub cores_per_node: Option<i32>,
+    /// The month its charges were archived in (migration 0037): its charge
+    /// is in that month's archive file.
+    pub archived_in: Option<chrono::NaiveDate>,
 }
 
 /// The records after `after_id`, at most `limit`, in id order.
@@ -53,7 +56,7 @@ pub async fn records(conn: &mut PgConnection, after_id: i64, limit: i64) -> Resu
                   charge_fingerprint AS "charge_fingerprint!", content_fingerprint AS "content_fingerprint!",
                   source_format AS "source_format!: SourceFormat", source_ref AS "source_ref!", raw AS "raw!", raw_bytes,
                   read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
-                  cores_per_node
+                  cores_per_node, archived_in
              FROM audit.job_records
             WHERE record_id > $1
             ORDER BY record_id

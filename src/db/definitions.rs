@@ -69,6 +69,8 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "hl_refuse_change",
         'A',
     ),
+    ("archived_rule", "archived_rule_append_only", "hl_refuse_change", 'A'),
+    ("archived_rule", "archived_rule_no_truncate", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_append_only", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_no_truncate", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_not_waived", "hl_storage_waiver_check", 'A'),

@@ -79,8 +79,8 @@ pub async fn load_rate_cards(conn: &mut PgConnection) -> Result<Vec<(ClusterId, 
         .collect())
 }
 
-/// The rate cards that have priced a charge. A loose index scan: one index
-/// probe per distinct card, however large the ledger.
+/// The rate cards that have priced a charge, live or archived. A loose
+/// index scan: one index probe per distinct card, however large the ledger.
 pub async fn used_rate_cards(conn: &mut PgConnection) -> Result<HashSet<RateCardId>, sqlx::Error> {
     let ids = sqlx::query_scalar!(
         r#"WITH RECURSIVE used(id) AS (
@@ -89,14 +89,16 @@ pub async fn used_rate_cards(conn: &mut PgConnection) -> Result<HashSet<RateCard
                SELECT (SELECT e.rate_card_id FROM ledger_entry e
                         WHERE e.rate_card_id IS NOT NULL AND e.rate_card_id > u.id ORDER BY e.rate_card_id LIMIT 1)
                  FROM used u WHERE u.id IS NOT NULL)
-           SELECT id AS "id!" FROM used WHERE id IS NOT NULL"#
+           SELECT id AS "id!" FROM used WHERE id IS NOT NULL
+           UNION SELECT a.id FROM archived_rule a WHERE a.kind = 'rate_card'"#
     )
     .fetch_all(&mut *conn)
     .await?;
     Ok(ids.into_iter().map(RateCardId).collect())
 }
 
-/// The storage rates that have priced a charge (a loose index scan too).
+/// The storage rates that have priced a charge, live or archived (a loose
+/// index scan too).
 pub async fn used_storage_rates(conn: &mut PgConnection) -> Result<HashSet<StorageRateId>, sqlx::Error> {
     let ids = sqlx::query_scalar!(
         r#"WITH RECURSIVE used(id) AS (
@@ -105,7 +107,8 @@ pub async fn used_storage_rates(conn: &mut PgConnection) -> Result<HashSet<Stora
                SELECT (SELECT e.storage_rate_id FROM ledger_entry e
                         WHERE e.storage_rate_id IS NOT NULL AND e.storage_rate_id > u.id ORDER BY e.storage_rate_id LIMIT 1)
                  FROM used u WHERE u.id IS NOT NULL)
-           SELECT id AS "id!" FROM used WHERE id IS NOT NULL"#
+           SELECT id AS "id!" FROM used WHERE id IS NOT NULL
+           UNION SELECT a.id FROM archived_rule a WHERE a.kind = 'storage_rate'"#
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -358,10 +361,11 @@ pub async fn delete_discount(conn: &mut PgConnection, id: DiscountId) -> Result<
     Ok(())
 }
 
-/// The discounts that have discounted a charge.
+/// The discounts that have discounted a charge, live or archived.
 pub async fn used_discounts(conn: &mut PgConnection) -> Result<Vec<DiscountId>, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"SELECT DISTINCT discount_id AS "id!: DiscountId" FROM ledger_entry WHERE discount_id IS NOT NULL"#
+        r#"SELECT discount_id AS "id!: DiscountId" FROM ledger_entry WHERE discount_id IS NOT NULL
+           UNION SELECT a.id FROM archived_rule a WHERE a.kind = 'discount'"#
     )
     .fetch_all(&mut *conn)
     .await

@@ -164,6 +164,9 @@ pub struct JobRow {
     pub ended_at: DateTime<Utc>,
     pub state: String,
     pub charged: Decimal,
+    /// The month its charge was archived in (then `charged` is 0 here: the
+    /// charge is in that month's archive file).
+    pub archived_in: Option<chrono::NaiveDate>,
 }
 
 /// Up to `limit` job records of a project older than record `before`
@@ -181,7 +184,8 @@ pub async fn jobs(
                   r.user_name,
                   n.name AS node_type, r.cores, r.gpus, r.started_at, r.ended_at, r.state,
                   coalesce((SELECT sum(e.amount) FROM ledger_entry e WHERE e.job_record_id = r.id AND e.kind = 'job'), 0)
-                      AS "charged!"
+                      AS "charged!",
+                  (SELECT a.period FROM archived_charge a WHERE a.job_record_id = r.id) AS archived_in
              FROM (SELECT * FROM job_record
                     WHERE project_id = $1 AND id < coalesce($2, 9223372036854775807)
                     ORDER BY id DESC LIMIT $3) r

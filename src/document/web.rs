@@ -192,12 +192,18 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
                          @if j.replaced { " (replaced)" } }
                     td { (j.user_name) } td { (j.node_type) } td.n { (j.cores) } td.n { (j.gpus) }
                     td.n { ((Decimal::from((j.ended_at - j.started_at).num_seconds()) / Decimal::from(3600)).round_dp(2)) }
-                    td { (j.state) } (amount(j.charged))
+                    td { (j.state) }
+                    @if let Some(m) = j.archived_in {
+                        td.n { "archived (" (m.format("%Y-%m")) ")" }
+                    } @else {
+                        (amount(j.charged))
+                    }
                 } } }
             }
             p.note { "Newest recorded first. Charged: what the record charged at list price; a record marked "
                      "replaced was superseded by a later one for the same run, whose charge reversed it. "
-                     "Discounts and corrections are on the statement." }
+                     "Discounts and corrections are on the statement. A record marked archived was charged in "
+                     "a month since moved to an archive file." }
         }
         div.pager {
             @if let Some(before) = p.older_jobs {

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
-use crate::db::archive::{self as adb, ArchivedPeriod};
+use crate::db::archive as adb;
 use crate::db::{DbError, periods};
 use crate::domain::period::Month;
 
@@ -46,6 +46,8 @@ pub enum ArchiveError {
     NotClosed(Month),
     #[error("{0}")]
     Refused(String),
+    #[error("another `hpc-ledger archive` is running on this ledger: run it again once that one has finished")]
+    Busy,
     #[error("{file}: {reason}")]
     File { file: String, reason: String },
     #[error(
@@ -121,7 +123,12 @@ pub async fn archive_through(
     dir: &Path,
     by: &str,
 ) -> Result<ArchiveThrough, ArchiveError> {
-    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    // A connection of its own, closed at the end: the archive lock is held
+    // for its session, and two runs never write the same month's file.
+    let mut conn = pool.acquire().await.map_err(DbError::from)?.detach();
+    if !adb::try_lock(&mut conn).await? {
+        return Err(ArchiveError::Busy);
+    }
     if periods::closed_period(&mut conn, through.first_day()).await?.is_none() {
         return Err(ArchiveError::NotClosed(through));
     }
@@ -411,11 +418,28 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
             ),
         ));
     }
+    // The items are the seal's header, the entries, then the statements
+    // (seal v2 only): each is recognised by its shape below, so a header
+    // that miscounts them cannot pass entries off as statements.
+    let entry_count = u64::try_from(header.entry_count).map_err(|_| bad(1, "a negative entry count".into()))?;
+    if header.items != 1 + entry_count + header.statements {
+        return Err(bad(
+            1,
+            format!(
+                "its header counts {} seal items, not 1 + {} entries + {} statements",
+                header.items, header.entry_count, header.statements
+            ),
+        ));
+    }
+    if header.seal_algorithm == "sha256-chain-v1" && header.statements > 0 {
+        return Err(bad(1, "a seal v1 month has no statements among its seal items".into()));
+    }
+    let month_day = format!("\"{}\"", header.month.first_day());
     let mut state: Vec<u8> = Vec::new();
     let mut entries = 0i64;
     let mut total = Decimal::ZERO;
     let mut header_item_agrees = false;
-    let first_statement = 1 + header.entry_count.max(0) as u64;
+    let first_statement = 1 + entry_count;
     for i in 0..header.items {
         let line_no = i + 2;
         if !read(&mut buf)? {
@@ -433,16 +457,25 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
         state = chain(&state, item).to_vec();
         if i == 0 {
             header_item_agrees = header_item_matches(&header, item);
-        } else if i < first_statement {
+        } else {
             let fields: Vec<&serde_json::value::RawValue> =
-                serde_json::from_str(item).map_err(|e| bad(line_no, format!("not an entry: {e}")))?;
-            // hl_entry_text: the rounded amount is the 15th field.
-            let amount = fields
-                .get(14)
-                .and_then(|a| a.get().parse::<Decimal>().ok())
-                .ok_or_else(|| bad(line_no, "an entry without an amount".into()))?;
-            entries += 1;
-            total += amount;
+                serde_json::from_str(item).map_err(|e| bad(line_no, format!("not a seal item: {e}")))?;
+            if i < first_statement {
+                // hl_entry_text: 18 fields, the month (its first day) the
+                // third, the rounded amount the 15th.
+                if fields.len() != 18 || fields[2].get() != month_day {
+                    return Err(bad(line_no, format!("not an entry of {}", header.month)));
+                }
+                let amount = fields[14]
+                    .get()
+                    .parse::<Decimal>()
+                    .map_err(|_| bad(line_no, "an entry without an amount".into()))?;
+                entries += 1;
+                total += amount;
+            } else if fields.len() != 4 {
+                // A statement: number, project, entry count, total.
+                return Err(bad(line_no, "not a statement".into()));
+            }
         }
     }
     // What the seal leaves out: one object per line to the end.
@@ -529,10 +562,9 @@ pub async fn verify_archive(
     since: Option<Month>,
 ) -> Result<Vec<ArchiveCheck>, ArchiveError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    let archived = adb::all_archived(&mut conn).await?;
-    let closed = periods::closed_periods(&mut conn).await?;
+    let records = adb::month_records(&mut conn).await?;
     let mut out = Vec::new();
-    let mut seen: Vec<NaiveDate> = Vec::new();
+    let mut seen: Vec<(NaiveDate, PathBuf)> = Vec::new();
     for file in files(path)? {
         let check = match check_file(&file) {
             Ok(c) => c,
@@ -549,8 +581,11 @@ pub async fn verify_archive(
         };
         let month = check.header.month;
         let period = month.first_day();
-        seen.push(period);
         let mut problems = Vec::new();
+        if let Some((_, first)) = seen.iter().find(|(p, _)| *p == period) {
+            problems.push(format!("a second file of {month} (the first: {})", first.display()));
+        }
+        seen.push((period, file.clone()));
         if check.recomputed_seal != check.header.seal {
             problems.push(format!(
                 "its seal items recompute to {}, not the seal it records, {}",
@@ -560,42 +595,51 @@ pub async fn verify_archive(
         if !check.header_item_agrees {
             problems.push("the seal's first item does not name the month the file's header names".into());
         }
-        if check.entries != check.header.entry_count || check.total != check.header.total {
-            problems.push(format!(
-                "it holds {} entries totalling {}; its header says {} totalling {}",
-                check.entries, check.total, check.header.entry_count, check.header.total
-            ));
-        }
-        match closed.iter().find(|c| c.period == period) {
+        match records.iter().find(|r| r.period == period) {
             None => problems.push(format!("{month} is not a closed month of this ledger")),
-            Some(c) => {
-                if hex::encode(&c.seal) != check.header.seal {
+            Some(r) => {
+                if r.recorded_seal != check.header.seal {
                     problems.push(format!(
                         "the ledger's recorded seal of {month} is {}, the file's {}",
-                        hex::encode(&c.seal),
-                        check.header.seal
+                        r.recorded_seal, check.header.seal
                     ));
                 }
-            }
-        }
-        let before = closed.iter().find(|c| c.period == month.prev().first_day());
-        if before.map(|c| hex::encode(&c.seal)) != check.header.previous_seal {
-            problems.push(format!(
-                "its previous seal {} is not the ledger's recorded seal of {}",
-                check.header.previous_seal.as_deref().unwrap_or("(none)"),
-                month.prev()
-            ));
-        }
-        match archived.iter().find(|a| a.period == period) {
-            None => problems.push(format!("{month} is not archived in this ledger")),
-            Some(a) => {
-                if hex::encode(&a.file_sha256) != check.file_sha256 {
+                if (r.recorded_entries, r.recorded_total) != (check.entries, check.total) {
                     problems.push(format!(
-                        "the file's SHA-256 is {}; the ledger archived {} with {}",
-                        check.file_sha256,
-                        a.file_name,
-                        hex::encode(&a.file_sha256)
+                        "it holds {} entries totalling {}; the ledger closed {month} with {} totalling {}",
+                        check.entries, check.total, r.recorded_entries, r.recorded_total
                     ));
+                }
+                if r.closed_at != check.header.closed_at {
+                    problems.push(format!(
+                        "its closing time {} is not the ledger's, {}",
+                        check.header.closed_at, r.closed_at
+                    ));
+                }
+                if r.previous_seal != check.header.previous_seal {
+                    problems.push(format!(
+                        "its previous seal {} is not the ledger's recorded seal of {}",
+                        check.header.previous_seal.as_deref().unwrap_or("(none)"),
+                        month.prev()
+                    ));
+                }
+                match (&r.archived_to, &r.file_sha256) {
+                    (Some(name), Some(digest)) => {
+                        if *digest != check.file_sha256 {
+                            problems.push(format!(
+                                "the file's SHA-256 is {}; the ledger archived {month} to {name} with {digest}",
+                                check.file_sha256
+                            ));
+                        }
+                        if r.archived_seal.as_deref() != Some(r.recorded_seal.as_str()) {
+                            problems.push(format!(
+                                "the ledger's seal of {month} ({}) is not the one recorded when it was archived ({})",
+                                r.recorded_seal,
+                                r.archived_seal.as_deref().unwrap_or("none")
+                            ));
+                        }
+                    }
+                    _ => problems.push(format!("{month} is not archived in this ledger")),
                 }
             }
         }
@@ -610,17 +654,16 @@ pub async fn verify_archive(
     // An archived month whose file is not here (checking a directory).
     if path.is_dir() {
         let since = since.map(Month::first_day);
-        for a in archived
-            .iter()
-            .filter(|a| !seen.contains(&a.period) && since.is_none_or(|s| a.period >= s))
-        {
+        for r in records.iter().filter(|r| {
+            r.archived_to.is_some() && !seen.iter().any(|(p, _)| *p == r.period) && since.is_none_or(|s| r.period >= s)
+        }) {
+            let name = r.archived_to.clone().unwrap_or_default();
             out.push(ArchiveCheck {
-                month: Some(Month::of_date(a.period)),
-                file: path.join(&a.file_name),
+                month: Some(Month::of_date(r.period)),
+                file: path.join(&name),
                 problems: vec![format!(
-                    "{} is archived (to {}), but its file is not in {}",
-                    Month::of_date(a.period),
-                    a.file_name,
+                    "{} is archived (to {name}), but its file is not in {}",
+                    Month::of_date(r.period),
                     path.display()
                 )],
                 entries: 0,
@@ -629,10 +672,4 @@ pub async fn verify_archive(
         }
     }
     Ok(out)
-}
-
-/// Every archived month, oldest first.
-pub async fn archived(pool: &PgPool) -> Result<Vec<ArchivedPeriod>, DbError> {
-    let mut conn = pool.acquire().await?;
-    Ok(adb::all_archived(&mut conn).await?)
 }

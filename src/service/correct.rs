@@ -140,7 +140,12 @@ async fn target_entries(conn: &mut PgConnection, target: &Target) -> Result<Vec<
         Target::Entry(id) => {
             let rows = sdb::entries_by_id(conn, &[id.0]).await?;
             if rows.is_empty() {
-                return invalid(format!("there is no ledger entry {id}"));
+                let archived = if crate::db::archive::any_archived(conn).await? {
+                    " in the live ledger (an entry of an archived month is in its archive file, and is not corrected)"
+                } else {
+                    ""
+                };
+                return invalid(format!("there is no ledger entry {id}{archived}"));
             }
             Ok(rows)
         }
@@ -173,6 +178,13 @@ async fn target_entries(conn: &mut PgConnection, target: &Target) -> Result<Vec<
             };
             let rows = sdb::open_job_entries(conn, run).await?;
             if rows.is_empty() {
+                if let Some(m) = crate::db::archive::archived_month_of_run(conn, run).await? {
+                    let m = Month::of_date(m);
+                    return invalid(format!(
+                        "job {key}'s charges are archived ({m}, in {}): correct it with an adjustment",
+                        crate::service::archive::file_name(m)
+                    ));
+                }
                 return invalid(format!("job {key} has no charges left to correct"));
             }
             Ok(rows)

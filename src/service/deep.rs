@@ -206,7 +206,7 @@ pub fn compare(r: &KeptRecord, reassigned: &Reassignments) -> Result<Vec<Differe
         }
         differ("raw", "a finished job".into(), reason);
     }
-    if r.kind.charges() && r.job_entries == 0 {
+    if r.kind.charges() && r.job_entries == 0 && r.archived_in.is_none() {
         differ(
             "charge",
             format!("a {} record (revision {}) with no job charge", r.kind, r.revision),

@@ -233,6 +233,18 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(5));
     assert!(stdout(&o).contains("the file is cut short"), "{}", stdout(&o));
+    // A header that passes its last entry off as a statement (seal intact):
+    // each item is recognised by its shape.
+    let original = text.lines().collect::<Vec<_>>();
+    let mut header: serde_json::Value = serde_json::from_str(original[0]).unwrap();
+    header["entry_count"] = (header["entry_count"].as_i64().unwrap() - 1).into();
+    header["statements"] = (header["statements"].as_u64().unwrap() + 1).into();
+    let mut fooled: Vec<String> = original.iter().map(|l| (*l).to_owned()).collect();
+    fooled[0] = header.to_string();
+    std::fs::write(&copy, fooled.join("\n") + "\n").unwrap();
+    let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5));
+    assert!(stdout(&o).contains("not a statement"), "{}", stdout(&o));
     std::fs::remove_dir_all(&tampered).unwrap();
 
     // Nobody deletes an entry outside an archive, not even the owner with
@@ -344,5 +356,149 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     let v = ok(&db.cli(&["verify", "--archive", dir_s, "--since", "2026-06"]));
     assert_eq!(v.lines().count(), 9, "{v}");
     assert!(v.lines().all(|l| l.contains(": seal holds from ")), "{v}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A correction posted into an earlier month than what it corrects (as a
+/// supersede does when the new record ends before the old one): the two
+/// months are archived together or not at all. The rules that priced
+/// archived charges stay frozen, and so does the center's currency.
+#[tokio::test]
+async fn a_correction_into_an_earlier_month_ties_it_to_the_later_one() {
+    let db = crate::harness::sample_billed_through("2026-10").await;
+    let closed = close_through(&db.pool, m("2026-08"), "billing", Utc::now())
+        .await
+        .unwrap();
+    assert!(closed.stopped.is_none(), "{:?}", closed.stopped);
+    let october: i64 =
+        sqlx::query_scalar("SELECT min(id) FROM ledger_entry WHERE period = '2026-10-01' AND kind = 'storage'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    ok(&db.cli(&[
+        "reverse",
+        "--entry",
+        &october.to_string(),
+        "--month",
+        "2026-09",
+        "--reason",
+        "quota set by mistake",
+    ]));
+    let reversal: i64 = sqlx::query_scalar("SELECT id FROM ledger_entry WHERE corrects_id = $1")
+        .bind(october)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
+    let dir: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("archive-{}", db.name));
+    let dir_s = dir.to_str().unwrap();
+    let o = db.cli(&["archive", "--through", "2026-09", "--to", dir_s]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "cannot archive 2026-09 without 2026-10: entry {reversal} of 2026-09 corrects entry {october} of 2026-10"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(archive_files(&dir).len(), 8, "{:?}", archive_files(&dir));
+    // While another run holds the archive lock, a second one says so and
+    // writes nothing.
+    let lock = hpc_ledger::db::archive::ARCHIVE_LOCK;
+    let mut holder = db.pool.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(lock)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let o = db.cli(&["archive", "--through", "2026-10", "--to", dir_s]);
+    assert!(
+        stderr(&o).contains("another `hpc-ledger archive` is running on this ledger"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(archive_files(&dir).len(), 8);
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(lock)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    drop(holder);
+    // The owner recording a month as archived by hand, with the archive's
+    // setting, still cannot delete its entries: only hl_archive_months does.
+    let mut tx = db.pool.begin().await.unwrap();
+    let refused = sqlx::raw_sql(
+        "INSERT INTO archived_period (period, archived_by, file_name, file_sha256, seal, entry_count, total)
+         SELECT period, 'owner', 'none', sha256(''), seal, entry_count, total FROM closed_period
+          WHERE period = '2026-09-01';
+         SELECT set_config('hl.archiving', '2026-09', true);
+         DELETE FROM ledger_entry WHERE period = '2026-09-01'",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    tx.rollback().await.unwrap();
+    assert!(
+        refused
+            .to_string()
+            .contains("ledger_entry is append-only: DELETE is refused outside hl_archive_months()"),
+        "{refused}"
+    );
+    // Through October, both go, in one transaction.
+    let out = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert_eq!(entries_through(&db.pool, "2026-10").await, 0);
+    // The deep audit reads every kept record again: an archived charge is
+    // not a missing one.
+    let audit = db.cli(&["audit", "--deep"]);
+    assert!(audit.status.success(), "{}{}", stdout(&audit), stderr(&audit));
+
+    // What priced the archived charges stays frozen.
+    let card: i64 = sqlx::query_scalar("SELECT min(id) FROM archived_rule WHERE kind = 'rate_card'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let refused = sqlx::query("UPDATE rate_card SET core_hour_price = core_hour_price * 2 WHERE id = $1")
+        .bind(card)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains(&format!(
+            "rate card {card} has priced charges and cannot be changed or removed"
+        )),
+        "{refused}"
+    );
+    let refused = sqlx::query("DELETE FROM rate_card WHERE id = $1")
+        .bind(card)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("has priced charges"), "{refused}");
+    let rate: i64 = sqlx::query_scalar("SELECT min(id) FROM archived_rule WHERE kind = 'storage_rate'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let refused = sqlx::query("UPDATE storage_rate SET valid_until = '2026-02-01' WHERE id = $1")
+        .bind(rate)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("priced days after"), "{refused}");
+    let refused = sqlx::query("UPDATE center SET currency = 'EUR'")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("cannot change once charges are posted"),
+        "{refused}"
+    );
+    // A correction of an archived job names the archive.
+    let o = db.cli(&["reverse", "--cluster", "owens", "--job-id", "1001", "--reason", "x"]);
+    assert!(
+        stderr(&o).contains("job owens/1001's charges are archived (2026-10, in hpc-ledger-archive-2026-10.jsonl)"),
+        "{}",
+        stderr(&o)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
