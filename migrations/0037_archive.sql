@@ -82,7 +82,10 @@ ALTER TABLE archived_rule ENABLE ALWAYS TRIGGER archived_rule_no_truncate;
 -- The append-only guard of the ledger's entries and storage segments: as
 -- hl_refuse_change(), except a DELETE by hl_archive_months() of a row of
 -- the month it is deleting: the delete must come from that function (the
--- call stack says so), for the month it names, recorded as archived.
+-- call stack's third line, after this trigger and the DELETE, names it:
+-- its signature, which is not translated), for the month it names,
+-- recorded as archived. A guard against mistakes: the owner can still
+-- disable it, which the audit reports.
 CREATE FUNCTION hl_ledger_refuse_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -91,7 +94,7 @@ DECLARE
 BEGIN
     IF TG_OP = 'DELETE' AND coalesce(current_setting('hl.archiving', true), '') <> '' THEN
         GET DIAGNOSTICS stack = PG_CONTEXT;
-        IF position('PL/pgSQL function hl_archive_months(date[],text,text[],bytea[])' IN stack) = 0 THEN
+        IF position(' hl_archive_months(date[],text,text[],bytea[]) ' IN split_part(stack, E'\n', 3)) = 0 THEN
             RAISE EXCEPTION '% is append-only: DELETE is refused outside hl_archive_months()', TG_TABLE_NAME
                 USING ERRCODE = 'HL001';
         END IF;
@@ -182,24 +185,33 @@ BEGIN
         INSERT INTO archived_period (period, archived_by, file_name, file_sha256, seal, entry_count, total)
         VALUES (p, by_whom, file_names[i], file_sha256s[i], cp.seal, cp.entry_count, cp.total)
         RETURNING * INTO a;
-        INSERT INTO archived_charge (job_record_id, period, rate_card_id)
-        SELECT e.job_record_id, p, min(e.rate_card_id) FILTER (WHERE e.kind = 'job')
-          FROM ledger_entry e WHERE e.period = p AND e.job_record_id IS NOT NULL
-         GROUP BY e.job_record_id
-        ON CONFLICT (job_record_id) DO NOTHING;
         INSERT INTO archived_rule (kind, id, period, last_priced_at)
-        SELECT 'rate_card', e.rate_card_id, p, max(hl_charge_priced_at(e))
-          FROM ledger_entry e WHERE e.period = p AND e.kind = 'job' GROUP BY e.rate_card_id
+        SELECT 'rate_card', e.rate_card_id, p, max(coalesce(j.submitted_at, j.started_at))
+          FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+         WHERE e.period = p AND e.kind = 'job' GROUP BY e.rate_card_id
         UNION ALL
         SELECT 'storage_rate', e.storage_rate_id, p, max((s.last_day + 1)::timestamp AT TIME ZONE c.time_zone)
           FROM ledger_entry e JOIN storage_charge_segment s ON s.ledger_entry_id = e.id CROSS JOIN center c
          WHERE e.period = p AND e.kind = 'storage' GROUP BY e.storage_rate_id
         UNION ALL
-        SELECT 'discount', l.discount_id, p, max(hl_charge_priced_at(c))
+        SELECT 'discount', l.discount_id, p,
+               max(CASE c.kind WHEN 'job' THEN coalesce(j.submitted_at, j.started_at)
+                   ELSE hl_day_end((c.period + interval '1 month' - interval '1 day')::date, ce.time_zone)
+                        - interval '1 microsecond' END)
           FROM ledger_entry l JOIN ledger_entry c ON c.id = l.corrects_id
+          LEFT JOIN job_record r ON r.id = c.job_record_id LEFT JOIN job j ON j.id = r.job_id
+         CROSS JOIN center ce
          WHERE l.period = p AND l.kind = 'discount' GROUP BY l.discount_id;
         RETURN NEXT a;
     END LOOP;
+    -- Each record whose charges leave, once, over every month of the call
+    -- (a correction cites its record from another month of the group), with
+    -- the first month holding its entries and its job charge's rate card.
+    INSERT INTO archived_charge (job_record_id, period, rate_card_id)
+    SELECT e.job_record_id, min(e.period), min(e.rate_card_id) FILTER (WHERE e.kind = 'job')
+      FROM ledger_entry e WHERE e.period = ANY (months) AND e.job_record_id IS NOT NULL
+     GROUP BY e.job_record_id
+    ON CONFLICT (job_record_id) DO NOTHING;
     FOR i IN REVERSE array_length(months, 1) .. 1 LOOP
         p := months[i];
         PERFORM set_config('hl.archiving', to_char(p, 'YYYY-MM'), true);
@@ -658,6 +670,15 @@ BEGIN
 END
 $$;
 
+-- The instant the last archived month ended (in the billing time zone);
+-- NULL while nothing is archived. Rules may not newly cover the time
+-- before it (a class change, a discount).
+CREATE FUNCTION hl_archived_until() RETURNS timestamptz
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT hl_day_end((max(a.period) + interval '1 month' - interval '1 day')::date, (SELECT time_zone FROM center))
+      FROM archived_period a
+$$;
+
 -- The guards of rate cards, storage rates and discounts (0026, 0010): a
 -- rule that priced an archived charge stays as frozen as one that priced a
 -- live one (archived_rule).
@@ -753,6 +774,18 @@ BEGIN
     ELSIF OLD.valid_until IS NOT NULL AND (NEW.valid_until IS NULL OR NEW.valid_until > OLD.valid_until) THEN
         bad := hl_discount_covers_posted(NEW, OLD.valid_until, NEW.valid_until);
     END IF;
+    -- Charges of archived months are gone from the ledger, not from the
+    -- past: no discount may newly cover the time they were priced in.
+    IF (TG_OP = 'INSERT' OR (NEW.project_id, NEW.rate_class_id, NEW.valid_from)
+                            IS DISTINCT FROM (OLD.project_id, OLD.rate_class_id, OLD.valid_from))
+       AND NEW.valid_from < hl_archived_until()
+       OR (TG_OP = 'UPDATE' AND OLD.valid_until < hl_archived_until()
+           AND (NEW.valid_until IS NULL OR NEW.valid_until > OLD.valid_until)) THEN
+        RAISE EXCEPTION 'the discount of % %% from % would cover archived months (charges priced before %)',
+            NEW.percent, NEW.valid_from, hl_archived_until()
+            USING ERRCODE = 'HL004',
+                  HINT = 'A rule change never re-prices a past charge: start the discount after the archived months.';
+    END IF;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'the discount of % %% from % would cover ledger entry %, posted before it',
             NEW.percent, NEW.valid_from, bad
@@ -808,6 +841,51 @@ SELECT r.id AS record_id, r.job_id AS run_id, r.kind, r.revision,
   JOIN cluster c ON c.id = r.cluster_id
   JOIN project p ON p.id = r.project_id
   LEFT JOIN center ce ON true;
+
+-- A class change (0026) may not start inside the archived months either,
+-- and the reference tables stay untruncatable once a month is closed
+-- (0010), whatever was archived since.
+CREATE OR REPLACE FUNCTION hl_project_class_check() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    bad bigint;
+BEGIN
+    -- Serialised with every posting, whoever writes (config apply holds it already).
+    PERFORM pg_advisory_xact_lock(7523094288207667810);
+    PERFORM hl_require_read_committed(format('changing the class of project %s', NEW.project_id));
+    IF NEW.effective_from < hl_archived_until() THEN
+        RAISE EXCEPTION 'project % cannot change class from %: its charges priced before % are archived',
+            (SELECT code FROM project WHERE id = NEW.project_id), NEW.effective_from, hl_archived_until()
+            USING ERRCODE = 'HL004',
+                  HINT = 'A rule change never re-prices a past charge: start the change after the archived months.';
+    END IF;
+    SELECT e.id INTO bad
+      FROM ledger_entry e
+     WHERE e.project_id = NEW.project_id AND e.kind IN ('job', 'storage')
+       AND e.period >= date_trunc('month', NEW.effective_from AT TIME ZONE (SELECT time_zone FROM center))::date
+                       - interval '1 month'
+       AND hl_charge_priced_at(e) >= NEW.effective_from
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'project % cannot change class from %: ledger entry % was priced at or after that under the class it had then',
+            (SELECT code FROM project WHERE id = NEW.project_id), NEW.effective_from, bad
+            USING ERRCODE = 'HL004',
+                  HINT = 'A rule change never re-prices a past charge: start the change later, and credit past charges with hpc-ledger adjust if they should have cost less.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION hl_refuse_truncate_when_recorded() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM job) OR EXISTS (SELECT 1 FROM ledger_entry) OR EXISTS (SELECT 1 FROM closed_period) THEN
+        RAISE EXCEPTION '% is referenced by recorded charges: TRUNCATE is refused', TG_TABLE_NAME
+            USING ERRCODE = 'HL004';
+    END IF;
+    RETURN NULL;
+END
+$$;
 
 -- The center guard (0018): the currency and time zone also stay once a
 -- month is closed, whose entries may since have been archived.

@@ -175,8 +175,10 @@ pub async fn latest_correction(conn: &mut PgConnection, period: NaiveDate) -> Re
     .await
 }
 
-/// The lock only one `archive` run holds at a time (for its session).
-pub const ARCHIVE_LOCK: i64 = 7_523_094_288_207_667_811;
+/// The lock only one `archive` run holds at a time (for its session): a
+/// key of its own (…809 is the period lock, …810 the rules', …811 storage
+/// billing's).
+pub const ARCHIVE_LOCK: i64 = 7_523_094_288_207_667_812;
 
 /// Take the archive lock for this session, if no other run holds it.
 pub async fn try_lock(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {

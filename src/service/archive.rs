@@ -123,16 +123,29 @@ pub async fn archive_through(
     dir: &Path,
     by: &str,
 ) -> Result<ArchiveThrough, ArchiveError> {
-    // A connection of its own, closed at the end: the archive lock is held
-    // for its session, and two runs never write the same month's file.
+    // A connection of its own, closed at the end (which also releases the
+    // lock on every path): the archive lock is held for its session, and
+    // two runs never write the same month's file.
     let mut conn = pool.acquire().await.map_err(DbError::from)?.detach();
-    if !adb::try_lock(&mut conn).await? {
+    let result = archive_locked(pool, &mut conn, through, dir, by).await;
+    let _ = sqlx::Connection::close(conn).await;
+    result
+}
+
+async fn archive_locked(
+    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
+    through: Month,
+    dir: &Path,
+    by: &str,
+) -> Result<ArchiveThrough, ArchiveError> {
+    if !adb::try_lock(&mut *conn).await? {
         return Err(ArchiveError::Busy);
     }
-    if periods::closed_period(&mut conn, through.first_day()).await?.is_none() {
+    if periods::closed_period(&mut *conn, through.first_day()).await?.is_none() {
         return Err(ArchiveError::NotClosed(through));
     }
-    let months = adb::archivable(&mut conn, through.first_day()).await?;
+    let months = adb::archivable(&mut *conn, through.first_day()).await?;
     std::fs::create_dir_all(dir).map_err(|e| ArchiveError::File {
         file: dir.display().to_string(),
         reason: format!("cannot create the directory: {e}"),
@@ -140,13 +153,13 @@ pub async fn archive_through(
     let mut done = Vec::new();
     let mut first = 0;
     while first < months.len() {
-        // The group ends at the first month that every correction of the
-        // group's entries is in or before (or at `through`: the database
-        // then refuses, naming the correction).
+        // The group ends at the first month that every correction tied to
+        // the group's entries is in or before (or at `through`: the
+        // database then refuses, naming the correction).
         let mut last = first;
         let mut reach = months[first];
         loop {
-            if let Some(l) = adb::latest_correction(&mut conn, months[last]).await? {
+            if let Some(l) = adb::latest_correction(&mut *conn, months[last]).await? {
                 reach = reach.max(l);
             }
             if reach <= months[last] || last + 1 == months.len() {
@@ -155,7 +168,7 @@ pub async fn archive_through(
             last += 1;
         }
         let group: Vec<Month> = months[first..=last].iter().map(|&p| Month::of_date(p)).collect();
-        match archive_group(pool, &mut conn, &group, dir, by).await {
+        match archive_group(pool, &mut *conn, &group, dir, by).await {
             Ok(a) => done.extend(a),
             Err(e) => {
                 return Ok(ArchiveThrough {
@@ -422,7 +435,11 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
     // (seal v2 only): each is recognised by its shape below, so a header
     // that miscounts them cannot pass entries off as statements.
     let entry_count = u64::try_from(header.entry_count).map_err(|_| bad(1, "a negative entry count".into()))?;
-    if header.items != 1 + entry_count + header.statements {
+    if Some(header.items)
+        != entry_count
+            .checked_add(header.statements)
+            .and_then(|n| n.checked_add(1))
+    {
         return Err(bad(
             1,
             format!(

@@ -444,9 +444,21 @@ async fn a_correction_into_an_earlier_month_ties_it_to_the_later_one() {
             .contains("ledger_entry is append-only: DELETE is refused outside hl_archive_months()"),
         "{refused}"
     );
+    // Storage billing's lock is not the archive's: a run goes on while
+    // another session holds it (they once shared a key).
+    let mut holder = db.pool.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hl_storage_lock_key())")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
     // Through October, both go, in one transaction.
     let out = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
     assert_eq!(out.lines().count(), 2, "{out}");
+    sqlx::query("SELECT pg_advisory_unlock_all()")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    drop(holder);
     assert_eq!(entries_through(&db.pool, "2026-10").await, 0);
     // The deep audit reads every kept record again: an archived charge is
     // not a missing one.
@@ -493,6 +505,30 @@ async fn a_correction_into_an_earlier_month_ties_it_to_the_later_one() {
         refused.to_string().contains("cannot change once charges are posted"),
         "{refused}"
     );
+    // No class change or discount may newly cover the archived months.
+    let refused = sqlx::query(
+        "INSERT INTO project_class (project_id, rate_class_id, effective_from, author)
+         SELECT p.id, c.id, '2026-06-01T00:00:00Z', 't' FROM project p, rate_class c
+          WHERE p.code = 'PAS1234' AND c.name = 'commercial'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("project PAS1234 cannot change class from ")
+            && refused.to_string().contains(" are archived"),
+        "{refused}"
+    );
+    let refused = sqlx::query(
+        "INSERT INTO discount (project_id, percent, valid_from, reason, author)
+         SELECT p.id, 10, '2026-06-01T00:00:00Z', 'backdated', 't' FROM project p WHERE p.code = 'PAS1234'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("would cover archived months"), "{refused}");
     // A correction of an archived job names the archive.
     let o = db.cli(&["reverse", "--cluster", "owens", "--job-id", "1001", "--reason", "x"]);
     assert!(
