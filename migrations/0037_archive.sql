@@ -232,7 +232,9 @@ COMMENT ON FUNCTION hl_archive_months(date[], text, text[], bytea[]) IS
     'Archive closed months in order: record each with its file''s digest, then delete their entries (the schema''s owner only).';
 
 -- One closed month's seal (0035): an archived month's is the seal recorded
--- when it was archived (its file is checked by verify --archive).
+-- when it was archived (its file is checked by verify --archive). A month
+-- recorded as archived that still holds entries (an archived_period row
+-- written by hand) is recomputed from them like any other.
 CREATE OR REPLACE VIEW audit.month_seals AS
 SELECT cp.period, cp.closed_at, cp.closed_by, cp.seal_algorithm, encode(cp.seal, 'hex') AS recorded_seal,
        encode(CASE WHEN ap.period IS NOT NULL THEN ap.seal
@@ -248,18 +250,22 @@ SELECT cp.period, cp.closed_at, cp.closed_by, cp.seal_algorithm, encode(cp.seal,
        cp.currency,
        ap.file_name AS archived_to
   FROM closed_period cp
-  LEFT JOIN archived_period ap ON ap.period = cp.period
+  LEFT JOIN archived_period ap
+         ON ap.period = cp.period AND NOT EXISTS (SELECT 1 FROM ledger_entry e WHERE e.period = cp.period)
   LEFT JOIN LATERAL (SELECT p.seal FROM closed_period p WHERE p.period < cp.period
                       ORDER BY p.period DESC LIMIT 1) b ON true;
 COMMENT ON VIEW audit.month_seals IS
     'Each closed month: its recorded seal, entry count and total next to their recomputation from its entries and the recorded seal of the month before it; an archived month, next to what was recorded when it was archived (archived_to names its file).';
 
 -- The chain (0018): an archived month's link is the seal recorded when it
--- was archived, and the next month is recomputed from it.
+-- was archived, and the next month is recomputed from it (a month that
+-- still holds entries is recomputed, as above).
 CREATE OR REPLACE VIEW audit.seals AS
 WITH RECURSIVE ordered AS (
     SELECT cp.*, ap.seal AS archived_seal, row_number() OVER (ORDER BY cp.period) AS n
-      FROM closed_period cp LEFT JOIN archived_period ap ON ap.period = cp.period
+      FROM closed_period cp
+      LEFT JOIN archived_period ap
+             ON ap.period = cp.period AND NOT EXISTS (SELECT 1 FROM ledger_entry e WHERE e.period = cp.period)
 ), chain AS (
     SELECT o.n, o.period,
            CASE WHEN o.archived_seal IS NOT NULL THEN o.archived_seal
@@ -282,7 +288,8 @@ SELECT cp.period, cp.closed_at, cp.closed_by, cp.seal_algorithm, encode(cp.seal,
        cp.currency,
        ap.file_name AS archived_to
   FROM closed_period cp JOIN chain ch ON ch.period = cp.period
-  LEFT JOIN archived_period ap ON ap.period = cp.period;
+  LEFT JOIN archived_period ap
+         ON ap.period = cp.period AND NOT EXISTS (SELECT 1 FROM ledger_entry e WHERE e.period = cp.period);
 COMMENT ON VIEW audit.seals IS
     'Each closed month: its recorded seal, entry count and total next to their recomputation; the chain is recomputed from the first closed month, each month from the recomputed seal before it; an archived month''s link is the seal recorded when it was archived (archived_to names its file).';
 

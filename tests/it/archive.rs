@@ -444,6 +444,29 @@ async fn a_correction_into_an_earlier_month_ties_it_to_the_later_one() {
             .contains("ledger_entry is append-only: DELETE is refused outside hl_archive_months()"),
         "{refused}"
     );
+    // Nor does recording a month as archived by hand hide an edit of its
+    // entries: a month that still holds entries is recomputed from them.
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER ledger_entry_append_only;
+         UPDATE ledger_entry SET reason = 'edited' WHERE id = (SELECT min(id) FROM ledger_entry WHERE period = '2026-09-01');
+         ALTER TABLE ledger_entry ENABLE ALWAYS TRIGGER ledger_entry_append_only;
+         INSERT INTO archived_period (period, archived_by, file_name, file_sha256, seal, entry_count, total)
+         SELECT period, 'owner', 'none', sha256(''), seal, entry_count, total FROM closed_period
+          WHERE period = '2026-09-01'",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let (month_holds, chain_holds): (bool, bool) = sqlx::query_as(
+        "SELECT (SELECT recomputed_seal = recorded_seal FROM audit.month_seals WHERE period = '2026-09-01'),
+                (SELECT recomputed_seal = recorded_seal FROM audit.seals WHERE period = '2026-09-01')",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!((month_holds, chain_holds), (false, false));
     // Storage billing's lock is not the archive's: a run goes on while
     // another session holds it (they once shared a key).
     let mut holder = db.pool.acquire().await.unwrap();
