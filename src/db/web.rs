@@ -125,16 +125,19 @@ pub struct MonthRow {
     /// The statement's number, when the month is closed.
     pub number: Option<i64>,
     pub total: Decimal,
+    /// The month's archive file, when it is archived (its pages are gone).
+    pub archived_to: Option<String>,
 }
 
 /// Every month a project has a statement or entries in, newest first.
 pub async fn months(conn: &mut PgConnection, project: ProjectId) -> Result<Vec<MonthRow>, sqlx::Error> {
     sqlx::query_as!(
         MonthRow,
-        r#"SELECT s.period AS "period!", s.number AS "number?", s.total AS "total!"
+        r#"SELECT s.period AS "period!", s.number AS "number?", s.total AS "total!",
+                  (SELECT a.file_name FROM archived_period a WHERE a.period = s.period) AS "archived_to?"
              FROM statement s WHERE s.project_id = $1
            UNION ALL
-           SELECT e.period, NULL, sum(e.amount)
+           SELECT e.period, NULL, sum(e.amount), NULL
              FROM ledger_entry e
             WHERE e.project_id = $1 AND e.period > coalesce((SELECT max(period) FROM closed_period), '-infinity')
             GROUP BY e.period

@@ -131,13 +131,21 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
                 @for m in &p.months {
                     @let month = Month::of_date(m.period);
                     tr class=[(month == shown).then_some("shown")] {
-                        td { a href={ (base) "?month=" (month) } { (month) } }
-                        td { @match m.number { Some(n) => { "final, No. " (n) }, None => { "open (provisional)" } } }
-                        (amount(m.total))
-                        td.dl {
-                            a href={ (base) "/statements/" (month) ".html" } { "HTML" }
-                            a href={ (base) "/statements/" (month) ".pdf" } { "PDF" }
-                            a href={ (base) "/statements/" (month) ".csv" } { "CSV" }
+                        @if let Some(file) = &m.archived_to {
+                            // Its entries left the live ledger: no page or download to link to.
+                            td { (month) }
+                            td { @if let Some(n) = m.number { "final, No. " (n) ", archived" } }
+                            (amount(m.total))
+                            td { (file) }
+                        } @else {
+                            td { a href={ (base) "?month=" (month) } { (month) } }
+                            td { @match m.number { Some(n) => { "final, No. " (n) }, None => { "open (provisional)" } } }
+                            (amount(m.total))
+                            td.dl {
+                                a href={ (base) "/statements/" (month) ".html" } { "HTML" }
+                                a href={ (base) "/statements/" (month) ".pdf" } { "PDF" }
+                                a href={ (base) "/statements/" (month) ".csv" } { "CSV" }
+                            }
                         }
                     }
                 }

@@ -195,6 +195,14 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
         .get("/ui/projects/PAS1234?month=2026-10", Some(crate::web::BILLING))
         .await;
     assert_eq!(r.status, 200);
+    // Its list of months names an archived month's file and links to none
+    // of the month's gone pages; a live month keeps its downloads.
+    assert!(r.body.contains("final, No. "), "{}", r.body);
+    assert!(r.body.contains(", archived</td>"), "{}", r.body);
+    assert!(r.body.contains("hpc-ledger-archive-2026-03.jsonl"), "{}", r.body);
+    assert!(!r.body.contains("statements/2026-03.html"), "{}", r.body);
+    assert!(!r.body.contains("?month=2026-03\""), "{}", r.body);
+    assert!(r.body.contains("statements/2026-10.html"), "{}", r.body);
     let _ = web.stop.send(());
     web.done.await.unwrap().unwrap();
 
