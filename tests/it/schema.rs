@@ -538,3 +538,37 @@ async fn the_per_row_functions_are_inlined() {
         assert!(!plan.contains("hl_div_"), "a division is called, not inlined:\n{plan}");
     }
 }
+
+/// The audit's findings can be planned in parallel (migration 0039): no
+/// function the views call is PARALLEL UNSAFE, which would keep the whole
+/// query, its pass over every job charge included, on one core. With
+/// parallel plans made free, PostgreSQL uses them.
+#[tokio::test]
+async fn the_audit_can_run_in_parallel() {
+    let db = TestDb::new().await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    for view in ["audit.discrepancies", "audit.seals", "audit.job_charges"] {
+        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN (COSTS OFF) SELECT * FROM {view}"))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        assert!(
+            plan.iter().any(|l| l.contains("Gather")),
+            "{view} is never parallel:\n{}",
+            plan.join("\n")
+        );
+    }
+    // And none of the functions they may call is left unsafe.
+    let unsafe_readers: Vec<String> = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+          WHERE p.proname LIKE 'hl\\_%' AND l.lanname = 'sql' AND p.proparallel = 'u' ORDER BY 1",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    assert!(unsafe_readers.is_empty(), "{unsafe_readers:?}");
+}
