@@ -66,6 +66,23 @@ async fn caught_up(primary: &mut PgConnection, standby: &mut PgConnection) {
     panic!("the standby did not replay up to {lsn} in 30 s");
 }
 
+/// Wait until the standby's SQL shows scheduler job `job` (once), after
+/// `caught_up`: it can show a replayed transaction a moment later.
+async fn shown(standby: &mut PgConnection, job: &str) {
+    for _ in 0..3000 {
+        let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM job WHERE scheduler_job_id = $1")
+            .bind(job)
+            .fetch_one(&mut *standby)
+            .await
+            .unwrap();
+        if seen == 1 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the standby did not show job {job} within 30 s of replaying past its commit");
+}
+
 const NEW_JOB: &str = r#"{"cluster": "owens", "job_id": "9901", "project": "PAS1234", "user": "ada", "job_name": "late-one", "queue": "batch", "cores": 2, "submit": "2026-11-10T08:00:00-05:00", "start": "2026-11-10T08:00:00-05:00", "end": "2026-11-10T10:00:00-05:00", "state": "COMPLETED"}"#;
 
 #[tokio::test]
@@ -167,21 +184,7 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
     // And the import's job is visible there (once, under a loaded suite,
     // the page below did not show it: this says whether the replica's SQL
     // did not either).
-    let mut seen = 0i64;
-    for _ in 0..600 {
-        seen = sqlx::query_scalar("SELECT count(*) FROM job WHERE scheduler_job_id = '9901'")
-            .fetch_one(&mut standby)
-            .await
-            .unwrap();
-        if seen == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        seen, 1,
-        "the standby did not show job 9901 within 30 s of replaying past its commit"
-    );
+    shown(&mut standby, "9901").await;
     sqlx::query("SELECT pg_wal_replay_pause()")
         .execute(&mut standby)
         .await
@@ -276,21 +279,7 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
     // migration 0040 changed the audit's usage check, which this test runs
     // on the replica before; the cause is not known), so wait for its SQL
     // to show the job, as for job 9901 above, before asking for the page.
-    let mut seen = 0i64;
-    for _ in 0..600 {
-        seen = sqlx::query_scalar("SELECT count(*) FROM job WHERE scheduler_job_id = '9902'")
-            .fetch_one(&mut standby)
-            .await
-            .unwrap();
-        if seen == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        seen, 1,
-        "the standby did not show job 9902 within 6 s of replaying past its commit"
-    );
+    shown(&mut standby, "9902").await;
     assert!(page(addr).await.contains("owens/9902"));
     assert_eq!(ok(&on_replica(&november)), current);
     let _ = stop.send(());
