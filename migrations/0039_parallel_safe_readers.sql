@@ -6,11 +6,16 @@
 -- that default; the audit's views call five of them (reversal causes,
 -- rejections' resolutions, holds' releases, draws, journal digests), so
 -- no part of the audit ever ran in parallel, its pass over every job
--- charge included.
+-- charge included. The seal's aggregate is declared safe too (its step,
+-- migration 0038, already is).
 --
--- Measured on a `bench --keep` ledger of 1,274,200 entries (Intel Xeon, 2
--- cores, PostgreSQL 15 with max_parallel_workers_per_gather 2): the
--- audit's findings query 11.9 s -> 8.9 s, the same findings.
+-- Measured on a `bench --keep` ledger of 1,274,200 entries with 0038
+-- (Intel Xeon, 2 cores, PostgreSQL 15 with max_parallel_workers_per_gather
+-- 2): the audit's findings query as the audit sends it (every column,
+-- ordered) 11.9 s -> 8.9 s, the same findings.
+
+CREATE OR REPLACE AGGREGATE hl_seal_chain(text) (SFUNC = hl_seal_step, STYPE = bytea, INITCOND = '',
+                                                PARALLEL = SAFE);
 
 ALTER FUNCTION hl_month_seal(date,bytea) PARALLEL SAFE;
 ALTER FUNCTION hl_reversal_cause(ledger_entry,ledger_entry) PARALLEL SAFE;
