@@ -28,6 +28,27 @@ async fn through_september() -> TestDb {
     db
 }
 
+/// Where a test's archive files go (its own directory, by its database).
+fn archive_dir(db: &TestDb) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("archive-{}", db.name))
+}
+
+/// Reverse the first storage charge of `month` (`YYYY-MM`) with `reverse
+/// --entry`, and `extra` options; its id.
+async fn reverse_first_storage(db: &TestDb, month: &str, extra: &[&str]) -> i64 {
+    let entry: i64 =
+        sqlx::query_scalar("SELECT min(id) FROM ledger_entry WHERE period = ($1 || '-01')::date AND kind = 'storage'")
+            .bind(month)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let id = entry.to_string();
+    let mut args = vec!["reverse", "--entry", &id, "--reason", "quota set by mistake"];
+    args.extend_from_slice(extra);
+    ok(&db.cli(&args));
+    entry
+}
+
 async fn entries_through(pool: &PgPool, month: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM ledger_entry WHERE period <= $1")
         .bind(m(month).first_day())
@@ -66,22 +87,11 @@ fn seal_of_file(path: &Path) -> (String, String, u64) {
 #[tokio::test]
 async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     let db = through_september().await;
-    let dir: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("archive-{}", db.name));
+    let dir = archive_dir(&db);
     let dir_s = dir.to_str().unwrap();
     // A September storage charge reversed in October: September cannot be
     // archived while October, which points at it, is live.
-    let september: i64 =
-        sqlx::query_scalar("SELECT min(id) FROM ledger_entry WHERE period = '2026-09-01' AND kind = 'storage'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-    ok(&db.cli(&[
-        "reverse",
-        "--entry",
-        &september.to_string(),
-        "--reason",
-        "quota set by mistake",
-    ]));
+    let september = reverse_first_storage(&db, "2026-09", &[]).await;
     ok(&db.cli(&["close", "--month", "2026-10", "--author", "billing"]));
     ok(&db.cli(&[
         "alloc",
@@ -378,27 +388,14 @@ async fn a_correction_into_an_earlier_month_ties_it_to_the_later_one() {
         .await
         .unwrap();
     assert!(closed.stopped.is_none(), "{:?}", closed.stopped);
-    let october: i64 =
-        sqlx::query_scalar("SELECT min(id) FROM ledger_entry WHERE period = '2026-10-01' AND kind = 'storage'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-    ok(&db.cli(&[
-        "reverse",
-        "--entry",
-        &october.to_string(),
-        "--month",
-        "2026-09",
-        "--reason",
-        "quota set by mistake",
-    ]));
+    let october = reverse_first_storage(&db, "2026-10", &["--month", "2026-09"]).await;
     let reversal: i64 = sqlx::query_scalar("SELECT id FROM ledger_entry WHERE corrects_id = $1")
         .bind(october)
         .fetch_one(&db.pool)
         .await
         .unwrap();
     ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
-    let dir: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("archive-{}", db.name));
+    let dir = archive_dir(&db);
     let dir_s = dir.to_str().unwrap();
     let o = db.cli(&["archive", "--through", "2026-09", "--to", dir_s]);
     assert!(!o.status.success(), "{}", stdout(&o));
