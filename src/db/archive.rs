@@ -58,12 +58,7 @@ pub async fn archivable(conn: &mut PgConnection, through: NaiveDate) -> Result<V
 /// seal recorded for the month before it.
 pub async fn seal_header(conn: &mut PgConnection, period: NaiveDate) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"SELECT CASE WHEN cp.seal_algorithm = 'sha256-chain-v1'
-                       THEN 'hpc-ledger seal v1 ' || to_char(cp.period, 'YYYY-MM') || ' '
-                            || coalesce(encode(b.seal, 'hex'), 'none')
-                       ELSE jsonb_build_array('hpc-ledger seal v2', to_char(cp.period, 'YYYY-MM'), encode(b.seal, 'hex'),
-                                              cp.currency, cp.closed_by,
-                                              (extract(epoch FROM cp.closed_at) * 1000000)::bigint)::text END AS "t!"
+        r#"SELECT hl_seal_header(cp.seal_algorithm, cp.period, b.seal, cp.currency, cp.closed_by, cp.closed_at) AS "t!"
              FROM closed_period cp
              LEFT JOIN closed_period b ON b.period = (cp.period - interval '1 month')::date
             WHERE cp.period = $1"#,
@@ -82,7 +77,8 @@ pub async fn entry_items(
     limit: i64,
 ) -> Result<Vec<(i64, String)>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT e.id, hl_entry_text(e) AS "t!" FROM ledger_entry e
+        r#"SELECT e.id, hl_seal_entry_item(cp.seal_algorithm, e) AS "t!"
+             FROM ledger_entry e JOIN closed_period cp ON cp.period = e.period
             WHERE e.period = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"#,
         period,
         after,
@@ -93,11 +89,11 @@ pub async fn entry_items(
     Ok(rows.into_iter().map(|r| (r.id, r.t)).collect())
 }
 
-/// The seal items of a month's statements (seal v2 seals them; v1 did
-/// not), in number order.
+/// The seal items of a month's statements (seals v2 and v3 seal them; v1
+/// did not), in number order.
 pub async fn statement_items(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"SELECT jsonb_build_array(s.number, s.project_id, s.entry_count, s.total)::text AS "t!"
+        r#"SELECT hl_seal_statement_item(cp.seal_algorithm, s) AS "t!"
              FROM statement s JOIN closed_period cp ON cp.period = s.period
             WHERE s.period = $1 AND cp.seal_algorithm <> 'sha256-chain-v1'
             ORDER BY s.number"#,

@@ -156,6 +156,7 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         'A',
     ),
     ("ledger_entry", "ledger_entry_rollups", "hl_ledger_rollups_add", 'A'),
+    ("ledger_entry", "ledger_entry_seal_digest", "hl_entry_seal_digest", 'A'),
     (
         "node_type",
         "node_type_keep_referenced",

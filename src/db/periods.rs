@@ -59,7 +59,7 @@ pub async fn close(conn: &mut PgConnection, period: NaiveDate, closed_by: &str) 
     let row = sqlx::query_as!(
         ClosedPeriod,
         r#"INSERT INTO closed_period (period, closed_by, entry_count, total, seal_algorithm, seal)
-           VALUES ($1, $2, 0, 0, 'sha256-chain-v2', sha256(''))
+           VALUES ($1, $2, 0, 0, 'sha256-digests-v3', sha256(''))
            RETURNING period, closed_at, closed_by, entry_count, total, seal_algorithm, seal, currency"#,
         period,
         closed_by

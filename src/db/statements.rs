@@ -48,6 +48,23 @@ pub async fn issued(
 }
 
 /// Projects with entries in a month.
+/// Every statement issued for `period` (a closed month has one for each
+/// project with entries in it): project, number and total, in number
+/// order.
+pub async fn issued_in(
+    conn: &mut PgConnection,
+    period: NaiveDate,
+) -> Result<Vec<(ProjectId, i64, Decimal)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT project_id AS "project_id: ProjectId", number, total
+             FROM statement WHERE period = $1 ORDER BY number"#,
+        period
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.project_id, r.number, r.total)).collect())
+}
+
 pub async fn projects_with_entries(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<ProjectId>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"SELECT DISTINCT project_id AS "project_id: ProjectId" FROM ledger_entry WHERE period = $1"#,

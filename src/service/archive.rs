@@ -8,13 +8,15 @@
 //!    seal, the seal of the month before it, entry count, total, currency,
 //!    how many seal items follow, and how many of them are statements);
 //! 2. the month's seal items, one per line, exactly the text the database
-//!    hashed when it sealed the month: the header item, every entry
-//!    (`hl_entry_text`, a JSON array) in id order, and (seal v2) every
-//!    statement in number order. The seal is the SHA-256 chain
-//!    `h = sha256(h ‖ item)` from the empty string over these lines, so
-//!    anyone can recompute it from the file without hpc-ledger;
-//! 3. one JSON object per entry with what the seal leaves out (its charging
-//!    rules version, its discount, its storage segments).
+//!    hashed when it sealed the month: the header item, every entry (a
+//!    JSON array: `hl_entry_text`, or `hl_entry_text_v3` for seal v3) in id
+//!    order, and (seals v2 and v3) every statement in number order. The
+//!    seal is the SHA-256 chain `h = sha256(h ‖ item)` from the empty string
+//!    over these lines (v1, v2), or the SHA-256 of their SHA-256 digests one
+//!    after another (v3), so anyone can recompute it from the file without
+//!    hpc-ledger;
+//! 3. one JSON object per entry with what seals v1 and v2 leave out (its
+//!    charging rules version, its discount), and its storage segments.
 //!
 //! The file is written beside its final name, read back, and its seal
 //! recomputed and compared with the recorded one before the database
@@ -84,7 +86,7 @@ pub struct Header {
     pub closed_by: String,
     /// Seal items that follow the header: 1 + entries + statements.
     pub items: u64,
-    /// Of those, statements (seal v2; 0 for v1).
+    /// Of those, statements (seals v2 and v3; 0 for v1).
     pub statements: u64,
 }
 
@@ -367,10 +369,10 @@ async fn write_file(conn: &mut sqlx::PgConnection, month: Month, path: &Path) ->
 pub struct FileCheck {
     pub file: PathBuf,
     pub header: Header,
-    /// The SHA-256 chain over the seal items (hex).
+    /// The seal recomputed over the seal items by its algorithm (hex).
     pub recomputed_seal: String,
     /// The month in the seal's own header item agrees with the file's header
-    /// (month and, for seal v2, the previous seal).
+    /// (month and, for seals v2 and v3, the previous seal).
     pub header_item_agrees: bool,
     /// Entries and their total (the rounded amounts), counted in the items.
     pub entries: i64,
@@ -392,6 +394,41 @@ fn chain(state: &[u8], item: &str) -> [u8; 32] {
     h.update(item.as_bytes());
     h.finalize().into()
 }
+
+/// A month's seal recomputed item by item, by its algorithm: the chain of
+/// v1 and v2, or (v3, migration 0041) the SHA-256 of the items' SHA-256
+/// digests one after another.
+enum Seal {
+    Chain(Vec<u8>),
+    Digests(Sha256),
+}
+
+impl Seal {
+    fn new(algorithm: &str) -> Seal {
+        if algorithm == V3 {
+            Seal::Digests(Sha256::new())
+        } else {
+            Seal::Chain(Vec::new())
+        }
+    }
+
+    fn add(&mut self, item: &str) {
+        match self {
+            Seal::Chain(state) => *state = chain(state, item).to_vec(),
+            Seal::Digests(h) => h.update(Sha256::digest(item.as_bytes())),
+        }
+    }
+
+    fn finish(self) -> String {
+        match self {
+            Seal::Chain(state) => hex::encode(state),
+            Seal::Digests(h) => hex::encode(h.finalize()),
+        }
+    }
+}
+
+/// The seal algorithm of months closed since migration 0041.
+const V3: &str = "sha256-digests-v3";
 
 /// Read an archive file and recompute what it claims: its seal, its entry
 /// count and total, its digest. Errors name the file and the line.
@@ -432,7 +469,7 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
         ));
     }
     // The items are the seal's header, the entries, then the statements
-    // (seal v2 only): each is recognised by its shape below, so a header
+    // (seals v2 and v3): each is recognised by its shape below, so a header
     // that miscounts them cannot pass entries off as statements.
     let entry_count = u64::try_from(header.entry_count).map_err(|_| bad(1, "a negative entry count".into()))?;
     if Some(header.items)
@@ -452,7 +489,10 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
         return Err(bad(1, "a seal v1 month has no statements among its seal items".into()));
     }
     let month_day = format!("\"{}\"", header.month.first_day());
-    let mut state: Vec<u8> = Vec::new();
+    let mut seal = Seal::new(&header.seal_algorithm);
+    // An entry's item: v3 adds its charging rules and discount to v2's 18
+    // fields, at the end.
+    let entry_fields = if header.seal_algorithm == V3 { 20 } else { 18 };
     let mut entries = 0i64;
     let mut total = Decimal::ZERO;
     let mut header_item_agrees = false;
@@ -471,16 +511,17 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
                 "the last seal item has no line end: the file is cut short".into(),
             ));
         };
-        state = chain(&state, item).to_vec();
+        seal.add(item);
         if i == 0 {
             header_item_agrees = header_item_matches(&header, item);
         } else {
             let fields: Vec<&serde_json::value::RawValue> =
                 serde_json::from_str(item).map_err(|e| bad(line_no, format!("not a seal item: {e}")))?;
             if i < first_statement {
-                // hl_entry_text: 18 fields, the month (its first day) the
-                // third, the rounded amount the 15th.
-                if fields.len() != 18 || fields[2].get() != month_day {
+                // hl_entry_text (hl_entry_text_v3): 18 (20) fields, the
+                // month (its first day) the third, the rounded amount the
+                // 15th.
+                if fields.len() != entry_fields || fields[2].get() != month_day {
                     return Err(bad(line_no, format!("not an entry of {}", header.month)));
                 }
                 let amount = fields[14]
@@ -504,7 +545,7 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
     }
     Ok(FileCheck {
         file: path.to_owned(),
-        recomputed_seal: hex::encode(&state),
+        recomputed_seal: seal.finish(),
         header_item_agrees,
         entries,
         total,
@@ -514,7 +555,7 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
 }
 
 /// Whether the seal's header item names the file header's month (and, for
-/// seal v2, its previous seal, currency and closer).
+/// seals v2 and v3, its previous seal, currency and closer).
 fn header_item_matches(h: &Header, item: &str) -> bool {
     if h.seal_algorithm == "sha256-chain-v1" {
         let previous = h.previous_seal.as_deref().unwrap_or("none");
@@ -523,7 +564,12 @@ fn header_item_matches(h: &Header, item: &str) -> bool {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(item) else {
         return false;
     };
-    v[0] == "hpc-ledger seal v2"
+    let label = if h.seal_algorithm == V3 {
+        "hpc-ledger seal v3"
+    } else {
+        "hpc-ledger seal v2"
+    };
+    v[0] == label
         && v[1] == h.month.to_string()
         && v[2].as_str() == h.previous_seal.as_deref()
         && v[3].as_str() == h.currency.as_deref()

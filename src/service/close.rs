@@ -280,14 +280,15 @@ async fn close_in(
         return Err(CloseError::StorageNotBilled(month));
     }
     let closed = periods::close(&mut *tx, period, author).await?;
-    let ids = sdb::projects_with_entries(&mut *tx, period).await?;
+    // The statements the close has just issued, one per project with
+    // entries (read from them, not from the month's entries again).
+    let issued = sdb::issued_in(&mut *tx, period).await?;
+    let ids: Vec<_> = issued.iter().map(|(p, _, _)| *p).collect();
     let codes: std::collections::HashMap<_, _> = stdb::project_codes(&mut *tx, &ids).await?.into_iter().collect();
-    let mut statements: Vec<(String, i64, Decimal)> = sdb::issued(&mut *tx, &ids, period)
-        .await?
+    let statements: Vec<(String, i64, Decimal)> = issued
         .into_iter()
-        .map(|(p, i)| (codes[&p].clone(), i.number, i.total))
+        .map(|(p, number, total)| (codes[&p].clone(), number, total))
         .collect();
-    statements.sort_by_key(|s| s.1);
     Ok(outcome(closed, true, statements))
 }
 

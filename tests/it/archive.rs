@@ -74,14 +74,29 @@ fn seal_of_file(path: &Path) -> (String, String, u64) {
     let mut lines = text.lines();
     let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
     let items = header["items"].as_u64().unwrap();
-    let mut h: Vec<u8> = Vec::new();
-    for line in lines.take(items as usize) {
-        let mut d = Sha256::new();
-        d.update(&h);
-        d.update(line.as_bytes());
-        h = d.finalize().to_vec();
-    }
-    (hex::encode(h), header["seal"].as_str().unwrap().to_owned(), items)
+    let recomputed = if header["seal_algorithm"] == "sha256-digests-v3" {
+        // Seal v3: one SHA-256 over the items' SHA-256 digests.
+        let mut all = Sha256::new();
+        for line in lines.take(items as usize) {
+            all.update(Sha256::digest(line.as_bytes()));
+        }
+        all.finalize().to_vec()
+    } else {
+        // v1, v2: the chain h = sha256(h ‖ item).
+        let mut h: Vec<u8> = Vec::new();
+        for line in lines.take(items as usize) {
+            let mut d = Sha256::new();
+            d.update(&h);
+            d.update(line.as_bytes());
+            h = d.finalize().to_vec();
+        }
+        h
+    };
+    (
+        hex::encode(recomputed),
+        header["seal"].as_str().unwrap().to_owned(),
+        items,
+    )
 }
 
 #[tokio::test]
@@ -237,7 +252,7 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     let entry = &mut lines[2];
     let fields: Vec<&serde_json::value::RawValue> = serde_json::from_str(entry).unwrap();
     let amount = fields[14].get().to_owned();
-    *entry = entry.replacen(&format!(", {amount}, "), ", 0.01, ", 1);
+    *entry = entry.replacen(&format!(",{amount},"), ",0.01,", 1);
     assert_ne!(text.lines().nth(2).unwrap(), lines[2]);
     let copy = tampered.join("hpc-ledger-archive-2026-08.jsonl");
     std::fs::write(&copy, lines.join("\n") + "\n").unwrap();
@@ -565,4 +580,76 @@ async fn a_correction_into_an_earlier_month_ties_it_to_the_later_one() {
         stderr(&o)
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Months sealed before seal v3 (migration 0041) keep their algorithm: a
+/// ledger whose first month was sealed with v1 and the next three with v2
+/// verifies, archives and verifies from its files, each month by its own
+/// algorithm (the files' seals recomputed here as well).
+#[tokio::test]
+async fn months_sealed_with_v1_and_v2_still_verify_and_archive() {
+    let db = through_september().await;
+    let dir = archive_dir(&db);
+    let dir_s = dir.to_str().unwrap();
+    // The owner turns the first four months into what older releases
+    // sealed, and seals every month again in order from the one before.
+    sqlx::raw_sql(
+        "ALTER TABLE closed_period DISABLE TRIGGER USER;
+         UPDATE closed_period SET seal_algorithm = CASE WHEN period = '2026-01-01' THEN 'sha256-chain-v1'
+                                                        ELSE 'sha256-chain-v2' END
+          WHERE period <= '2026-04-01';
+         DO $$
+         DECLARE c record;
+         BEGIN
+             FOR c IN SELECT * FROM closed_period ORDER BY period LOOP
+                 UPDATE closed_period SET seal = hl_month_seal_of(c.seal_algorithm, c.period,
+                            (SELECT b.seal FROM closed_period b WHERE b.period = (c.period - interval '1 month')::date),
+                            c.currency, c.closed_by, c.closed_at)
+                  WHERE period = c.period;
+             END LOOP;
+         END $$;
+         ALTER TABLE closed_period ENABLE TRIGGER USER;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let algorithms: Vec<String> = sqlx::query_scalar("SELECT seal_algorithm FROM closed_period ORDER BY period")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        algorithms,
+        [
+            "sha256-chain-v1",
+            "sha256-chain-v2",
+            "sha256-chain-v2",
+            "sha256-chain-v2",
+            "sha256-digests-v3",
+            "sha256-digests-v3",
+            "sha256-digests-v3",
+            "sha256-digests-v3",
+            "sha256-digests-v3"
+        ]
+    );
+    let v = ok(&db.cli(&["verify"]));
+    assert_eq!(v.lines().filter(|l| l.contains("seal holds")).count(), 9, "{v}");
+
+    ok(&db.cli(&["archive", "--through", "2026-06", "--to", dir_s]));
+    let v = ok(&db.cli(&["verify", "--archive", dir_s]));
+    assert_eq!(v.lines().filter(|l| l.contains(": seal holds from ")).count(), 6, "{v}");
+    for (month, algorithm) in [
+        ("2026-01", "sha256-chain-v1"),
+        ("2026-03", "sha256-chain-v2"),
+        ("2026-06", "sha256-digests-v3"),
+    ] {
+        let file = dir.join(format!("hpc-ledger-archive-{month}.jsonl"));
+        let header: serde_json::Value =
+            serde_json::from_str(std::fs::read_to_string(&file).unwrap().lines().next().unwrap()).unwrap();
+        assert_eq!(header["seal_algorithm"], algorithm);
+        let (recomputed, in_header, _) = seal_of_file(&file);
+        assert_eq!(recomputed, in_header, "{month}");
+    }
+    // What stays live still verifies from the archived months' seals.
+    let v = ok(&db.cli(&["verify"]));
+    assert_eq!(v.lines().filter(|l| l.contains("seal holds")).count(), 9, "{v}");
 }

@@ -1191,7 +1191,7 @@ async fn a_close_never_makes_earlier_storage_unbillable() {
         .unwrap();
     assert!(out.contains("STATEMENT No. 2 — 2026-02 — final (closed "), "{out}");
     assert!(
-        out.contains(&format!("\nMonth seal (sha256-chain-v2): {seal}\n")),
+        out.contains(&format!("\nMonth seal (sha256-digests-v3): {seal}\n")),
         "{out}"
     );
     assert!(!out.contains("not billed"), "{out}");

@@ -508,6 +508,60 @@ async fn the_seal_hashes_the_same_bytes_as_before() {
     assert_eq!(hex::encode(chained), hex::encode(h));
 }
 
+/// Seal v3's text of an entry (migration 0041) is v2's array printed
+/// without jsonb, plus the charging rules version and the discount: the
+/// same 18 values as jsonb prints them, whatever the text holds (quotes, a
+/// backslash, a line break, non-ASCII), and never a raw line break (an
+/// archive file holds one item per line). One text is pinned: it is what
+/// every v3 seal is computed over.
+#[tokio::test]
+async fn the_v3_entry_text_is_v2s_values_and_two_more() {
+    let db = TestDb::new().await;
+    let rows = [
+        r#"{"id": 41, "posted_at": "2026-03-31T23:59:59.123456-04:00", "period": "2026-03-01", "project_id": 7,
+            "kind": "storage", "metric": "tb_months", "storage_rate_id": 2, "billing_run_id": 5,
+            "quantity": "1.500000000000", "unit_rate": "4.25", "amount_exact": "6.375000000000", "amount": "6.38",
+            "late": false, "author": "Zoë", "charging_rules": 2}"#,
+        r#"{"id": 9000000000, "posted_at": "1999-12-31T23:59:59Z", "period": "1999-12-01", "project_id": 1,
+            "kind": "discount", "job_record_id": 3, "rate_card_id": 4, "corrects_id": 8, "discount_id": 12,
+            "quantity": "-0.000000000001", "unit_rate": "0", "amount_exact": "0", "amount": "-0.00",
+            "late": true, "author": "a \"quoted\" back\\slash", "reason": "line\nbreak\ttab ✓ \u0001",
+            "charging_rules": 1}"#,
+    ];
+    let mut texts = Vec::new();
+    for row in rows {
+        let (v2, v3): (String, String) = sqlx::query_as(
+            "SELECT hl_entry_text(r), hl_entry_text_v3(r) FROM jsonb_populate_record(NULL::ledger_entry, $1::jsonb) r",
+        )
+        .bind(row)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert!(!v3.contains('\n'), "{v3}");
+        let old: Vec<&serde_json::value::RawValue> = serde_json::from_str(&v2).unwrap();
+        let new: Vec<&serde_json::value::RawValue> = serde_json::from_str(&v3).unwrap();
+        let given: serde_json::Value = serde_json::from_str(row).unwrap();
+        assert_eq!(new.len(), 20, "{v3}");
+        assert_eq!(
+            old.iter().map(|v| v.get()).collect::<Vec<_>>(),
+            new[..18].iter().map(|v| v.get()).collect::<Vec<_>>(),
+            "{v3}"
+        );
+        assert_eq!(new[18].get(), given["charging_rules"].to_string());
+        assert_eq!(new[19].get(), given["discount_id"].to_string());
+        texts.push(v3);
+    }
+    assert_eq!(
+        texts[0],
+        r#"[41,1775015999123456,"2026-03-01",7,"storage","tb_months",null,null,2,5,null,1.500000000000,4.2500000000,6.3750000000000000000000,6.38,false,"Zoë",null,2,null]"#
+    );
+    assert!(
+        texts[1].ends_with(r#","a \"quoted\" back\\slash","line\nbreak\ttab ✓ \u0001",1,12]"#),
+        "{}",
+        texts[1]
+    );
+}
+
 /// The functions on the audit's, the seal's and the rollups' paths are
 /// inlined into the queries that call them (a call per row through the
 /// SQL-function executor made the audit half again slower): none of them
@@ -525,6 +579,11 @@ async fn the_per_row_functions_are_inlined() {
             "SELECT hl_div_round_nonneg(e.quantity, 3600, 12) FROM ledger_entry e",
         ),
         ("hl_entry_text", "SELECT hl_entry_text(e) FROM ledger_entry e"),
+        ("hl_entry_text_v3", "SELECT hl_entry_text_v3(e) FROM ledger_entry e"),
+        (
+            "hl_seal_entry_item",
+            "SELECT hl_seal_entry_item('sha256-digests-v3', e) FROM ledger_entry e",
+        ),
         (
             "hl_draw_instant",
             "SELECT hl_draw_instant(e.kind, e.storage_rate_id, e.period, NULL, NULL, NULL, NULL, NULL, NULL,

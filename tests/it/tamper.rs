@@ -353,7 +353,7 @@ async fn only_the_close_procedure_closes_a_month() {
     );
     assert_eq!(
         (count, algorithm.as_str(), currency.as_str(), fresh),
-        (entries, "sha256-chain-v2", "USD", true)
+        (entries, "sha256-digests-v3", "USD", true)
     );
     assert_ne!(total, "12345.67");
     assert!(statements > 0);
@@ -371,7 +371,7 @@ async fn a_sealed_month_keeps_its_currency_and_a_rewritten_chain_shows_outside_t
     let a = anchors.to_str().unwrap();
     for month in ["2026-07", "2026-08", "2026-09", "2026-10"] {
         let out = ok(&db.cli(&["close", "--month", month, "--anchor-file", a]));
-        assert!(out.contains("seal (sha256-chain-v2): "), "{out}");
+        assert!(out.contains("seal (sha256-digests-v3): "), "{out}");
     }
     // Closing again appends nothing new.
     ok(&db.cli(&["close", "--month", "2026-10", "--anchor-file", a]));
@@ -418,9 +418,9 @@ async fn a_sealed_month_keeps_its_currency_and_a_rewritten_chain_shows_outside_t
         "UPDATE statement SET total = t.total FROM (SELECT project_id, period, sum(amount) AS total FROM ledger_entry GROUP BY 1, 2) t
           WHERE t.project_id = statement.project_id AND t.period = statement.period AND statement.period >= '2026-08-01';
          UPDATE closed_period c SET total = (SELECT sum(amount) FROM ledger_entry WHERE period = c.period) WHERE period >= '2026-08-01';
-         UPDATE closed_period SET seal = hl_month_seal_v2('2026-08-01', (SELECT seal FROM closed_period WHERE period = '2026-07-01'), currency, closed_by, closed_at) WHERE period = '2026-08-01';
-         UPDATE closed_period SET seal = hl_month_seal_v2('2026-09-01', (SELECT seal FROM closed_period WHERE period = '2026-08-01'), currency, closed_by, closed_at) WHERE period = '2026-09-01';
-         UPDATE closed_period SET seal = hl_month_seal_v2('2026-10-01', (SELECT seal FROM closed_period WHERE period = '2026-09-01'), currency, closed_by, closed_at) WHERE period = '2026-10-01';
+         UPDATE closed_period SET seal = hl_month_seal_v3('2026-08-01', (SELECT seal FROM closed_period WHERE period = '2026-07-01'), currency, closed_by, closed_at) WHERE period = '2026-08-01';
+         UPDATE closed_period SET seal = hl_month_seal_v3('2026-09-01', (SELECT seal FROM closed_period WHERE period = '2026-08-01'), currency, closed_by, closed_at) WHERE period = '2026-09-01';
+         UPDATE closed_period SET seal = hl_month_seal_v3('2026-10-01', (SELECT seal FROM closed_period WHERE period = '2026-09-01'), currency, closed_by, closed_at) WHERE period = '2026-10-01';
          ALTER TABLE ledger_entry ENABLE TRIGGER USER; ALTER TABLE closed_period ENABLE TRIGGER USER;
          ALTER TABLE statement ENABLE TRIGGER USER;",
     )
@@ -498,4 +498,128 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
         crate::harness::stderr(&o)
     );
     sqlx::raw_sql(&format!("DROP ROLE {auditor}")).execute(p).await.unwrap();
+}
+
+/// Seal v3 (migration 0041) covers what v2 left out of an entry: its
+/// charging rules version and its discount (the entry's text with both is
+/// checked in schema.rs). The owner changes the version of a charge in a
+/// closed month: under v3 the month's seal breaks; sealed with v2, the
+/// same change passes.
+#[tokio::test]
+async fn seal_v3_covers_the_charging_rules_version() {
+    let db = october().await;
+    let p = &db.pool;
+    for month in ["2026-07", "2026-08"] {
+        ok(&db.cli(&["close", "--month", month]));
+    }
+    // A storage charge whose exact amount is its quantity times its rate,
+    // so the charging rules version 1 is allowed by the table's CHECK.
+    let entry = id(
+        p,
+        "SELECT min(id) FROM ledger_entry WHERE period = '2026-08-01' AND kind = 'storage'
+            AND amount_exact = quantity * unit_rate AND charging_rules = 2",
+    )
+    .await;
+    let edit = format!(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER USER;
+         UPDATE ledger_entry SET charging_rules = 1 WHERE id = {entry};
+         ALTER TABLE ledger_entry ENABLE TRIGGER USER;"
+    );
+    sqlx::raw_sql(&edit).execute(p).await.unwrap();
+    let v = db.cli(&["verify"]);
+    assert_eq!(v.status.code(), Some(5));
+    let out = crate::harness::stdout(&v);
+    assert!(out.contains("2026-07: seal holds"), "{out}");
+    assert!(out.contains("2026-08: SEAL BROKEN"), "{out}");
+
+    // August sealed with v2 over the edited entry: its seal holds, and
+    // it still holds with the version set back (v2 does not see it).
+    sqlx::raw_sql(
+        "ALTER TABLE closed_period DISABLE TRIGGER USER;
+         UPDATE closed_period SET seal_algorithm = 'sha256-chain-v2',
+                seal = hl_month_seal_v2(period, (SELECT seal FROM closed_period WHERE period = '2026-07-01'),
+                                        currency, closed_by, closed_at)
+          WHERE period = '2026-08-01';
+         ALTER TABLE closed_period ENABLE TRIGGER USER;",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    sqlx::raw_sql(&edit.replace("charging_rules = 1", "charging_rules = 2"))
+        .execute(p)
+        .await
+        .unwrap();
+    assert!(
+        ok(&db.cli(&["verify"])).lines().all(|l| l.contains("seal holds")),
+        "v2 does not cover the charging rules"
+    );
+
+    // Sealed with v3 again, the same month holds with the version as it
+    // was: the seal above broke on the version alone.
+    sqlx::raw_sql(
+        "ALTER TABLE closed_period DISABLE TRIGGER USER;
+         UPDATE closed_period SET seal_algorithm = 'sha256-digests-v3',
+                seal = hl_month_seal_v3(period, (SELECT seal FROM closed_period WHERE period = '2026-07-01'),
+                                        currency, closed_by, closed_at)
+          WHERE period = '2026-08-01';
+         ALTER TABLE closed_period ENABLE TRIGGER USER;",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    assert!(ok(&db.cli(&["verify"])).lines().all(|l| l.contains("seal holds")));
+}
+
+/// The close seals a month from the digests recorded as its entries were
+/// posted (migration 0041); `verify` recomputes each from the entry's
+/// values. Every recorded digest is its entry's, and one forged in an open
+/// month (by an owner past the triggers) breaks the month's seal at the
+/// close instead of passing into it.
+#[tokio::test]
+async fn the_close_seals_recorded_digests_and_verify_recomputes_them() {
+    let db = october().await;
+    let p = &db.pool;
+    let (entries, recorded, theirs): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(seal_digest),
+                count(*) FILTER (WHERE seal_digest = sha256(convert_to(hl_entry_text_v3(e), 'UTF8')))
+           FROM ledger_entry e",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(entries > 20, "{entries}");
+    assert_eq!((recorded, theirs), (entries, entries));
+    let forged = id(
+        p,
+        "SELECT min(id) FROM ledger_entry WHERE period = '2026-08-01' AND kind = 'storage'",
+    )
+    .await;
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER USER;
+         UPDATE ledger_entry SET seal_digest = sha256('not this entry') WHERE id = {forged};
+         ALTER TABLE ledger_entry ENABLE TRIGGER USER;"
+    ))
+    .execute(p)
+    .await
+    .unwrap();
+    for month in ["2026-07", "2026-08"] {
+        ok(&db.cli(&["close", "--month", month]));
+    }
+    let v = db.cli(&["verify"]);
+    assert_eq!(v.status.code(), Some(5));
+    let out = crate::harness::stdout(&v);
+    assert!(out.contains("2026-07: seal holds"), "{out}");
+    assert!(out.contains("2026-08: SEAL BROKEN"), "{out}");
+    // The seal recorded is the one over the forged digest; over the
+    // entries' own values it is another.
+    let (recorded, recomputed, posted): (Vec<u8>, Vec<u8>, Vec<u8>) = sqlx::query_as(
+        "SELECT c.seal, hl_month_seal_v3(c.period, b.seal, c.currency, c.closed_by, c.closed_at),
+                hl_month_seal_v3_posted(c.period, b.seal, c.currency, c.closed_by, c.closed_at)
+           FROM closed_period c JOIN closed_period b ON b.period = '2026-07-01' WHERE c.period = '2026-08-01'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(recorded, posted);
+    assert_ne!(recorded, recomputed);
 }
