@@ -47,7 +47,6 @@ pub async fn issued(
         .collect())
 }
 
-/// Projects with entries in a month.
 /// Every statement issued for `period` (a closed month has one for each
 /// project with entries in it): project, number and total, in number
 /// order.
@@ -65,6 +64,7 @@ pub async fn issued_in(
     Ok(rows.into_iter().map(|r| (r.project_id, r.number, r.total)).collect())
 }
 
+/// Projects with entries in a month.
 pub async fn projects_with_entries(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<ProjectId>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"SELECT DISTINCT project_id AS "project_id: ProjectId" FROM ledger_entry WHERE period = $1"#,

@@ -527,6 +527,10 @@ async fn the_v3_entry_text_is_v2s_values_and_two_more() {
             "quantity": "-0.000000000001", "unit_rate": "0", "amount_exact": "0", "amount": "-0.00",
             "late": true, "author": "a \"quoted\" back\\slash", "reason": "line\nbreak\ttab ✓ \u0001",
             "charging_rules": 1}"#,
+        // NumericS accept NaN: v3 quotes it, as jsonb does (the text stays JSON).
+        r#"{"id": 5, "posted_at": "2026-01-01T00:00:00Z", "period": "2026-01-01", "project_id": 2,
+            "kind": "adjustment", "quantity": "NaN", "unit_rate": "1", "amount_exact": "NaN", "amount": "NaN",
+            "late": false, "author": "x", "reason": "y", "charging_rules": 2}"#,
     ];
     let mut texts = Vec::new();
     for row in rows {
@@ -560,6 +564,34 @@ async fn the_v3_entry_text_is_v2s_values_and_two_more() {
         "{}",
         texts[1]
     );
+}
+
+/// The audit's views recompute a month through hl_month_seal_of (migration
+/// 0041): a function of the same name in a schema ahead of `public` on the
+/// caller's search_path must not answer for the real one.
+#[tokio::test]
+async fn a_shadowing_seal_function_is_not_called() {
+    let db = TestDb::new().await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA shadow;
+         CREATE FUNCTION shadow.hl_month_seal_v3(p date, previous bytea, currency text, closed_by text,
+                                                 closed_at timestamptz)
+         RETURNS bytea LANGUAGE sql AS $$ SELECT '\\xdeadbeef'::bytea $$;
+         SET search_path = shadow, public;",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let (shadowed, real): (Vec<u8>, Vec<u8>) = sqlx::query_as(
+        "SELECT shadow.hl_month_seal_v3('2026-01-01', NULL, 'USD', 'x', '2026-02-01'),
+                hl_month_seal_of('sha256-digests-v3', '2026-01-01', NULL, 'USD', 'x', '2026-02-01')",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(hex::encode(shadowed), "deadbeef");
+    assert_eq!(real.len(), 32, "{}", hex::encode(&real));
 }
 
 /// The functions on the audit's, the seal's and the rollups' paths are
