@@ -500,6 +500,29 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
     sqlx::raw_sql(&format!("DROP ROLE {auditor}")).execute(p).await.unwrap();
 }
 
+/// August sealed again by `algorithm` from July's seal, as the owner
+/// can (past the triggers).
+async fn reseal_august(p: &sqlx::PgPool, algorithm: &str) {
+    sqlx::raw_sql("ALTER TABLE closed_period DISABLE TRIGGER USER")
+        .execute(p)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE closed_period SET seal_algorithm = $1,
+                seal = hl_month_seal_of($1, period, (SELECT seal FROM closed_period WHERE period = '2026-07-01'),
+                                        currency, closed_by, closed_at)
+          WHERE period = '2026-08-01'",
+    )
+    .bind(algorithm)
+    .execute(p)
+    .await
+    .unwrap();
+    sqlx::raw_sql("ALTER TABLE closed_period ENABLE TRIGGER USER")
+        .execute(p)
+        .await
+        .unwrap();
+}
+
 /// Seal v3 (migration 0041) covers what v2 left out of an entry: its
 /// charging rules version and its discount (the entry's text with both is
 /// checked in schema.rs). The owner changes the version of a charge in a
@@ -534,17 +557,7 @@ async fn seal_v3_covers_the_charging_rules_version() {
 
     // August sealed with v2 over the edited entry: its seal holds, and
     // it still holds with the version set back (v2 does not see it).
-    sqlx::raw_sql(
-        "ALTER TABLE closed_period DISABLE TRIGGER USER;
-         UPDATE closed_period SET seal_algorithm = 'sha256-chain-v2',
-                seal = hl_month_seal_v2(period, (SELECT seal FROM closed_period WHERE period = '2026-07-01'),
-                                        currency, closed_by, closed_at)
-          WHERE period = '2026-08-01';
-         ALTER TABLE closed_period ENABLE TRIGGER USER;",
-    )
-    .execute(p)
-    .await
-    .unwrap();
+    reseal_august(p, "sha256-chain-v2").await;
     sqlx::raw_sql(&edit.replace("charging_rules = 1", "charging_rules = 2"))
         .execute(p)
         .await
@@ -556,17 +569,7 @@ async fn seal_v3_covers_the_charging_rules_version() {
 
     // Sealed with v3 again, the same month holds with the version as it
     // was: the seal above broke on the version alone.
-    sqlx::raw_sql(
-        "ALTER TABLE closed_period DISABLE TRIGGER USER;
-         UPDATE closed_period SET seal_algorithm = 'sha256-digests-v3',
-                seal = hl_month_seal_v3(period, (SELECT seal FROM closed_period WHERE period = '2026-07-01'),
-                                        currency, closed_by, closed_at)
-          WHERE period = '2026-08-01';
-         ALTER TABLE closed_period ENABLE TRIGGER USER;",
-    )
-    .execute(p)
-    .await
-    .unwrap();
+    reseal_august(p, "sha256-digests-v3").await;
     assert!(ok(&db.cli(&["verify"])).lines().all(|l| l.contains("seal holds")));
 }
 
@@ -614,7 +617,7 @@ async fn the_close_seals_recorded_digests_and_verify_recomputes_them() {
     // entries' own values it is another.
     let (recorded, recomputed, posted): (Vec<u8>, Vec<u8>, Vec<u8>) = sqlx::query_as(
         "SELECT c.seal, hl_month_seal_v3(c.period, b.seal, c.currency, c.closed_by, c.closed_at),
-                hl_month_seal_v3_posted(c.period, b.seal, c.currency, c.closed_by, c.closed_at)
+                hl_month_seal_v3(c.period, b.seal, c.currency, c.closed_by, c.closed_at, true)
            FROM closed_period c JOIN closed_period b ON b.period = '2026-07-01' WHERE c.period = '2026-08-01'",
     )
     .fetch_one(p)
