@@ -350,6 +350,16 @@ pub async fn refresh_statistics(conn: &mut PgConnection, written: &[(&str, u64)]
     Ok(done)
 }
 
+/// Fold the rollup rows the ledger's insert trigger appended (every posting
+/// month's) into their keys' folded rows, in a transaction of its own
+/// (`hl_fold_rollups`, migration 0042). Returns how many rows were folded.
+/// Readers sum every row of a key, so the sums they see do not change.
+pub async fn fold_rollups(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT hl_fold_rollups() AS "folded!""#)
+        .fetch_one(&mut *conn)
+        .await
+}
+
 /// `SELECT 1`: whether the database answers.
 pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT 1").execute(pool).await.map(|_| ())

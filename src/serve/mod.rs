@@ -181,6 +181,7 @@ pub async fn serve(
         options.restart,
         watch_stopped,
     ));
+    let folder = tokio::spawn(fold_now_and_then(pool.clone(), metrics.clone(), stop_watch.subscribe()));
     let app = Arc::new(App {
         credentials: options.credentials,
         web: options.web,
@@ -239,6 +240,7 @@ pub async fn serve(
     let served = conn::run(listener, router, busy, options.limits, stop).await;
     let _ = stop_watch.send(true);
     let _ = watchdog.await;
+    let _ = folder.await;
     // Every handler has returned, so every sender is gone: the batcher
     // finishes what it holds and stops.
     let drained = batcher.await;
@@ -246,6 +248,23 @@ pub async fn serve(
     drained
         .map_err(|e| ServeError::Batcher(e.to_string()))?
         .map_err(|e| ServeError::Batcher(e.to_string()))
+}
+
+/// Fold the rollup rows the posts appended (migration 0042), every
+/// [`crate::service::FOLD_EVERY`] that something was recorded, until `stop`:
+/// the month's close then folds at most the last minute's.
+async fn fold_now_and_then(pool: PgPool, metrics: Arc<Metrics>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut folding = crate::service::Folding::new();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(crate::service::FOLD_EVERY) => {}
+        }
+        if *stop.borrow() {
+            return;
+        }
+        folding.when_due(&pool, metrics.batches().1).await;
+    }
 }
 
 /// A listener on `addr` with a deep accept queue: a burst of posts (Slurm

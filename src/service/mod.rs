@@ -123,6 +123,60 @@ impl From<sqlx::Error> for config::ApplyError {
     }
 }
 
+/// Fold the ledger's appended rollup rows after a bulk write
+/// ([`crate::db::fold_rollups`]), so the close does not fold a whole month.
+/// Best effort, like [`refresh_statistics`]: what was written is committed,
+/// and rows left unfolded are folded by the next fold or by the close.
+pub async fn fold_rollups(pool: &sqlx::PgPool) {
+    let result = async {
+        let mut conn = pool.acquire().await?;
+        crate::db::fold_rollups(&mut conn).await
+    }
+    .await;
+    match result {
+        Ok(n) => tracing::debug!(rows = n, "rollups folded"),
+        Err(e) => tracing::warn!("folding the ledger's rollups failed: {e}"),
+    }
+}
+
+/// How often a long-running recorder (`serve`, `import --follow`) folds the
+/// rollup rows it appended: often enough that a month's close finds at most
+/// a minute of them, rarely enough to cost nothing beside the postings.
+pub const FOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// For a long-running recorder: [`fold_rollups`] at most every
+/// [`FOLD_EVERY`], and only when it recorded something since the last fold.
+#[derive(Debug)]
+pub struct Folding {
+    last: std::time::Instant,
+    recorded: u64,
+}
+
+impl Folding {
+    pub fn new() -> Folding {
+        Folding {
+            last: std::time::Instant::now(),
+            recorded: 0,
+        }
+    }
+
+    /// Fold if [`FOLD_EVERY`] has passed and `recorded` (a running count of
+    /// what was posted) moved since the last fold.
+    pub async fn when_due(&mut self, pool: &sqlx::PgPool, recorded: u64) {
+        if recorded != self.recorded && self.last.elapsed() >= FOLD_EVERY {
+            fold_rollups(pool).await;
+            self.last = std::time::Instant::now();
+            self.recorded = recorded;
+        }
+    }
+}
+
+impl Default for Folding {
+    fn default() -> Self {
+        Folding::new()
+    }
+}
+
 /// Bring the planner's statistics up to date after a bulk write
 /// ([`crate::db::refresh_statistics`]). Best effort: what was written is
 /// committed already, and stale statistics only make queries slower, so a

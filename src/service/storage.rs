@@ -118,6 +118,7 @@ pub async fn bill(
         // Every entry has at least one segment, and adds at most a row to
         // each of the ledger's rollups.
         let n = outcome.entry_count as u64;
+        crate::service::fold_rollups(pool).await;
         crate::service::refresh_statistics(
             pool,
             &[
