@@ -106,6 +106,7 @@ fn serve_in_process(
         limits: crate::serve::conn::Limits::default(),
         restart: None,
         intake,
+        fold_every: crate::service::FOLD_EVERY,
     };
     let server = tokio::spawn(crate::serve::serve(
         pool.clone(),

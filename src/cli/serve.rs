@@ -75,6 +75,7 @@ pub async fn run(args: Args, target: &Target, readers: &Readers, author: &str) -
         max_batch: args.max_batch,
         supersede: args.supersede,
         intake: args.intake,
+        fold_every: crate::service::FOLD_EVERY,
         author: author.to_owned(),
         limits: serve::conn::Limits {
             max_connections: args.max_connections,

@@ -90,6 +90,9 @@ pub struct Options {
     /// Answer a jobcomp document once it is stored in `job_intake`, and
     /// record it moments later in a batch (`--intake`; [`intake`]).
     pub intake: bool,
+    /// How often the rollup rows the posts appended are folded
+    /// ([`crate::service::FOLD_EVERY`]; shorter in tests).
+    pub fold_every: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -181,7 +184,12 @@ pub async fn serve(
         options.restart,
         watch_stopped,
     ));
-    let folder = tokio::spawn(fold_now_and_then(pool.clone(), metrics.clone(), stop_watch.subscribe()));
+    let folder = tokio::spawn(fold_now_and_then(
+        pool.clone(),
+        metrics.clone(),
+        options.fold_every,
+        stop_watch.subscribe(),
+    ));
     let app = Arc::new(App {
         credentials: options.credentials,
         web: options.web,
@@ -250,15 +258,20 @@ pub async fn serve(
         .map_err(|e| ServeError::Batcher(e.to_string()))
 }
 
-/// Fold the rollup rows the posts appended (migration 0042), every
-/// [`crate::service::FOLD_EVERY`] that something was recorded, until `stop`:
-/// the month's close then folds at most the last minute's.
-async fn fold_now_and_then(pool: PgPool, metrics: Arc<Metrics>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let mut folding = crate::service::Folding::new();
+/// Fold the rollup rows the posts appended (migration 0042), every `every`
+/// that something was recorded, until `stop`: the month's close then folds
+/// at most the last minute's.
+async fn fold_now_and_then(
+    pool: PgPool,
+    metrics: Arc<Metrics>,
+    every: std::time::Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut folding = crate::service::Folding::new(every);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            () = tokio::time::sleep(crate::service::FOLD_EVERY) => {}
+            () = tokio::time::sleep(every) => {}
         }
         if *stop.borrow() {
             return;

@@ -99,7 +99,7 @@ pub async fn follow(
         ),
         None => tracing::info!("following {} from its oldest file", f.dir.display()),
     }
-    let mut folding = crate::service::Folding::new();
+    let mut folding = crate::service::Folding::new(crate::service::FOLD_EVERY);
     loop {
         if *stop.borrow() {
             return Ok(());

@@ -144,36 +144,33 @@ pub async fn fold_rollups(pool: &sqlx::PgPool) {
 /// a minute of them, rarely enough to cost nothing beside the postings.
 pub const FOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// For a long-running recorder: [`fold_rollups`] at most every
-/// [`FOLD_EVERY`], and only when it recorded something since the last fold.
+/// For a long-running recorder: [`fold_rollups`] at most every `every`
+/// ([`FOLD_EVERY`] but in tests), and only when it recorded something since
+/// the last fold.
 #[derive(Debug)]
 pub struct Folding {
+    every: std::time::Duration,
     last: std::time::Instant,
     recorded: u64,
 }
 
 impl Folding {
-    pub fn new() -> Folding {
+    pub fn new(every: std::time::Duration) -> Folding {
         Folding {
+            every,
             last: std::time::Instant::now(),
             recorded: 0,
         }
     }
 
-    /// Fold if [`FOLD_EVERY`] has passed and `recorded` (a running count of
-    /// what was posted) moved since the last fold.
+    /// Fold if `every` has passed and `recorded` (a running count of what
+    /// was posted) moved since the last fold.
     pub async fn when_due(&mut self, pool: &sqlx::PgPool, recorded: u64) {
-        if recorded != self.recorded && self.last.elapsed() >= FOLD_EVERY {
+        if recorded != self.recorded && self.last.elapsed() >= self.every {
             fold_rollups(pool).await;
             self.last = std::time::Instant::now();
             self.recorded = recorded;
         }
-    }
-}
-
-impl Default for Folding {
-    fn default() -> Self {
-        Folding::new()
     }
 }
 

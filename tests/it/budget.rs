@@ -117,6 +117,7 @@ fn serve_on(pool: &sqlx::PgPool) -> Served {
         limits: hpc_ledger::serve::conn::Limits::default(),
         restart: None,
         intake: false,
+        fold_every: hpc_ledger::service::FOLD_EVERY,
     };
     let metrics = Arc::new(hpc_ledger::serve::Metrics::new());
     let done = tokio::spawn(hpc_ledger::serve::serve(

@@ -212,6 +212,7 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
             limits: hpc_ledger::serve::conn::Limits::default(),
             restart: None,
             intake: false,
+            fold_every: hpc_ledger::service::FOLD_EVERY,
         },
         Arc::new(Metrics::new()),
         async {

@@ -78,6 +78,8 @@ async fn start_limited(
         limits,
         restart: None,
         intake,
+        // Often, so a test sees the rollups folded.
+        fold_every: std::time::Duration::from_millis(300),
     };
     let done = tokio::spawn(serve(pool.clone(), listener, options, metrics.clone(), async {
         let _ = stopped.await;
@@ -474,6 +476,37 @@ fn burst(addr: SocketAddr, first: u32, n: u32) -> Vec<JoinHandle<std::io::Result
             })
         })
         .collect()
+}
+
+/// Migration 0042: what the posts append to the ledger's rollups is folded
+/// while `serve` runs (every `fold_every`), the sums unchanged; with nothing
+/// posted since, no fold runs.
+#[tokio::test]
+async fn serve_folds_the_rollups_its_posts_appended() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, Credentials::none()).await;
+    let unfolded = "SELECT (SELECT count(*) FROM ledger_draw WHERE NOT folded)
+                         + (SELECT count(*) FROM ledger_usage WHERE NOT folded)";
+    let sums = "SELECT (SELECT sum(amount) FROM ledger_entry)::text, (SELECT sum(amount) FROM ledger_draw)::text,
+                       (SELECT sum(amount) FROM ledger_usage)::text";
+    for p in burst(server.addr, 7000, 40) {
+        let r = p.await.unwrap().unwrap();
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    let appended = count(&db.pool, unfolded).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while count(&db.pool, unfolded).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{appended} appended rows never folded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (entries, draw, usage): (String, String, String) = sqlx::query_as(sums).fetch_one(&db.pool).await.unwrap();
+    assert_eq!((&draw, &usage), (&entries, &entries));
+    let folded = count(&db.pool, "SELECT count(*) FROM ledger_usage WHERE folded").await;
+    assert!(appended > 0 && folded > 0, "{appended} {folded}");
+    server.stop().await;
 }
 
 #[tokio::test]

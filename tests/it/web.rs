@@ -46,6 +46,7 @@ fn start_with(pool: &PgPool, web: Credentials) -> Running {
         limits: hpc_ledger::serve::conn::Limits::default(),
         restart: None,
         intake: false,
+        fold_every: hpc_ledger::service::FOLD_EVERY,
     };
     let done = tokio::spawn(serve(
         pool.clone(),
