@@ -174,8 +174,7 @@ pub(super) async fn seq_scan(pool: &PgPool) -> Result<Duration> {
 /// so the ledger holds `grow` times the job charges. Shifting every instant
 /// by the same whole number of hours keeps each job's wall time, and the
 /// bench center's rate cards hold from 2020, so every copy is a correct
-/// charge that the audit recomputes to the cent. The rollup rows the copies
-/// append are folded and vacuumed, as a ledger of years' would have been.
+/// charge that the audit recomputes to the cent.
 pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
     let (jobs, records, entries): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT coalesce(max(id), 0) FROM job), (SELECT coalesce(max(id), 0) FROM job_record),
@@ -234,11 +233,6 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
         .await?;
         tx.commit().await?;
     }
-    // A ledger of years had its rollups folded as it went (after each
-    // import, migration 0042), and vacuumed since: the first import after
-    // the copies must not fold all of them.
-    sqlx::query("SELECT hl_fold_rollups()").execute(pool).await?;
-    sqlx::raw_sql("VACUUM ledger_draw, ledger_usage").execute(pool).await?;
     // Later inserts must not collide with the copies' ids.
     sqlx::raw_sql(
         "SELECT setval(pg_get_serial_sequence('job', 'id'), (SELECT max(id) FROM job));

@@ -15,6 +15,9 @@
 //! | `audit --month M` | the same month audited in a ledger that holds only it | ≤ 2 × |
 //! | closing M (every earlier month closed first) | reading M's entries in seal order | ≤ 5 × |
 //!
+//! The fold of M's rollups, which `close` runs once the close has committed
+//! (migration 0042), is timed after it and reported beside it.
+//!
 //! Last, the oldest year is archived into files (`archive`, reported with
 //! `verify --archive` of them and a statement after it; no target).
 //!
@@ -221,9 +224,13 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     if let Some(e) = earlier.stopped {
         return Err(e.into());
     }
+    let closing = t.elapsed();
+    let t = Instant::now();
+    fold_rollups(&pool).await?;
     notes.push(format!(
-        "closing the {} earlier months in order (a seal and statements each): {}",
+        "closing the {} earlier months in order (a seal and statements each): {}; folding their rollups after: {}",
         earlier.months.len(),
+        secs(closing),
         secs(t.elapsed())
     ));
     service::storage::bill(&pool, month, "bench", false, now).await?;
@@ -236,6 +243,17 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     if !closed.closed_now {
         fail!("{month} was closed before the bench closed it");
     }
+    // What `close` does once the close has committed, outside its lock.
+    let t = Instant::now();
+    fold_rollups(&pool).await?;
+    let fold = t.elapsed();
+    notes.push(format!(
+        "folding {month}'s rollups after its close (outside the close's lock; migration 0042): {}; the close \
+         and the fold together: {} = {:.2} × reading its entries",
+        secs(fold),
+        secs(close + fold),
+        (close + fold).as_secs_f64() / floor.as_secs_f64()
+    ));
     let seal = seal_again(&pool, month).await?;
     let ratio = close.as_secs_f64() / floor.as_secs_f64();
     figures.push(Figure {
@@ -329,6 +347,15 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
         )],
         settings,
     })
+}
+
+/// `hl_fold_rollups()`: the closed months not folded yet, folded.
+async fn fold_rollups(pool: &PgPool) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    if db::fold_rollups(&mut conn).await? == 0 {
+        fail!("no closed month was left to fold");
+    }
+    Ok(())
 }
 
 /// The floor under a close: every entry of `month` read in posting order

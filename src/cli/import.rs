@@ -181,14 +181,12 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
     finish(&args, &summary)
 }
 
-/// After an import, fold the rollup rows its batches appended (the close
-/// then has only what came after to fold), and bring the planner's
-/// statistics up to date where the rows it wrote made them stale (a first
-/// import of a month's jobs into an empty ledger, typically).
+/// After an import, fold a closed month's rollups if its close did not
+/// (migration 0042), and bring the planner's statistics up to date where
+/// the rows it wrote made them stale (a first import of a month's jobs into
+/// an empty ledger, typically).
 async fn refresh_after(pool: &sqlx::PgPool, summary: &Summary) {
-    if summary.recorded + summary.superseded > 0 {
-        crate::service::fold_rollups(pool).await;
-    }
+    crate::service::fold_rollups(pool).await;
     // A recorded or superseding run writes a record and at least one charge;
     // a revision writes a record; the ledger's insert trigger adds at most
     // a row per entry to each of its rollups (migration 0033).

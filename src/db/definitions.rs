@@ -80,8 +80,6 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("center", "center_no_truncate", "hl_center_guard", 'A'),
     ("center", "center_rules_version", "hl_bump_rules_version", 'O'),
     ("closed_period", "closed_period_append_only", "hl_refuse_change", 'A'),
-    ("closed_period", "closed_period_fold_draws", "hl_ledger_draw_fold", 'A'),
-    ("closed_period", "closed_period_fold_usage", "hl_ledger_usage_fold", 'A'),
     (
         "closed_period",
         "closed_period_in_order",

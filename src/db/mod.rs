@@ -350,11 +350,11 @@ pub async fn refresh_statistics(conn: &mut PgConnection, written: &[(&str, u64)]
     Ok(done)
 }
 
-/// Fold the rollup rows the ledger's insert trigger appended (every posting
-/// month's) into their keys' folded rows, in a transaction of its own
-/// (`hl_fold_rollups`, migration 0042). Returns how many rows were folded.
-/// Readers sum every row of a key, so the sums they see do not change.
-pub async fn fold_rollups(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
+/// Fold the rollup rows of every closed month not folded yet to one row per
+/// key, oldest first, in a transaction of its own (`hl_fold_rollups`,
+/// migration 0042). Returns how many months were folded. Readers sum every
+/// row of a key, so the sums they see do not change.
+pub async fn fold_rollups(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
     sqlx::query_scalar!(r#"SELECT hl_fold_rollups() AS "folded!""#)
         .fetch_one(&mut *conn)
         .await

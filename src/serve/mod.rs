@@ -90,7 +90,7 @@ pub struct Options {
     /// Answer a jobcomp document once it is stored in `job_intake`, and
     /// record it moments later in a batch (`--intake`; [`intake`]).
     pub intake: bool,
-    /// How often the rollup rows the posts appended are folded
+    /// How often a closed month's rollups are folded if its close did not
     /// ([`crate::service::FOLD_EVERY`]; shorter in tests).
     pub fold_every: std::time::Duration,
 }
@@ -186,7 +186,6 @@ pub async fn serve(
     ));
     let folder = tokio::spawn(fold_now_and_then(
         pool.clone(),
-        metrics.clone(),
         options.fold_every,
         stop_watch.subscribe(),
     ));
@@ -258,16 +257,9 @@ pub async fn serve(
         .map_err(|e| ServeError::Batcher(e.to_string()))
 }
 
-/// Fold the rollup rows the posts appended (migration 0042), every `every`
-/// that something was recorded, until `stop`: the month's close then folds
-/// at most the last minute's.
-async fn fold_now_and_then(
-    pool: PgPool,
-    metrics: Arc<Metrics>,
-    every: std::time::Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut folding = crate::service::Folding::new(every);
+/// Every `every` until `stop`, fold the rollups of a closed month whose
+/// close did not (migration 0042; `close` folds once it has committed).
+async fn fold_now_and_then(pool: PgPool, every: std::time::Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -276,7 +268,7 @@ async fn fold_now_and_then(
         if *stop.borrow() {
             return;
         }
-        folding.when_due(&pool, metrics.batches().1).await;
+        crate::service::fold_rollups(&pool).await;
     }
 }
 

@@ -99,7 +99,6 @@ pub async fn follow(
         ),
         None => tracing::info!("following {} from its oldest file", f.dir.display()),
     }
-    let mut folding = crate::service::Folding::new(crate::service::FOLD_EVERY);
     loop {
         if *stop.borrow() {
             return Ok(());
@@ -150,9 +149,6 @@ pub async fn follow(
                 }
             }
         }
-        // Caught up: fold what the batches appended to the rollups, now and
-        // then (the import's end does it for the last of them).
-        folding.when_due(pool, summary.recorded + summary.superseded).await;
         tokio::select! {
             _ = tokio::time::sleep(f.poll) => {}
             _ = stop.changed() => {}

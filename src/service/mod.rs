@@ -123,10 +123,11 @@ impl From<sqlx::Error> for config::ApplyError {
     }
 }
 
-/// Fold the ledger's appended rollup rows after a bulk write
-/// ([`crate::db::fold_rollups`]), so the close does not fold a whole month.
-/// Best effort, like [`refresh_statistics`]: what was written is committed,
-/// and rows left unfolded are folded by the next fold or by the close.
+/// Fold the rollups of the closed months not folded yet
+/// ([`crate::db::fold_rollups`]): after a close, outside its lock, and
+/// after bulk writes and now and then in `serve`, for a month whose fold
+/// did not happen. Best effort, like [`refresh_statistics`]: a month not
+/// folded reads the same sums from more rows, and the next call folds it.
 pub async fn fold_rollups(pool: &sqlx::PgPool) {
     let result = async {
         let mut conn = pool.acquire().await?;
@@ -134,45 +135,15 @@ pub async fn fold_rollups(pool: &sqlx::PgPool) {
     }
     .await;
     match result {
-        Ok(n) => tracing::debug!(rows = n, "rollups folded"),
-        Err(e) => tracing::warn!("folding the ledger's rollups failed: {e}"),
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(months = n, "closed months' rollups folded"),
+        Err(e) => tracing::warn!("folding closed months' rollups failed: {e}"),
     }
 }
 
-/// How often a long-running recorder (`serve`, `import --follow`) folds the
-/// rollup rows it appended: often enough that a month's close finds at most
-/// a minute of them, rarely enough to cost nothing beside the postings.
+/// How often `serve` folds closed months' rollups (a month whose fold after
+/// its close failed, or was closed by another process, waits no longer).
 pub const FOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// For a long-running recorder: [`fold_rollups`] at most every `every`
-/// ([`FOLD_EVERY`] but in tests), and only when it recorded something since
-/// the last fold.
-#[derive(Debug)]
-pub struct Folding {
-    every: std::time::Duration,
-    last: std::time::Instant,
-    recorded: u64,
-}
-
-impl Folding {
-    pub fn new(every: std::time::Duration) -> Folding {
-        Folding {
-            every,
-            last: std::time::Instant::now(),
-            recorded: 0,
-        }
-    }
-
-    /// Fold if `every` has passed and `recorded` (a running count of what
-    /// was posted) moved since the last fold.
-    pub async fn when_due(&mut self, pool: &sqlx::PgPool, recorded: u64) {
-        if recorded != self.recorded && self.last.elapsed() >= self.every {
-            fold_rollups(pool).await;
-            self.last = std::time::Instant::now();
-            self.recorded = recorded;
-        }
-    }
-}
 
 /// Bring the planner's statistics up to date after a bulk write
 /// ([`crate::db::refresh_statistics`]). Best effort: what was written is

