@@ -268,6 +268,8 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     if let Some(e) = closed.stopped {
         return Err(anyhow::Error::from(e).context("closing through October"));
     }
+    // As `hpc-ledger close` does once the months are closed.
+    crate::service::fold_rollups(&pool).await;
     for c in &closed.months {
         println!(
             "{} closed: {} entries, total {:.2}, {} statement(s), seal {}…",
