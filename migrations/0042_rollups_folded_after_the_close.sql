@@ -39,17 +39,27 @@ DROP TRIGGER closed_period_fold_usage ON closed_period;
 DROP FUNCTION hl_ledger_draw_fold();
 DROP FUNCTION hl_ledger_usage_fold();
 
--- Fold every closed month not folded yet, oldest first, one fold at a time
--- (an advisory lock of its own: postings and closes do not wait on it).
--- Only the keys with more than one row are rewritten (0036). Returns the
--- months folded.
+-- The advisory lock a fold holds: no other lock's key (the period's
+-- ...809, the rules' ...810, storage's ...811, the archive's ...812), so
+-- only folds ever meet on it.
+CREATE FUNCTION hl_fold_lock_key() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 7523094288207667813::bigint $$;
+
+-- Fold every closed month not folded yet, oldest first. One fold at a
+-- time, and none waits for another: a fold that finds one running returns
+-- 0 at once, and the running one, or the next, folds what is due. Nothing
+-- else takes the fold's lock: postings, closes and billing runs never wait
+-- on a fold. Only the keys with more than one row are rewritten (0036).
+-- Returns the months folded.
 CREATE FUNCTION hl_fold_rollups() RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     p date;
     n integer := 0;
 BEGIN
-    PERFORM pg_advisory_xact_lock(7523094288207667810);
+    IF NOT pg_try_advisory_xact_lock(hl_fold_lock_key()) THEN
+        RETURN 0;
+    END IF;
     FOR p IN
         SELECT c.period FROM closed_period c
          WHERE NOT EXISTS (SELECT 1 FROM rollup_fold f WHERE f.period = c.period)
@@ -95,8 +105,5 @@ BEGIN
             EXECUTE format('GRANT EXECUTE ON FUNCTION hl_fold_rollups() TO %I', r);
         END IF;
     END LOOP;
-    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_auditor') THEN
-        EXECUTE 'GRANT SELECT ON rollup_fold TO hpc_ledger_auditor';
-    END IF;
 END
 $$;

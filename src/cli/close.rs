@@ -135,11 +135,6 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
         }
         (None, None) => unreachable!("clap requires --month or --through"),
     };
-    // Each month's rollups folded to one row per key, now that its close has
-    // committed and postings no longer wait on it (migration 0042).
-    if done.iter().any(|o| o.closed_now) {
-        crate::service::fold_rollups(&pool).await;
-    }
     for o in &done {
         // The month is closed now, whatever happens to its anchor: say how to
         // anchor it again if that fails (closing again is harmless).
@@ -155,6 +150,12 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
                 .await
                 .map_err(|e| e.context(again.clone()))?;
         }
+    }
+    // Each month's rollups folded to one row per key, now that its close has
+    // committed (and its anchor is kept) and postings no longer wait on it
+    // (migration 0042).
+    if done.iter().any(|o| o.closed_now) {
+        crate::service::fold_rollups(&pool).await;
     }
     match args.format {
         Format::Json if args.through.is_some() => print_json(&serde_json::json!({

@@ -352,8 +352,9 @@ pub async fn refresh_statistics(conn: &mut PgConnection, written: &[(&str, u64)]
 
 /// Fold the rollup rows of every closed month not folded yet to one row per
 /// key, oldest first, in a transaction of its own (`hl_fold_rollups`,
-/// migration 0042). Returns how many months were folded. Readers sum every
-/// row of a key, so the sums they see do not change.
+/// migration 0042). Returns how many months were folded: 0 also when
+/// another fold was running (that one folds them; nothing waits on a
+/// fold). Readers sum every row of a key, so the sums they see do not change.
 pub async fn fold_rollups(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
     sqlx::query_scalar!(r#"SELECT hl_fold_rollups() AS "folded!""#)
         .fetch_one(&mut *conn)

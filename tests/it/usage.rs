@@ -446,10 +446,14 @@ async fn a_months_rollups_are_folded_after_its_close_not_in_it() {
     ok(&db.cli(&["audit"]));
 }
 
-/// Folds run one at a time: however many run at once, each closed month is
-/// folded once and no sum changes.
+/// Folds run one at a time and nothing waits on one (migration 0042): a
+/// fold started while another runs returns at once, folds run while a
+/// posting transaction is open, and a posting starts while a fold is
+/// uncommitted. However many run at once, each closed month is folded once
+/// and no sum changes.
 #[tokio::test]
-async fn concurrent_folds_fold_each_month_once() {
+async fn folds_wait_on_nothing_and_fold_each_month_once() {
+    use std::time::Duration;
     let db = sample().await;
     let sums = "SELECT (SELECT sum(amount) FROM ledger_usage)::text, (SELECT sum(amount) FROM ledger_draw)::text,
                        (SELECT sum(amount) FROM ledger_entry)::text";
@@ -457,6 +461,34 @@ async fn concurrent_folds_fold_each_month_once() {
     for month in 1..=10 {
         close_by_hand(&db.pool, &format!("2026-{month:02}-01")).await;
     }
+    let soon = Duration::from_secs(5);
+    // A posting transaction holds the period's and the rules' locks shared:
+    // a fold does not wait for it. Nor does a posting wait for a fold, and
+    // a second fold returns 0 while the first is uncommitted.
+    let posting = hpc_ledger::db::ledger::begin_posting(&db.pool).await.unwrap();
+    let mut first = db.pool.begin().await.unwrap();
+    let folded: i32 = tokio::time::timeout(
+        soon,
+        sqlx::query_scalar("SELECT hl_fold_rollups()").fetch_one(&mut *first),
+    )
+    .await
+    .expect("a fold waits for an open posting")
+    .unwrap();
+    assert_eq!(folded, 10);
+    let other = tokio::time::timeout(soon, fold(&db.pool))
+        .await
+        .expect("a fold waits for another");
+    assert_eq!(other, 0);
+    let second = tokio::time::timeout(soon, hpc_ledger::db::ledger::begin_posting(&db.pool))
+        .await
+        .expect("a posting waits for a fold")
+        .unwrap();
+    second.rollback().await.unwrap();
+    posting.rollback().await.unwrap();
+    first.rollback().await.unwrap();
+    assert!(folded_months(&db.pool).await.is_empty());
+
+    // Four at once, committed: each month folded once.
     let tasks: Vec<_> = (0..4)
         .map(|_| {
             let pool = db.pool.clone();
@@ -467,6 +499,8 @@ async fn concurrent_folds_fold_each_month_once() {
     for t in tasks {
         folded += t.await.unwrap();
     }
+    // (a fold that found another running folded nothing; any left, the next folds)
+    folded += fold(&db.pool).await;
     assert_eq!(folded, 10);
     assert_eq!(folded_months(&db.pool).await.len(), 10);
     let after: (String, String, String) = sqlx::query_as(sums).fetch_one(&db.pool).await.unwrap();
@@ -474,4 +508,30 @@ async fn concurrent_folds_fold_each_month_once() {
     assert_eq!(before.0, before.2);
     let [d, u] = rollup_rows(&db.pool, "2026-10-01").await;
     assert!(d.0 == d.1 && u.0 == u.1, "{d:?} {u:?}");
+
+    // The roles that close, import and serve may fold; the auditor may not.
+    let mut conn = db.pool.acquire().await.unwrap();
+    for role in ["hpc_ledger_ingest", "hpc_ledger_billing"] {
+        sqlx::raw_sql(&format!("SET ROLE {role}"))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let n: i32 = sqlx::query_scalar("SELECT hl_fold_rollups()")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{role}: {e}"));
+        assert_eq!(n, 0, "{role}");
+        sqlx::raw_sql("RESET ROLE").execute(&mut *conn).await.unwrap();
+    }
+    sqlx::raw_sql("SET ROLE hpc_ledger_auditor")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let refused = sqlx::query_scalar::<_, i32>("SELECT hl_fold_rollups()")
+        .fetch_one(&mut *conn)
+        .await
+        .expect_err("the auditor may not fold")
+        .to_string();
+    sqlx::raw_sql("RESET ROLE").execute(&mut *conn).await.unwrap();
+    assert!(refused.contains("permission denied"), "{refused}");
 }
