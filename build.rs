@@ -7,6 +7,10 @@
 //! They are written to `$OUT_DIR/definitions.rs` (see `src/db/definitions.rs`):
 //! an owner who replaces `hl_refuse_change()` or a view the audit reads is
 //! found by a binary built from the migrations, not from the database.
+//! With each function go how it runs: `SECURITY DEFINER` or not, and its
+//! `SET` clauses (`search_path` above all), from its `CREATE` and any later
+//! `ALTER FUNCTION`: an owner who points a definer function's search path
+//! elsewhere changes what it does without touching its body.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,6 +25,7 @@ fn main() {
         .collect();
     files.sort();
     let mut functions: BTreeMap<String, String> = BTreeMap::new();
+    let mut runs_as: BTreeMap<String, RunsAs> = BTreeMap::new();
     let mut views: BTreeMap<String, String> = BTreeMap::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("a readable migration");
@@ -38,7 +43,25 @@ fn main() {
                     .unwrap_or_default()
                     .to_owned();
                 if let Some(body) = first_dollar_quoted(head) {
-                    functions.insert(name, body.to_owned());
+                    functions.insert(name.clone(), body.to_owned());
+                    // CREATE OR REPLACE sets every property anew: what the
+                    // statement says around its body, or the default.
+                    let mut r = RunsAs::default();
+                    r.apply(&outside_dollar_quotes(head));
+                    runs_as.insert(name, r);
+                }
+            } else if words.starts_with(&["alter", "function"]) {
+                // ALTER FUNCTION name(args) action …
+                let after = &head[lower.find("function").expect("seen") + "function".len()..];
+                let name = after
+                    .trim_start()
+                    .split(['(', ' '])
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let actions = after.find(')').map_or("", |n| &after[n + 1..]);
+                if let Some(r) = runs_as.get_mut(&name) {
+                    r.apply(actions);
                 }
             } else if words.starts_with(&["drop", "function"]) {
                 // DROP FUNCTION [IF EXISTS] name(...)
@@ -48,6 +71,7 @@ fn main() {
                     .map(|w| w.split(['(', ';']).next().unwrap_or_default().to_owned())
                     .unwrap_or_default();
                 functions.remove(&name);
+                runs_as.remove(&name);
             } else if words.starts_with(&["create", "view"]) || words.starts_with(&["create", "or", "replace", "view"])
             {
                 let at = lower.find("view").expect("seen") + "view".len();
@@ -76,6 +100,12 @@ fn main() {
     out.push_str("pub const FUNCTIONS: &[(&str, &str)] = &[\n");
     for (name, body) in &functions {
         let _ = writeln!(out, "    ({name:?}, {body:?}),");
+    }
+    out.push_str("];\n\n/// How every such function runs: (name, `SECURITY DEFINER`, its `SET`\n");
+    out.push_str("/// clauses as `name=value`, lowercase, without spaces or quotes, sorted).\n");
+    out.push_str("pub const FUNCTION_SETTINGS: &[(&str, bool, &[&str])] = &[\n");
+    for (name, r) in &runs_as {
+        let _ = writeln!(out, "    ({name:?}, {:?}, &{:?}),", r.definer, r.settings);
     }
     out.push_str("];\n\n/// Final definition of every view in the `audit` schema (name, the query after AS).\n");
     out.push_str("pub const AUDIT_VIEWS: &[(&str, &str)] = &[\n");
@@ -172,6 +202,129 @@ fn strip_leading_comments(s: &str) -> &str {
         } else {
             return s;
         }
+    }
+}
+
+/// How a function runs, as its statements declare it.
+#[derive(Default)]
+struct RunsAs {
+    definer: bool,
+    settings: Vec<String>,
+}
+
+impl RunsAs {
+    /// Apply the options of a `CREATE FUNCTION` (outside its body) or the
+    /// actions of an `ALTER FUNCTION`: `SECURITY DEFINER | INVOKER`,
+    /// `SET name = value | TO value`, `RESET name | ALL`.
+    fn apply(&mut self, options: &str) {
+        const STOP: &[&str] = &[
+            "as",
+            "language",
+            "security",
+            "set",
+            "reset",
+            "stable",
+            "immutable",
+            "volatile",
+            "parallel",
+            "strict",
+            "cost",
+            "rows",
+            "leakproof",
+            "not",
+            "called",
+            "returns",
+            "support",
+            "window",
+            "external",
+        ];
+        let lower = without_comments(options).to_ascii_lowercase();
+        let tokens: Vec<&str> = lower.split_whitespace().collect();
+        let mut i = 0;
+        while i < tokens.len() {
+            match tokens[i] {
+                "security" if tokens.get(i + 1) == Some(&"definer") => self.definer = true,
+                "security" if tokens.get(i + 1) == Some(&"invoker") => self.definer = false,
+                "reset" => match tokens.get(i + 1) {
+                    Some(&"all") => self.settings.clear(),
+                    Some(name) => {
+                        let name = name.trim_end_matches(';');
+                        self.settings.retain(|s| s.split('=').next() != Some(name));
+                    }
+                    None => {}
+                },
+                "set" => {
+                    let end = (i + 1..tokens.len())
+                        .find(|&j| STOP.contains(&tokens[j]))
+                        .unwrap_or(tokens.len());
+                    let clause = tokens[i + 1..end].join(" ");
+                    let (name, value) = match clause.split_once('=') {
+                        Some((n, v)) => (n.to_owned(), v.to_owned()),
+                        None => {
+                            let (n, v) = clause.split_once(" to ").unwrap_or((&clause, ""));
+                            (n.to_owned(), v.to_owned())
+                        }
+                    };
+                    let setting = normalized_setting(&name, &value);
+                    let name = setting.split('=').next().unwrap_or_default().to_owned();
+                    self.settings.retain(|s| s.split('=').next() != Some(name.as_str()));
+                    self.settings.push(setting);
+                    self.settings.sort();
+                    i = end;
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+}
+
+/// SQL text without its `--` and `/* */` comments (options text only: no
+/// quoted `--` is expected there).
+fn without_comments(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while !rest.is_empty() {
+        match (rest.find("--"), rest.find("/*")) {
+            (Some(l), b) if b.is_none_or(|b| l < b) => {
+                out.push_str(&rest[..l]);
+                rest = rest[l..].find('\n').map_or("", |n| &rest[l + n..]);
+            }
+            (_, Some(b)) => {
+                out.push_str(&rest[..b]);
+                rest = rest[b..].find("*/").map_or("", |n| &rest[b + n + 2..]);
+                out.push(' ');
+            }
+            _ => {
+                out.push_str(rest);
+                rest = "";
+            }
+        }
+    }
+    out
+}
+
+/// `name=value` as `src/db/definitions.rs` compares it with `proconfig`:
+/// lowercase, without whitespace, quotes or a trailing `;`.
+fn normalized_setting(name: &str, value: &str) -> String {
+    let clean = |s: &str| {
+        s.chars()
+            .filter(|c| !c.is_whitespace() && *c != '\'' && *c != '"' && *c != ';')
+            .collect::<String>()
+            .to_ascii_lowercase()
+    };
+    format!("{}={}", clean(name), clean(value))
+}
+
+/// A statement without the text inside its `$$…$$` (the body).
+fn outside_dollar_quotes(s: &str) -> String {
+    match s.find("$$") {
+        Some(open) => match s[open + 2..].find("$$") {
+            Some(close) => format!("{} {}", &s[..open], &s[open + 2 + close + 2..]),
+            None => s[..open].to_owned(),
+        },
+        None => s.to_owned(),
     }
 }
 

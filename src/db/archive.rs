@@ -192,6 +192,9 @@ pub struct MonthRecord {
     pub recorded_entries: i64,
     pub recorded_total: Decimal,
     pub closed_at: DateTime<Utc>,
+    pub seal_algorithm: Option<String>,
+    pub closed_by: Option<String>,
+    pub currency: Option<String>,
     pub previous_seal: Option<String>,
     pub archived_to: Option<String>,
     pub file_sha256: Option<String>,
@@ -202,8 +205,8 @@ pub async fn month_records(conn: &mut PgConnection) -> Result<Vec<MonthRecord>, 
     sqlx::query_as!(
         MonthRecord,
         r#"SELECT period AS "period!", recorded_seal AS "recorded_seal!", recorded_entries AS "recorded_entries!",
-                  recorded_total AS "recorded_total!", closed_at AS "closed_at!", previous_seal, archived_to,
-                  file_sha256, archived_seal
+                  recorded_total AS "recorded_total!", closed_at AS "closed_at!", seal_algorithm, closed_by,
+                  currency, previous_seal, archived_to, file_sha256, archived_seal
              FROM audit.archives ORDER BY period"#
     )
     .fetch_all(&mut *conn)

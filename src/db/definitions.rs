@@ -3,8 +3,10 @@
 //! (`hl_refuse_change()`, a seal function), a view the audit reads, or
 //! disable a trigger, then make the database agree with itself. `audit`
 //! checks them against definitions compiled into this binary from the
-//! migrations (`build.rs`): every `hl_*` function's body as written, every
-//! `audit` view's query, and every guard trigger, on its table, calling its
+//! migrations (`build.rs`): every `hl_*` function's body as written, how
+//! it runs (`SECURITY DEFINER` or not, its `SET` clauses such as
+//! `search_path`) and that it belongs to the ledger's owner, every `audit`
+//! view's query, and every guard trigger, on its table, calling its
 //! function, enabled as installed (`ENABLE ALWAYS`, which also fires under
 //! `session_replication_role = replica`).
 
@@ -293,6 +295,30 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("storage_waiver", "storage_waiver_no_truncate", "hl_refuse_change", 'A'),
 ];
 
+/// One `hl_*` function as the database has it.
+#[derive(sqlx::FromRow)]
+struct Installed {
+    name: String,
+    body: String,
+    definer: bool,
+    settings: Vec<String>,
+    owner: String,
+    ledger_owner: String,
+}
+
+/// A `proconfig` item (`search_path=public, pg_temp`) as `build.rs` writes
+/// the migrations' `SET` clauses: lowercase, without whitespace or quotes.
+fn normalized_setting(item: &str) -> String {
+    let (name, value) = item.split_once('=').unwrap_or((item, ""));
+    let clean = |s: &str| {
+        s.chars()
+            .filter(|c| !c.is_whitespace() && *c != '\'' && *c != '"')
+            .collect::<String>()
+            .to_ascii_lowercase()
+    };
+    format!("{}={}", clean(name), clean(value))
+}
+
 /// A definition that is not the one the migrations installed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Altered {
@@ -310,28 +336,64 @@ pub struct Altered {
 /// temporary one).
 pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered>, sqlx::Error> {
     let mut out = Vec::new();
-    let installed: Vec<(String, String)> = sqlx::query_as(
-        "SELECT proname::text, prosrc FROM pg_proc
-          WHERE pronamespace = 'public'::regnamespace AND prokind = 'f' AND proname LIKE 'hl\\_%'",
+    // Each function with how it runs and whose it is: a definer function
+    // runs with its owner's rights, so an owner other than the ledger's
+    // (the role the migrations ran as) is an alteration too.
+    let installed: Vec<Installed> = sqlx::query_as(
+        "SELECT p.proname::text AS name, p.prosrc AS body, p.prosecdef AS definer,
+                coalesce(p.proconfig, '{}') AS settings, pg_get_userbyid(p.proowner)::text AS owner,
+                pg_get_userbyid(l.relowner)::text AS ledger_owner
+           FROM pg_proc p CROSS JOIN pg_class l
+          WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f' AND p.proname LIKE 'hl\\_%'
+            AND l.oid = 'public.ledger_entry'::regclass",
     )
     .fetch_all(&mut *conn)
     .await?;
     for (name, body) in FUNCTIONS {
-        match installed.iter().find(|(n, _)| n == name) {
-            None => out.push(Altered {
+        let Some(f) = installed.iter().find(|f| f.name == *name) else {
+            out.push(Altered {
                 kind: "function",
                 name: (*name).to_owned(),
                 problem: "missing".into(),
-            }),
-            Some((_, b)) if b != body => out.push(Altered {
+            });
+            continue;
+        };
+        let mut problem = |problem: String| {
+            out.push(Altered {
                 kind: "function",
                 name: (*name).to_owned(),
-                problem: "its body is not the migrations' (replaced)".into(),
-            }),
-            Some(_) => {}
+                problem,
+            })
+        };
+        if f.body != *body {
+            problem("its body is not the migrations' (replaced)".into());
+        }
+        if let Some((_, definer, settings)) = FUNCTION_SETTINGS.iter().find(|(n, _, _)| n == name) {
+            if f.definer != *definer {
+                problem(if f.definer {
+                    "runs as its owner (SECURITY DEFINER); the migrations made it run as its caller".into()
+                } else {
+                    "runs as its caller; the migrations made it run as its owner (SECURITY DEFINER)".into()
+                });
+            }
+            let mut have: Vec<String> = f.settings.iter().map(|s| normalized_setting(s)).collect();
+            have.sort();
+            if have != *settings {
+                problem(format!(
+                    "its settings are [{}], not the migrations' [{}] (ALTER FUNCTION … SET)",
+                    f.settings.join("; "),
+                    settings.join("; ")
+                ));
+            }
+        }
+        if f.owner != f.ledger_owner {
+            problem(format!(
+                "belongs to {}, not to the ledger's owner {} (ALTER FUNCTION … OWNER TO)",
+                f.owner, f.ledger_owner
+            ));
         }
     }
-    for (name, _) in &installed {
+    for Installed { name, .. } in &installed {
         if !FUNCTIONS.iter().any(|(n, _)| n == name) {
             out.push(Altered {
                 kind: "function",

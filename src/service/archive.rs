@@ -673,6 +673,27 @@ pub async fn verify_archive(
                         check.entries, check.total, r.recorded_entries, r.recorded_total
                     ));
                 }
+                if r.seal_algorithm.as_deref() != Some(check.header.seal_algorithm.as_str()) {
+                    problems.push(format!(
+                        "its seal algorithm {} is not the ledger's, {}",
+                        check.header.seal_algorithm,
+                        r.seal_algorithm.as_deref().unwrap_or("(none)")
+                    ));
+                }
+                if r.closed_by.as_deref() != Some(check.header.closed_by.as_str()) {
+                    problems.push(format!(
+                        "it says {} closed {month}; the ledger says {}",
+                        check.header.closed_by,
+                        r.closed_by.as_deref().unwrap_or("(nobody)")
+                    ));
+                }
+                if r.currency != check.header.currency {
+                    problems.push(format!(
+                        "its currency {} is not the ledger's, {}",
+                        check.header.currency.as_deref().unwrap_or("(none)"),
+                        r.currency.as_deref().unwrap_or("(none)")
+                    ));
+                }
                 if r.closed_at != check.header.closed_at {
                     problems.push(format!(
                         "its closing time {} is not the ledger's, {}",

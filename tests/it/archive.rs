@@ -278,6 +278,31 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(5));
     assert!(stdout(&o).contains("not a statement"), "{}", stdout(&o));
+    // A header that names someone else as the month's closer, and another
+    // currency (its seal items untouched, so they still recompute to its
+    // seal): the ledger's record of the month disagrees.
+    let mut header: serde_json::Value = serde_json::from_str(original[0]).unwrap();
+    let closer = header["closed_by"].as_str().unwrap().to_owned();
+    header["closed_by"] = "mallory".into();
+    header["currency"] = "XTS".into();
+    let mut forged: Vec<String> = original.iter().map(|l| (*l).to_owned()).collect();
+    forged[0] = header.to_string();
+    std::fs::write(&copy, forged.join("\n") + "\n").unwrap();
+    let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("it says mallory closed 2026-08; the ledger says {closer}")),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("its currency XTS is not the ledger's"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!stdout(&o).contains("recompute to"), "{}", stdout(&o));
+    // (A header that claims another seal algorithm does not get this far:
+    // its items no longer read as that algorithm's, checked above.)
     std::fs::remove_dir_all(&tampered).unwrap();
 
     // Nobody deletes an entry outside an archive, not even the owner with

@@ -457,7 +457,19 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
     );
     drop(conn);
     // The owner makes the guards let everything through, and the seal view
-    // agree with whatever is recorded.
+    // agree with whatever is recorded; and, body untouched, points a definer
+    // function's search path at the caller's temporary schema first, makes
+    // another run as its caller, and gives a third to another role.
+    let owner = format!("hl_own_{}", std::process::id());
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {owner};
+         ALTER FUNCTION hl_fold_rollups() SET search_path = pg_temp, public;
+         ALTER FUNCTION hl_archive_months(date[], text, text[], bytea[]) SECURITY INVOKER;
+         ALTER FUNCTION hl_period_lock_key() OWNER TO {owner};"
+    ))
+    .execute(p)
+    .await
+    .unwrap();
     sqlx::raw_sql(
         "CREATE OR REPLACE FUNCTION hl_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
          ALTER TABLE ledger_entry DISABLE TRIGGER ledger_entry_guard;
@@ -479,9 +491,15 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
         "trigger ledger_entry_guard on ledger_entry: disabled",
         "trigger closed_period_in_order on closed_period: enabled as O, not A",
         "view audit.seals: its query is not the migrations' (replaced)",
+        "function hl_fold_rollups: its settings are [search_path=pg_temp, public], not the migrations' [search_path=public,pg_temp]",
+        "function hl_archive_months: runs as its caller; the migrations made it run as its owner (SECURITY DEFINER)",
+        &format!("function hl_period_lock_key: belongs to {owner}, not to the ledger's owner"),
     ] {
         assert!(out.contains(line), "{line}\n{out}");
     }
+    // Nothing else is reported: the body check, the settings and the owner
+    // each name only what was changed.
+    assert_eq!(out.matches("function hl_").count(), 4, "{out}");
     // The auditor role finds the same (it reads catalogs and makes temporary views only).
     let auditor = format!("hl_aud_{}", std::process::id());
     sqlx::raw_sql(&format!("CREATE ROLE {auditor} LOGIN IN ROLE hpc_ledger_auditor"))
@@ -497,7 +515,12 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
         "{out}{}",
         crate::harness::stderr(&o)
     );
-    sqlx::raw_sql(&format!("DROP ROLE {auditor}")).execute(p).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "DROP ROLE {auditor}; ALTER FUNCTION hl_period_lock_key() OWNER TO CURRENT_USER; DROP ROLE {owner}"
+    ))
+    .execute(p)
+    .await
+    .unwrap();
 }
 
 /// August sealed again by `algorithm` from July's seal, as the owner
