@@ -10,7 +10,9 @@
 //! With each function go how it runs: `SECURITY DEFINER` or not, and its
 //! `SET` clauses (`search_path` above all), from its `CREATE` and any later
 //! `ALTER FUNCTION`: an owner who points a definer function's search path
-//! elsewhere changes what it does without touching its body.
+//! elsewhere changes what it does without touching its body. And every
+//! aggregate (`hl_seal_chain`, which every seal is computed with): its
+//! transition and final functions, state type and initial state.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,6 +28,7 @@ fn main() {
     files.sort();
     let mut functions: BTreeMap<String, String> = BTreeMap::new();
     let mut runs_as: BTreeMap<String, RunsAs> = BTreeMap::new();
+    let mut aggregates: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     let mut views: BTreeMap<String, String> = BTreeMap::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("a readable migration");
@@ -50,6 +53,34 @@ fn main() {
                     r.apply(&outside_dollar_quotes(head));
                     runs_as.insert(name, r);
                 }
+            } else if words.starts_with(&["create", "aggregate"])
+                || words.starts_with(&["create", "or", "replace", "aggregate"])
+            {
+                // CREATE AGGREGATE name(args) (SFUNC = f, STYPE = t, …)
+                let after = &head[lower.find("aggregate").expect("seen") + "aggregate".len()..];
+                let name = after
+                    .trim_start()
+                    .split(['(', ' '])
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let options = after
+                    .find(')')
+                    .and_then(|n| {
+                        let rest = &after[n + 1..];
+                        let open = rest.find('(')?;
+                        let close = rest.rfind(')')?;
+                        Some(&rest[open + 1..close])
+                    })
+                    .unwrap_or_default();
+                let mut spec = BTreeMap::new();
+                for option in options.split(',') {
+                    if let Some((k, v)) = option.split_once('=') {
+                        let v: String = v.trim().trim_matches('\'').to_ascii_lowercase();
+                        spec.insert(k.trim().to_ascii_lowercase(), v);
+                    }
+                }
+                aggregates.insert(name, spec);
             } else if words.starts_with(&["alter", "function"]) {
                 // ALTER FUNCTION name(args) action …
                 let after = &head[lower.find("function").expect("seen") + "function".len()..];
@@ -106,6 +137,20 @@ fn main() {
     out.push_str("pub const FUNCTION_SETTINGS: &[(&str, bool, &[&str])] = &[\n");
     for (name, r) in &runs_as {
         let _ = writeln!(out, "    ({name:?}, {:?}, &{:?}),", r.definer, r.settings);
+    }
+    out.push_str("];\n\n/// Every aggregate the migrations create: (name, transition function,\n");
+    out.push_str("/// state type, initial state, final function), lowercase.\n");
+    out.push_str("pub const AGGREGATES: &[(&str, &str, &str, Option<&str>, Option<&str>)] = &[\n");
+    for (name, spec) in &aggregates {
+        let get = |k: &str| spec.get(k).cloned();
+        let _ = writeln!(
+            out,
+            "    ({name:?}, {:?}, {:?}, {:?}, {:?}),",
+            get("sfunc").unwrap_or_default(),
+            get("stype").unwrap_or_default(),
+            get("initcond"),
+            get("finalfunc")
+        );
     }
     out.push_str("];\n\n/// Final definition of every view in the `audit` schema (name, the query after AS).\n");
     out.push_str("pub const AUDIT_VIEWS: &[(&str, &str)] = &[\n");

@@ -322,7 +322,7 @@ fn normalized_setting(item: &str) -> String {
 /// A definition that is not the one the migrations installed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Altered {
-    /// `function`, `view` or `trigger`.
+    /// `function`, `aggregate`, `view` or `trigger`.
     pub kind: &'static str,
     pub name: String,
     pub problem: String,
@@ -397,6 +397,66 @@ pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered
         if !FUNCTIONS.iter().any(|(n, _)| n == name) {
             out.push(Altered {
                 kind: "function",
+                name: name.clone(),
+                problem: "not installed by any migration".into(),
+            });
+        }
+    }
+    // Aggregates: a seal is a fold of its items by hl_seal_chain, so one
+    // replaced (CREATE OR REPLACE AGGREGATE with another transition
+    // function) would make every seal recompute to whatever it says.
+    let aggregates: Vec<(String, String, String, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT p.proname::text, a.aggtransfn::regproc::text, format_type(a.aggtranstype, NULL),
+                a.agginitval, CASE WHEN a.aggfinalfn = 0 THEN NULL ELSE a.aggfinalfn::regproc::text END
+           FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
+          WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'hl\\_%'",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (name, transition, state, initial, last) in AGGREGATES {
+        let want = (
+            *transition,
+            *state,
+            initial.unwrap_or_default(),
+            last.unwrap_or_default(),
+        );
+        match aggregates.iter().find(|a| a.0 == *name) {
+            None => out.push(Altered {
+                kind: "aggregate",
+                name: (*name).to_owned(),
+                problem: "missing".into(),
+            }),
+            Some((_, t, s, i, f)) => {
+                let have = (
+                    t.to_ascii_lowercase(),
+                    s.to_ascii_lowercase(),
+                    i.clone().unwrap_or_default(),
+                    f.clone().unwrap_or_default().to_ascii_lowercase(),
+                );
+                if (have.0.as_str(), have.1.as_str(), have.2.as_str(), have.3.as_str()) != want {
+                    out.push(Altered {
+                        kind: "aggregate",
+                        name: (*name).to_owned(),
+                        problem: format!(
+                            "folds with {} over {} from '{}' (final: {}), not the migrations' {} over {} from '{}' (final: {})",
+                            have.0,
+                            have.1,
+                            have.2,
+                            if have.3.is_empty() { "none" } else { &have.3 },
+                            want.0,
+                            want.1,
+                            want.2,
+                            if want.3.is_empty() { "none" } else { want.3 },
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    for (name, ..) in &aggregates {
+        if !AGGREGATES.iter().any(|a| a.0 == name) {
+            out.push(Altered {
+                kind: "aggregate",
                 name: name.clone(),
                 problem: "not installed by any migration".into(),
             });

@@ -459,13 +459,16 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
     // The owner makes the guards let everything through, and the seal view
     // agree with whatever is recorded; and, body untouched, points a definer
     // function's search path at the caller's temporary schema first, makes
-    // another run as its caller, and gives a third to another role.
+    // another run as its caller, gives a third to another role, and has the
+    // seal's aggregate fold with a function of its own.
     let owner = format!("hl_own_{}", std::process::id());
     sqlx::raw_sql(&format!(
         "CREATE ROLE {owner};
          ALTER FUNCTION hl_fold_rollups() SET search_path = pg_temp, public;
          ALTER FUNCTION hl_archive_months(date[], text, text[], bytea[]) SECURITY INVOKER;
-         ALTER FUNCTION hl_period_lock_key() OWNER TO {owner};"
+         ALTER FUNCTION hl_period_lock_key() OWNER TO {owner};
+         CREATE FUNCTION keep_state(bytea, text) RETURNS bytea LANGUAGE sql AS $$ SELECT $1 $$;
+         CREATE OR REPLACE AGGREGATE hl_seal_chain(text) (SFUNC = keep_state, STYPE = bytea, INITCOND = '');"
     ))
     .execute(p)
     .await
@@ -494,6 +497,7 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
         "function hl_fold_rollups: its settings are [search_path=pg_temp, public], not the migrations' [search_path=public,pg_temp]",
         "function hl_archive_months: runs as its caller; the migrations made it run as its owner (SECURITY DEFINER)",
         &format!("function hl_period_lock_key: belongs to {owner}, not to the ledger's owner"),
+        "aggregate hl_seal_chain: folds with keep_state over bytea from '' (final: none), not the migrations' hl_seal_step over bytea from '' (final: none)",
     ] {
         assert!(out.contains(line), "{line}\n{out}");
     }
