@@ -139,15 +139,15 @@ fn main() {
         let _ = writeln!(out, "    ({name:?}, {:?}, &{:?}),", r.definer, r.settings);
     }
     out.push_str("];\n\n/// Every aggregate the migrations create: (name, transition function,\n");
-    out.push_str("/// state type, initial state, final function), lowercase.\n");
-    out.push_str("pub const AGGREGATES: &[(&str, &str, &str, Option<&str>, Option<&str>)] = &[\n");
+    out.push_str("/// state type, initial state, final function; \"\" for none), lowercase.\n");
+    out.push_str("pub const AGGREGATES: &[Aggregate] = &[\n");
     for (name, spec) in &aggregates {
-        let get = |k: &str| spec.get(k).cloned();
+        let get = |k: &str| spec.get(k).cloned().unwrap_or_default();
         let _ = writeln!(
             out,
-            "    ({name:?}, {:?}, {:?}, {:?}, {:?}),",
-            get("sfunc").unwrap_or_default(),
-            get("stype").unwrap_or_default(),
+            "    Aggregate {{ name: {name:?}, transition: {:?}, state: {:?}, initial: {:?}, last: {:?} }},",
+            get("sfunc"),
+            get("stype"),
             get("initcond"),
             get("finalfunc")
         );

@@ -14,6 +14,17 @@ use sqlx::PgConnection;
 
 include!(concat!(env!("OUT_DIR"), "/definitions.rs"));
 
+/// An aggregate as the migrations define it (`build.rs`), or as the
+/// database has it: lowercase, `""` for no initial state or final function.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Aggregate<S = &'static str> {
+    pub name: S,
+    pub transition: S,
+    pub state: S,
+    pub initial: S,
+    pub last: S,
+}
+
 /// Every trigger the migrations leave: table, trigger, function, and how it
 /// is enabled (`A` always, `O` on origin). A test checks this list against
 /// a freshly migrated database, so a new trigger cannot be forgotten here.
@@ -405,59 +416,51 @@ pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered
     // Aggregates: a seal is a fold of its items by hl_seal_chain, so one
     // replaced (CREATE OR REPLACE AGGREGATE with another transition
     // function) would make every seal recompute to whatever it says.
-    let aggregates: Vec<(String, String, String, Option<String>, Option<String>)> = sqlx::query_as(
-        "SELECT p.proname::text, a.aggtransfn::regproc::text, format_type(a.aggtranstype, NULL),
-                a.agginitval, CASE WHEN a.aggfinalfn = 0 THEN NULL ELSE a.aggfinalfn::regproc::text END
+    let aggregates: Vec<Aggregate<String>> = sqlx::query_as(
+        "SELECT p.proname::text AS name, lower(a.aggtransfn::regproc::text) AS transition,
+                lower(format_type(a.aggtranstype, NULL)) AS state, coalesce(a.agginitval, '') AS initial,
+                CASE WHEN a.aggfinalfn = 0 THEN '' ELSE lower(a.aggfinalfn::regproc::text) END AS last
            FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
           WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'hl\\_%'",
     )
     .fetch_all(&mut *conn)
     .await?;
-    for (name, transition, state, initial, last) in AGGREGATES {
-        let want = (
-            *transition,
-            *state,
-            initial.unwrap_or_default(),
-            last.unwrap_or_default(),
-        );
-        match aggregates.iter().find(|a| a.0 == *name) {
+    let or_none = |f: &str| if f.is_empty() { "none".to_owned() } else { f.to_owned() };
+    for want in AGGREGATES {
+        match aggregates.iter().find(|a| a.name == want.name) {
             None => out.push(Altered {
                 kind: "aggregate",
-                name: (*name).to_owned(),
+                name: want.name.to_owned(),
                 problem: "missing".into(),
             }),
-            Some((_, t, s, i, f)) => {
-                let have = (
-                    t.to_ascii_lowercase(),
-                    s.to_ascii_lowercase(),
-                    i.clone().unwrap_or_default(),
-                    f.clone().unwrap_or_default().to_ascii_lowercase(),
-                );
-                if (have.0.as_str(), have.1.as_str(), have.2.as_str(), have.3.as_str()) != want {
-                    out.push(Altered {
-                        kind: "aggregate",
-                        name: (*name).to_owned(),
-                        problem: format!(
-                            "folds with {} over {} from '{}' (final: {}), not the migrations' {} over {} from '{}' (final: {})",
-                            have.0,
-                            have.1,
-                            have.2,
-                            if have.3.is_empty() { "none" } else { &have.3 },
-                            want.0,
-                            want.1,
-                            want.2,
-                            if want.3.is_empty() { "none" } else { want.3 },
-                        ),
-                    });
-                }
+            Some(have)
+                if (have.transition.as_str(), have.state.as_str(), have.initial.as_str(), have.last.as_str())
+                    != (want.transition, want.state, want.initial, want.last) =>
+            {
+                out.push(Altered {
+                    kind: "aggregate",
+                    name: want.name.to_owned(),
+                    problem: format!(
+                        "folds with {} over {} from '{}' (final: {}), not the migrations' {} over {} from '{}' (final: {})",
+                        have.transition,
+                        have.state,
+                        have.initial,
+                        or_none(&have.last),
+                        want.transition,
+                        want.state,
+                        want.initial,
+                        or_none(want.last),
+                    ),
+                })
             }
+            Some(_) => {}
         }
     }
-    for (name, ..) in &aggregates {
-        if !AGGREGATES.iter().any(|a| a.0 == name) {
+    for have in &aggregates {
+        if !AGGREGATES.iter().any(|a| a.name == have.name) {
             out.push(Altered {
                 kind: "aggregate",
-                name: name.clone(),
+                name: have.name.clone(),
                 problem: "not installed by any migration".into(),
             });
         }
