@@ -283,7 +283,9 @@ impl RunsAs {
             "window",
             "external",
         ];
-        let lower = without_comments(options).to_ascii_lowercase();
+        let text = without_comments(options);
+        let original: Vec<&str> = text.split_whitespace().collect();
+        let lower = text.to_ascii_lowercase();
         let tokens: Vec<&str> = lower.split_whitespace().collect();
         let mut i = 0;
         while i < tokens.len() {
@@ -302,12 +304,16 @@ impl RunsAs {
                     let end = (i + 1..tokens.len())
                         .find(|&j| STOP.contains(&tokens[j]))
                         .unwrap_or(tokens.len());
-                    let clause = tokens[i + 1..end].join(" ");
+                    // The clause in its own case (values keep theirs).
+                    let clause = original[i + 1..end].join(" ");
                     let (name, value) = match clause.split_once('=') {
                         Some((n, v)) => (n.to_owned(), v.to_owned()),
                         None => {
-                            let (n, v) = clause.split_once(" to ").unwrap_or((&clause, ""));
-                            (n.to_owned(), v.to_owned())
+                            // SET name TO value: the second word is TO.
+                            let mut words = clause.splitn(3, ' ');
+                            let n = words.next().unwrap_or_default();
+                            let _to = words.next();
+                            (n.to_owned(), words.next().unwrap_or_default().to_owned())
                         }
                     };
                     let setting = normalized_setting(&name, &value);
@@ -351,15 +357,20 @@ fn without_comments(s: &str) -> String {
 }
 
 /// `name=value` as `src/db/definitions.rs` compares it with `proconfig`:
-/// lowercase, without whitespace, quotes or a trailing `;`.
+/// the name lowercase; the value as PostgreSQL keeps it, less whitespace
+/// (string quotes dropped, as PostgreSQL drops them; case and identifier
+/// quotes kept: `"Public"` is another schema than `public`).
 fn normalized_setting(name: &str, value: &str) -> String {
-    let clean = |s: &str| {
-        s.chars()
-            .filter(|c| !c.is_whitespace() && *c != '\'' && *c != '"' && *c != ';')
-            .collect::<String>()
-            .to_ascii_lowercase()
-    };
-    format!("{}={}", clean(name), clean(value))
+    let name: String = name
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let value: String = value
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '\'' && *c != ';')
+        .collect();
+    format!("{name}={value}")
 }
 
 /// A statement without the text inside its `$$…$$` (the body).

@@ -318,16 +318,15 @@ struct Installed {
 }
 
 /// A `proconfig` item (`search_path=public, pg_temp`) as `build.rs` writes
-/// the migrations' `SET` clauses: lowercase, without whitespace or quotes.
+/// the migrations' `SET` clauses: the name lowercase, the value without
+/// whitespace, its case and identifier quotes kept.
 fn normalized_setting(item: &str) -> String {
     let (name, value) = item.split_once('=').unwrap_or((item, ""));
-    let clean = |s: &str| {
-        s.chars()
-            .filter(|c| !c.is_whitespace() && *c != '\'' && *c != '"')
-            .collect::<String>()
-            .to_ascii_lowercase()
-    };
-    format!("{}={}", clean(name), clean(value))
+    format!(
+        "{}={}",
+        name.trim().to_ascii_lowercase(),
+        value.chars().filter(|c| !c.is_whitespace()).collect::<String>()
+    )
 }
 
 /// A definition that is not the one the migrations installed.
@@ -417,16 +416,28 @@ pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered
     // replaced (CREATE OR REPLACE AGGREGATE with another transition
     // function) would make every seal recompute to whatever it says.
     let aggregates: Vec<Aggregate<String>> = sqlx::query_as(
-        "SELECT p.proname::text AS name, lower(a.aggtransfn::regproc::text) AS transition,
+        "SELECT p.proname::text AS name, tn.nspname || '.' || t.proname AS transition,
                 lower(format_type(a.aggtranstype, NULL)) AS state, coalesce(a.agginitval, '') AS initial,
-                CASE WHEN a.aggfinalfn = 0 THEN '' ELSE lower(a.aggfinalfn::regproc::text) END AS last
+                coalesce(fn.nspname || '.' || f.proname, '') AS last
            FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
+           JOIN pg_proc t ON t.oid = a.aggtransfn JOIN pg_namespace tn ON tn.oid = t.pronamespace
+           LEFT JOIN pg_proc f ON f.oid = a.aggfinalfn LEFT JOIN pg_namespace fn ON fn.oid = f.pronamespace
           WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'hl\\_%'",
     )
     .fetch_all(&mut *conn)
     .await?;
     let or_none = |f: &str| if f.is_empty() { "none".to_owned() } else { f.to_owned() };
+    // The migrations name functions of `public`; the database's are named
+    // with their schema, whatever the session's search path.
+    let public = |f: &str| {
+        if f.is_empty() || f.contains('.') {
+            f.to_owned()
+        } else {
+            format!("public.{f}")
+        }
+    };
     for want in AGGREGATES {
+        let (transition, last) = (public(want.transition), public(want.last));
         match aggregates.iter().find(|a| a.name == want.name) {
             None => out.push(Altered {
                 kind: "aggregate",
@@ -435,7 +446,7 @@ pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered
             }),
             Some(have)
                 if (have.transition.as_str(), have.state.as_str(), have.initial.as_str(), have.last.as_str())
-                    != (want.transition, want.state, want.initial, want.last) =>
+                    != (transition.as_str(), want.state, want.initial, last.as_str()) =>
             {
                 out.push(Altered {
                     kind: "aggregate",
@@ -446,10 +457,10 @@ pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered
                         have.state,
                         have.initial,
                         or_none(&have.last),
-                        want.transition,
+                        transition,
                         want.state,
                         want.initial,
-                        or_none(want.last),
+                        or_none(&last),
                     ),
                 })
             }
@@ -466,7 +477,10 @@ pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered
         }
     }
     let triggers: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT c.relname::text, t.tgname::text, p.proname::text, t.tgenabled::text
+        "SELECT c.relname::text, t.tgname::text,
+                CASE WHEN p.pronamespace = 'public'::regnamespace THEN p.proname::text
+                     ELSE p.pronamespace::regnamespace::text || '.' || p.proname END,
+                t.tgenabled::text
            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid
           WHERE NOT t.tgisinternal AND c.relnamespace = 'public'::regnamespace",
     )

@@ -465,6 +465,12 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
     sqlx::raw_sql(&format!(
         "CREATE ROLE {owner};
          ALTER FUNCTION hl_fold_rollups() SET search_path = pg_temp, public;
+         ALTER FUNCTION hl_refresh_statistics(text[], bigint[]) SET search_path = \"Public\", pg_temp;
+         CREATE SCHEMA elsewhere;
+         CREATE FUNCTION elsewhere.hl_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+         DROP TRIGGER job_no_truncate ON job;
+         CREATE TRIGGER job_no_truncate BEFORE TRUNCATE ON job FOR EACH STATEMENT EXECUTE FUNCTION elsewhere.hl_refuse_change();
+         ALTER TABLE job ENABLE ALWAYS TRIGGER job_no_truncate;
          ALTER FUNCTION hl_archive_months(date[], text, text[], bytea[]) SECURITY INVOKER;
          ALTER FUNCTION hl_period_lock_key() OWNER TO {owner};
          CREATE FUNCTION keep_state(bytea, text) RETURNS bytea LANGUAGE sql AS $$ SELECT $1 $$;
@@ -497,13 +503,15 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
         "function hl_fold_rollups: its settings are [search_path=pg_temp, public], not the migrations' [search_path=public,pg_temp]",
         "function hl_archive_months: runs as its caller; the migrations made it run as its owner (SECURITY DEFINER)",
         &format!("function hl_period_lock_key: belongs to {owner}, not to the ledger's owner"),
-        "aggregate hl_seal_chain: folds with keep_state over bytea from '' (final: none), not the migrations' hl_seal_step over bytea from '' (final: none)",
+        "aggregate hl_seal_chain: folds with public.keep_state over bytea from '' (final: none), not the migrations' public.hl_seal_step over bytea from '' (final: none)",
+        "function hl_refresh_statistics: its settings are [search_path=\"Public\", pg_temp], not the migrations' [search_path=public,pg_temp]",
+        "trigger job_no_truncate on job: calls elsewhere.hl_refuse_change, not hl_refuse_change",
     ] {
         assert!(out.contains(line), "{line}\n{out}");
     }
     // Nothing else is reported: the body check, the settings and the owner
     // each name only what was changed.
-    assert_eq!(out.matches("function hl_").count(), 4, "{out}");
+    assert_eq!(out.matches("function hl_").count(), 5, "{out}");
     // The auditor role finds the same (it reads catalogs and makes temporary views only).
     let auditor = format!("hl_aud_{}", std::process::id());
     sqlx::raw_sql(&format!("CREATE ROLE {auditor} LOGIN IN ROLE hpc_ledger_auditor"))
