@@ -38,13 +38,7 @@ fn main() {
             let words: Vec<&str> = lower.split_whitespace().collect();
             if words.starts_with(&["create", "function"]) || words.starts_with(&["create", "or", "replace", "function"])
             {
-                let after = &head[lower.find("function").expect("seen") + "function".len()..];
-                let name = after
-                    .trim_start()
-                    .split(['(', ' '])
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
+                let (name, _) = named_after(head, &lower, "function");
                 if let Some(body) = first_dollar_quoted(head) {
                     functions.insert(name.clone(), body.to_owned());
                     // CREATE OR REPLACE sets every property anew: what the
@@ -57,13 +51,7 @@ fn main() {
                 || words.starts_with(&["create", "or", "replace", "aggregate"])
             {
                 // CREATE AGGREGATE name(args) (SFUNC = f, STYPE = t, …)
-                let after = &head[lower.find("aggregate").expect("seen") + "aggregate".len()..];
-                let name = after
-                    .trim_start()
-                    .split(['(', ' '])
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
+                let (name, after) = named_after(head, &lower, "aggregate");
                 let options = after
                     .find(')')
                     .and_then(|n| {
@@ -83,13 +71,7 @@ fn main() {
                 aggregates.insert(name, spec);
             } else if words.starts_with(&["alter", "function"]) {
                 // ALTER FUNCTION name(args) action …
-                let after = &head[lower.find("function").expect("seen") + "function".len()..];
-                let name = after
-                    .trim_start()
-                    .split(['(', ' '])
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
+                let (name, after) = named_after(head, &lower, "function");
                 let actions = after.find(')').map_or("", |n| &after[n + 1..]);
                 if let Some(r) = runs_as.get_mut(&name) {
                     r.apply(actions);
@@ -248,6 +230,19 @@ fn strip_leading_comments(s: &str) -> &str {
             return s;
         }
     }
+}
+
+/// The name after the first `keyword` of a statement (`CREATE FUNCTION
+/// name(…`), and the statement's text after the keyword.
+fn named_after<'a>(head: &'a str, lower: &str, keyword: &str) -> (String, &'a str) {
+    let after = &head[lower.find(keyword).expect("the statement's keyword") + keyword.len()..];
+    let name = after
+        .trim_start()
+        .split(['(', ' '])
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    (name, after)
 }
 
 /// How a function runs, as its statements declare it.
