@@ -5,17 +5,19 @@
 //! checks them against definitions compiled into this binary from the
 //! migrations (`build.rs`): every `hl_*` function's body as written, how
 //! it runs (`SECURITY DEFINER` or not, its `SET` clauses such as
-//! `search_path`) and that it belongs to the ledger's owner, every `audit`
-//! view's query, and every guard trigger, on its table, calling its
-//! function, enabled as installed (`ENABLE ALWAYS`, which also fires under
+//! `search_path`) and that it belongs to the ledger's owner, every
+//! aggregate's transition function, every `audit` view's query, and every
+//! guard trigger, on its table, calling its function (in `public`), enabled
+//! as installed (`ENABLE ALWAYS`, which also fires under
 //! `session_replication_role = replica`).
 
 use sqlx::PgConnection;
 
 include!(concat!(env!("OUT_DIR"), "/definitions.rs"));
 
-/// An aggregate as the migrations define it (`build.rs`), or as the
-/// database has it: lowercase, `""` for no initial state or final function.
+/// An aggregate as the migrations define it (`build.rs`: names as written,
+/// lowercase), or as the database has it (functions named with their
+/// schema); `""` for no initial state or final function.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Aggregate<S = &'static str> {
     pub name: S,
