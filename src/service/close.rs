@@ -382,6 +382,11 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
     // One pass over millions of charges: compiling it (JIT) costs more than
     // it saves (measured with `hpc-ledger bench`).
     crate::db::jit_off(&mut tx).await?;
+    if month.is_some() {
+        // One month of the ledger: its rows found by key, not by reading
+        // every record and run the ledger holds.
+        crate::db::plan_for_few_rows(&mut tx).await?;
+    }
     let report = AuditReport {
         discrepancies: crate::db::audit::discrepancies(&mut tx, month.map(Month::first_day)).await?,
         seals: periods::seal_checks(&mut tx, month.map(Month::first_day)).await?,
