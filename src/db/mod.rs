@@ -374,10 +374,7 @@ pub async fn server_version(pool: &PgPool) -> Result<String, sqlx::Error> {
 /// Turn JIT compilation off for the rest of the transaction: one pass over
 /// millions of rows costs less than compiling it (measured with `bench`).
 pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql("SET LOCAL jit = off")
-        .execute(&mut *conn)
-        .await
-        .map(|_| ())
+    set_local(conn, "SET LOCAL jit = off").await
 }
 
 /// Plan the rest of the transaction for reading a small part of a large
@@ -390,10 +387,13 @@ pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// 20.6 s, 10.7 s with 1.1 (docs/scaling.md). The whole ledger's audit
 /// reads every row and keeps the server's setting.
 pub async fn plan_for_few_rows(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql("SET LOCAL random_page_cost = 1.1")
-        .execute(&mut *conn)
-        .await
-        .map(|_| ())
+    set_local(conn, "SET LOCAL random_page_cost = 1.1").await
+}
+
+/// A `SET LOCAL` statement: the setting ends with the transaction, so a
+/// pooled connection never hands it to its next user.
+async fn set_local(conn: &mut PgConnection, statement: &'static str) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(statement).execute(&mut *conn).await.map(|_| ())
 }
 
 /// Begin a read-only transaction whose queries are planned for their

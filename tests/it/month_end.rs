@@ -441,6 +441,20 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
     let september = audit_of(&db.pool, Some("2026-09".parse().unwrap())).await.unwrap();
     assert!(september.discrepancies.is_empty(), "{:#?}", september.discrepancies);
     assert!(september.seals.len() == 1 && september.seals[0].holds());
+    // A month's audit plans for index lookups in its own transaction only:
+    // no pooled connection keeps that setting for whoever takes it next.
+    let mut held = Vec::new();
+    for _ in 0..db.pool.size() {
+        let mut conn = db.pool.acquire().await.unwrap();
+        let kept: bool =
+            sqlx::query_scalar("SELECT setting = reset_val FROM pg_settings WHERE name = 'random_page_cost'")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+        assert!(kept, "a pooled connection kept the month audit's random_page_cost");
+        held.push(conn);
+    }
+    drop(held);
     // (Not clean all the same: the guards were switched off and on again,
     // which leaves them enabled as ORIGIN, not ALWAYS; every audit says so.)
     assert!(!september.definitions.is_empty());
