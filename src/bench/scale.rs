@@ -1,15 +1,15 @@
 //! `hpc-ledger bench --scale`: the ledger of years (issue 19, item 2).
 //!
-//! A month of jobs is imported twice, as two files of the same size: the
-//! first into an empty ledger (in a second database, where the month is
-//! then audited alone), the second into a ledger grown to `entries` charges
-//! by copies of the first into earlier months ([`grow_ledger`]), every copy
-//! a correct charge. On the grown ledger it measures what a center does
-//! every day and every month:
+//! A month of jobs is imported as files of the same size: the first into
+//! an empty ledger (in a second database, where the month is then audited
+//! alone), the second into a ledger grown to `entries` charges by copies of
+//! the first into earlier months ([`grow_ledger`]), every copy a correct
+//! charge. On the grown ledger it measures what a center does every day and
+//! every month:
 //!
 //! | figure | baseline | target |
 //! |---|---|---|
-//! | import of the second file | the first file into the empty ledger | rate within 10 % |
+//! | import of a file into the grown ledger | the same size into an empty ledger | rate within 10 % |
 //! | one project's statement | the same in the ledger of only that month | ≤ 10 ms |
 //! | one project's balance, an allocation over a year | – | ≤ 10 ms |
 //! | `audit --month M` | the same month audited in a ledger that holds only it | ≤ 2 × |
@@ -17,6 +17,16 @@
 //!
 //! The fold of M's rollups, which `close` runs once the close has committed
 //! (migration 0042), is timed after it and reported beside it.
+//!
+//! The import is timed twice on each side and the faster of each pair is
+//! compared: on the 2-core virtual machines the bench runs on, one import
+//! of 450,000 jobs took 40 to 64 s from one run to the next into the same
+//! ledger (docs/performance.md, 2026-12-04 15:10), more than the 10 % the
+//! target allows. Both imports of the first file into an empty ledger are
+//! timed (the month alone's, and the grown ledger's before it grows); the
+//! second file is timed into the grown ledger, and a third after the month
+//! is closed (its jobs are posted to the next month, flagged late, into the
+//! same grown ledger).
 //!
 //! Last, the oldest year is archived into files (`archive`, reported with
 //! `verify --archive` of them and a statement after it; no target).
@@ -34,7 +44,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use super::baselines::{checkpoint, grow_ledger, ledger_size, settings};
-use super::measure::{balance_time, busiest_project, expect_recorded, import, statement_time};
+use super::measure::{Run, balance_time, busiest_project, expect_recorded, import, statement_time};
 use super::report::{millis, per_second, secs};
 use super::{Figure, Report, Result, Setup, Sizes, balance_figure, clean_month_audit, fail, grouped};
 use crate::db::{self, MIGRATOR};
@@ -80,12 +90,16 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     let mut figures = Vec::new();
     let mut notes = Vec::new();
 
-    say("the center and two files of the month's jobs");
+    say("the center and three files of the month's jobs");
     let mut center = Vec::new();
     crate::synthetic::write_bench_center(&mut center, sizes.projects, month)?;
     let config = crate::config::parse(std::str::from_utf8(&center)?)?;
     let projects = sizes.job_projects.min(sizes.projects);
-    let files = [("first.txt", 0..sizes.jobs), ("second.txt", sizes.jobs..2 * sizes.jobs)];
+    let files = [
+        ("first.txt", 0..sizes.jobs),
+        ("second.txt", sizes.jobs..2 * sizes.jobs),
+        ("third.txt", 2 * sizes.jobs..3 * sizes.jobs),
+    ];
     let mut paths = Vec::new();
     for (name, jobs) in files {
         let path = setup.dir.join(name);
@@ -93,7 +107,7 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
         crate::synthetic::write_bench_sacct(std::io::BufWriter::new(file), jobs, projects, month)?;
         paths.push(path);
     }
-    let (first, second) = (&paths[0], &paths[1]);
+    let (first, second, third) = (&paths[0], &paths[1], &paths[2]);
 
     // The month alone: both files into an empty ledger of their own, the
     // first timed, then that month's audit.
@@ -118,7 +132,9 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     let settings = settings(&pool).await?;
     service::config::apply(&pool, &config, "bench").await?;
     say("the first file into the ledger to grow");
-    expect_recorded(&import(setup, &setup.url, first)?, sizes.jobs)?;
+    checkpoint(&pool).await?;
+    let empty_again = import(setup, &setup.url, first)?;
+    expect_recorded(&empty_again, sizes.jobs)?;
     let once = ledger_size(&pool).await?;
     // The ledger grows to `times` × the month: the month and `times - 1`
     // copies of it.
@@ -155,24 +171,6 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     let at_scale = import(setup, &setup.url, second)?;
     expect_recorded(&at_scale, sizes.jobs)?;
     let large = ledger_size(&pool).await?;
-    let (empty_rate, scale_rate) = (
-        per_second(sizes.jobs, empty.wall),
-        per_second(sizes.jobs, at_scale.wall),
-    );
-    let ratio = at_scale.wall.as_secs_f64().recip() / empty.wall.as_secs_f64().recip();
-    figures.push(Figure {
-        figure: format!("import of {} jobs at {} entries", grouped(sizes.jobs), grouped(grown)),
-        measured: format!("{} = {} jobs/s", secs(at_scale.wall), grouped(scale_rate)),
-        baseline: format!(
-            "the same number into an empty ledger: {} = {} jobs/s",
-            secs(empty.wall),
-            grouped(empty_rate)
-        ),
-        ratio: Some(ratio),
-        target: "≥ 0.9 × the empty ledger's rate".into(),
-        pass: ratio >= 0.9,
-    });
-
     say("a statement and a balance");
     if busiest_project(&pool, month).await? != code {
         fail!("the busiest project of {month} is not the same in both ledgers");
@@ -279,6 +277,17 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
         grouped(u64::try_from(bytes)? / billed.max(1))
     ));
 
+    // The import's second sample at scale: the month is closed, so its
+    // jobs are posted to the next month, flagged late.
+    say("a third file into the grown ledger");
+    checkpoint(&pool).await?;
+    let late = import(setup, &setup.url, third)?;
+    expect_recorded(&late, sizes.jobs)?;
+    figures.insert(
+        0,
+        import_figure(sizes.jobs, grown, [&empty, &empty_again], [&at_scale, &late]),
+    );
+
     // Retention: the oldest year archived into files and checked again,
     // and the month's statement after it (docs/retention.md).
     if let Some(oldest) = earlier.months.first().map(|c| c.month) {
@@ -347,6 +356,33 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
         )],
         settings,
     })
+}
+
+/// The import at scale against the import into an empty ledger, the faster
+/// of each pair of runs compared (the module's docs say why two).
+fn import_figure(jobs: u64, grown: u64, empty: [&Run; 2], at_scale: [&Run; 2]) -> Figure {
+    let fastest = |runs: [&Run; 2]| runs.iter().map(|r| r.wall).min().unwrap_or_default();
+    let both = |runs: [&Run; 2]| format!("{} and {}", secs(runs[0].wall), secs(runs[1].wall));
+    let (empty_best, scale_best) = (fastest(empty), fastest(at_scale));
+    let ratio = empty_best.as_secs_f64() / scale_best.as_secs_f64();
+    Figure {
+        figure: format!("import of {} jobs at {} entries", grouped(jobs), grouped(grown)),
+        measured: format!(
+            "{} = {} jobs/s (twice: {})",
+            secs(scale_best),
+            grouped(per_second(jobs, scale_best)),
+            both(at_scale)
+        ),
+        baseline: format!(
+            "the same number into an empty ledger: {} = {} jobs/s (twice: {})",
+            secs(empty_best),
+            grouped(per_second(jobs, empty_best)),
+            both(empty)
+        ),
+        ratio: Some(ratio),
+        target: "≥ 0.9 × the empty ledger's rate".into(),
+        pass: ratio >= 0.9,
+    }
 }
 
 /// `hl_fold_rollups()`: the closed months not folded yet, folded.
