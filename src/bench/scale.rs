@@ -54,7 +54,7 @@ use crate::service;
 /// How big a `--scale` run is.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScaleSizes {
-    /// Jobs in each of the two files.
+    /// Jobs in each of the three files.
     pub jobs: u64,
     /// Projects in the center, each with a storage quota.
     pub projects: u64,

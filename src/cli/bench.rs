@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, requires = "scale", default_value_t = ScaleSizes::FULL.entries)]
     entries: u64,
     /// Jobs to import (default 100,000; 1,000,000 with --full, and in each of
-    /// the two files of --scale).
+    /// the three files of --scale).
     #[arg(long)]
     jobs: Option<u64>,
     /// Projects with storage quotas (default 10,000; 100,000 with --full or
