@@ -22,11 +22,11 @@
 //! compared: on the 2-core virtual machines the bench runs on, one import
 //! of 450,000 jobs took 40 to 64 s from one run to the next into the same
 //! ledger (docs/scaling.md, "At 20.8M entries, the import examined"), more
-//! than the 10 % the target allows. Both imports of the first file into an empty ledger are
-//! timed (the month alone's, and the grown ledger's before it grows); the
-//! second file is timed into the grown ledger, and a third after the month
-//! is closed (its jobs are posted to the next month, flagged late, into the
-//! same grown ledger).
+//! than the 10 % the target allows. Both imports of the first file into an
+//! empty ledger are timed (the month alone's, and the grown ledger's before
+//! it grows); the second file is timed into the grown ledger, and a third
+//! after the month is closed (its jobs are posted to the next month,
+//! flagged late, into the same grown ledger).
 //!
 //! Last, the oldest year is archived into files (`archive`, reported with
 //! `verify --archive` of them and a statement after it; no target).
