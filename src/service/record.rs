@@ -228,7 +228,6 @@ impl Recorder {
         for (source, _) in malformed {
             rows.push(rejection_row(source, RejectKind::Database, &reason, source.job.clone()));
         }
-        let mut conn = self.pool.acquire().await.map_err(RecordError::Connection)?;
         let db_error = |e: sqlx::Error| {
             if is_connection_error(&e) {
                 RecordError::Connection(e)
@@ -236,22 +235,30 @@ impl Recorder {
                 RecordError::Db(e)
             }
         };
-        if let Err(e) = rejected::upsert(&mut conn, &rows).await {
-            if is_connection_error(&e) {
-                return Err(RecordError::Connection(e));
+        // Kept as rejected and taken out of the intake in one transaction:
+        // a crash between the two would have the next attempt find the
+        // rejection kept and count it again.
+        let mut tx = self.pool.begin().await.map_err(RecordError::Connection)?;
+        let mut first = sqlx::Connection::begin(&mut *tx).await.map_err(db_error)?;
+        match rejected::upsert(&mut first, &rows).await {
+            Ok(()) => first.commit().await.map_err(db_error)?,
+            Err(e) if is_connection_error(&e) => return Err(RecordError::Connection(e)),
+            Err(_) => {
+                // The record itself cannot be stored as text: keep a
+                // printable copy (the failed attempt rolled back to its
+                // savepoint).
+                first.rollback().await.map_err(db_error)?;
+                for r in &mut rows {
+                    r.raw = r.raw.replace('\0', "\\0");
+                    r.reason = format!("{} (stored with NUL characters escaped)", r.reason);
+                }
+                rejected::upsert(&mut tx, &rows).await.map_err(db_error)?;
             }
-            // The record itself cannot be stored as text: keep a printable copy.
-            for r in &mut rows {
-                r.raw = r.raw.replace('\0', "\\0");
-                r.reason = format!("{} (stored with NUL characters escaped)", r.reason);
-            }
-            rejected::upsert(&mut conn, &rows).await.map_err(db_error)?;
         }
-        // Kept as rejected: out of the intake (were this to fail, the next
-        // attempt would find the rejection kept and count it again).
-        crate::db::intake::done(&mut conn, &intake_ids(jobs, malformed))
+        crate::db::intake::done(&mut tx, &intake_ids(jobs, malformed))
             .await
             .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
         Ok(outcomes)
     }
 

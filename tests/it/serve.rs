@@ -1315,3 +1315,69 @@ async fn a_document_the_database_refuses_is_set_aside_and_the_rest_recorded() {
     assert_eq!(still, (id, true));
     next.stop().await;
 }
+
+/// A posted job the database refuses is kept as rejected and taken out of
+/// the intake in one transaction: when the second cannot be done, the
+/// first is undone too (the document is set aside, kept once), so trying
+/// it again later keeps the rejection once, not once per attempt.
+#[tokio::test]
+async fn a_refused_post_is_kept_as_rejected_and_leaves_the_intake_together() {
+    let db = fixture_db().await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'test: the disk is full'; END $$;
+         CREATE TRIGGER test_refuse AFTER INSERT ON ledger_entry
+           FOR EACH STATEMENT EXECUTE FUNCTION test_refuse();
+         CREATE FUNCTION test_keep() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'test: the intake cannot be emptied'; END $$;
+         CREATE TRIGGER test_keep BEFORE DELETE ON job_intake
+           FOR EACH ROW EXECUTE FUNCTION test_keep();",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let server = start_intake(&db.pool, basic_only()).await;
+    let r = server.post_bytes("/slurm/_doc", &latin1_body(811)).await;
+    assert_eq!(
+        (r.status, body(&r)["outcome"].as_str()),
+        (200, Some("accepted")),
+        "{}",
+        r.body
+    );
+    drained(&db.pool).await;
+    server.stop().await;
+    let kept = "SELECT count(*) FROM rejected_record WHERE job_key LIKE '%/811'";
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM job_intake WHERE failed IS NOT NULL").await,
+        1,
+        "set aside"
+    );
+    assert_eq!(
+        count(&db.pool, kept).await,
+        0,
+        "not kept while it is still in the intake"
+    );
+
+    // The intake can be emptied again: the next server tries it once more.
+    sqlx::raw_sql("DROP TRIGGER test_keep ON job_intake")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let server = start_intake(&db.pool, basic_only()).await;
+    for _ in 0..400 {
+        if count(&db.pool, "SELECT count(*) FROM job_intake").await == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job_intake").await, 0);
+    let (times, reason): (i32, String) =
+        sqlx::query_as("SELECT times_seen, reason FROM rejected_record WHERE job_key LIKE '%/811'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(times, 1, "kept once: {reason}");
+    assert!(reason.contains("test: the disk is full"), "{reason}");
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 0);
+}
