@@ -3,6 +3,29 @@
 
 use crate::harness::{TestDb, cli_with_env, stderr, stdout};
 
+/// An `audit --month` side reports the median of the three timings it
+/// prints: `5.23 s (median of 5.91 s, 5.23 s and 5.10 s)`.
+fn median_of_three(text: &str) {
+    let secs = |t: &str| -> f64 {
+        t.trim()
+            .strip_suffix(" s")
+            .unwrap_or_else(|| panic!("{text}"))
+            .parse()
+            .unwrap_or_else(|_| panic!("{text}"))
+    };
+    let (head, all) = text.split_once(" (median of ").unwrap_or_else(|| panic!("{text}"));
+    let head = head.rsplit(": ").next().unwrap();
+    let mut runs: Vec<f64> = all
+        .trim_end_matches(')')
+        .split(',')
+        .flat_map(|p| p.split(" and "))
+        .map(secs)
+        .collect();
+    assert_eq!(runs.len(), 3, "{text}");
+    runs.sort_by(f64::total_cmp);
+    assert_eq!(secs(head), runs[1], "the median of {runs:?} is compared: {text}");
+}
+
 #[tokio::test]
 async fn the_bench_measures_every_figure_in_a_scratch_database() {
     let db = TestDb::new().await;
@@ -187,6 +210,9 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
         )),
         "{alone}"
     );
+    // Each side run three times, their medians compared.
+    median_of_three(figures[19]["measured"].as_str().unwrap());
+    median_of_three(alone);
     // The month end of a center just set up, in a second scratch database.
     assert_eq!(
         names[20],
@@ -329,6 +355,16 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     );
     assert_eq!(number(at(2)), large);
     assert_eq!(names[3], format!("audit --month {month} at {} entries (clean)", at(1)));
+    median_of_three(figures[3]["measured"].as_str().unwrap());
+    median_of_three(figures[3]["baseline"].as_str().unwrap());
+    assert!(
+        figures[3]["baseline"]
+            .as_str()
+            .unwrap()
+            .starts_with("the same month in a ledger of only it ("),
+        "{:?}",
+        figures[3]
+    );
     let closing = names[4]
         .strip_prefix(&format!("closing {month} ("))
         .unwrap_or_else(|| panic!("{names:#?}"));
