@@ -245,8 +245,11 @@ fn balance_figure(
 }
 
 /// How many times each side of the `audit --month` figure is run (the
-/// median is compared): one audit varies by a third and more from one run
-/// to the next on the 2-core machines the bench is run on.
+/// median is compared, all printed): whether a figure repeats within a
+/// run, and a median no single slow call decides. The first call of each
+/// side is the coldest; what the page cache holds from one run to the
+/// next (one audit of a month at 20.8M took 5.2 s in one run and 11.3 s in
+/// another) is not what three calls in one run can even out.
 const MONTH_AUDITS: usize = 3;
 
 /// `audit --month month`, timed [`MONTH_AUDITS`] times; a finding fails

@@ -29,8 +29,9 @@
 //! flagged late, into the same grown ledger).
 //!
 //! `audit --month M` is run three times on each side and the medians are
-//! compared (at 20.8M entries one audit of the month took 5.2 s in one run
-//! and 11.3 s in the next, docs/scaling.md).
+//! compared, all three printed: they show whether the figure repeats
+//! within a run (at 20.8M entries one audit of the month took 5.2 s in
+//! one run and 11.3 s in another, single timings; docs/scaling.md).
 //!
 //! Last, the oldest year is archived into files (`archive`, reported with
 //! `verify --archive` of them and a statement after it; no target).
