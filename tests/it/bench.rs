@@ -270,7 +270,7 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
             "--job-projects",
             "10",
             "--entries",
-            "3000",
+            "6000",
             "--calls",
             "2",
             "--database",
@@ -300,10 +300,10 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     );
     let copies = r["sizes"]["grow"].as_u64().unwrap();
     assert!(
-        grown >= 3000 && grown.is_multiple_of(copies),
+        grown >= 6000 && grown.is_multiple_of(copies),
         "{grown} in {copies} copies"
     );
-    assert!(grown - grown / copies < 3000, "one copy fewer would have done: {grown}");
+    assert!(grown - grown / copies < 6000, "one copy fewer would have done: {grown}");
     assert!(
         figures[0]["baseline"]
             .as_str()
@@ -411,6 +411,26 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     .fetch_one(&pool)
     .await
     .unwrap();
+    // The grown ledger lies in posting order on disk, month after month as a
+    // center's is written (the copies of earlier months, written after the
+    // month they copy, were moved in front of it), and the month's storage
+    // and the third file, written later, follow: no entry lies after one of
+    // a later month. (--entries 6000: copies enough that months are left
+    // after the oldest twelve are archived.)
+    let out_of_order: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT period < lag(period) OVER (ORDER BY ctid) AS back FROM ledger_entry) o
+          WHERE back",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(out_of_order, 0, "entries lie after one of a later month");
+    let left: i64 = sqlx::query_scalar("SELECT count(DISTINCT period) FROM ledger_entry WHERE period < $1")
+        .bind(month.first_day())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(left >= 2, "{left} earlier months left to be in order");
     pool.close().await;
     // The oldest year was archived last: the earliest closed months, twelve
     // or fewer.
