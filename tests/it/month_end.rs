@@ -1439,3 +1439,47 @@ async fn statements_as_html_documents_carry_the_ledgers_numbers() {
     assert!(pdfs.join("index.html").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A month's audit joins its charges to their records and runs by lookups,
+/// not by hashing tables that hold every month (`db::plan_for_few_rows`; at
+/// 20.8M entries the hash of every run was half the month's audit), and the
+/// setting ends with the audit's transaction.
+#[tokio::test]
+async fn a_months_audit_joins_by_lookups_within_its_transaction() {
+    let db = october().await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    let node_types = |plan: &serde_json::Value| -> Vec<String> {
+        fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+            if let Some(t) = v.get("Node Type").and_then(|t| t.as_str()) {
+                out.push(t.to_owned());
+            }
+            for p in v.get("Plans").and_then(|p| p.as_array()).into_iter().flatten() {
+                walk(p, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&plan[0]["Plan"], &mut out);
+        out
+    };
+    let explain = "EXPLAIN (FORMAT JSON) SELECT * FROM audit.discrepancies WHERE period = DATE '2026-10-01'";
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+    let server: serde_json::Value = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.unwrap();
+    hpc_ledger::db::plan_for_few_rows(&mut tx).await.unwrap();
+    let month: serde_json::Value = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let (server, month) = (node_types(&server), node_types(&month));
+    assert!(
+        server.iter().any(|t| t == "Hash Join"),
+        "the server's settings hash some join of the month's audit: {server:?}"
+    );
+    assert!(
+        !month.iter().any(|t| t == "Hash Join"),
+        "the month's audit planned for lookups hashes no join: {month:?}"
+    );
+    assert!(month.iter().any(|t| t == "Nested Loop"), "{month:?}");
+    let after: String = sqlx::query_scalar("SHOW enable_hashjoin")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(after, "on", "the setting ended with the audit's transaction");
+}
