@@ -442,16 +442,21 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
     assert!(september.discrepancies.is_empty(), "{:#?}", september.discrepancies);
     assert!(september.seals.len() == 1 && september.seals[0].holds());
     // A month's audit plans for index lookups in its own transaction only:
-    // no pooled connection keeps that setting for whoever takes it next.
+    // no pooled connection keeps those settings for whoever takes it next.
     let mut held = Vec::new();
     for _ in 0..db.pool.size() {
         let mut conn = db.pool.acquire().await.unwrap();
-        let kept: bool =
-            sqlx::query_scalar("SELECT setting = reset_val FROM pg_settings WHERE name = 'random_page_cost'")
-                .fetch_one(&mut *conn)
-                .await
-                .unwrap();
-        assert!(kept, "a pooled connection kept the month audit's random_page_cost");
+        let kept: bool = sqlx::query_scalar(
+            "SELECT bool_and(setting = reset_val) FROM pg_settings
+              WHERE name IN ('random_page_cost', 'enable_hashjoin')",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        assert!(
+            kept,
+            "a pooled connection kept the month audit's random_page_cost or enable_hashjoin"
+        );
         held.push(conn);
     }
     drop(held);
@@ -791,9 +796,18 @@ struct Scan {
     filter: Option<String>,
 }
 
-fn ledger_scans(plan: &serde_json::Value, out: &mut Vec<Scan>) {
+/// Every node of a plan in EXPLAIN's JSON (its subplans included), the
+/// plan's own first.
+fn plan_nodes<'a>(plan: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value>) {
+    out.push(plan);
+    for child in plan.get("Plans").and_then(|p| p.as_array()).into_iter().flatten() {
+        plan_nodes(child, out);
+    }
+}
+
+fn ledger_scans(plan: &serde_json::Value) -> Vec<Scan> {
     // (Job records and runs are joined by key from the month's charges;
-    // whether the planner looks each up or hashes the table is its choice.)
+    // whether they are looked up or hashed is the next test's.)
     const GROWING: [&str; 5] = [
         "ledger_entry",
         "ledger_usage",
@@ -801,21 +815,24 @@ fn ledger_scans(plan: &serde_json::Value, out: &mut Vec<Scan>) {
         "statement",
         "storage_charge_segment",
     ];
-    let text = |key: &str| plan.get(key).and_then(|v| v.as_str()).map(str::to_owned);
-    if let Some(table) = text("Relation Name")
-        && GROWING.contains(&table.as_str())
-    {
-        out.push(Scan {
-            table,
-            node: text("Node Type").unwrap(),
-            index: text("Index Name"),
-            cond: text("Index Cond").or_else(|| text("Recheck Cond")),
-            filter: text("Filter"),
-        });
+    let mut nodes = Vec::new();
+    plan_nodes(plan, &mut nodes);
+    let mut out = Vec::new();
+    for node in nodes {
+        let text = |key: &str| node.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+        if let Some(table) = text("Relation Name")
+            && GROWING.contains(&table.as_str())
+        {
+            out.push(Scan {
+                table,
+                node: text("Node Type").unwrap(),
+                index: text("Index Name"),
+                cond: text("Index Cond").or_else(|| text("Recheck Cond")),
+                filter: text("Filter"),
+            });
+        }
     }
-    for child in plan.get("Plans").and_then(|p| p.as_array()).into_iter().flatten() {
-        ledger_scans(child, out);
-    }
+    out
 }
 
 #[tokio::test]
@@ -839,8 +856,7 @@ async fn one_months_audit_reads_that_month_and_what_it_points_to() {
         .fetch_one(&mut *conn)
         .await
         .unwrap();
-        let mut scans = Vec::new();
-        ledger_scans(&plan[0]["Plan"], &mut scans);
+        let scans = ledger_scans(&plan[0]["Plan"]);
         // Each scan is bounded: by the month, or by the key of a row the
         // month's rows point to (a corrected entry), or it reads a partial
         // index of corrections and discount lines (a probe whether any
@@ -1449,17 +1465,12 @@ async fn a_months_audit_joins_by_lookups_within_its_transaction() {
     let db = october().await;
     let mut conn = db.pool.acquire().await.unwrap();
     let node_types = |plan: &serde_json::Value| -> Vec<String> {
-        fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
-            if let Some(t) = v.get("Node Type").and_then(|t| t.as_str()) {
-                out.push(t.to_owned());
-            }
-            for p in v.get("Plans").and_then(|p| p.as_array()).into_iter().flatten() {
-                walk(p, out);
-            }
-        }
-        let mut out = Vec::new();
-        walk(&plan[0]["Plan"], &mut out);
-        out
+        let mut nodes = Vec::new();
+        plan_nodes(&plan[0]["Plan"], &mut nodes);
+        nodes
+            .iter()
+            .map(|n| n["Node Type"].as_str().unwrap().to_owned())
+            .collect()
     };
     let explain = "EXPLAIN (FORMAT JSON) SELECT * FROM audit.discrepancies WHERE period = DATE '2026-10-01'";
     let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
