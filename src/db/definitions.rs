@@ -231,6 +231,18 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         'A',
     ),
     (
+        "record_read_options",
+        "record_read_options_append_only",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "record_read_options",
+        "record_read_options_no_truncate",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
         "rejected_record",
         "rejected_record_guard",
         "hl_rejected_record_guard",

@@ -1,6 +1,8 @@
 //! Jobs and job records: find runs by identity, add runs and records in
 //! batches (one statement each).
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -197,17 +199,38 @@ pub async fn insert_records(
     let source: Vec<&str> = records.iter().map(|r| r.source_ref).collect();
     let raw: Vec<&str> = records.iter().map(|r| r.raw).collect();
     let raw_bytes: Vec<Option<&[u8]>> = records.iter().map(|r| r.raw_bytes).collect();
-    let options: Vec<serde_json::Value> = records.iter().map(|r| r.read_options.clone()).collect();
+    // Each distinct set of read options once (a file's records share one),
+    // and for every record the position of its own (migration 0043).
+    let mut distinct: Vec<serde_json::Value> = Vec::new();
+    let mut seen: HashMap<String, i32> = HashMap::new();
+    let option_at: Vec<i32> = records
+        .iter()
+        .map(|r| {
+            *seen.entry(r.read_options.to_string()).or_insert_with(|| {
+                distinct.push(r.read_options.clone());
+                distinct.len() as i32
+            })
+        })
+        .collect();
     let rows = sqlx::query!(
-        r#"INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
+        r#"WITH o AS (SELECT array_agg(hl_read_options_id(x) ORDER BY n) AS ids
+                        FROM unnest($25::jsonb[]) WITH ORDINALITY AS t(x, n))
+           INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
                                    user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
                                    charge_fingerprint, content_fingerprint, source_format, source_ref, raw, raw_bytes,
-                                   read_options, recorded_by)
-           SELECT u.*, $22 FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[],
-                                       $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
-                                       $12::text[], $13::timestamptz[], $14::int[], $15::int[], $16::bigint[],
-                                       $17::int[], $18::bytea[], $19::bytea[], $20::text[], $21::text[], $23::text[],
-                                       $24::bytea[], $25::jsonb[]) AS u
+                                   read_options_id, recorded_by)
+           SELECT u.job_id, u.cluster_id, u.started_at, u.revision, u.kind, u.project_id, u.node_type_id, u.queue,
+                  u.user_name, u.job_name, u.state, u.exit_code, u.ended_at, u.nodes, u.cores, u.memory_bytes, u.gpus,
+                  u.charge_fingerprint, u.content_fingerprint, u.source_format, u.source_ref, u.raw, u.raw_bytes,
+                  (SELECT o.ids FROM o)[u.options_at], $22
+             FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[],
+                         $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
+                         $12::text[], $13::timestamptz[], $14::int[], $15::int[], $16::bigint[],
+                         $17::int[], $18::bytea[], $19::bytea[], $20::text[], $21::text[], $23::text[],
+                         $24::bytea[], $26::int[])
+                  AS u(job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
+                       user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
+                       charge_fingerprint, content_fingerprint, source_format, source_ref, raw, raw_bytes, options_at)
            RETURNING job_id AS "job_id: JobId", revision, id AS "id: JobRecordId""#,
         &job,
         &cluster,
@@ -233,7 +256,8 @@ pub async fn insert_records(
         recorded_by,
         &raw as &[&str],
         &raw_bytes as &[Option<&[u8]>],
-        &options,
+        &distinct,
+        &option_at,
     )
     .fetch_all(&mut *conn)
     .await?;

@@ -80,6 +80,20 @@ async fn every_real_record_reads_again_to_what_the_ledger_stores() {
     assert_eq!(report.records, n as u64);
     assert_eq!(differences(&report), [], "{:#?}", report.differences.first());
     assert_eq!(report.unverifiable, []);
+    // How the records were read is kept once for each distinct set of
+    // options (migration 0043), not with every record: the 17 files and two
+    // other inputs bring at most 19 sets among their records.
+    let (with_own_copy, kept, named): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM job_record WHERE read_options IS NOT NULL),
+                (SELECT count(*) FROM record_read_options),
+                (SELECT count(DISTINCT read_options_id) FROM job_record)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(with_own_copy, 0);
+    assert_eq!(kept, named, "every set kept is some record's");
+    assert!((2..=19).contains(&kept), "{kept} sets of read options for {n} records");
     let o = db.cli(&["audit", "--deep"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(

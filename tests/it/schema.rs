@@ -210,6 +210,12 @@ async fn references_are_checked_per_statement() {
             "refers to node type 5 of cluster 1, which does not exist",
         ),
         (
+            "INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, ended_at, nodes, cores,
+                                     charge_fingerprint, content_fingerprint, source_format, raw, read_options_id, recorded_by)
+                  VALUES (1, 1, '2026-03-01Z', 2, 'revision', 1, 1, '2026-03-01 02:00Z', 1, 4, sha256('a'), sha256('c'), 'cli', '{}', 9, 't')",
+            "refers to read options 9, which does not exist",
+        ),
+        (
             "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, author)
                   SELECT '2026-03-01', 1, 'job', 'core_hours', 1, CASE WHEN i = 500 THEN 3 ELSE 1 END, 8, 0.01, 0.08, 0.08, 't'
                     FROM generate_series(1, 1000) i",
@@ -266,6 +272,84 @@ async fn references_are_checked_per_statement() {
         .execute(&db.pool)
         .await
         .unwrap();
+}
+
+/// How records were read is stored once per distinct set of options
+/// (migration 0043), also when two postings bring the same new set at once:
+/// the second waits for the first, and names its row once it commits, or
+/// stores the set itself if the first rolls back. The rows, like the
+/// records naming them, are never changed.
+#[tokio::test]
+async fn read_options_are_stored_once_under_concurrent_postings() {
+    let db = TestDb::new().await;
+    let id_of = |options: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let id: i64 = sqlx::query_scalar("SELECT hl_read_options_id($1::jsonb)")
+                .bind(options)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            id
+        }
+    };
+    let options = r#"{"fields": ["jobid", "account", "start", "end"], "delimiter": "|"}"#;
+    for (first_commits, options) in [(true, options), (false, r#"{"fields": ["jobid", "end"]}"#)] {
+        let mut first = db.pool.begin().await.unwrap();
+        let a: i64 = sqlx::query_scalar("SELECT hl_read_options_id($1::jsonb)")
+            .bind(options)
+            .fetch_one(&mut *first)
+            .await
+            .unwrap();
+        let second = tokio::spawn(id_of(options));
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert!(!second.is_finished(), "the second waits for the first's insert");
+        if first_commits {
+            first.commit().await.unwrap();
+            assert_eq!(second.await.unwrap(), a);
+        } else {
+            first.rollback().await.unwrap();
+            let b = second.await.unwrap();
+            assert_ne!(b, a, "the first's row went with it");
+        }
+    }
+    // The same options written another way (key order, spacing) are the
+    // same row; other options are another.
+    let stored = id_of(options).await;
+    assert_eq!(
+        id_of(r#"{"delimiter":"|","fields":["jobid","account","start","end"]}"#).await,
+        stored
+    );
+    assert_ne!(id_of(r#"{"fields": ["jobid", "account"]}"#).await, stored);
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM record_read_options")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 3, "the first set, the second once, and the third");
+    for sql in [
+        "UPDATE record_read_options SET options = '{}'",
+        "DELETE FROM record_read_options",
+        "TRUNCATE record_read_options",
+    ] {
+        let code = refused(&db.pool, sql).await;
+        assert!(code.starts_with("HL001"), "{sql}: {code}");
+    }
+    // A record names its options one way or the other, not both.
+    sqlx::raw_sql(ONE_CHARGE).execute(&db.pool).await.unwrap();
+    let got = refused(
+        &db.pool,
+        &format!(
+            "INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, ended_at, nodes,
+                                     cores, charge_fingerprint, content_fingerprint, source_format, raw, read_options,
+                                     read_options_id, recorded_by)
+                  VALUES (1, 1, '2026-03-01Z', 2, 'revision', 1, 1, '2026-03-01 02:00Z', 1, 4, sha256('a'), sha256('c'),
+                          'cli', '{{}}', '{{}}', {stored}, 't')"
+        ),
+    )
+    .await;
+    assert_eq!(got, "23514 job_record_read_options_once");
 }
 
 /// A project being removed while another transaction charges it: the
