@@ -15,33 +15,60 @@ pub struct Discrepancy {
     pub recorded: Option<String>,
 }
 
-/// The findings of the whole ledger, or of one posting month (`period`,
-/// its first day): those of its entries, draws, usage sums and journal exports
-/// (findings of no month, such as rejected records, holds and transfers,
-/// are the whole audit's).
-pub async fn discrepancies(
+/// The findings of the whole ledger.
+pub async fn discrepancies(conn: &mut PgConnection) -> Result<Vec<Discrepancy>, sqlx::Error> {
+    sqlx::query_as!(
+        Discrepancy,
+        r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
+             FROM audit.discrepancies
+            ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field"#
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Which of one posting month's findings: those of its storage charges, or
+/// all the others (those of its entries, draws, usage sums and journal
+/// exports; findings of no month, such as rejected records, holds and
+/// transfers, are the whole audit's). Together they are the month's
+/// findings (every finding has a kind), read in two statements so that each
+/// can be planned its own way (`service::close::audit_of`). The month is a
+/// parameter of its own, not `$1 IS NULL OR period = $1`: a plan made for
+/// any month (a prepared statement's generic plan) could not use it to read
+/// only that month's entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MonthPart {
+    /// Its storage charges recomputed from quota and rate history, and the
+    /// projects missing one.
+    Storage,
+    /// Everything else: job charges, corrections, discounts, statements,
+    /// draws, usage sums, journal exports.
+    Rest,
+}
+
+/// One part of a month's findings (`month`, its first day), by entry.
+pub async fn month_part(
     conn: &mut PgConnection,
-    period: Option<NaiveDate>,
+    month: NaiveDate,
+    part: MonthPart,
 ) -> Result<Vec<Discrepancy>, sqlx::Error> {
-    // Two statements, not `$1 IS NULL OR period = $1`: a plan made for any
-    // month (PostgreSQL's generic plan of a prepared statement) could not
-    // use the month to read only that month's entries.
-    match period {
-        None => {
+    match part {
+        MonthPart::Storage => {
             sqlx::query_as!(
                 Discrepancy,
                 r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
-                     FROM audit.discrepancies
-                    ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field"#
+                     FROM audit.discrepancies WHERE period = $1 AND kind = 'storage'
+                    ORDER BY entry_id NULLS FIRST, field"#,
+                month
             )
             .fetch_all(&mut *conn)
             .await
         }
-        Some(month) => {
+        MonthPart::Rest => {
             sqlx::query_as!(
                 Discrepancy,
                 r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
-                     FROM audit.discrepancies WHERE period = $1
+                     FROM audit.discrepancies WHERE period = $1 AND kind <> 'storage'
                     ORDER BY entry_id NULLS FIRST, field"#,
                 month
             )

@@ -362,6 +362,15 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
         .execute(&mut *conn)
         .await
         .unwrap();
+    // And one of October's storage charges.
+    let storage: i64 = sqlx::query_scalar(
+        "UPDATE ledger_entry SET amount_exact = amount_exact + 1, amount = amount + 1
+          WHERE id = (SELECT min(id) FROM ledger_entry WHERE kind = 'storage' AND period = '2026-10-01')
+         RETURNING id",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
     sqlx::raw_sql("ALTER TABLE ledger_entry ENABLE TRIGGER ALL")
         .execute(&mut *conn)
         .await
@@ -423,6 +432,37 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
     assert_eq!(
         of_october.iter().filter(|(e, ..)| *e == Some(id)).count(),
         found.iter().filter(|(e, ..)| *e == Some(id)).count(),
+        "{of_october:#?}"
+    );
+    // Its findings are read in two parts (the storage charges' planned
+    // apart from the rest): together, exactly the whole audit's findings
+    // of October, the findings of no entry first, then by entry.
+    assert!(
+        october
+            .discrepancies
+            .iter()
+            .any(|d| d.entry_id == Some(storage) && d.kind == "storage" && d.field == "amount"),
+        "{of_october:#?}"
+    );
+    let as_rows = |ds: &mut dyn Iterator<Item = &hpc_ledger::db::audit::Discrepancy>| {
+        let mut rows: Vec<String> = ds.map(|d| format!("{d:?}")).collect();
+        rows.sort();
+        rows
+    };
+    assert_eq!(
+        as_rows(&mut october.discrepancies.iter()),
+        as_rows(
+            &mut report
+                .discrepancies
+                .iter()
+                .filter(|d| d.period.map(|p| p.to_string()).as_deref() == Some("2026-10-01"))
+        )
+    );
+    assert!(
+        october
+            .discrepancies
+            .windows(2)
+            .all(|w| (w[0].entry_id, &w[0].field) <= (w[1].entry_id, &w[1].field)),
         "{of_october:#?}"
     );
     assert!(
