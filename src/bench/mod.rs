@@ -595,7 +595,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     if !deep.clean() {
         fail!(
             "the deep audit of the bench ledger found {} differences (first: {:?})",
-            deep.differences.len(),
+            deep.differences_found,
             deep.differences.first()
         );
     }

@@ -428,12 +428,12 @@ pub async fn run_audit(args: AuditArgs, readers: &Readers) -> anyhow::Result<Exi
     })
 }
 
-/// How many differences the text output lists (JSON has them all).
+/// How many differences the text output lists (JSON has every one kept).
 const DEEP_SHOWN: usize = 50;
 
 pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
     let mut o = String::new();
-    if d.differences.is_empty() {
+    if d.clean() {
         o.push_str(&format!(
             "deep: {} job records read again from their raw records: every one says what the ledger stores\n",
             d.records
@@ -442,7 +442,7 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
         o.push_str(&format!(
             "deep: {} job records read again from their raw records: {} difference(s) between a raw record and the ledger:\n",
             d.records,
-            d.differences.len()
+            d.differences_found
         ));
         let rows: Vec<Vec<String>> = d
             .differences
@@ -462,11 +462,20 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
             &["record", "job", "field", "stored", "raw record says"],
             &rows,
         ));
-        if d.differences.len() > DEEP_SHOWN {
-            o.push_str(&format!(
-                "… {} more (`--format json` lists all)\n",
-                d.differences.len() - DEEP_SHOWN
-            ));
+        let more = d.differences_found - d.differences.len().min(DEEP_SHOWN) as u64;
+        if more > 0 {
+            let listed = if d.differences_found > d.differences.len() as u64 {
+                format!("`--format json` lists the first {}", d.differences.len())
+            } else {
+                "`--format json` lists all".to_owned()
+            };
+            o.push_str(&format!("… {more} more ({listed})\n"));
+            let fields: Vec<String> = d
+                .differences_by_field
+                .iter()
+                .map(|(field, n)| format!("{field} {n}"))
+                .collect();
+            o.push_str(&format!("differences by field: {}\n", fields.join(", ")));
         }
     }
     if !d.reassigned.is_empty() {
@@ -653,4 +662,54 @@ pub fn render(r: &AuditReport) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render_deep;
+    use crate::service::deep::{DeepReport, Difference};
+
+    fn difference(record: i64, field: &str) -> Difference {
+        Difference {
+            record_id: Some(record),
+            job: format!("c/{record}"),
+            field: field.into(),
+            stored: "2026-09-27T04:23:09+00:00".into(),
+            reread: "2026-11-01T04:23:09+00:00".into(),
+        }
+    }
+
+    #[test]
+    fn a_deep_report_says_how_many_it_found_beyond_those_it_kept() {
+        let mut d = DeepReport {
+            records: 3_000,
+            differences: (1..=60).map(|r| difference(r, "start")).collect(),
+            differences_found: 6_000,
+            ..DeepReport::default()
+        };
+        d.differences_by_field.insert("start".into(), 3_000);
+        d.differences_by_field.insert("end".into(), 3_000);
+        let text = render_deep(&d);
+        assert!(
+            text.starts_with(
+                "deep: 3000 job records read again from their raw records: 6000 difference(s) between a raw record and the ledger:\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "… 5950 more (`--format json` lists the first 60)\ndifferences by field: end 3000, start 3000\n"
+            ),
+            "{text}"
+        );
+        // All kept: JSON has them all.
+        d.differences_found = 60;
+        d.differences_by_field.clear();
+        d.differences_by_field.insert("start".into(), 60);
+        assert!(
+            render_deep(&d).ends_with("… 10 more (`--format json` lists all)\ndifferences by field: start 60\n"),
+            "{}",
+            render_deep(&d)
+        );
+    }
 }

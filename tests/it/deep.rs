@@ -1,7 +1,7 @@
 //! `audit --deep` (issue 13, item 7): every kept raw record, read again,
 //! says what the ledger stores; edits the SQL audit cannot see are found.
 
-use hpc_ledger::service::deep::{DeepReport, deep_audit};
+use hpc_ledger::service::deep::{DeepReport, deep_audit, deep_audit_keeping};
 
 use crate::fixtures::{fixture_db, import_fixture, stripped};
 use crate::harness::{TestDb, stderr, stdout};
@@ -238,6 +238,20 @@ async fn edits_the_sql_audit_cannot_see_are_found_by_re_reading_the_raw_records(
         .collect();
     assert_eq!(runs, ["none: its records were deleted"]);
     assert_eq!(report.differences.len(), 4, "{:#?}", report.differences);
+    assert_eq!(report.differences_found, 4);
+    // A report keeps only the first differences in full (a ledger whose
+    // every record differs would otherwise hold them all in memory), and
+    // counts every one, by field.
+    let kept = deep_audit_keeping(&db.pool, 2).await.unwrap();
+    assert_eq!(kept.differences, report.differences[..2]);
+    assert_eq!(kept.differences_found, 4);
+    assert!(!kept.clean());
+    let by_field: Vec<(&str, u64)> = kept
+        .differences_by_field
+        .iter()
+        .map(|(f, n)| (f.as_str(), *n))
+        .collect();
+    assert_eq!(by_field, [("charge", 1), ("cores", 1), ("project", 1), ("record", 1)]);
     let o = db.cli(&["audit", "--deep"]);
     assert_eq!(o.status.code(), Some(5));
     assert!(
