@@ -15,13 +15,14 @@ pub struct Discrepancy {
     pub recorded: Option<String>,
 }
 
-/// The findings of the whole ledger.
+/// The findings of the whole ledger, by month, entry, and field in byte
+/// order.
 pub async fn discrepancies(conn: &mut PgConnection) -> Result<Vec<Discrepancy>, sqlx::Error> {
     sqlx::query_as!(
         Discrepancy,
         r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
              FROM audit.discrepancies
-            ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field"#
+            ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field COLLATE "C""#
     )
     .fetch_all(&mut *conn)
     .await
@@ -46,7 +47,9 @@ pub enum MonthPart {
     Rest,
 }
 
-/// One part of a month's findings (`month`, its first day), by entry.
+/// One part of a month's findings (`month`, its first day), by entry, then
+/// by field in byte order (as Rust compares strings, so that the two parts
+/// merge in the same order, whatever the database's collation).
 pub async fn month_part(
     conn: &mut PgConnection,
     month: NaiveDate,
@@ -58,7 +61,7 @@ pub async fn month_part(
                 Discrepancy,
                 r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
                      FROM audit.discrepancies WHERE period = $1 AND kind = 'storage'
-                    ORDER BY entry_id NULLS FIRST, field"#,
+                    ORDER BY entry_id NULLS FIRST, field COLLATE "C""#,
                 month
             )
             .fetch_all(&mut *conn)
@@ -68,8 +71,8 @@ pub async fn month_part(
             sqlx::query_as!(
                 Discrepancy,
                 r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
-                     FROM audit.discrepancies WHERE period = $1 AND kind <> 'storage'
-                    ORDER BY entry_id NULLS FIRST, field"#,
+                     FROM audit.discrepancies WHERE period = $1 AND kind IS DISTINCT FROM 'storage'
+                    ORDER BY entry_id NULLS FIRST, field COLLATE "C""#,
                 month
             )
             .fetch_all(&mut *conn)

@@ -1,7 +1,7 @@
 //! Jobs and job records: find runs by identity, add runs and records in
 //! batches (one statement each).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
@@ -200,18 +200,19 @@ pub async fn insert_records(
     let raw: Vec<&str> = records.iter().map(|r| r.raw).collect();
     let raw_bytes: Vec<Option<&[u8]>> = records.iter().map(|r| r.raw_bytes).collect();
     // Each distinct set of read options once (a file's records share one),
-    // and for every record the position of its own (migration 0043).
-    let mut distinct: Vec<serde_json::Value> = Vec::new();
-    let mut seen: HashMap<String, i32> = HashMap::new();
-    let option_at: Vec<i32> = records
+    // and for every record the position of its own (migration 0043). The
+    // sets in the order of their text: two postings that both bring the
+    // same new sets store them in the same order, so neither waits for a
+    // set the other is waiting to store after it.
+    let texts: Vec<String> = records.iter().map(|r| r.read_options.to_string()).collect();
+    let sets: BTreeMap<&str, &serde_json::Value> = texts
         .iter()
-        .map(|r| {
-            *seen.entry(r.read_options.to_string()).or_insert_with(|| {
-                distinct.push(r.read_options.clone());
-                distinct.len() as i32
-            })
-        })
+        .zip(records)
+        .map(|(t, r)| (t.as_str(), &r.read_options))
         .collect();
+    let at: HashMap<&str, i32> = sets.keys().enumerate().map(|(i, k)| (*k, i as i32 + 1)).collect();
+    let option_at: Vec<i32> = texts.iter().map(|t| at[t.as_str()]).collect();
+    let distinct: Vec<serde_json::Value> = sets.into_values().cloned().collect();
     let rows = sqlx::query!(
         r#"WITH o AS (SELECT array_agg(hl_read_options_id(x) ORDER BY n) AS ids
                         FROM unnest($25::jsonb[]) WITH ORDINALITY AS t(x, n))

@@ -401,14 +401,14 @@ pub async fn plan_for_few_rows(conn: &mut PgConnection) -> Result<(), sqlx::Erro
     .await
 }
 
-/// Let the rest of the transaction hash joins again, after
-/// [`plan_for_few_rows`]: for a month's storage charges, which the
+/// Let the rest of the transaction hash joins again as the server or role
+/// would, after [`plan_for_few_rows`]: for a month's storage charges, which the
 /// planner expects to recompute for a handful of projects. Looked up one
 /// by one on that estimate, the 20,000 storage charges of a 145,000-entry
 /// month were each compared with all 10,000 projects' recomputed sums
 /// (200M comparisons, 17.8 s); hashed, 0.35 s (`bench`, 2026-12-05).
 pub async fn allow_hash_joins(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    set_local(conn, "SET LOCAL enable_hashjoin = on").await
+    set_local(conn, "SET LOCAL enable_hashjoin TO DEFAULT").await
 }
 
 /// A `SET LOCAL` statement: the setting ends with the transaction, so a

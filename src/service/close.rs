@@ -394,8 +394,8 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
             let mut found = month_part(&mut tx, m.first_day(), MonthPart::Rest).await?;
             crate::db::allow_hash_joins(&mut tx).await?;
             found.extend(month_part(&mut tx, m.first_day(), MonthPart::Storage).await?);
-            // As one query would order them: the findings of no entry
-            // first, then by entry (`None` sorts first, as NULLS FIRST).
+            // As each part is ordered: the findings of no entry first
+            // (`None` sorts first, as NULLS FIRST), then by entry and field.
             found.sort_by(|a, b| (a.entry_id, &a.field).cmp(&(b.entry_id, &b.field)));
             found
         }

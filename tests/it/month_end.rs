@@ -1498,8 +1498,10 @@ async fn statements_as_html_documents_carry_the_ledgers_numbers() {
 
 /// A month's audit joins its charges to their records and runs by lookups,
 /// not by hashing tables that hold every month (`db::plan_for_few_rows`; at
-/// 20.8M entries the hash of every run was half the month's audit), and the
-/// setting ends with the audit's transaction.
+/// 20.8M entries the hash of every run was half the month's audit), except
+/// its storage charges, which hash again (`db::allow_hash_joins`: by lookups
+/// each was compared with every project's recomputed sums), and the
+/// settings end with the audit's transaction.
 #[tokio::test]
 async fn a_months_audit_joins_by_lookups_within_its_transaction() {
     let db = october().await;
@@ -1513,11 +1515,35 @@ async fn a_months_audit_joins_by_lookups_within_its_transaction() {
             .collect()
     };
     let explain = "EXPLAIN (FORMAT JSON) SELECT * FROM audit.discrepancies WHERE period = DATE '2026-10-01'";
+    // The two statements `audit --month` runs (db::audit::month_part).
+    let rest = format!("{explain} AND kind IS DISTINCT FROM 'storage'");
+    let storage = format!("{explain} AND kind = 'storage'");
     let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
     let server: serde_json::Value = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.unwrap();
+    let server_storage: serde_json::Value = sqlx::query_scalar(&storage).fetch_one(&mut *tx).await.unwrap();
     hpc_ledger::db::plan_for_few_rows(&mut tx).await.unwrap();
     let month: serde_json::Value = sqlx::query_scalar(explain).fetch_one(&mut *tx).await.unwrap();
+    let month_rest: serde_json::Value = sqlx::query_scalar(&rest).fetch_one(&mut *tx).await.unwrap();
+    let month_storage: serde_json::Value = sqlx::query_scalar(&storage).fetch_one(&mut *tx).await.unwrap();
+    hpc_ledger::db::allow_hash_joins(&mut tx).await.unwrap();
+    let hashed_storage: serde_json::Value = sqlx::query_scalar(&storage).fetch_one(&mut *tx).await.unwrap();
     tx.commit().await.unwrap();
+    let month_rest = node_types(&month_rest);
+    assert!(
+        !month_rest.iter().any(|t| t == "Hash Join") && month_rest.iter().any(|t| t == "Nested Loop"),
+        "the month's findings but storage's, planned for lookups: {month_rest:?}"
+    );
+    let (server_storage, month_storage, hashed_storage) = (
+        node_types(&server_storage),
+        node_types(&month_storage),
+        node_types(&hashed_storage),
+    );
+    assert!(
+        server_storage.iter().any(|t| t == "Hash Join")
+            && !month_storage.iter().any(|t| t == "Hash Join")
+            && hashed_storage.iter().any(|t| t == "Hash Join"),
+        "the storage findings hash their joins again: {server_storage:?} / {month_storage:?} / {hashed_storage:?}"
+    );
     let (server, month) = (node_types(&server), node_types(&month));
     assert!(
         server.iter().any(|t| t == "Hash Join"),
