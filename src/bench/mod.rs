@@ -21,7 +21,7 @@
 //! | that project's start check, `POST /check` to `serve`, 200 in a row (p50, p99) | its balance |
 //! | the web view: that project's page and the billing office's project list, over HTTP | its statement |
 //! | `audit` of the grown ledger | its floor: every job charge read with its record and run, joined, no arithmetic |
-//! | `audit --month M` of the grown ledger (the median of three) | the same audit when the ledger held only M (the median of three) |
+//! | `audit --month M` of the grown ledger (the median of three) | the same audit when the ledger held only M (the median of three); and M's share of the whole audit (its entries of the ledger's) |
 //! | `audit --deep`: every raw record read again | the import's jobs/s |
 //! | peak RSS of the import | – |
 //! | peak RSS of `serve` under 20 concurrent hostile 16 MB posts | its RSS when idle |
@@ -760,18 +760,28 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     });
     // One month's audit in the grown ledger, against the same month's in
     // the ledger that held only it (issue 19): proportional to its month.
+    // And against its share of the whole audit (the month's entries of the
+    // ledger's): a month's audit planned badly is slow on both sides of
+    // the first comparison, which then passes (9.5 s against 9.4 s, when
+    // the whole audit took 8.8 s; 2026-12-05), but not of this one.
     let month_grown = clean_month_audit(&pool, month).await?;
     let ratio = month_grown.median().as_secs_f64() / month_alone.median().as_secs_f64();
+    let share = audit_time.mul_f64(small as f64 / large.max(1) as f64);
+    let of_share = month_grown.median().as_secs_f64() / share.as_secs_f64();
     figures.push(Figure {
         figure: format!("audit --month {month} at {} entries (clean)", grouped(large)),
         measured: month_grown.to_string(),
         baseline: format!(
-            "the same audit at {} entries, only {month}: {month_alone}",
-            grouped(small)
+            "the same audit at {} entries, only {month}: {month_alone}; its share of the whole audit \
+             ({} of {} entries): {} ({of_share:.2} ×)",
+            grouped(small),
+            grouped(small),
+            grouped(large),
+            secs(share)
         ),
         ratio: Some(ratio),
-        target: "≤ 2 ×".into(),
-        pass: ratio <= 2.0,
+        target: "≤ 2 ×, and ≤ 2 × its share".into(),
+        pass: ratio <= 2.0 && of_share <= 2.0,
     });
     pool.close().await;
 

@@ -212,7 +212,17 @@ async fn the_bench_measures_every_figure_in_a_scratch_database() {
     );
     // Each side run three times, their medians compared.
     median_of_three(figures[19]["measured"].as_str().unwrap());
+    let (alone, share) = alone
+        .split_once("; its share of the whole audit (")
+        .unwrap_or_else(|| panic!("{alone}"));
     median_of_three(alone);
+    // And the month's share of the whole audit's time, by its entries.
+    let small = names[11].split(" at ").nth(1).unwrap().trim_end_matches(" entries");
+    assert!(
+        share.starts_with(&format!("{small} of {grown}): ")) && share.ends_with(" ×)"),
+        "{share}"
+    );
+    assert_eq!(figures[19]["target"], "≤ 2 ×, and ≤ 2 × its share");
     // The month end of a center just set up, in a second scratch database.
     assert_eq!(
         names[20],
