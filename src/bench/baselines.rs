@@ -117,10 +117,11 @@ pub(super) async fn insert_select(pool: &PgPool, parts: &[(&str, String)], copie
     Ok(took)
 }
 
-/// Rows in the tables an import writes.
+/// Rows in the tables an import writes (its rollups' included).
 pub(super) async fn ledger_rows(pool: &PgPool) -> Result<u64> {
     let n: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM job) + (SELECT count(*) FROM job_record) + (SELECT count(*) FROM ledger_entry)",
+        "SELECT (SELECT count(*) FROM job) + (SELECT count(*) FROM job_record) + (SELECT count(*) FROM ledger_entry)
+                + (SELECT count(*) FROM ledger_draw) + (SELECT count(*) FROM ledger_usage)",
     )
     .fetch_one(pool)
     .await?;
@@ -175,6 +176,12 @@ pub(super) async fn seq_scan(pool: &PgPool) -> Result<Duration> {
 /// by the same whole number of hours keeps each job's wall time, and the
 /// bench center's rate cards hold from 2020, so every copy is a correct
 /// charge that the audit recomputes to the cent.
+///
+/// The copies are written oldest first, each copy's entries by month (a
+/// copy straddles two), so that they lie on disk in posting order, as a
+/// center's ledger written month after month does (only the month they
+/// copy, written before them, lies in front of them). Their ids follow
+/// the order they are copied in, not their months.
 pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
     let (jobs, records, entries): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT coalesce(max(id), 0) FROM job), (SELECT coalesce(max(id), 0) FROM job_record),
@@ -182,8 +189,12 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
     )
     .fetch_one(pool)
     .await?;
-    for k in 1..i64::from(grow.max(1)) {
-        let mut tx = pool.begin().await?;
+    // One connection for every copy: a server process keeps writing on the
+    // page it wrote last, where another would first fill the free space
+    // left at the end of an earlier copy.
+    let mut conn = pool.acquire().await?;
+    for k in (1..i64::from(grow.max(1))).rev() {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let shift = format!("{} hours", 35 * 24 * k);
         sqlx::query(
             "INSERT INTO job (id, cluster_id, scheduler_job_id, array_index, submitted_at, started_at)
@@ -223,7 +234,7 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
                     e.project_id, e.kind, e.metric, e.job_record_id + $1 * $4, e.rate_card_id, e.quantity, e.unit_rate,
                     e.amount_exact, e.amount, e.charging_rules, 'bench'
                FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id CROSS JOIN center c
-              WHERE e.id <= $2 AND e.kind = 'job' ORDER BY e.id",
+              WHERE e.id <= $2 AND e.kind = 'job' ORDER BY 2, e.id",
         )
         .bind(k)
         .bind(entries)

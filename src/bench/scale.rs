@@ -38,16 +38,18 @@
 //!
 //! The growth drops the secondary indexes of the tables it copies into and
 //! builds them again afterwards (how a bulk load is done; the copies are
-//! the same rows either way), stores the ledger's entries in posting order
-//! (`CLUSTER … USING ledger_entry_period`), then vacuums the grown tables,
-//! untimed: a ledger of years has been vacuumed, and autovacuum working
-//! through the copies would otherwise run under the timed figures. A
-//! center's ledger is written month after month, so a month's entries lie
-//! together on disk and PostgreSQL knows it (`pg_stats.correlation` of
-//! `period` near 1) and reads one month by its index; the copies, written
-//! after the month they copy and newest first, would leave the grown
-//! ledger in an order no center's has (a correlation of 0.17 measured at
-//! 4.4M entries), and every month's read a scan of the whole table.
+//! the same rows either way), writes the copies oldest first, then vacuums
+//! the grown tables, untimed: a ledger of years has been vacuumed, and
+//! autovacuum working through the copies would otherwise run under the
+//! timed figures. A center's ledger is written month after month, so a
+//! month's entries lie together on disk and PostgreSQL knows it
+//! (`pg_stats.correlation` of `period` near 1, printed) and reads one month
+//! by its index; copies written newest first left the grown ledger in an
+//! order no center's has (a correlation of 0.17 measured at 4.4M entries),
+//! and every month's read a scan of the whole table. Until 2026-12-05 the
+//! growth put them in order afterwards (`CLUSTER`), which needed a second
+//! copy of `ledger_entry` on disk while it ran (14 GB at 50M entries);
+//! written oldest first, only the month they copy lies in front of them.
 
 use std::time::{Duration, Instant};
 
@@ -166,8 +168,9 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     let grown = ledger_size(&pool).await?;
     notes.push(format!(
         "growing the ledger from {} to {} entries ({} copies of the month's job charges into earlier \
-         months): {}, of which building the {} secondary indexes of {} again: {}, storing the entries in \
-         posting order (CLUSTER ledger_entry USING ledger_entry_period): {}, and vacuuming and analyzing them: {}",
+         months, written oldest first): {}, of which building the {} secondary indexes of {} again: {}, and \
+         vacuuming and analyzing them: {}; the entries' order on disk against their month (pg_stats.correlation \
+         of ledger_entry.period, 1 in posting order): {}",
         grouped(once),
         grouped(grown),
         times - 1,
@@ -175,8 +178,8 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
         rebuilt.count,
         GROWN.join(", "),
         secs(rebuilt.took),
-        secs(rebuilt.ordered),
-        secs(rebuilt.vacuum)
+        secs(rebuilt.vacuum),
+        rebuilt.correlation.map_or("none".to_owned(), |c| format!("{c:.3}"))
     ));
     checkpoint(&pool).await?;
 
@@ -453,9 +456,9 @@ async fn seal_again(pool: &PgPool, month: Month) -> Result<Duration> {
 struct Rebuilt {
     count: usize,
     took: Duration,
-    /// Storing the entries in posting order (`CLUSTER`).
-    ordered: Duration,
     vacuum: Duration,
+    /// `pg_stats.correlation` of the entries' `period` after the growth.
+    correlation: Option<f32>,
 }
 
 /// [`grow_ledger`] with the secondary indexes of the tables it writes
@@ -486,14 +489,6 @@ async fn grow_bulk(pool: &PgPool, times: u32) -> Result<Rebuilt> {
         sqlx::raw_sql(def).execute(&mut *conn).await?;
     }
     let took = t.elapsed();
-    // The entries in posting order, as a center's ledger is written (the
-    // module's docs say why): the month's first file, written before its
-    // copies, moves behind them, and the files imported later follow.
-    let t = Instant::now();
-    sqlx::raw_sql("CLUSTER ledger_entry USING ledger_entry_period")
-        .execute(&mut *conn)
-        .await?;
-    let ordered = t.elapsed();
     // A ledger of years has been vacuumed (its pages all-visible): without
     // this, autovacuum would work through the copies while the figures
     // after are timed.
@@ -504,10 +499,20 @@ async fn grow_bulk(pool: &PgPool, times: u32) -> Result<Rebuilt> {
     sqlx::raw_sql("VACUUM (ANALYZE) job, job_record, ledger_entry, ledger_usage, ledger_draw")
         .execute(&mut *conn)
         .await?;
+    let vacuum = t.elapsed();
+    // How closely the entries' order on disk follows their month, as the
+    // planner sees it (1: in posting order).
+    let correlation: Option<f32> = sqlx::query_scalar(
+        "SELECT correlation FROM pg_stats
+          WHERE schemaname = 'public' AND tablename = 'ledger_entry' AND attname = 'period'",
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .flatten();
     Ok(Rebuilt {
         count: indexes.len(),
         took,
-        ordered,
-        vacuum: t.elapsed(),
+        vacuum,
+        correlation,
     })
 }
