@@ -180,8 +180,8 @@ pub(super) async fn seq_scan(pool: &PgPool) -> Result<Duration> {
 /// The copies are written oldest first, each copy's entries by month (a
 /// copy straddles two), so that they lie on disk in posting order, as a
 /// center's ledger written month after month does (only the month they
-/// copy, written before them, lies in front of them). Their ids follow
-/// the order they are copied in, not their months.
+/// copy, written before them, lies in front of them), their ids growing
+/// in the order they are written.
 pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
     let (jobs, records, entries): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT coalesce(max(id), 0) FROM job), (SELECT coalesce(max(id), 0) FROM job_record),
@@ -193,19 +193,27 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
     // page it wrote last, where another would first fill the free space
     // left at the end of an earlier copy.
     let mut conn = pool.acquire().await?;
-    for k in (1..i64::from(grow.max(1))).rev() {
+    let copies = i64::from(grow.max(1)) - 1;
+    for k in (1..=copies).rev() {
+        // Copy k lies 35 × k days back; its rows take the ids of block
+        // `j`, the oldest copy the first block after the month's own, so
+        // that ids grow in the order rows are written, as the identity
+        // gives them (each key index is written at its right edge, as a
+        // center's are, not split in the middle of its pages).
+        let j = copies - k + 1;
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let shift = format!("{} hours", 35 * 24 * k);
         sqlx::query(
             "INSERT INTO job (id, cluster_id, scheduler_job_id, array_index, submitted_at, started_at)
              OVERRIDING SYSTEM VALUE
-             SELECT id + $1 * $2, cluster_id, scheduler_job_id || '~' || $1, array_index,
+             SELECT id + $4 * $2, cluster_id, scheduler_job_id || '~' || $1, array_index,
                     submitted_at - $3::interval, started_at - $3::interval
                FROM job WHERE id <= $2 ORDER BY id",
         )
         .bind(k)
         .bind(jobs)
         .bind(&shift)
+        .bind(j)
         .execute(&mut *tx)
         .await?;
         sqlx::query(
@@ -220,23 +228,29 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
                     read_options, read_options_id, 'bench'
                FROM job_record WHERE id <= $2 ORDER BY id",
         )
-        .bind(k)
+        .bind(j)
         .bind(records)
         .bind(&shift)
         .bind(jobs)
         .execute(&mut *tx)
         .await?;
+        // A copy straddles two months: its entries are written month by
+        // month, and numbered in that order.
         sqlx::query(
             "INSERT INTO ledger_entry (id, period, project_id, kind, metric, job_record_id, rate_card_id, quantity,
                                        unit_rate, amount_exact, amount, charging_rules, author)
              OVERRIDING SYSTEM VALUE
-             SELECT e.id + $1 * $2, date_trunc('month', (r.ended_at - $3::interval) AT TIME ZONE c.time_zone)::date,
-                    e.project_id, e.kind, e.metric, e.job_record_id + $1 * $4, e.rate_card_id, e.quantity, e.unit_rate,
-                    e.amount_exact, e.amount, e.charging_rules, 'bench'
-               FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id CROSS JOIN center c
-              WHERE e.id <= $2 AND e.kind = 'job' ORDER BY 2, e.id",
+             SELECT $1 * $2 + row_number() OVER (ORDER BY c.period, c.id), c.period, c.project_id, c.kind, c.metric,
+                    c.job_record_id + $1 * $4, c.rate_card_id, c.quantity, c.unit_rate, c.amount_exact, c.amount,
+                    c.charging_rules, 'bench'
+               FROM (SELECT e.id, date_trunc('month', (r.ended_at - $3::interval) AT TIME ZONE t.time_zone)::date
+                            AS period, e.project_id, e.kind, e.metric, e.job_record_id, e.rate_card_id, e.quantity,
+                            e.unit_rate, e.amount_exact, e.amount, e.charging_rules
+                       FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id CROSS JOIN center t
+                      WHERE e.id <= $2 AND e.kind = 'job') c
+              ORDER BY c.period, c.id",
         )
-        .bind(k)
+        .bind(j)
         .bind(entries)
         .bind(&shift)
         .bind(records)

@@ -589,6 +589,20 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
             ),
         ),
     ];
+    // The rollups' rows selected above are the run's, and all of them.
+    let (drawn, used): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT (SELECT coalesce(sum(entries), 0) FROM ledger_draw WHERE period = DATE '{m}' AND cluster_id IS NULL)::bigint,
+                (SELECT coalesce(sum(entries), 0) FROM ledger_usage WHERE period = DATE '{m}' AND kind = 'storage')::bigint",
+        m = month.first_day()
+    ))
+    .fetch_one(&pool)
+    .await?;
+    if drawn != bill.entry_count as i64 || used != bill.entry_count as i64 {
+        fail!(
+            "the storage run's rollup rows count {drawn} draws and {used} usage entries for its {} charges",
+            bill.entry_count
+        );
+    }
     // The run ends by analyzing the tables it made stale (issue 13, item 11);
     // the same analyze again, timed, says how much of the run that is.
     let t = Instant::now();

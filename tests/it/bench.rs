@@ -430,6 +430,12 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     // month lie in free space an earlier month's left, as in any heap.
     // (--entries 6000: copies enough that months are left after the oldest
     // twelve are archived.)
+    let left: i64 = sqlx::query_scalar("SELECT count(DISTINCT period) FROM ledger_entry WHERE period < $1")
+        .bind(month.first_day())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(left >= 2, "{left} earlier months left to be in order");
     let pages: Vec<(chrono::NaiveDate, f64)> = sqlx::query_as(
         "SELECT period, percentile_disc(0.5) WITHIN GROUP (ORDER BY (ctid::text::point)[0])
            FROM ledger_entry WHERE period <> $1 GROUP BY period ORDER BY period",
@@ -453,12 +459,21 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
         first_file < pages[0].1,
         "the first file lies behind its copies: {first_file} {pages:?}"
     );
-    let left: i64 = sqlx::query_scalar("SELECT count(DISTINCT period) FROM ledger_entry WHERE period < $1")
-        .bind(month.first_day())
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert!(left >= 2, "{left} earlier months left to be in order");
+    // The month's entries written after the copies (the second file, its
+    // storage) lie behind the newest copy's month.
+    let later: f64 = sqlx::query_scalar(
+        "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY (ctid::text::point)[0]) FROM ledger_entry
+          WHERE period = $1 AND id > (SELECT max(id) FROM ledger_entry WHERE period < $1)",
+    )
+    .bind(month.first_day())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let newest_copy = pages.iter().rev().find(|(p, _)| *p < month.first_day()).unwrap().1;
+    assert!(
+        later > newest_copy,
+        "the month's later entries lie in front of the newest copy: {later} {pages:?}"
+    );
     pool.close().await;
     // The oldest year was archived last: the earliest closed months, twelve
     // or fewer.
