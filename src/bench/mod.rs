@@ -347,32 +347,17 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     // After the re-import (which writes nothing), so its work does not
     // disturb the re-import's reading of the fresh rows.
     say("the import's rows, stored by PostgreSQL alone");
-    let floor = insert_select(
-        &pool,
-        &[
-            ("job", "SELECT * FROM job".into()),
-            ("job_record", "SELECT * FROM job_record".into()),
-            ("ledger_entry", "SELECT * FROM ledger_entry".into()),
-            // The ledger's rollups, which its trigger writes with the
-            // charges (migrations 0028, 0032): rows the import stores too.
-            ("ledger_draw", "SELECT * FROM ledger_draw".into()),
-            ("ledger_usage", "SELECT * FROM ledger_usage".into()),
-        ],
-        Copies::Indexed,
-    )
-    .await?;
-    // The floor as it was before it counted the rollups' rows (2026-12-05),
-    // printed beside it so that runs before and after compare.
-    let charges_only = insert_select(
-        &pool,
-        &[
-            ("job", "SELECT * FROM job".into()),
-            ("job_record", "SELECT * FROM job_record".into()),
-            ("ledger_entry", "SELECT * FROM ledger_entry".into()),
-        ],
-        Copies::Indexed,
-    )
-    .await?;
+    let written: Vec<(&str, String)> = ["job", "job_record", "ledger_entry", "ledger_draw", "ledger_usage"]
+        .into_iter()
+        .map(|t| (t, format!("SELECT * FROM {t}")))
+        .collect();
+    // With the ledger's rollups, which its trigger writes with the charges
+    // (migrations 0028, 0032): rows the import stores too.
+    let floor = insert_select(&pool, &written, Copies::Indexed).await?;
+    // The floor as it was before it counted the rollups' rows (2026-12-05):
+    // runs, records and charges, printed beside it so that runs before and
+    // after compare.
+    let charges_only = insert_select(&pool, &written[..3], Copies::Indexed).await?;
     let ratio = first.wall.as_secs_f64() / floor.as_secs_f64();
     figures.push(Figure {
         figure: format!("import of {} jobs (priced, posted, idempotent)", grouped(sizes.jobs)),
@@ -590,18 +575,16 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
         ),
     ];
     // The rollups' rows selected above are the run's, and all of them.
-    let (drawn, used): (i64, i64) = sqlx::query_as(&format!(
-        "SELECT (SELECT coalesce(sum(entries), 0) FROM ledger_draw WHERE period = DATE '{m}' AND cluster_id IS NULL)::bigint,
-                (SELECT coalesce(sum(entries), 0) FROM ledger_usage WHERE period = DATE '{m}' AND kind = 'storage')::bigint",
-        m = month.first_day()
-    ))
-    .fetch_one(&pool)
-    .await?;
-    if drawn != bill.entry_count as i64 || used != bill.entry_count as i64 {
-        fail!(
-            "the storage run's rollup rows count {drawn} draws and {used} usage entries for its {} charges",
-            bill.entry_count
-        );
+    for (table, rollup) in &rows[2..] {
+        let counted: i64 = sqlx::query_scalar(&format!("SELECT coalesce(sum(entries), 0)::bigint FROM ({rollup}) r"))
+            .fetch_one(&pool)
+            .await?;
+        if counted != bill.entry_count as i64 {
+            fail!(
+                "the storage run's {table} rows count {counted} entries for its {} charges",
+                bill.entry_count
+            );
+        }
     }
     // The run ends by analyzing the tables it made stale (issue 13, item 11);
     // the same analyze again, timed, says how much of the run that is.
