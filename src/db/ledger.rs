@@ -235,7 +235,30 @@ pub async fn insert_job_discounts(
     )
     .execute(&mut *conn)
     .await?;
-    Ok(done.rows_affected())
+    let posted = done.rows_affected();
+    if posted != entries.len() as u64 {
+        // A line whose charge is missing would be dropped by the join, and
+        // the job charged its full price: refuse the batch instead (the
+        // recorder then records job by job and keeps the job as rejected).
+        let missing: Option<(i64, String)> = sqlx::query_as(
+            "SELECT u.jr, u.m FROM UNNEST($1::bigint[], $2::text[]) AS u(jr, m)
+              WHERE (SELECT count(*) FROM ledger_entry c
+                      WHERE c.job_record_id = u.jr AND c.metric = u.m AND c.kind = 'job') <> 1
+              LIMIT 1",
+        )
+        .bind(&record)
+        .bind(&metric)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let which = missing.map_or_else(String::new, |(record, metric)| {
+            format!(" (job record {record}, {metric}: not exactly one job charge of that record and metric)")
+        });
+        return Err(sqlx::Error::InvalidArgument(format!(
+            "{} discount lines to post, {posted} matched a job charge{which}: refused, none posted",
+            entries.len()
+        )));
+    }
+    Ok(posted)
 }
 
 /// The charges of these job records, and their refunds and discount

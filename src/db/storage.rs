@@ -277,7 +277,24 @@ pub async fn insert_discounts(
     )
     .execute(&mut *conn)
     .await?;
-    Ok(done.rows_affected())
+    let posted = done.rows_affected();
+    if posted != lines.len() as u64 {
+        // The join would drop a line whose charge is missing, and the
+        // project be billed its full price: refuse the run instead.
+        let missing: Option<i64> = sqlx::query_scalar(
+            "SELECT u.e FROM UNNEST($1::bigint[]) AS u(e)
+              WHERE NOT EXISTS (SELECT 1 FROM ledger_entry c WHERE c.id = u.e) LIMIT 1",
+        )
+        .bind(&charge)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let which = missing.map_or_else(String::new, |e| format!(" (no ledger entry {e})"));
+        return Err(sqlx::Error::InvalidArgument(format!(
+            "{} storage discount lines to post, {posted} matched their charge{which}: refused, none posted",
+            lines.len()
+        )));
+    }
+    Ok(posted)
 }
 
 /// A segment of days behind a storage entry.

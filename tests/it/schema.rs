@@ -758,3 +758,92 @@ async fn the_audit_can_run_in_parallel() {
     .unwrap();
     assert!(unsafe_readers.is_empty(), "{unsafe_readers:?}");
 }
+
+/// A discount line names its charge by job record and metric; one whose
+/// charge was not posted would be dropped by the join and the job charged
+/// in full. The batch is refused instead, naming the line.
+#[tokio::test]
+async fn a_discount_line_without_its_charge_is_refused() {
+    use hpc_ledger::db::ledger::insert_job_discounts;
+    use hpc_ledger::domain::entries::NewEntry;
+    use hpc_ledger::domain::kinds::EntryKind;
+    use hpc_ledger::domain::pricing::ChargingRules;
+    use hpc_ledger::domain::units::Metric;
+    use hpc_ledger::ids::{DiscountId, JobRecordId, ProjectId};
+    use rust_decimal::Decimal;
+
+    let db = TestDb::new().await;
+    // A discount of 25 % from before the charge.
+    let setup = ONE_CHARGE.replace(
+        "INSERT INTO ledger_entry",
+        "INSERT INTO discount (project_id, percent, valid_from, reason, author) VALUES (1, 25, '2026-01-01Z', 'r', 't');
+         INSERT INTO ledger_entry",
+    );
+    sqlx::raw_sql(&setup).execute(&db.pool).await.unwrap();
+    let line = |metric| NewEntry {
+        period: chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap(),
+        project_id: ProjectId(1),
+        kind: EntryKind::Discount,
+        metric: Some(metric),
+        job_record_id: Some(JobRecordId(1)),
+        rate_card_id: None,
+        corrects_id: None,
+        quantity: Decimal::ZERO,
+        unit_rate: Decimal::ZERO,
+        amount_exact: Decimal::new(-2, 2),
+        amount: Decimal::new(-2, 2),
+        late: false,
+        reason: None,
+        charging_rules: ChargingRules::V2,
+        discount_id: Some(DiscountId(1)),
+    };
+    // The record was charged core-hours only: its GPU-hours line has no charge.
+    let mut tx = db.pool.begin().await.unwrap();
+    let err = insert_job_discounts(&mut tx, &[line(Metric::CoreHours), line(Metric::GpuHours)], "t")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "2 discount lines to post, 1 matched a job charge (job record 1, gpu_hours: not exactly one job charge \
+         of that record and metric): refused, none posted"
+    );
+    drop(tx);
+    // The line that has its charge posts, once.
+    let mut tx = db.pool.begin().await.unwrap();
+    assert_eq!(
+        insert_job_discounts(&mut tx, &[line(Metric::CoreHours)], "t")
+            .await
+            .unwrap(),
+        1
+    );
+    tx.commit().await.unwrap();
+    let total: Decimal = sqlx::query_scalar("SELECT sum(amount) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(total.to_string(), "0.06");
+}
+
+/// The same for a storage charge's discount line, which names its charge
+/// by id.
+#[tokio::test]
+async fn a_storage_discount_line_without_its_charge_is_refused() {
+    use hpc_ledger::db::storage::{StorageDiscountLine, insert_discounts};
+    use hpc_ledger::ids::{DiscountId, LedgerEntryId};
+    use rust_decimal::Decimal;
+
+    let db = TestDb::new().await;
+    sqlx::raw_sql(ONE_CHARGE).execute(&db.pool).await.unwrap();
+    let line = |charge| StorageDiscountLine {
+        charge: LedgerEntryId(charge),
+        discount_id: DiscountId(1),
+        amount_exact: Decimal::new(-1, 2),
+        amount: Decimal::new(-1, 2),
+    };
+    let mut tx = db.pool.begin().await.unwrap();
+    let err = insert_discounts(&mut tx, &[line(404)], "t").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "1 storage discount lines to post, 0 matched their charge (no ledger entry 404): refused, none posted"
+    );
+}
