@@ -212,6 +212,11 @@ pub struct Setup {
     /// A second scratch database (created afresh by the caller), for the
     /// month end of a fresh center.
     pub fresh_url: String,
+    /// Where to empty the second database once `bench --scale` has taken
+    /// its figures (the admin URL and its name), so that it does not hold
+    /// its few gigabytes beside the grown ledger; `None` keeps it
+    /// (`--keep`).
+    pub empty_fresh: Option<(String, String)>,
     /// This program, run for the child-process figures.
     pub exe: PathBuf,
     /// `psql`.

@@ -2,7 +2,7 @@
 //!
 //! A month of jobs is imported as files of the same size: the first into
 //! an empty ledger (in a second database, where the month is then audited
-//! alone), the second into a ledger grown to `entries` charges by copies of
+//! alone, emptied once its figures are taken unless `--keep`), the second into a ledger grown to `entries` charges by copies of
 //! the first into earlier months ([`grow_ledger`]), every copy a correct
 //! charge. On the grown ledger it measures what a center does every day and
 //! every month:
@@ -139,6 +139,10 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     let statement_alone = statement_time(&alone, month, &code, sizes.calls).await?;
     let alone_entries = ledger_size(&alone).await?;
     alone.close().await;
+    if let Some((admin, name)) = &setup.empty_fresh {
+        // Its figures are taken: its disk is the grown ledger's now.
+        db::recreate_database(admin, name).await?;
+    }
 
     // The grown ledger: the first file, its copies, then the second file.
     let pool = db::connect(&setup.url).await?;

@@ -80,7 +80,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         .context("creating the bench database")?;
     // The month end of a fresh center runs in a second database.
     let fresh = format!("{}_fresh", args.database);
-    let (fresh_url, _) = target
+    let (fresh_url, fresh_admin) = target
         .recreate_scratch(&fresh)
         .await
         .context("creating the second bench database")?;
@@ -89,6 +89,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
     let setup = Setup {
         url,
         fresh_url,
+        empty_fresh: (!args.keep).then(|| (fresh_admin, fresh.clone())),
         exe: std::env::current_exe().context("finding this program")?,
         psql: crate::embedded::client_binary("psql").context("psql is needed for the job record baseline")?,
         dir: dir.clone(),
