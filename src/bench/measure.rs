@@ -57,7 +57,7 @@ pub(super) async fn fresh_month_end(url: &str, projects: u64, month: Month) -> R
     if !audit.clean() {
         fail!(
             "the audit of the fresh center found {} discrepancies (first: {:?})",
-            audit.discrepancies.len(),
+            audit.discrepancies_found,
             audit.discrepancies.first()
         );
     }

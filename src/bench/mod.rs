@@ -268,7 +268,7 @@ async fn clean_month_audit(pool: &sqlx::PgPool, month: Month) -> Result<Timings>
         if !report.clean() {
             fail!(
                 "the audit of {month} found {} discrepancies (first: {:?})",
-                report.discrepancies.len(),
+                report.discrepancies_found,
                 report.discrepancies.first()
             );
         }
@@ -789,7 +789,7 @@ pub async fn run(setup: &Setup, sizes: &Sizes) -> Result<Report> {
     if !audit.clean() {
         fail!(
             "the audit of the bench ledger found {} discrepancies (first: {:?})",
-            audit.discrepancies.len(),
+            audit.discrepancies_found,
             audit.discrepancies.first()
         );
     }

@@ -421,6 +421,14 @@ pub async fn run_audit(args: AuditArgs, readers: &Readers) -> anyhow::Result<Exi
             }
         }
     }
+    if args.format != super::ListFormat::Text && report.discrepancies_found > report.discrepancies.len() as u64 {
+        eprintln!(
+            "audit: {} discrepancies found, the first {} listed (every one is counted by kind and field in \
+             `--format json`)",
+            report.discrepancies_found,
+            report.discrepancies.len()
+        );
+    }
     Ok(if report.clean() && deep.as_ref().is_none_or(|d| d.clean()) {
         ExitCode::SUCCESS
     } else {
@@ -430,6 +438,10 @@ pub async fn run_audit(args: AuditArgs, readers: &Readers) -> anyhow::Result<Exi
 
 /// How many differences the text output lists (JSON has every one kept).
 const DEEP_SHOWN: usize = 50;
+
+/// How many discrepancies the text output lists (JSON and CSV have every
+/// one kept).
+const AUDIT_SHOWN: usize = 50;
 
 pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
     let mut o = String::new();
@@ -599,17 +611,18 @@ pub fn render(r: &AuditReport) -> String {
             o.push_str(&format!("  {} {}: {}\n", d.kind, d.name, d.problem));
         }
     }
-    if r.discrepancies.is_empty() {
+    if r.discrepancies_found == 0 {
         o.push_str("every charge recomputed in SQL matches the ledger\n");
     } else {
         o.push_str(&format!(
             "{} discrepanc{} between SQL and the ledger:\n",
-            r.discrepancies.len(),
-            if r.discrepancies.len() == 1 { "y" } else { "ies" }
+            r.discrepancies_found,
+            if r.discrepancies_found == 1 { "y" } else { "ies" }
         ));
         let rows: Vec<Vec<String>> = r
             .discrepancies
             .iter()
+            .take(AUDIT_SHOWN)
             .map(|d| {
                 vec![
                     d.entry_id.map_or(String::new(), |e| e.to_string()),
@@ -634,6 +647,21 @@ pub fn render(r: &AuditReport) -> String {
             ],
             &rows,
         ));
+        let more = r.discrepancies_found - r.discrepancies.len().min(AUDIT_SHOWN) as u64;
+        if more > 0 {
+            let listed = if r.discrepancies_found > r.discrepancies.len() as u64 {
+                format!("`--format json` or `csv` lists the first {}", r.discrepancies.len())
+            } else {
+                "`--format json` or `csv` lists all".to_owned()
+            };
+            o.push_str(&format!("… {more} more ({listed})\n"));
+            let fields: Vec<String> = r
+                .discrepancies_by_field
+                .iter()
+                .map(|(field, n)| format!("{field} {n}"))
+                .collect();
+            o.push_str(&format!("discrepancies by kind and field: {}\n", fields.join(", ")));
+        }
     }
     let x = &r.rejections;
     if x.open + x.dismissed + x.unverified > 0 {
@@ -666,7 +694,7 @@ pub fn render(r: &AuditReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::render_deep;
+    use super::{render, render_deep};
     use crate::service::deep::{DeepReport, Difference};
 
     fn difference(record: i64, field: &str) -> Difference {
@@ -710,6 +738,56 @@ mod tests {
             render_deep(&d).ends_with("… 10 more (`--format json` lists all)\ndifferences by field: start 60\n"),
             "{}",
             render_deep(&d)
+        );
+    }
+
+    #[test]
+    fn an_audit_lists_its_first_discrepancies_and_counts_every_one() {
+        use crate::db::audit::Discrepancy;
+        use crate::service::close::AuditReport;
+        let finding = |entry: i64| Discrepancy {
+            entry_id: Some(entry),
+            kind: "job".into(),
+            period: chrono::NaiveDate::from_ymd_opt(2026, 10, 1),
+            project: Some("P1".into()),
+            field: "amount".into(),
+            expected: Some("1.00".into()),
+            recorded: Some("2.00".into()),
+        };
+        let mut r = AuditReport {
+            discrepancies: (1..=70).map(finding).collect(),
+            discrepancies_found: 250_000,
+            discrepancies_by_field: [
+                ("job amount".to_owned(), 200_000),
+                ("storage amount".to_owned(), 50_000),
+            ]
+            .into(),
+            seals: Vec::new(),
+            rejections: Default::default(),
+            definitions: Vec::new(),
+            replica: false,
+            month: None,
+        };
+        let text = render(&r);
+        assert!(
+            text.starts_with("250000 discrepancies between SQL and the ledger:\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("  P1  ").count(), 50, "{text}");
+        assert!(
+            text.contains(
+                "… 249950 more (`--format json` or `csv` lists the first 70)\n\
+                 discrepancies by kind and field: job amount 200000, storage amount 50000\n"
+            ),
+            "{text}"
+        );
+        // All kept: the formats for programs list them all.
+        r.discrepancies_found = 70;
+        r.discrepancies_by_field = [("job amount".to_owned(), 70)].into();
+        assert!(
+            render(&r).contains("… 20 more (`--format json` or `csv` lists all)\n"),
+            "{}",
+            render(&r)
         );
     }
 }

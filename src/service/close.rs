@@ -334,7 +334,12 @@ pub async fn verify(pool: &PgPool, month: Option<Month>) -> Result<Vec<SealCheck
 /// Everything an audit finds: charges SQL disagrees with, and broken seals.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditReport {
+    /// The first discrepancies, at most [`crate::db::audit::KEPT`].
     pub discrepancies: Vec<Discrepancy>,
+    /// Every discrepancy found, kept or not.
+    pub discrepancies_found: u64,
+    /// Every discrepancy found, by kind and field (`"job amount"`).
+    pub discrepancies_by_field: std::collections::BTreeMap<String, u64>,
     pub seals: Vec<SealCheck>,
     /// Records not charged (open), set aside (dismissed), or resolved
     /// before resolutions were proven: listed, not findings.
@@ -352,7 +357,7 @@ pub struct AuditReport {
 
 impl AuditReport {
     pub fn clean(&self) -> bool {
-        self.discrepancies.is_empty() && self.seals.iter().all(SealCheck::holds) && self.definitions.is_empty()
+        self.discrepancies_found == 0 && self.seals.iter().all(SealCheck::holds) && self.definitions.is_empty()
     }
 }
 
@@ -382,8 +387,9 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
     // One pass over millions of charges: compiling it (JIT) costs more than
     // it saves (measured with `hpc-ledger bench`).
     crate::db::jit_off(&mut tx).await?;
-    let discrepancies = match month {
-        None => crate::db::audit::discrepancies(&mut tx).await?,
+    let keep = crate::db::audit::KEPT;
+    let findings = match month {
+        None => crate::db::audit::discrepancies(&mut tx, keep).await?,
         Some(m) => {
             use crate::db::audit::{MonthPart, month_part};
             // One month of the ledger: its rows found by key, not by reading
@@ -391,17 +397,20 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
             // charges, which a hash join matches with their recomputed sums
             // (db::allow_hash_joins says why).
             crate::db::plan_for_few_rows(&mut tx).await?;
-            let mut found = month_part(&mut tx, m.first_day(), MonthPart::Rest).await?;
+            let rest = month_part(&mut tx, m.first_day(), MonthPart::Rest, keep).await?;
             crate::db::allow_hash_joins(&mut tx).await?;
-            found.extend(month_part(&mut tx, m.first_day(), MonthPart::Storage).await?);
+            let storage = month_part(&mut tx, m.first_day(), MonthPart::Storage, keep).await?;
             // As each part is ordered: the findings of no entry first
             // (`None` sorts first, as NULLS FIRST), then by entry and field.
-            found.sort_by(|a, b| (a.entry_id, &a.field).cmp(&(b.entry_id, &b.field)));
-            found
+            rest.merge(storage, keep, |a, b| {
+                (a.entry_id, &a.field).cmp(&(b.entry_id, &b.field))
+            })
         }
     };
     let report = AuditReport {
-        discrepancies,
+        discrepancies: findings.kept,
+        discrepancies_found: findings.found,
+        discrepancies_by_field: findings.by_field,
         seals: periods::seal_checks(&mut tx, month.map(Month::first_day)).await?,
         rejections: crate::db::rejected::summary(&mut tx).await?,
         definitions,

@@ -478,6 +478,43 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
         .map(|c| (c.period.to_string(), c.holds()))
         .collect();
     assert_eq!(seals, [("2026-10-01".to_owned(), false)]);
+    // Every finding is counted, by kind and field; an audit keeps the
+    // first ones in full (100,000 by default; two here).
+    assert_eq!(report.discrepancies_found, report.discrepancies.len() as u64);
+    assert_eq!(
+        report.discrepancies_by_field.values().sum::<u64>(),
+        report.discrepancies_found
+    );
+    assert!(
+        report.discrepancies_by_field["job quantity"] >= 1,
+        "{:?}",
+        report.discrepancies_by_field
+    );
+    assert!(
+        report.discrepancies_by_field["storage amount"] >= 1,
+        "{:?}",
+        report.discrepancies_by_field
+    );
+    {
+        use hpc_ledger::db::audit::{MonthPart, discrepancies, month_part};
+        let mut conn = db.pool.acquire().await.unwrap();
+        let two = discrepancies(&mut conn, 2).await.unwrap();
+        assert!(report.discrepancies.len() > 2, "{:#?}", report.discrepancies);
+        assert_eq!(format!("{:?}", two.kept), format!("{:?}", &report.discrepancies[..2]));
+        assert_eq!(two.found, report.discrepancies_found);
+        assert_eq!(two.by_field, report.discrepancies_by_field);
+        // A month's two parts, each cut to one, merged and cut to one: the
+        // first of the month's findings.
+        let october_first = chrono::NaiveDate::from_ymd_opt(2026, 10, 1).unwrap();
+        let rest = month_part(&mut conn, october_first, MonthPart::Rest, 1).await.unwrap();
+        let storage = month_part(&mut conn, october_first, MonthPart::Storage, 1)
+            .await
+            .unwrap();
+        let one = rest.merge(storage, 1, |a, b| (a.entry_id, &a.field).cmp(&(b.entry_id, &b.field)));
+        assert_eq!(format!("{:?}", one.kept), format!("{:?}", &october.discrepancies[..1]));
+        assert_eq!(one.found, october.discrepancies_found);
+        assert_eq!(october.discrepancies_found, october.discrepancies.len() as u64);
+    }
     let september = audit_of(&db.pool, Some("2026-09".parse().unwrap())).await.unwrap();
     assert!(september.discrepancies.is_empty(), "{:#?}", september.discrepancies);
     assert!(september.seals.len() == 1 && september.seals[0].holds());
