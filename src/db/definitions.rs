@@ -374,7 +374,10 @@ pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered
     .fetch_all(&mut *conn)
     .await?;
     for (name, body) in FUNCTIONS {
-        let Some(f) = installed.iter().find(|f| f.name == *name) else {
+        // With an overload beside it (reported below), the one whose body
+        // is the migrations'.
+        let mut named = installed.iter().filter(|f| f.name == *name);
+        let Some(f) = named.clone().find(|f| f.body == *body).or_else(|| named.next()) else {
             out.push(Altered {
                 kind: "function",
                 name: (*name).to_owned(),
@@ -423,6 +426,49 @@ pub async fn altered(conn: &mut PgConnection, views: bool) -> Result<Vec<Altered
                 kind: "function",
                 name: name.clone(),
                 problem: "not installed by any migration".into(),
+            });
+        }
+    }
+    // Functions no migration made in the ledger's schemas, and a second
+    // function of a migration's name (an overload): the ledger's functions
+    // run with `search_path = public, pg_temp`, so a call in them resolves
+    // among these too, and an overload that matches its arguments better
+    // (an `integer` where the migrations' takes `bigint`) is called instead
+    // of the migrations' own, whose body the checks above find unchanged.
+    // Functions of an extension (`CREATE EXTENSION` into public) are the
+    // extension's, not findings.
+    let names: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT n.nspname::text, p.proname::text, count(*)
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname IN ('public', 'audit')
+            AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                             WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
+          GROUP BY 1, 2
+          ORDER BY 1, 2",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (schema, name, count) in names {
+        if schema != "public" || !name.starts_with("hl_") {
+            // (`hl_*` functions of public no migration made are reported
+            // above and below.)
+            out.push(Altered {
+                kind: "function",
+                name: format!("{schema}.{name}"),
+                problem: format!(
+                    "not installed by any migration ({count} definition{}; a call in the ledger's functions may \
+                     resolve to it)",
+                    if count == 1 { "" } else { "s" }
+                ),
+            });
+        } else if count > 1 {
+            out.push(Altered {
+                kind: "function",
+                name,
+                problem: format!(
+                    "defined {count} times: the migrations define it once (an overload, which a call may resolve \
+                     to instead)"
+                ),
             });
         }
     }
