@@ -1333,3 +1333,38 @@ async fn a_latin1_name_is_read_alike_in_pbs_logs_and_json_lines() {
         .unwrap();
     assert_eq!(kept, 1);
 }
+
+/// A NUL character escaped inside a JSON string (`\u0000`) passes the
+/// reader's check for NUL bytes, and PostgreSQL's text cannot hold it: the
+/// job is rejected by name and reason (not by the database, which would
+/// have failed its whole batch first), the rest recorded.
+#[tokio::test]
+async fn a_nul_escaped_in_a_json_field_is_rejected_and_the_rest_recorded() {
+    let db = fixture_db().await;
+    let text = [
+        job("1", json!({})),
+        job("2", json!({"job_name": "bad\u{0}name"})),
+        job("5", json!({"user": "u\u{0}"})),
+        job("3", json!({"job_id": "3\u{0}"})),
+        job("4", json!({})),
+    ]
+    .join("\n")
+        + "\n";
+    assert!(text.contains("\\u0000"), "{text}");
+    let s = import_jsonl(&db.pool, "nul-escapes", &text, false).await;
+    assert_eq!((s.recorded, s.rejected.values().sum::<u64>()), (2, 3), "{s:?}");
+    assert_eq!(
+        s.examples,
+        [
+            "nul-escapes:2 (testclu/2): the job name contains a NUL character",
+            "nul-escapes:3 (testclu/5): the user contains a NUL character",
+            "nul-escapes:4 (testclu/3\u{FFFD}): the job id must be 1 to 256 characters without control characters",
+        ]
+    );
+    // Each kept as its line was.
+    let kept: Vec<String> = sqlx::query_scalar("SELECT raw FROM rejected_record ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, text.lines().skip(1).take(3).collect::<Vec<_>>());
+}
