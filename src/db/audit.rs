@@ -26,6 +26,23 @@ pub struct Discrepancy {
     pub recorded: Option<String>,
 }
 
+/// The order of a month's findings, as its queries give them (`NULLS
+/// FIRST` as `None` sorts first, `COLLATE "C"` as Rust compares strings): by
+/// entry, field, kind, project, then values, so that which findings are the
+/// first [`KEPT`] does not change between runs (the findings of no entry,
+/// such as each project's usage sums, differ only in their project).
+pub fn month_order(a: &Discrepancy, b: &Discrepancy) -> std::cmp::Ordering {
+    (a.entry_id, &a.field, &a.kind)
+        .cmp(&(b.entry_id, &b.field, &b.kind))
+        .then_with(|| {
+            (a.project.as_deref(), a.expected.as_deref(), a.recorded.as_deref()).cmp(&(
+                b.project.as_deref(),
+                b.expected.as_deref(),
+                b.recorded.as_deref(),
+            ))
+        })
+}
+
 /// An audit's findings: the first ones in full, all of them counted.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Findings {
@@ -87,7 +104,9 @@ pub async fn discrepancies(conn: &mut PgConnection, keep: usize) -> Result<Findi
         Discrepancy,
         r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
              FROM audit.discrepancies
-            ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field COLLATE "C""#
+            ORDER BY period NULLS FIRST, entry_id NULLS FIRST, field COLLATE "C", kind COLLATE "C",
+                     project COLLATE "C" NULLS FIRST, expected COLLATE "C" NULLS FIRST,
+                     recorded COLLATE "C" NULLS FIRST"#
     )
     .fetch(&mut *conn);
     Findings::read(rows, keep).await
@@ -128,7 +147,9 @@ pub async fn month_part(
                 Discrepancy,
                 r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
                      FROM audit.discrepancies WHERE period = $1 AND kind = 'storage'
-                    ORDER BY entry_id NULLS FIRST, field COLLATE "C""#,
+                    ORDER BY entry_id NULLS FIRST, field COLLATE "C", kind COLLATE "C",
+                     project COLLATE "C" NULLS FIRST, expected COLLATE "C" NULLS FIRST,
+                     recorded COLLATE "C" NULLS FIRST"#,
                 month
             )
             .fetch(&mut *conn);
@@ -139,7 +160,9 @@ pub async fn month_part(
                 Discrepancy,
                 r#"SELECT entry_id, kind AS "kind!", period, project, field AS "field!", expected, recorded
                      FROM audit.discrepancies WHERE period = $1 AND kind IS DISTINCT FROM 'storage'
-                    ORDER BY entry_id NULLS FIRST, field COLLATE "C""#,
+                    ORDER BY entry_id NULLS FIRST, field COLLATE "C", kind COLLATE "C",
+                     project COLLATE "C" NULLS FIRST, expected COLLATE "C" NULLS FIRST,
+                     recorded COLLATE "C" NULLS FIRST"#,
                 month
             )
             .fetch(&mut *conn);

@@ -199,7 +199,9 @@ pub async fn insert_returning(
 
 /// Post the discount lines of job charges posted before in this
 /// transaction, in one statement: each names its charge by job record and
-/// metric (one charge per record and metric), which links it.
+/// metric (one charge per record and metric), which links it. A line
+/// without exactly one such charge is an error, after the lines that had
+/// one were inserted: the caller rolls the transaction back.
 pub async fn insert_job_discounts(
     conn: &mut PgConnection,
     entries: &[NewEntry],
@@ -240,6 +242,8 @@ pub async fn insert_job_discounts(
         // A line whose charge is missing would be dropped by the join, and
         // the job charged its full price: refuse the batch instead (the
         // recorder then records job by job and keeps the job as rejected).
+        // The record's id is this transaction's, gone with it: the line is
+        // named by its metric (the recorder's rejection names the job).
         let missing: Option<(i64, String)> = sqlx::query_as(
             "SELECT u.jr, u.m FROM UNNEST($1::bigint[], $2::text[]) AS u(jr, m)
               WHERE (SELECT count(*) FROM ledger_entry c
@@ -250,8 +254,8 @@ pub async fn insert_job_discounts(
         .bind(&metric)
         .fetch_optional(&mut *conn)
         .await?;
-        let which = missing.map_or_else(String::new, |(record, metric)| {
-            format!(" (job record {record}, {metric}: not exactly one job charge of that record and metric)")
+        let which = missing.map_or_else(String::new, |(_, metric)| {
+            format!(" (a {metric} line: not exactly one {metric} charge of its job record in this posting)")
         });
         return Err(sqlx::Error::InvalidArgument(format!(
             "{} discount lines to post, {posted} matched a job charge{which}: refused, none posted",

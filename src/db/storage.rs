@@ -248,7 +248,9 @@ pub struct StorageDiscountLine {
 }
 
 /// Post the discount lines of storage charges, in one statement: each
-/// copies its charge's month, project, metric, rate, run and rules.
+/// copies its charge's month, project, metric, rate, run and rules. A line
+/// whose charge is missing is an error, after the others were inserted:
+/// the caller rolls the transaction back.
 pub async fn insert_discounts(
     conn: &mut PgConnection,
     lines: &[StorageDiscountLine],

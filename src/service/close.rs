@@ -400,11 +400,9 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
             let rest = month_part(&mut tx, m.first_day(), MonthPart::Rest, keep).await?;
             crate::db::allow_hash_joins(&mut tx).await?;
             let storage = month_part(&mut tx, m.first_day(), MonthPart::Storage, keep).await?;
-            // As each part is ordered: the findings of no entry first
-            // (`None` sorts first, as NULLS FIRST), then by entry and field.
-            rest.merge(storage, keep, |a, b| {
-                (a.entry_id, &a.field).cmp(&(b.entry_id, &b.field))
-            })
+            // As each part is ordered: the findings of no entry first, then
+            // by entry, field, kind, project and values.
+            rest.merge(storage, keep, crate::db::audit::month_order)
         }
     };
     let report = AuditReport {

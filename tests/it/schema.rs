@@ -804,8 +804,8 @@ async fn a_discount_line_without_its_charge_is_refused() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "2 discount lines to post, 1 matched a job charge (job record 1, gpu_hours: not exactly one job charge \
-         of that record and metric): refused, none posted"
+        "2 discount lines to post, 1 matched a job charge (a gpu_hours line: not exactly one gpu_hours charge of \
+         its job record in this posting): refused, none posted"
     );
     drop(tx);
     // The line that has its charge posts, once.

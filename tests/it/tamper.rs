@@ -666,3 +666,55 @@ async fn the_close_seals_recorded_digests_and_verify_recomputes_them() {
     assert_eq!(recorded, posted);
     assert_ne!(recorded, recomputed);
 }
+
+/// An extension's functions in `public` are not findings; an overload of
+/// an `hl_*` function is, also when made a member of an extension.
+#[tokio::test]
+async fn an_extensions_functions_are_not_findings_but_an_overload_hidden_in_one_is() {
+    let db = TestDb::new().await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    let available: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm')")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+    if !available {
+        eprintln!("skipped: PostgreSQL's pg_trgm extension (contrib) is not installed here");
+        return;
+    }
+    sqlx::raw_sql("CREATE EXTENSION pg_trgm SCHEMA public")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let trgm: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace AND proname LIKE '%trgm%'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert!(trgm > 5, "{trgm}");
+    assert_eq!(
+        hpc_ledger::db::definitions::altered(&mut conn, false).await.unwrap(),
+        vec![]
+    );
+    sqlx::raw_sql(
+        "CREATE FUNCTION hl_archived_until(x integer) RETURNS timestamptz LANGUAGE sql AS $$ SELECT now() $$;
+         ALTER EXTENSION pg_trgm ADD FUNCTION hl_archived_until(integer);",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let found: Vec<String> = hpc_ledger::db::definitions::altered(&mut conn, false)
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| format!("{} {}: {}", a.kind, a.name, a.problem))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "function hl_archived_until: defined 2 times: the migrations define it once (an overload, which a call may \
+          resolve to instead)"
+        ]
+    );
+}
