@@ -443,6 +443,31 @@ const DEEP_SHOWN: usize = 50;
 /// one kept).
 const AUDIT_SHOWN: usize = 50;
 
+/// Findings counted beyond those kept: how many were found, how many kept,
+/// and every one by field.
+struct Counted<'a> {
+    found: u64,
+    kept: usize,
+    by: &'a std::collections::BTreeMap<String, u64>,
+}
+
+/// The text's last lines when it lists fewer findings than were found:
+/// how many more, where the kept ones are listed (`formats`), and the
+/// counts by field.
+fn beyond_shown(c: Counted, shown: usize, formats: &str, by_label: &str) -> String {
+    let more = c.found - c.kept.min(shown) as u64;
+    if more == 0 {
+        return String::new();
+    }
+    let listed = if c.found > c.kept as u64 {
+        format!("{formats} lists the first {}", c.kept)
+    } else {
+        format!("{formats} lists all")
+    };
+    let by: Vec<String> = c.by.iter().map(|(field, n)| format!("{field} {n}")).collect();
+    format!("… {more} more ({listed})\n{by_label}: {}\n", by.join(", "))
+}
+
 pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
     let mut o = String::new();
     if d.clean() {
@@ -474,21 +499,16 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
             &["record", "job", "field", "stored", "raw record says"],
             &rows,
         ));
-        let more = d.differences_found - d.differences.len().min(DEEP_SHOWN) as u64;
-        if more > 0 {
-            let listed = if d.differences_found > d.differences.len() as u64 {
-                format!("`--format json` lists the first {}", d.differences.len())
-            } else {
-                "`--format json` lists all".to_owned()
-            };
-            o.push_str(&format!("… {more} more ({listed})\n"));
-            let fields: Vec<String> = d
-                .differences_by_field
-                .iter()
-                .map(|(field, n)| format!("{field} {n}"))
-                .collect();
-            o.push_str(&format!("differences by field: {}\n", fields.join(", ")));
-        }
+        o.push_str(&beyond_shown(
+            Counted {
+                found: d.differences_found,
+                kept: d.differences.len(),
+                by: &d.differences_by_field,
+            },
+            DEEP_SHOWN,
+            "`--format json`",
+            "differences by field",
+        ));
     }
     if !d.reassigned.is_empty() {
         o.push_str(&format!(
@@ -647,21 +667,16 @@ pub fn render(r: &AuditReport) -> String {
             ],
             &rows,
         ));
-        let more = r.discrepancies_found - r.discrepancies.len().min(AUDIT_SHOWN) as u64;
-        if more > 0 {
-            let listed = if r.discrepancies_found > r.discrepancies.len() as u64 {
-                format!("`--format json` or `csv` lists the first {}", r.discrepancies.len())
-            } else {
-                "`--format json` or `csv` lists all".to_owned()
-            };
-            o.push_str(&format!("… {more} more ({listed})\n"));
-            let fields: Vec<String> = r
-                .discrepancies_by_field
-                .iter()
-                .map(|(field, n)| format!("{field} {n}"))
-                .collect();
-            o.push_str(&format!("discrepancies by kind and field: {}\n", fields.join(", ")));
-        }
+        o.push_str(&beyond_shown(
+            Counted {
+                found: r.discrepancies_found,
+                kept: r.discrepancies.len(),
+                by: &r.discrepancies_by_field,
+            },
+            AUDIT_SHOWN,
+            "`--format json` or `csv`",
+            "discrepancies by kind and field",
+        ));
     }
     let x = &r.rejections;
     if x.open + x.dismissed + x.unverified > 0 {
