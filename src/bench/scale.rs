@@ -2,10 +2,10 @@
 //!
 //! A month of jobs is imported as files of the same size: the first into
 //! an empty ledger (in a second database, where the month is then audited
-//! alone, emptied once its figures are taken unless `--keep`), the second into a ledger grown to `entries` charges by copies of
-//! the first into earlier months ([`grow_ledger`]), every copy a correct
-//! charge. On the grown ledger it measures what a center does every day and
-//! every month:
+//! alone, emptied once its figures are taken unless `--keep`), the second
+//! into a ledger grown to `entries` charges by copies of the first into
+//! earlier months ([`grow_ledger`]), every copy a correct charge. On the
+//! grown ledger it measures what a center does every day and every month:
 //!
 //! | figure | baseline | target |
 //! |---|---|---|

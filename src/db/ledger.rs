@@ -244,8 +244,8 @@ pub async fn insert_job_discounts(
         // recorder then records job by job and keeps the job as rejected).
         // The record's id is this transaction's, gone with it: the line is
         // named by its metric (the recorder's rejection names the job).
-        let missing: Option<(i64, String)> = sqlx::query_as(
-            "SELECT u.jr, u.m FROM UNNEST($1::bigint[], $2::text[]) AS u(jr, m)
+        let missing: Option<String> = sqlx::query_scalar(
+            "SELECT u.m FROM UNNEST($1::bigint[], $2::text[]) AS u(jr, m)
               WHERE (SELECT count(*) FROM ledger_entry c
                       WHERE c.job_record_id = u.jr AND c.metric = u.m AND c.kind = 'job') <> 1
               LIMIT 1",
@@ -254,7 +254,7 @@ pub async fn insert_job_discounts(
         .bind(&metric)
         .fetch_optional(&mut *conn)
         .await?;
-        let which = missing.map_or_else(String::new, |(_, metric)| {
+        let which = missing.map_or_else(String::new, |metric| {
             format!(" (a {metric} line: not exactly one {metric} charge of its job record in this posting)")
         });
         return Err(sqlx::Error::InvalidArgument(format!(
