@@ -1,9 +1,11 @@
 //! `import`: read accounting records (Slurm, PBS, JSON lines) from files or
 //! stdin and record them in batches. Reading and parsing run on their own
 //! thread, one bounded batch ahead of posting, so memory stays flat however
-//! large the input. Also re-processing of rejected records.
+//! large the input; two batches are posted at once, on two connections,
+//! unless they name the same job (then in the file's order). Also
+//! re-processing of rejected records.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::{BufReader, Read};
 
 use rust_decimal::Decimal;
@@ -18,6 +20,9 @@ use crate::ingest::{Format, Item, LineReader, RawLine, ReadOptions, Skip, parser
 /// How many jobs are posted per transaction, unless `import --batch-size`
 /// says otherwise.
 pub const BATCH: usize = 2000;
+
+/// How many batches are posted at once, each on its own connection.
+const IN_FLIGHT: usize = 2;
 
 /// One input to import, and how to read it.
 #[derive(Debug, Clone)]
@@ -135,6 +140,54 @@ struct Batch {
     bytes: u64,
 }
 
+impl Batch {
+    /// The jobs it names (lower case): two batches that share one are
+    /// posted one after the other.
+    fn job_keys(&self) -> HashSet<String> {
+        self.jobs
+            .iter()
+            .map(|j| j.input.key())
+            .chain(self.malformed.iter().filter_map(|(source, _)| source.job.clone()))
+            .map(|k| k.to_lowercase())
+            .collect()
+    }
+}
+
+/// A batch being posted by a recorder of its own.
+struct Flight {
+    keys: HashSet<String>,
+    task: tokio::task::JoinHandle<(Recorder, Batch, Result<Vec<Outcome>, RecordError>)>,
+}
+
+/// Wait for a batch to be posted, count what it did, and give its
+/// recorder back.
+async fn land(
+    flight: Flight,
+    idle: &mut Vec<Recorder>,
+    summary: &mut Summary,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(), ImportError> {
+    // A posting task is never cancelled: it ends, or it panicked.
+    let (rec, batch, outcomes) = flight
+        .task
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    idle.push(rec);
+    summary.lines += batch.lines;
+    for s in batch.skipped {
+        *summary.skipped.entry(s).or_default() += 1;
+    }
+    for (source, reason) in &batch.malformed {
+        summary.reject(RejectKind::Malformed, &source.reference, reason);
+    }
+    let outcomes = outcomes?;
+    for (job, outcome) in batch.jobs.iter().zip(&outcomes) {
+        summary.count(outcome, &job.source.reference);
+    }
+    progress(batch.bytes);
+    Ok(())
+}
+
 /// Import one input (`name` is shown in messages: a path, or `stdin`).
 /// `progress` is told the bytes read so far. An input that is plainly
 /// another format than `format` is refused before anything is recorded.
@@ -147,7 +200,7 @@ pub async fn import<R: Read + Send + 'static>(
 ) -> Result<(), ImportError> {
     let (name, format) = (how.name, how.format);
     let p = parser(format, how.options).map_err(ImportError::Options)?;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, ReadError>>(2);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, ReadError>>(1);
     let file = name.to_owned();
     let batch_size = how.batch_size.max(1);
     let reader = std::thread::spawn(move || {
@@ -182,6 +235,14 @@ pub async fn import<R: Read + Send + 'static>(
             }
         }
     });
+    // Two batches are posted at once, each by its own recorder on its own
+    // connection, so that one batch's pricing and the other's writes share
+    // the two cores (the posting locks are shared). A batch that names a job
+    // of the batch still in flight waits for it: the file's order decides
+    // which record of a run comes first. Outcomes are counted in the file's
+    // order.
+    let mut idle: Vec<Recorder> = (0..IN_FLIGHT).map(|_| recorder.fork()).collect();
+    let mut in_flight: std::collections::VecDeque<Flight> = std::collections::VecDeque::new();
     let mut result = Ok(());
     while let Some(batch) = rx.recv().await {
         let batch = match batch {
@@ -209,25 +270,37 @@ pub async fn import<R: Read + Send + 'static>(
             }
             Err(ReadError::Stopped) => break,
         };
-        summary.lines += batch.lines;
-        for s in batch.skipped {
-            *summary.skipped.entry(s).or_default() += 1;
-        }
-        for (source, reason) in &batch.malformed {
-            summary.reject(RejectKind::Malformed, &source.reference, reason);
-        }
-        match recorder.record(&batch.jobs, &batch.malformed).await {
-            Ok(outcomes) => {
-                for (job, outcome) in batch.jobs.iter().zip(&outcomes) {
-                    summary.count(outcome, &job.source.reference);
-                }
-            }
-            Err(e) => {
-                result = Err(e.into());
+        let keys = batch.job_keys();
+        while idle.is_empty() || in_flight.iter().any(|f| !f.keys.is_disjoint(&keys)) {
+            let Some(flight) = in_flight.pop_front() else { break };
+            if let Err(e) = land(flight, &mut idle, summary, progress).await {
+                result = Err(e);
                 break;
             }
         }
-        progress(batch.bytes);
+        if result.is_err() {
+            break;
+        }
+        let mut rec = idle
+            .pop()
+            .expect("a recorder is idle once the flights before it landed");
+        in_flight.push_back(Flight {
+            keys,
+            task: tokio::spawn(async move {
+                let outcomes = rec.record(&batch.jobs, &batch.malformed).await;
+                (rec, batch, outcomes)
+            }),
+        });
+    }
+    // What is in flight lands (or fails) before the import returns.
+    while let Some(flight) = in_flight.pop_front() {
+        let landed = land(flight, &mut idle, summary, progress).await;
+        if result.is_ok() {
+            result = landed;
+        }
+    }
+    if let Some(rec) = idle.pop() {
+        *recorder = rec;
     }
     drop(rx);
     if result.is_ok() {

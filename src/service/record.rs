@@ -166,6 +166,18 @@ impl Recorder {
         }
     }
 
+    /// A second recorder like this one (its options, and what it has
+    /// loaded), for posting another batch at the same time.
+    pub fn fork(&self) -> Recorder {
+        Recorder {
+            pool: self.pool.clone(),
+            supersede: self.supersede,
+            author: self.author.clone(),
+            catalog: self.catalog.clone(),
+            projects: self.projects.clone(),
+        }
+    }
+
     /// Record a batch of jobs and keep the malformed lines read with them.
     /// Returns one outcome per job, in order.
     pub async fn record(

@@ -682,6 +682,91 @@ async fn rejected_records_are_recorded_once_the_cause_is_fixed() {
     );
 }
 
+/// `import` posts two batches at once. One job sent three times in a row,
+/// each time holding more cores, in batches of one line: the batches that
+/// name it are posted in the file's order, so with `--supersede` its
+/// revisions are the lines in order and its charge is the last line's,
+/// whatever the other batches beside them do.
+#[tokio::test]
+async fn batches_posted_at_once_keep_the_files_order_for_each_job() {
+    let db = fixture_db().await;
+    let mut text = String::new();
+    for n in 0..30 {
+        for cores in [1, 2, 3] {
+            text.push_str(&job(&format!("r{n}"), json!({"cores": cores})));
+            text.push('\n');
+        }
+        text.push_str(&job(&format!("other{n}"), json!({})));
+        text.push('\n');
+        if n % 10 == 0 {
+            text.push_str(&job(&format!("bad{n}"), json!({"cores": "many"})));
+            text.push('\n');
+        }
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}-in-order.jsonl", std::process::id()));
+    std::fs::write(&path, &text).unwrap();
+    let mut recorder = Recorder::new(
+        db.pool.clone(),
+        RecordOptions {
+            supersede: true,
+            author: "tester".into(),
+        },
+    );
+    let mut s = Summary::default();
+    let options = ReadOptions::default();
+    let how = Input {
+        batch_size: 1,
+        ..Input::new("in-order.jsonl", Format::Jsonl, &options)
+    };
+    import(
+        &mut recorder,
+        std::fs::File::open(&path).unwrap(),
+        &how,
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (s.lines, s.recorded, s.superseded, s.rejected_total()),
+        (123, 60, 60, 3),
+        "{s:#?}"
+    );
+    // Every revision holds its line's cores, in the file's order.
+    let out_of_order: Vec<(String, i32, i32)> = sqlx::query_as(
+        "SELECT j.scheduler_job_id, r.revision, r.cores FROM job_record r JOIN job j ON j.id = r.job_id
+          WHERE j.scheduler_job_id LIKE 'r%' AND r.cores <> r.revision
+          ORDER BY 1, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(out_of_order, []);
+    // Each job's charges net to its last line's: 3 cores × 2 h at 0.01 =
+    // 0.06, and each other job's 2 cores × 2 h = 0.04, once.
+    let net: Vec<(String, Decimal, i64)> = sqlx::query_as(
+        "SELECT left(j.scheduler_job_id, 1), sum(e.amount), count(DISTINCT j.id)
+           FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+          GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let net: Vec<(String, String, i64)> = net.into_iter().map(|(k, a, n)| (k, a.to_string(), n)).collect();
+    assert_eq!(
+        net,
+        [
+            ("o".to_string(), "1.20".to_string(), 30),
+            ("r".into(), "1.80".into(), 30)
+        ]
+    );
+    // The rejections are listed in the file's order.
+    let lines: Vec<&str> = s.examples.iter().map(|e| e.split(": ").next().unwrap()).collect();
+    assert_eq!(lines, ["in-order.jsonl:5", "in-order.jsonl:46", "in-order.jsonl:87"]);
+}
+
 #[tokio::test]
 async fn a_failure_in_the_middle_of_a_batch_leaves_no_partial_job() {
     let db = fixture_db().await;
