@@ -5,7 +5,7 @@
 //! unless they name the same job (then in the file's order). Also
 //! re-processing of rejected records.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::{BufReader, Read};
 
 use rust_decimal::Decimal;
@@ -141,14 +141,21 @@ struct Batch {
 }
 
 impl Batch {
-    /// The jobs it names (lower case): two batches that share one are
-    /// posted one after the other.
+    /// The jobs it names (lower case), and its malformed lines that name
+    /// none (by their bytes, as rejections are kept): two batches that
+    /// share one are posted one after the other.
     fn job_keys(&self) -> HashSet<String> {
+        let unnamed = |source: &Source| {
+            let hash: String = source.raw_sha256().iter().map(|b| format!("{b:02x}")).collect();
+            format!("#{hash}")
+        };
         self.jobs
             .iter()
-            .map(|j| j.input.key())
-            .chain(self.malformed.iter().filter_map(|(source, _)| source.job.clone()))
-            .map(|k| k.to_lowercase())
+            .map(|j| j.input.key().to_lowercase())
+            .chain(self.malformed.iter().map(|(source, _)| match &source.job {
+                Some(key) => key.to_lowercase(),
+                None => unnamed(source),
+            }))
             .collect()
     }
 }
@@ -240,29 +247,41 @@ pub async fn import<R: Read + Send + 'static>(
     // the two cores (the posting locks are shared). A batch that names a job
     // of the batch still in flight waits for it: the file's order decides
     // which record of a run comes first. Outcomes are counted in the file's
-    // order.
+    // order. A batch is taken from the reader only once a recorder is idle,
+    // so at most four are held: two posted, one read ahead, one being read.
     let mut idle: Vec<Recorder> = (0..IN_FLIGHT).map(|_| recorder.fork()).collect();
-    let mut in_flight: std::collections::VecDeque<Flight> = std::collections::VecDeque::new();
+    let mut in_flight: VecDeque<Flight> = VecDeque::new();
     let mut result = Ok(());
-    while let Some(batch) = rx.recv().await {
+    // A batch that was not posted outweighs the reader's error: the reader's
+    // says that what was read before it is recorded.
+    let mut read_error = None;
+    'read: loop {
+        if idle.is_empty() {
+            let flight = in_flight.pop_front().expect("no recorder idle: a batch is in flight");
+            if let Err(e) = land(flight, &mut idle, summary, progress).await {
+                result = Err(e);
+                break;
+            }
+        }
+        let Some(batch) = rx.recv().await else { break };
         let batch = match batch {
             Ok(b) => b,
             Err(ReadError::Io(source)) => {
-                result = Err(ImportError::Read {
+                read_error = Some(ImportError::Read {
                     name: name.to_owned(),
                     source,
                 });
                 break;
             }
             Err(ReadError::WrongFormat(message)) => {
-                result = Err(ImportError::WrongFormat {
+                read_error = Some(ImportError::WrongFormat {
                     name: name.to_owned(),
                     message,
                 });
                 break;
             }
             Err(ReadError::Abandoned(message)) => {
-                result = Err(ImportError::Abandoned {
+                read_error = Some(ImportError::Abandoned {
                     name: name.to_owned(),
                     message,
                 });
@@ -271,19 +290,14 @@ pub async fn import<R: Read + Send + 'static>(
             Err(ReadError::Stopped) => break,
         };
         let keys = batch.job_keys();
-        while idle.is_empty() || in_flight.iter().any(|f| !f.keys.is_disjoint(&keys)) {
-            let Some(flight) = in_flight.pop_front() else { break };
+        while in_flight.iter().any(|f| !f.keys.is_disjoint(&keys)) {
+            let flight = in_flight.pop_front().expect("an overlapping batch is in flight");
             if let Err(e) = land(flight, &mut idle, summary, progress).await {
                 result = Err(e);
-                break;
+                break 'read;
             }
         }
-        if result.is_err() {
-            break;
-        }
-        let mut rec = idle
-            .pop()
-            .expect("a recorder is idle once the flights before it landed");
+        let mut rec = idle.pop().expect("a recorder is idle: one was landed before reading");
         in_flight.push_back(Flight {
             keys,
             task: tokio::spawn(async move {
@@ -297,6 +311,12 @@ pub async fn import<R: Read + Send + 'static>(
         let landed = land(flight, &mut idle, summary, progress).await;
         if result.is_ok() {
             result = landed;
+        }
+    }
+    if let Some(e) = read_error {
+        match result {
+            Ok(()) => result = Err(e),
+            Err(_) => tracing::warn!("{e}"),
         }
     }
     if let Some(rec) = idle.pop() {
@@ -609,4 +629,43 @@ pub async fn retry_rejected(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::kinds::SourceFormat;
+
+    fn line(raw: &str, job: Option<&str>) -> (Source, String) {
+        let source = Source {
+            format: SourceFormat::Slurm,
+            reference: "f:1".into(),
+            raw: raw.into(),
+            raw_bytes: None,
+            options: ReadOptions::default(),
+            job: job.map(Into::into),
+            intake: None,
+        };
+        (source, "unreadable".into())
+    }
+
+    /// Two batches wait for each other when they name the same job, in
+    /// any case, or hold the same unreadable bytes (one rejection row).
+    #[test]
+    fn batches_that_share_a_job_or_a_rejection_share_a_key() {
+        let batch = |lines: Vec<(Source, String)>| Batch {
+            malformed: lines,
+            ..Batch::default()
+        };
+        let a = batch(vec![line("junk", None), line("x|1", Some("Owens/12"))]);
+        let b = batch(vec![line("junk", None)]);
+        let c = batch(vec![line("other junk", None)]);
+        let d = batch(vec![line("y|1", Some("owens/12"))]);
+        let (a, b, c, d) = (a.job_keys(), b.job_keys(), c.job_keys(), d.job_keys());
+        assert!(!a.is_disjoint(&b), "the same bytes: {a:?} {b:?}");
+        assert!(b.is_disjoint(&c), "other bytes: {b:?} {c:?}");
+        assert!(!a.is_disjoint(&d), "the same job in another case: {a:?} {d:?}");
+        assert!(c.is_disjoint(&d));
+        assert_eq!(a.len(), 2);
+    }
 }

@@ -50,7 +50,7 @@ pub struct Source {
 
 impl Source {
     /// The hash of the record as received: its exact bytes when kept.
-    fn raw_sha256(&self) -> Vec<u8> {
+    pub(crate) fn raw_sha256(&self) -> Vec<u8> {
         match &self.raw_bytes {
             Some(b) => Sha256::digest(b).to_vec(),
             None => Sha256::digest(self.raw.as_bytes()).to_vec(),
@@ -115,7 +115,7 @@ impl Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error(
-        "lost the database while recording (jobs not yet reported as recorded were not posted; run the same command again: recorded jobs are then replays): {0}"
+        "lost the database while recording (some jobs were not posted; run the same command again: the jobs recorded before are then replays, the others recorded): {0}"
     )]
     Connection(sqlx::Error),
     #[error(transparent)]
