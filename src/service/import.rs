@@ -145,10 +145,7 @@ impl Batch {
     /// none (by their bytes, as rejections are kept): two batches that
     /// share one are posted one after the other.
     fn job_keys(&self) -> HashSet<String> {
-        let unnamed = |source: &Source| {
-            let hash: String = source.raw_sha256().iter().map(|b| format!("{b:02x}")).collect();
-            format!("#{hash}")
-        };
+        let unnamed = |source: &Source| format!("#{}", hex::encode(source.raw_sha256()));
         self.jobs
             .iter()
             .map(|j| j.input.key().to_lowercase())
@@ -249,7 +246,7 @@ pub async fn import<R: Read + Send + 'static>(
     // which record of a run comes first. Outcomes are counted in the file's
     // order. A batch is taken from the reader only once a recorder is idle,
     // so at most four are held: two posted, one read ahead, one being read.
-    let mut idle: Vec<Recorder> = (0..IN_FLIGHT).map(|_| recorder.fork()).collect();
+    let mut idle: Vec<Recorder> = (0..IN_FLIGHT).map(|_| recorder.clone()).collect();
     let mut in_flight: VecDeque<Flight> = VecDeque::new();
     let mut result = Ok(());
     // A batch that was not posted outweighs the reader's error: the reader's

@@ -144,7 +144,9 @@ impl RecordOptions {
 
 /// Records jobs; keeps the catalog and project ids it has loaded. Records
 /// are taken as read: the readers have applied the importer's default
-/// cluster and project (`ReadOptions`).
+/// cluster and project (`ReadOptions`). A clone shares the pool and starts
+/// with what this one has loaded: `import` posts with two at once.
+#[derive(Clone)]
 pub struct Recorder {
     pool: PgPool,
     pub supersede: bool,
@@ -163,18 +165,6 @@ impl Recorder {
             author: options.author,
             catalog: None,
             projects: HashMap::new(),
-        }
-    }
-
-    /// A second recorder like this one (its options, and what it has
-    /// loaded), for posting another batch at the same time.
-    pub fn fork(&self) -> Recorder {
-        Recorder {
-            pool: self.pool.clone(),
-            supersede: self.supersede,
-            author: self.author.clone(),
-            catalog: self.catalog.clone(),
-            projects: self.projects.clone(),
         }
     }
 
