@@ -3,7 +3,7 @@
 //! recording task, and deleted in the transaction that records them.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 /// The key of the session advisory lock held by the one task that records
 /// a database's intake: two tasks taking the same rows would record a
@@ -23,13 +23,17 @@ pub struct Waiting {
 /// Store documents (`exact`: the bytes of each, when not UTF-8) in one
 /// INSERT that commits by itself: one round trip, one WAL flush, however
 /// many posts arrived together.
-pub async fn accept(pool: &PgPool, documents: &[String], exact: &[Option<Vec<u8>>]) -> Result<(), sqlx::Error> {
+pub async fn accept(
+    conn: &mut PgConnection,
+    documents: &[String],
+    exact: &[Option<Vec<u8>>],
+) -> Result<(), sqlx::Error> {
     sqlx::query!(
         "INSERT INTO job_intake (document, exact) SELECT * FROM unnest($1::text[], $2::bytea[])",
         documents,
         exact as &[Option<Vec<u8>>]
     )
-    .execute(pool)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -24,6 +24,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
@@ -364,11 +365,23 @@ pub(super) struct Store {
 /// The most documents stored by one INSERT.
 const STORED_TOGETHER: usize = 1000;
 
+/// How long the storer tries to open its connection before the posts
+/// waiting for it are answered 503 (the pool's acquire timeout).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Store documents as they come: those that arrive while one INSERT
 /// commits go into the next together (group commit, as the batcher does
 /// for recording), so one sender pays one round trip and many senders
 /// share WAL flushes. Each post is answered once its INSERT committed.
-pub(super) async fn storer(pool: PgPool, mut rx: mpsc::Receiver<Store>, wake: Arc<Notify>) {
+///
+/// The storer holds one connection of its own, out of any pool: taking a
+/// pooled connection and giving it back cost about as much as the INSERT's
+/// own round trip (measured 2026-12-05: 210 µs a store through a pool of
+/// one against 140 µs on a held connection; `pgbench` 115 µs). A store that
+/// fails drops the connection (its posts are answered 503, and Slurm sends
+/// them again); the next store opens a new one.
+pub(super) async fn storer(options: PgConnectOptions, mut rx: mpsc::Receiver<Store>, wake: Arc<Notify>) {
+    let mut held: Option<PgConnection> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < STORED_TOGETHER {
@@ -385,7 +398,7 @@ pub(super) async fn storer(pool: PgPool, mut rx: mpsc::Receiver<Store>, wake: Ar
             exact.push(s.exact);
             replies.push(s.reply);
         }
-        let stored = intake::accept(&pool, &documents, &exact).await.map_err(|e| {
+        let stored = store(&mut held, &options, &documents, &exact).await.map_err(|e| {
             tracing::error!("storing {} posted jobs in the intake: {e}", replies.len());
             e.to_string()
         });
@@ -396,4 +409,36 @@ pub(super) async fn storer(pool: PgPool, mut rx: mpsc::Receiver<Store>, wake: Ar
             let _ = reply.send(stored.clone());
         }
     }
+    if let Some(conn) = held {
+        let _ = conn.close().await;
+    }
+}
+
+/// One INSERT on the held connection, opened first if there is none; on
+/// any failure the connection is dropped, so the next store begins afresh.
+async fn store(
+    held: &mut Option<PgConnection>,
+    options: &PgConnectOptions,
+    documents: &[String],
+    exact: &[Option<Vec<u8>>],
+) -> Result<(), sqlx::Error> {
+    let conn = match held {
+        Some(conn) => conn,
+        None => {
+            let conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(options))
+                .await
+                .map_err(|_| {
+                    sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("connecting to the database took over {} s", CONNECT_TIMEOUT.as_secs()),
+                    ))
+                })??;
+            held.insert(conn)
+        }
+    };
+    let stored = intake::accept(conn, documents, exact).await;
+    if stored.is_err() {
+        *held = None;
+    }
+    stored
 }

@@ -144,15 +144,12 @@ pub async fn serve(
     // with `--intake`; what a stopped one left otherwise).
     // In an import's batches: what waits there has been answered already.
     let intake = intake::Intake::new(pool.clone(), crate::service::import::BATCH, metrics.clone());
-    // The stores have connections of their own, not tested before each
-    // use (a round trip of a post's two): a connection lost with the
-    // database fails its post with 503, and Slurm sends it again.
+    // The stores have a connection of their own, held by the storer and
+    // not tested before each use (a round trip of a post's two): a
+    // connection lost with the database fails its post with 503, and Slurm
+    // sends it again.
     let (stores, storer) = if options.intake {
-        let stores = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(std::time::Duration::from_secs(10))
-            .test_before_acquire(false)
-            .connect_lazy_with((*pool.connect_options()).clone());
+        let stores = (*pool.connect_options()).clone();
         let (tx, rx) = mpsc::channel(QUEUE);
         let storer = tokio::spawn(intake::storer(stores, rx, intake.wake.clone()));
         (Some(tx), Some(storer))

@@ -1069,6 +1069,77 @@ async fn with_intake_real_posts_are_answered_when_stored_and_charged_as_without(
     server.stop().await;
 }
 
+/// The storer's connection is its own (out of the pool). When it is lost
+/// (the database restarted, the session was killed), the post that finds
+/// it gone is answered 503, which Slurm sends again, and the next store
+/// opens a new connection: every job is stored and recorded once.
+#[tokio::test]
+async fn with_intake_a_lost_store_connection_fails_one_post_and_the_next_opens_another() {
+    let db = fixture_db().await;
+    let server = start_intake(&db.pool, basic_only()).await;
+    let bodies = jobcomp_bodies();
+    // The lab's first job (9) never ran: answered without being stored.
+    let outcomes = [
+        server.post("/slurm/_doc", &bodies[0]).await,
+        server.post("/slurm/_doc", &bodies[1]).await,
+    ]
+    .map(|r| (r.status, body(&r)["outcome"].as_str().unwrap_or("?").to_owned()));
+    assert_eq!(outcomes, [(200, "skipped".into()), (200, "accepted".into())]);
+    // The storer's session: the one whose last statement stored documents.
+    let storer: i32 = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE 'INSERT INTO job_intake%'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(storer)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(killed);
+    while count(
+        &db.pool,
+        &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {storer}"),
+    )
+    .await
+        > 0
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Every other body, each sent again after a 503 as Slurm does.
+    let mut refused = Vec::new();
+    for (i, b) in bodies.iter().enumerate().skip(2) {
+        loop {
+            let r = server.post("/slurm/_doc", b).await;
+            if r.status == 503 {
+                assert_eq!(r.header("retry-after"), Some("10"));
+                refused.push(i);
+                assert!(refused.len() < 5, "refused again and again: {refused:?}");
+                continue;
+            }
+            assert_eq!(r.status, 200, "{}", r.body);
+            break;
+        }
+    }
+    // One post met the dead connection: the first after the kill.
+    assert_eq!(refused, vec![2]);
+    drained(&db.pool).await;
+    // The lab's 15 jobs that ran, each recorded once.
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 15);
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job_record").await, 15);
+    assert_eq!(server.metrics.jobs("recorded"), 15);
+    let storers = count(
+        &db.pool,
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE 'INSERT INTO job_intake%'",
+    )
+    .await;
+    assert_eq!(storers, 1, "one new connection stores");
+    server.stop().await;
+}
+
 /// What a stopped server left in the intake (answered, not yet recorded) is
 /// recorded by the next one; a stored document that no longer reads is kept
 /// as malformed; two servers on one database both accept and one records,
