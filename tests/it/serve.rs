@@ -1085,14 +1085,9 @@ async fn with_intake_a_lost_store_connection_fails_one_post_and_the_next_opens_a
     ]
     .map(|r| (r.status, body(&r)["outcome"].as_str().unwrap_or("?").to_owned()));
     assert_eq!(outcomes, [(200, "skipped".into()), (200, "accepted".into())]);
-    // The storer's session: the one whose last statement stored documents.
-    let storer: i32 = sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity
-          WHERE datname = current_database() AND query LIKE 'INSERT INTO job_intake%'",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let [storer] = storer_sessions(&db.pool).await[..] else {
+        panic!("not one storing session")
+    };
     let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
         .bind(storer)
         .fetch_one(&db.pool)
@@ -1130,14 +1125,23 @@ async fn with_intake_a_lost_store_connection_fails_one_post_and_the_next_opens_a
     assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 15);
     assert_eq!(count(&db.pool, "SELECT count(*) FROM job_record").await, 15);
     assert_eq!(server.metrics.jobs("recorded"), 15);
-    let storers = count(
-        &db.pool,
-        "SELECT count(*) FROM pg_stat_activity
+    let storers = storer_sessions(&db.pool).await;
+    assert!(
+        storers.len() == 1 && storers[0] != storer,
+        "one new connection stores: {storers:?}"
+    );
+    server.stop().await;
+}
+
+/// The storer's sessions: those whose last statement stored documents.
+async fn storer_sessions(pool: &PgPool) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
           WHERE datname = current_database() AND query LIKE 'INSERT INTO job_intake%'",
     )
-    .await;
-    assert_eq!(storers, 1, "one new connection stores");
-    server.stop().await;
+    .fetch_all(pool)
+    .await
+    .unwrap()
 }
 
 /// What a stopped server left in the intake (answered, not yet recorded) is
