@@ -332,22 +332,33 @@ pub fn redact(text: &str) -> String {
     }
 }
 
-/// Analyze every bulk-written table whose statistics are out of date by
-/// autovacuum's measure, counting `written` (table, rows the caller has just
-/// committed) as changed: its own changes may not have reached the
-/// statistics counters yet. Returns the tables analyzed. Writers that just
-/// wrote many rows call it so that the next query (the audit, a close) is
-/// planned with true row counts rather than an empty table's (migration 0019).
-pub async fn refresh_statistics(conn: &mut PgConnection, written: &[(&str, u64)]) -> Result<Vec<String>, sqlx::Error> {
+/// The product's bulk tables whose planner statistics are due
+/// (`hl_stale_tables`, migration 0045), largest first. `written` names the
+/// tables the caller has just committed rows to, and how many: they are due
+/// by autovacuum's measure, counting those rows (its own changes may not
+/// have reached the statistics counters yet). Tables it does not name are
+/// due only when the planner's idea of them is far off (never analyzed,
+/// doubled, emptied); an empty `written` (the audit) makes every table due
+/// by autovacuum's measure. Writers that just wrote many rows call it so
+/// that the next query (the audit, a close) is planned with true row counts
+/// rather than an empty table's (migration 0019).
+pub async fn stale_tables(conn: &mut PgConnection, written: &[(&str, u64)]) -> Result<Vec<String>, sqlx::Error> {
     let tables: Vec<String> = written.iter().map(|(t, _)| (*t).to_owned()).collect();
     let rows: Vec<i64> = written
         .iter()
         .map(|(_, n)| i64::try_from(*n).unwrap_or(i64::MAX))
         .collect();
-    let done = sqlx::query_scalar!(r#"SELECT hl_refresh_statistics($1, $2) AS "done!""#, &tables, &rows)
+    sqlx::query_scalar!(r#"SELECT hl_stale_tables($1, $2) AS "due!""#, &tables, &rows)
         .fetch_one(&mut *conn)
-        .await?;
-    Ok(done)
+        .await
+}
+
+/// `ANALYZE` one of the product's bulk tables with its owner's rights
+/// (`hl_analyze`, migration 0045); false for any other table.
+pub async fn analyze(conn: &mut PgConnection, table: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT hl_analyze($1) AS "done!""#, table)
+        .fetch_one(&mut *conn)
+        .await
 }
 
 /// Fold the rollup rows of every closed month not folded yet to one row per

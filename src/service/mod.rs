@@ -145,18 +145,39 @@ pub async fn fold_rollups(pool: &sqlx::PgPool) {
 /// its close failed, or was closed by another process, waits no longer).
 pub const FOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Bring the planner's statistics up to date after a bulk write
-/// ([`crate::db::refresh_statistics`]). Best effort: what was written is
-/// committed already, and stale statistics only make queries slower, so a
-/// failure is logged, not reported as the use case's failure.
+/// Bring the planner's statistics up to date after a bulk write: the
+/// tables due ([`crate::db::stale_tables`]) analyzed two at a time, each on
+/// a pooled connection, largest first. Best effort:
+/// what was written is committed already, and stale statistics only make
+/// queries slower, so a failure is logged, not reported as the use case's
+/// failure.
 pub async fn refresh_statistics(pool: &sqlx::PgPool, written: &[(&str, u64)]) {
     let result = async {
-        let mut conn = pool.acquire().await?;
-        crate::db::refresh_statistics(&mut conn, written).await
+        let due = {
+            let mut conn = pool.acquire().await?;
+            crate::db::stale_tables(&mut conn, written).await?
+        };
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let analyzer = || async {
+            let mut done = Vec::new();
+            while let Some(table) = due.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                let mut conn = pool.acquire().await?;
+                if crate::db::analyze(&mut conn, table).await? {
+                    done.push(table.as_str());
+                }
+            }
+            Ok::<_, sqlx::Error>(done)
+        };
+        // Two at once: ANALYZE sorts each column of its 30,000-row sample
+        // on one core, and a small server has two (migration 0045).
+        let (a, b) = tokio::join!(analyzer(), analyzer());
+        let mut done = a?;
+        done.extend(b?);
+        Ok::<_, sqlx::Error>(done.join(", "))
     }
     .await;
     match result {
-        Ok(done) if !done.is_empty() => tracing::debug!(tables = ?done, "statistics refreshed"),
+        Ok(done) if !done.is_empty() => tracing::debug!(tables = %done, "statistics refreshed"),
         Ok(_) => {}
         Err(e) => tracing::warn!("refreshing the planner's statistics failed: {e}"),
     }

@@ -275,6 +275,12 @@ async fn a_billing_run_leaves_the_planner_knowing_what_it_wrote() {
         // reach the statistics after its analyze.)
         assert!(done.iter().any(|t| t == "billing_run"), "{role}: {done:?}");
         assert!(!done.iter().any(|t| t == "pg_class"), "{role}: {done:?}");
+        // What the product calls (migration 0045): one table at a time.
+        let analyzed: bool = sqlx::query_scalar("SELECT hl_analyze('billing_run')")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert!(analyzed, "{role}");
         sqlx::raw_sql("RESET ROLE").execute(&mut *conn).await.unwrap();
     }
     let nobody = format!("hl_nobody_{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
@@ -285,6 +291,9 @@ async fn a_billing_run_leaves_the_planner_knowing_what_it_wrote() {
     let refused = sqlx::query_scalar::<_, Vec<String>>("SELECT hl_refresh_statistics()")
         .fetch_one(&mut *conn)
         .await;
+    let refused_one = sqlx::query_scalar::<_, bool>("SELECT hl_analyze('ledger_entry')")
+        .fetch_one(&mut *conn)
+        .await;
     sqlx::raw_sql(&format!("RESET ROLE; DROP ROLE {nobody}"))
         .execute(&mut *conn)
         .await
@@ -293,6 +302,127 @@ async fn a_billing_run_leaves_the_planner_knowing_what_it_wrote() {
         .expect_err("a role without the grant may not call it")
         .to_string();
     assert!(e.contains("permission denied"), "{e}");
+    let e = refused_one
+        .expect_err("a role without the grant may not analyze")
+        .to_string();
+    assert!(e.contains("permission denied"), "{e}");
+}
+
+/// `n_mod_since_analyze` of `table` once it reached `at_least` (the
+/// statistics of other sessions reach the shared counters within a second
+/// or so of their commit).
+async fn changed_since_analyze(conn: &mut sqlx::PgConnection, table: &str, at_least: i64) -> i64 {
+    let mut n = 0;
+    for _ in 0..100 {
+        n = sqlx::query_scalar("SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = $1")
+            .bind(table)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        if n >= at_least {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    n
+}
+
+/// Which of the product's tables `hl_stale_tables` says are due.
+async fn due(conn: &mut sqlx::PgConnection, tables: &[&str], written: &[i64]) -> Vec<String> {
+    sqlx::query_scalar("SELECT hl_stale_tables($1, $2)")
+        .bind(tables)
+        .bind(written)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_writer_analyzes_what_it_wrote_and_other_tables_only_when_far_off() {
+    // Migration 0045: a billing run analyzed `job_record` because jobs
+    // posted before it had made it stale (0.25 s of a 1.15 s run). A writer
+    // now analyzes the tables it names by autovacuum's measure (50 + 10 % of
+    // the rows the planner believes), the others only when the planner's
+    // idea of them is far off (more changes than 50 + those rows); the
+    // audit, naming none, analyzes every table due by autovacuum's measure.
+    let mut center = String::from(
+        "[center]\nname = \"Due\"\ncurrency = \"USD\"\ntime_zone = \"UTC\"\n\
+         [[storage_rate]]\nfrom = 2020-01-01\ntb_month = 5\n",
+    );
+    for i in 0..100 {
+        center.push_str(&format!(
+            "[[project]]\ncode = \"P{i:03}\"\nquota = [{{ from = 2026-01-01, tb = 2 }}]\n"
+        ));
+    }
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    // `config apply` analyzes what it wrote, but its inserts may reach the
+    // counters after that: once they have, analyzed again.
+    assert_eq!(changed_since_analyze(&mut conn, "storage_quota", 100).await, 100);
+    assert_eq!(changed_since_analyze(&mut conn, "project", 100).await, 100);
+    sqlx::raw_sql("ANALYZE storage_quota; ANALYZE project")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(due(&mut conn, &[], &[]).await, Vec::<String>::new());
+
+    // 70 quota changes: stale by autovacuum's measure (70 > 50 + 10), not
+    // far off (70 <= 50 + 100).
+    let insert = "INSERT INTO storage_quota (project_id, effective_from, quota_tb, recorded_by)
+                  SELECT id, $1::timestamptz, 3, 't' FROM project ORDER BY id LIMIT $2";
+    sqlx::query(insert)
+        .bind("2026-06-01T00:00:00Z")
+        .bind(70_i64)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(changed_since_analyze(&mut conn, "storage_quota", 70).await, 70);
+    // The audit (naming nothing): due.
+    assert_eq!(due(&mut conn, &[], &[]).await, ["storage_quota"]);
+    // A writer that wrote it: due. One that wrote only entries: not its to analyze.
+    assert_eq!(due(&mut conn, &["storage_quota"], &[0]).await, ["storage_quota"]);
+    // Never analyzed: due once more than 50 rows were written.
+    assert_eq!(due(&mut conn, &["ledger_entry"], &[100]).await, ["ledger_entry"]);
+    assert_eq!(due(&mut conn, &["ledger_entry"], &[50]).await, Vec::<String>::new());
+
+    // 100 more: 170 changes against the 100 rows believed, far off: due for
+    // every writer, the larger table first.
+    sqlx::query(insert)
+        .bind("2026-07-01T00:00:00Z")
+        .bind(100_i64)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(changed_since_analyze(&mut conn, "storage_quota", 170).await, 170);
+    assert_eq!(
+        due(&mut conn, &["ledger_entry"], &[100]).await,
+        ["storage_quota", "ledger_entry"]
+    );
+    drop(conn);
+
+    // The refresh analyzes both (two at a time) and only those.
+    assert_eq!(planner_rows(&db.pool, "ledger_entry").await, -1.0);
+    hpc_ledger::service::refresh_statistics(&db.pool, &[("ledger_entry", 100)]).await;
+    assert_eq!(planner_rows(&db.pool, "storage_quota").await, 270.0);
+    assert_eq!(planner_rows(&db.pool, "ledger_entry").await, 0.0);
+    assert_eq!(planner_rows(&db.pool, "job_record").await, -1.0);
+    // And a table outside the product's bulk tables is never analyzed.
+    let analyzed: bool = sqlx::query_scalar("SELECT hl_analyze('pg_class')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!analyzed);
 }
 
 #[tokio::test]
