@@ -873,6 +873,74 @@ struct Scan {
     filter: Option<String>,
 }
 
+/// A charging record charged twice, or not at all, is found by the check
+/// that counts each record's charges (migration 0046: counted as the
+/// records are joined to their charges, in key order).
+#[tokio::test]
+async fn a_record_charged_twice_or_not_at_all_is_found() {
+    let db = october().await;
+    assert!(audit(&db.pool).await.unwrap().clean());
+    let cpu_only: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT r.id, e.id FROM job_record r JOIN ledger_entry e ON e.job_record_id = r.id AND e.kind = 'job'
+          WHERE r.gpus = 0 AND r.kind = 'original'
+            AND NOT EXISTS (SELECT 1 FROM ledger_entry d WHERE d.corrects_id = e.id)
+          ORDER BY r.id LIMIT 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let [(twice, twice_entry), (none, none_entry)] = cpu_only[..] else {
+        panic!("two records charged for cores only: {cpu_only:?}")
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("ALTER TABLE ledger_entry DISABLE TRIGGER ALL")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate,
+                                   amount_exact, amount, late, author, charging_rules, seal_digest)
+         SELECT period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact,
+                amount, late, author, charging_rules, seal_digest
+           FROM ledger_entry WHERE id = $1",
+    )
+    .bind(twice_entry)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM ledger_entry WHERE id = $1")
+        .bind(none_entry)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("ALTER TABLE ledger_entry ENABLE TRIGGER ALL")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let found: Vec<(Option<i64>, String, String)> = sqlx::query_as(
+        "SELECT entry_id, expected, recorded FROM audit.discrepancies WHERE field = 'entries' ORDER BY recorded",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        found,
+        [
+            (
+                None,
+                "1 core_hours, 0 gpu_hours".to_owned(),
+                format!("0 core_hours, 0 gpu_hours for job record {none}")
+            ),
+            (
+                None,
+                "1 core_hours, 0 gpu_hours".to_owned(),
+                format!("2 core_hours, 0 gpu_hours for job record {twice}")
+            ),
+        ]
+    );
+}
+
 /// Every node of a plan in EXPLAIN's JSON (its subplans included), the
 /// plan's own first.
 fn plan_nodes<'a>(plan: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value>) {
