@@ -209,6 +209,24 @@ async fn concurrent_runs_of_one_month_post_once() {
     assert_eq!((runs, total.to_string().as_str()), (1, "552.63"));
 }
 
+/// A center of `n` projects, each with a quota of 2 TB since 2026-01-01.
+async fn projects_with_quotas(n: usize) -> TestDb {
+    let mut center = String::from(
+        "[center]\nname = \"Stats\"\ncurrency = \"USD\"\ntime_zone = \"UTC\"\n\
+         [[storage_rate]]\nfrom = 2020-01-01\ntb_month = 5\n",
+    );
+    for i in 0..n {
+        center.push_str(&format!(
+            "[[project]]\ncode = \"P{i:03}\"\nquota = [{{ from = 2026-01-01, tb = 2 }}]\n"
+        ));
+    }
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    db
+}
+
 /// What the planner believes a table holds: -1 until it was first analyzed.
 async fn planner_rows(pool: &PgPool, table: &str) -> f32 {
     sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = $1::regclass")
@@ -223,19 +241,7 @@ async fn a_billing_run_leaves_the_planner_knowing_what_it_wrote() {
     // Issue 13, item 11: right after a run, the audit was planned as if the
     // ledger were empty and took minutes at 20,000 projects. A center of 80
     // projects: more rows than autovacuum's threshold of 50 for a new table.
-    let mut center = String::from(
-        "[center]\nname = \"Stats\"\ncurrency = \"USD\"\ntime_zone = \"UTC\"\n\
-         [[storage_rate]]\nfrom = 2020-01-01\ntb_month = 5\n",
-    );
-    for i in 0..80 {
-        center.push_str(&format!(
-            "[[project]]\ncode = \"P{i:03}\"\nquota = [{{ from = 2026-01-01, tb = 2 }}]\n"
-        ));
-    }
-    let db = TestDb::new().await;
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
+    let db = projects_with_quotas(80).await;
     assert_eq!(planner_rows(&db.pool, "storage_charge_segment").await, -1.0);
     assert_eq!(planner_rows(&db.pool, "ledger_entry").await, -1.0);
     // A preview writes nothing and analyzes nothing.
@@ -345,19 +351,7 @@ async fn a_writer_analyzes_what_it_wrote_and_other_tables_only_when_far_off() {
     // the rows the planner believes), the others only when the planner's
     // idea of them is far off (more changes than 50 + those rows); the
     // audit, naming none, analyzes every table due by autovacuum's measure.
-    let mut center = String::from(
-        "[center]\nname = \"Due\"\ncurrency = \"USD\"\ntime_zone = \"UTC\"\n\
-         [[storage_rate]]\nfrom = 2020-01-01\ntb_month = 5\n",
-    );
-    for i in 0..100 {
-        center.push_str(&format!(
-            "[[project]]\ncode = \"P{i:03}\"\nquota = [{{ from = 2026-01-01, tb = 2 }}]\n"
-        ));
-    }
-    let db = TestDb::new().await;
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
+    let db = projects_with_quotas(100).await;
     let mut conn = db.pool.acquire().await.unwrap();
     // `config apply` analyzes what it wrote, but its inserts may reach the
     // counters after that: once they have, analyzed again.
