@@ -333,6 +333,26 @@ async fn changed_since_analyze(conn: &mut sqlx::PgConnection, table: &str, at_le
     n
 }
 
+/// A new quota from `at` for the first `n` projects, written on `conn` and
+/// sent to the statistics counters at once; then the quota table's changes
+/// since its last analyze, once they reached `changed`.
+async fn new_quotas(conn: &mut sqlx::PgConnection, at: &str, n: i64, changed: i64) -> i64 {
+    sqlx::query(
+        "INSERT INTO storage_quota (project_id, effective_from, quota_tb, recorded_by)
+         SELECT id, $1::timestamptz, 3, 't' FROM project ORDER BY id LIMIT $2",
+    )
+    .bind(at)
+    .bind(n)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    changed_since_analyze(conn, "storage_quota", changed).await
+}
+
 /// Which of the product's tables `hl_stale_tables` says are due.
 async fn due(conn: &mut sqlx::PgConnection, tables: &[&str], written: &[i64]) -> Vec<String> {
     sqlx::query_scalar("SELECT hl_stale_tables($1, $2)")
@@ -365,19 +385,7 @@ async fn a_writer_analyzes_what_it_wrote_and_other_tables_only_when_far_off() {
 
     // 70 quota changes: stale by autovacuum's measure (70 > 50 + 10), not
     // far off (70 <= 50 + 100).
-    let insert = "INSERT INTO storage_quota (project_id, effective_from, quota_tb, recorded_by)
-                  SELECT id, $1::timestamptz, 3, 't' FROM project ORDER BY id LIMIT $2";
-    sqlx::query(insert)
-        .bind("2026-06-01T00:00:00Z")
-        .bind(70_i64)
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::raw_sql("SELECT pg_stat_force_next_flush()")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(changed_since_analyze(&mut conn, "storage_quota", 70).await, 70);
+    assert_eq!(new_quotas(&mut conn, "2026-06-01T00:00:00Z", 70, 70).await, 70);
     // The audit (naming nothing): due.
     assert_eq!(due(&mut conn, &[], &[]).await, ["storage_quota"]);
     // A writer that wrote it: due. One that wrote only entries: not its to analyze.
@@ -388,17 +396,7 @@ async fn a_writer_analyzes_what_it_wrote_and_other_tables_only_when_far_off() {
 
     // 100 more: 170 changes against the 100 rows believed, far off: due for
     // every writer, the larger table first.
-    sqlx::query(insert)
-        .bind("2026-07-01T00:00:00Z")
-        .bind(100_i64)
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::raw_sql("SELECT pg_stat_force_next_flush()")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(changed_since_analyze(&mut conn, "storage_quota", 170).await, 170);
+    assert_eq!(new_quotas(&mut conn, "2026-07-01T00:00:00Z", 100, 170).await, 170);
     assert_eq!(
         due(&mut conn, &["ledger_entry"], &[100]).await,
         ["storage_quota", "ledger_entry"]
