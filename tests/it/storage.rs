@@ -364,6 +364,24 @@ async fn new_quotas(conn: &mut sqlx::PgConnection, at: &str, n: i64, changed: i6
     changed_since_analyze(conn, "storage_quota", changed).await
 }
 
+/// The rows ever inserted into `table`, as the statistics count them, once
+/// they reached `at_least` (or after 20 s).
+async fn inserted(conn: &mut sqlx::PgConnection, table: &str, at_least: i64) -> i64 {
+    let mut n = 0;
+    for _ in 0..400 {
+        n = sqlx::query_scalar("SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = $1")
+            .bind(table)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        if n >= at_least {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    n
+}
+
 /// Which of the product's tables `hl_stale_tables` says are due.
 async fn due(conn: &mut sqlx::PgConnection, tables: &[&str], written: &[i64]) -> Vec<String> {
     sqlx::query_scalar("SELECT hl_stale_tables($1, $2)")
@@ -384,10 +402,16 @@ async fn a_writer_analyzes_what_it_wrote_and_other_tables_only_when_far_off() {
     // audit, naming none, analyzes every table due by autovacuum's measure.
     let db = projects_with_quotas(100).await;
     let mut conn = db.pool.acquire().await.unwrap();
-    // `config apply` analyzes what it wrote, but its inserts may reach the
-    // counters after that: once they have, analyzed again.
-    assert_eq!(changed_since_analyze(&mut conn, "storage_quota", 100).await, 100);
-    assert_eq!(changed_since_analyze(&mut conn, "project", 100).await, 100);
+    // `config apply` analyzes what it wrote, but its session may send its
+    // insert counts to the statistics after that (an idle session sends
+    // them within about 10 s): once they are all in, analyzed again.
+    sqlx::raw_sql("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    for table in ["storage_quota", "project"] {
+        assert_eq!(inserted(&mut conn, table, 100).await, 100, "{table}");
+    }
     sqlx::raw_sql("ANALYZE storage_quota; ANALYZE project")
         .execute(&mut *conn)
         .await
