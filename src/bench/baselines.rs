@@ -157,9 +157,9 @@ pub(super) async fn ledger_size(pool: &PgPool) -> Result<u64> {
     Ok(u64::try_from(n)?)
 }
 
-/// How many times each of the database's own tables has been analyzed
-/// (manually, by `hl_analyze`, not by autovacuum): compared before and after
-/// a run, the tables the run analyzed.
+/// How many times each of the database's own tables has been analyzed by
+/// an `ANALYZE` command (`hl_analyze` runs one; autovacuum's are counted
+/// apart): compared before and after a run, the tables the run analyzed.
 pub(super) async fn analyze_counts(pool: &PgPool) -> Result<std::collections::BTreeMap<String, i64>> {
     let rows: Vec<(String, i64)> =
         sqlx::query_as("SELECT relname::text, analyze_count FROM pg_stat_user_tables WHERE schemaname = 'public'")
