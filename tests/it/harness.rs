@@ -125,6 +125,27 @@ impl TestDb {
         TestDb { pool, url, name }
     }
 
+    /// A fresh database with none of the migrations run: for tests that
+    /// migrate a ledger of an earlier schema.
+    pub async fn unmigrated() -> TestDb {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "hl_u_{}_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let mut admin = PgConnection::connect(admin_url()).await.unwrap();
+        sqlx::raw_sql(&format!("CREATE DATABASE {}", quote_ident(&name)))
+            .execute(&mut admin)
+            .await
+            .expect("creating a database");
+        admin.close().await.unwrap();
+        let url = url_for(&name);
+        let pool = db::connect(&url).await.unwrap();
+        TestDb { pool, url, name }
+    }
+
     /// A fresh database with examples/center.toml applied.
     pub async fn with_example() -> TestDb {
         let db = TestDb::new().await;
