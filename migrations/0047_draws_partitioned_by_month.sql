@@ -94,56 +94,41 @@ BEGIN
 END
 $$;
 
--- The months the rows already there need, and the ones ahead.
-DO $$
-DECLARE
-    first date;
-    m date;
-    last date := (date_trunc('month', now()) + interval '2 months')::date;
-    part text;
-BEGIN
-    SELECT least(min(period), date_trunc('month', now())::date) INTO first FROM ledger_draw;
-    m := coalesce(first, date_trunc('month', now())::date);
-    WHILE m <= last LOOP
-        part := 'ledger_draw_' || to_char(m, 'YYYY_MM');
-        EXECUTE format('CREATE TABLE public.%I PARTITION OF public.ledger_draw_partitioned FOR VALUES FROM (%L) TO (%L)',
-                       part, m, (m + interval '1 month')::date);
-        EXECUTE format('ALTER TABLE public.%I ALTER COLUMN amount SET STATISTICS 0, '
-                       'ALTER COLUMN entries SET STATISTICS 0', part);
-        m := (m + interval '1 month')::date;
-    END LOOP;
-END
-$$;
-
-INSERT INTO ledger_draw_partitioned SELECT * FROM ledger_draw ORDER BY period, project_id, day;
-
--- The parent's privileges, as they were (0028, 0030 and any a center added).
-DO $$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN
-        SELECT a.privilege_type, a.grantee::regrole::text AS grantee
-          FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
-         WHERE c.oid = 'public.ledger_draw'::regclass AND a.grantee <> c.relowner AND a.grantee <> 0
-    LOOP
-        EXECUTE format('GRANT %s ON public.ledger_draw_partitioned TO %s', g.privilege_type, g.grantee);
-    END LOOP;
-END
-$$;
-
 DROP INDEX ledger_draw_project;
 DROP INDEX ledger_draw_period;
 ALTER TABLE ledger_draw RENAME TO ledger_draw_unpartitioned;
 ALTER TABLE ledger_draw_partitioned RENAME TO ledger_draw;
 COMMENT ON TABLE ledger_draw IS
     'Derived: per project, cluster, posting month and draw day, the sum of ledger entries drawn (docs/budgets.md); recomputed by the audit. Partitioned by posting month (ledger_draw_YYYY_MM).';
+
+-- The months the rows already there need, and the ones ahead; the rows
+-- copied; the indexes built once they are in.
+SELECT hl_draw_partitions(least(min(period), date_trunc('month', now())::date),
+                          (date_trunc('month', now()) + interval '2 months')::date)
+  FROM ledger_draw_unpartitioned;
+INSERT INTO ledger_draw SELECT * FROM ledger_draw_unpartitioned ORDER BY period, project_id, day;
 CREATE INDEX ledger_draw_project ON ledger_draw (project_id, day)
     INCLUDE (cluster_id, period, first_at, last_at, amount);
 CREATE INDEX ledger_draw_period ON ledger_draw (period);
 ALTER TABLE ledger_draw
     ALTER COLUMN amount SET STATISTICS 0,
     ALTER COLUMN entries SET STATISTICS 0;
+
+-- The table's privileges, as they were (0028, 0030 and any a center added).
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT a.privilege_type,
+               CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee
+          FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+         WHERE c.oid = 'public.ledger_draw_unpartitioned'::regclass AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('GRANT %s ON public.ledger_draw TO %s', g.privilege_type, g.grantee);
+    END LOOP;
+END
+$$;
 
 -- The audit's view of the draws, read again so that it reads the new
 -- table: 0035's query, unchanged.

@@ -131,22 +131,16 @@ impl From<sqlx::Error> for config::ApplyError {
 /// reads the same sums from more rows, and the next call folds it; a
 /// partition not made ahead is made by the posting that needs it.
 pub async fn fold_rollups(pool: &sqlx::PgPool) {
-    let result = async {
-        let mut conn = pool.acquire().await?;
-        crate::db::fold_rollups(&mut conn).await
-    }
-    .await;
-    match result {
+    let mut conn = match pool.acquire().await {
+        Ok(conn) => conn,
+        Err(e) => return tracing::warn!("folding closed months' rollups failed: {e}"),
+    };
+    match crate::db::fold_rollups(&mut conn).await {
         Ok(0) => {}
         Ok(n) => tracing::debug!(months = n, "closed months' rollups folded"),
         Err(e) => tracing::warn!("folding closed months' rollups failed: {e}"),
     }
-    let result = async {
-        let mut conn = pool.acquire().await?;
-        crate::db::draw_partitions_ahead(&mut conn).await
-    }
-    .await;
-    match result {
+    match crate::db::draw_partitions_ahead(&mut conn).await {
         Ok(0) => {}
         Ok(n) => tracing::debug!(months = n, "draw partitions made ahead"),
         // Busy (lock_timeout): the next call, or the posting, makes them.

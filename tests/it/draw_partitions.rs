@@ -5,14 +5,13 @@
 //! schema before keeping every draw through the migration.
 
 use std::borrow::Cow;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hpc_ledger::db::MIGRATOR;
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 
-use crate::harness::{TestDb, close_by_hand, import_file, ok, sample_billed_through};
+use crate::harness::{TestDb, close_by_hand, import_sample_jobs, ok, sample_billed_through};
 
 /// The partitions of `ledger_draw`, by name.
 async fn partitions(pool: &PgPool) -> Vec<String> {
@@ -311,7 +310,6 @@ async fn the_statistics_refresh_names_the_months_partitions_not_the_parent() {
 /// and the table's privileges, through the migration.
 #[tokio::test]
 async fn a_ledger_of_the_schema_before_keeps_its_draws() {
-    use hpc_ledger::ingest::Format;
     let db = TestDb::unmigrated().await;
     let before = Migrator {
         migrations: Cow::Owned(MIGRATOR.iter().filter(|m| m.version <= 46).cloned().collect()),
@@ -324,14 +322,7 @@ async fn a_ledger_of_the_schema_before_keeps_its_draws() {
     hpc_ledger::service::config::apply(&db.pool, &config, "test")
         .await
         .unwrap();
-    for (file, format, cluster) in [
-        ("owens-sacct.txt", Format::Slurm, None),
-        ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
-        ("jobs.jsonl", Format::Jsonl, None),
-    ] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
-        import_file(&db.pool, &path, file, format, cluster).await;
-    }
+    import_sample_jobs(&db.pool).await;
     hpc_ledger::service::storage::bill_through(
         &db.pool,
         "2026-10".parse().unwrap(),

@@ -261,20 +261,25 @@ pub async fn import_file(
     s
 }
 
-/// The example center with the README's sample jobs recorded (Slurm, PBS
-/// and JSON lines) and its storage billed from its first quota (January)
-/// through `through`.
-pub async fn sample_billed_through(through: &str) -> TestDb {
+/// The README's sample jobs (Slurm, PBS and JSON lines), imported.
+pub async fn import_sample_jobs(pool: &PgPool) {
     use hpc_ledger::ingest::Format;
-    let db = TestDb::with_example().await;
     for (file, format, cluster) in [
         ("owens-sacct.txt", Format::Slurm, None),
         ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
         ("jobs.jsonl", Format::Jsonl, None),
     ] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
-        import_file(&db.pool, &path, file, format, cluster).await;
+        import_file(pool, &path, file, format, cluster).await;
     }
+}
+
+/// The example center with the README's sample jobs recorded (Slurm, PBS
+/// and JSON lines) and its storage billed from its first quota (January)
+/// through `through`.
+pub async fn sample_billed_through(through: &str) -> TestDb {
+    let db = TestDb::with_example().await;
+    import_sample_jobs(&db.pool).await;
     let billed = hpc_ledger::service::storage::bill_through(
         &db.pool,
         through.parse().unwrap(),
