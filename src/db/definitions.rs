@@ -160,7 +160,6 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "hl_ledger_refuse_change",
         'A',
     ),
-    ("ledger_entry", "ledger_entry_draw_months", "hl_ledger_draw_months", 'A'),
     ("ledger_entry", "ledger_entry_guard", "hl_ledger_entry_guard", 'A'),
     ("ledger_entry", "ledger_entry_no_truncate", "hl_refuse_change", 'A'),
     (

@@ -372,18 +372,6 @@ pub async fn fold_rollups(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
         .await
 }
 
-/// Make `ledger_draw`'s month partitions from last month to the month after
-/// next where missing (`hl_draw_partitions_ahead`, migration 0047), in a
-/// transaction of its own. Making one locks the table against readers and
-/// writers until it commits, so the server gives up after 200 ms (an
-/// error); a posting into a month without its partition makes it itself.
-/// Returns how many were made.
-pub async fn draw_partitions_ahead(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar!(r#"SELECT hl_draw_partitions_ahead() AS "made!""#)
-        .fetch_one(&mut *conn)
-        .await
-}
-
 /// `SELECT 1`: whether the database answers.
 pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT 1").execute(pool).await.map(|_| ())

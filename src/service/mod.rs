@@ -124,27 +124,20 @@ impl From<sqlx::Error> for config::ApplyError {
 }
 
 /// Fold the rollups of the closed months not folded yet
-/// ([`crate::db::fold_rollups`]), and make the draws' month partitions the
-/// next postings will need ([`crate::db::draw_partitions_ahead`]): after a
-/// close, outside its lock, and after bulk writes and now and then in
-/// `serve`. Best effort, like [`refresh_statistics`]: a month not folded
-/// reads the same sums from more rows, and the next call folds it; a
-/// partition not made ahead is made by the posting that needs it.
+/// ([`crate::db::fold_rollups`]): after a close, outside its lock, and
+/// after bulk writes and now and then in `serve`, for a month whose fold
+/// did not happen. Best effort, like [`refresh_statistics`]: a month not
+/// folded reads the same sums from more rows, and the next call folds it.
 pub async fn fold_rollups(pool: &sqlx::PgPool) {
-    let mut conn = match pool.acquire().await {
-        Ok(conn) => conn,
-        Err(e) => return tracing::warn!("folding closed months' rollups failed: {e}"),
-    };
-    match crate::db::fold_rollups(&mut conn).await {
+    let result = async {
+        let mut conn = pool.acquire().await?;
+        crate::db::fold_rollups(&mut conn).await
+    }
+    .await;
+    match result {
         Ok(0) => {}
         Ok(n) => tracing::debug!(months = n, "closed months' rollups folded"),
         Err(e) => tracing::warn!("folding closed months' rollups failed: {e}"),
-    }
-    match crate::db::draw_partitions_ahead(&mut conn).await {
-        Ok(0) => {}
-        Ok(n) => tracing::debug!(months = n, "draw partitions made ahead"),
-        // Busy (lock_timeout): the next call, or the posting, makes them.
-        Err(e) => tracing::debug!("making draw partitions ahead did not finish: {e}"),
     }
 }
 

@@ -1253,8 +1253,7 @@ async fn balances_summed_by_draw_day_equal_the_entries_for_every_window_and_surv
     // A day's row that no longer matches its entries is a finding.
     sqlx::query(
         "UPDATE ledger_draw SET amount = amount + 1
-          WHERE period = '2026-10-01'
-            AND ctid = (SELECT ctid FROM ledger_draw WHERE period = '2026-10-01' ORDER BY day LIMIT 1)",
+          WHERE ctid = (SELECT ctid FROM ledger_draw WHERE period = '2026-10-01' ORDER BY day LIMIT 1)",
     )
     .execute(&db.pool)
     .await

@@ -125,27 +125,6 @@ impl TestDb {
         TestDb { pool, url, name }
     }
 
-    /// A fresh database with none of the migrations run: for tests that
-    /// migrate a ledger of an earlier schema.
-    pub async fn unmigrated() -> TestDb {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "hl_u_{}_{}_{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed),
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
-        let mut admin = PgConnection::connect(admin_url()).await.unwrap();
-        sqlx::raw_sql(&format!("CREATE DATABASE {}", quote_ident(&name)))
-            .execute(&mut admin)
-            .await
-            .expect("creating a database");
-        admin.close().await.unwrap();
-        let url = url_for(&name);
-        let pool = db::connect(&url).await.unwrap();
-        TestDb { pool, url, name }
-    }
-
     /// A fresh database with examples/center.toml applied.
     pub async fn with_example() -> TestDb {
         let db = TestDb::new().await;
@@ -261,25 +240,20 @@ pub async fn import_file(
     s
 }
 
-/// The README's sample jobs (Slurm, PBS and JSON lines), imported.
-pub async fn import_sample_jobs(pool: &PgPool) {
+/// The example center with the README's sample jobs recorded (Slurm, PBS
+/// and JSON lines) and its storage billed from its first quota (January)
+/// through `through`.
+pub async fn sample_billed_through(through: &str) -> TestDb {
     use hpc_ledger::ingest::Format;
+    let db = TestDb::with_example().await;
     for (file, format, cluster) in [
         ("owens-sacct.txt", Format::Slurm, None),
         ("pitzer-accounting-202610.log", Format::Pbs, Some("pitzer")),
         ("jobs.jsonl", Format::Jsonl, None),
     ] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs").join(file);
-        import_file(pool, &path, file, format, cluster).await;
+        import_file(&db.pool, &path, file, format, cluster).await;
     }
-}
-
-/// The example center with the README's sample jobs recorded (Slurm, PBS
-/// and JSON lines) and its storage billed from its first quota (January)
-/// through `through`.
-pub async fn sample_billed_through(through: &str) -> TestDb {
-    let db = TestDb::with_example().await;
-    import_sample_jobs(&db.pool).await;
     let billed = hpc_ledger::service::storage::bill_through(
         &db.pool,
         through.parse().unwrap(),

@@ -13,7 +13,6 @@ mod cli;
 mod config_apply;
 mod deep;
 mod docs;
-mod draw_partitions;
 mod embedded;
 mod examples;
 mod explain;

@@ -965,15 +965,7 @@ fn ledger_scans(plan: &serde_json::Value) -> Vec<Scan> {
     let mut out = Vec::new();
     for node in nodes {
         let text = |key: &str| node.get(key).and_then(|v| v.as_str()).map(str::to_owned);
-        // A month's partition of the draws (migration 0047) as its table.
-        let relation = text("Relation Name").map(|t| {
-            if t.starts_with("ledger_draw_") {
-                "ledger_draw".to_owned()
-            } else {
-                t
-            }
-        });
-        if let Some(table) = relation
+        if let Some(table) = text("Relation Name")
             && GROWING.contains(&table.as_str())
         {
             out.push(Scan {
