@@ -325,13 +325,14 @@ async fn a_billing_run_leaves_the_planner_knowing_what_it_wrote() {
     assert!(e.contains("permission denied"), "{e}");
 }
 
-/// `n_mod_since_analyze` of `table` once it reached `at_least` (the
-/// statistics of other sessions reach the shared counters within a second
-/// or so of their commit).
-async fn changed_since_analyze(conn: &mut sqlx::PgConnection, table: &str, at_least: i64) -> i64 {
+/// A counter of `table` in `pg_stat_user_tables` (`n_mod_since_analyze`,
+/// `n_tup_ins`) once it reached `at_least`, or after 20 s (the statistics
+/// of other sessions reach the shared counters within a second or so of
+/// their commit).
+async fn stat_of(conn: &mut sqlx::PgConnection, table: &str, counter: &str, at_least: i64) -> i64 {
     let mut n = 0;
-    for _ in 0..100 {
-        n = sqlx::query_scalar("SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = $1")
+    for _ in 0..400 {
+        n = sqlx::query_scalar(&format!("SELECT {counter} FROM pg_stat_user_tables WHERE relname = $1"))
             .bind(table)
             .fetch_one(&mut *conn)
             .await
@@ -361,25 +362,7 @@ async fn new_quotas(conn: &mut sqlx::PgConnection, at: &str, n: i64, changed: i6
         .execute(&mut *conn)
         .await
         .unwrap();
-    changed_since_analyze(conn, "storage_quota", changed).await
-}
-
-/// The rows ever inserted into `table`, as the statistics count them, once
-/// they reached `at_least` (or after 20 s).
-async fn inserted(conn: &mut sqlx::PgConnection, table: &str, at_least: i64) -> i64 {
-    let mut n = 0;
-    for _ in 0..400 {
-        n = sqlx::query_scalar("SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = $1")
-            .bind(table)
-            .fetch_one(&mut *conn)
-            .await
-            .unwrap();
-        if n >= at_least {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    n
+    stat_of(conn, "storage_quota", "n_mod_since_analyze", changed).await
 }
 
 /// Which of the product's tables `hl_stale_tables` says are due.
@@ -410,7 +393,7 @@ async fn a_writer_analyzes_what_it_wrote_and_other_tables_only_when_far_off() {
         .await
         .unwrap();
     for table in ["storage_quota", "project"] {
-        assert_eq!(inserted(&mut conn, table, 100).await, 100, "{table}");
+        assert_eq!(stat_of(&mut conn, table, "n_tup_ins", 100).await, 100, "{table}");
     }
     sqlx::raw_sql("ANALYZE storage_quota; ANALYZE project")
         .execute(&mut *conn)
