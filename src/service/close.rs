@@ -194,7 +194,16 @@ pub async fn verify_against(pool: &PgPool, kept: &[Anchor]) -> Result<Vec<Anchor
 pub async fn close(pool: &PgPool, month: Month, author: &str, now: DateTime<Utc>) -> Result<CloseOutcome, CloseError> {
     let mut tx = pool.begin().await?;
     let result = close_in(&mut tx, month, author, now).await;
-    crate::service::finish(tx, result).await
+    let outcome = crate::service::finish(tx, result).await?;
+    if outcome.closed_now {
+        // A statement for every project with entries, issued in one go
+        // (100,000 at a large center): a statement read back by month and
+        // project must not be planned as if its month had none. Planned
+        // so, the lookup scanned the month's every statement: 11 ms
+        // instead of 0.03 ms with 100,000 of them (docs/performance.md).
+        crate::service::refresh_statistics(pool, &[("statement", outcome.statements.len() as u64)]).await;
+    }
+    Ok(outcome)
 }
 
 async fn close_in(

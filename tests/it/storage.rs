@@ -325,6 +325,29 @@ async fn a_billing_run_leaves_the_planner_knowing_what_it_wrote() {
     assert!(e.contains("permission denied"), "{e}");
 }
 
+#[tokio::test]
+async fn a_close_leaves_the_planner_knowing_the_statements_it_issued() {
+    // At 40.8M entries a statement read after its month's close took
+    // 19.6 ms instead of 7.7: the close had issued 100,000 statements, the
+    // planner still believed the month had none and looked one project's
+    // up by scanning all of the month's (11 ms). A close now analyzes
+    // `statement` when what it issued makes it due.
+    let db = projects_with_quotas(80).await;
+    sqlx::raw_sql("ALTER TABLE statement SET (autovacuum_enabled = false)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let january: Month = "2026-01".parse().unwrap();
+    bill(&db.pool, january, "billing", false, now()).await.unwrap();
+    assert_eq!(planner_rows(&db.pool, "statement").await, -1.0);
+    let closed = hpc_ledger::service::close::close(&db.pool, january, "billing", now())
+        .await
+        .unwrap();
+    assert!(closed.closed_now);
+    assert_eq!(closed.statements.len(), 80);
+    assert_eq!(planner_rows(&db.pool, "statement").await, 80.0);
+}
+
 /// A counter of `table` in `pg_stat_user_tables` (`n_mod_since_analyze`,
 /// `n_tup_ins`) once it reached `at_least`, or after 20 s (the statistics
 /// of other sessions reach the shared counters within a second or so of
