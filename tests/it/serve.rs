@@ -1393,13 +1393,7 @@ async fn a_document_the_database_refuses_is_set_aside_and_the_rest_recorded() {
     server.stop().await;
     // The next server tries it again (and sets it aside again).
     let next = start_intake(&db.pool, Credentials::none()).await;
-    for _ in 0..200 {
-        if next.metrics.jobs("set_aside") == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(next.metrics.jobs("set_aside"), 1);
+    assert_eq!(counted(1, || vec![next.metrics.jobs("set_aside")]).await, [1]);
     let still: (i64, bool) = sqlx::query_as("SELECT id, failed IS NOT NULL FROM job_intake")
         .fetch_one(&db.pool)
         .await
