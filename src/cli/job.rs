@@ -159,7 +159,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
         reference: "job record".into(),
         raw: raw.clone(),
         raw_bytes: raw_bytes.clone(),
-        options: ReadOptions::default(),
+        options: crate::ingest::KeptOptions::default(),
         job: None,
     };
     let pool = target.open_configured().await?;

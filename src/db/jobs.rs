@@ -160,7 +160,7 @@ pub struct NewRecord<'a> {
     /// The bytes as received, when they were not valid UTF-8.
     pub raw_bytes: Option<&'a [u8]>,
     /// How the raw record was read (migration 0020).
-    pub read_options: serde_json::Value,
+    pub read_options: &'a crate::ingest::KeptOptions,
 }
 
 /// Add records in one statement; returns (run, revision, record id).
@@ -204,14 +204,12 @@ pub async fn insert_records(
     // sets in the order of their text: two postings that both bring the
     // same new sets store them in the same order, so neither waits for a
     // set the other is waiting to store after it.
-    let texts: Vec<String> = records.iter().map(|r| r.read_options.to_string()).collect();
-    let sets: BTreeMap<&str, &serde_json::Value> = texts
+    let sets: BTreeMap<&str, &serde_json::Value> = records
         .iter()
-        .zip(records)
-        .map(|(t, r)| (t.as_str(), &r.read_options))
+        .map(|r| (r.read_options.text(), r.read_options.json()))
         .collect();
     let at: HashMap<&str, i32> = sets.keys().enumerate().map(|(i, k)| (*k, i as i32 + 1)).collect();
-    let option_at: Vec<i32> = texts.iter().map(|t| at[t.as_str()]).collect();
+    let option_at: Vec<i32> = records.iter().map(|r| at[r.read_options.text()]).collect();
     let distinct: Vec<serde_json::Value> = sets.into_values().cloned().collect();
     let rows = sqlx::query!(
         r#"WITH o AS (SELECT array_agg(hl_read_options_id(x) ORDER BY n) AS ids

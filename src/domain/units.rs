@@ -91,6 +91,27 @@ pub fn ratio(num: &[Decimal], den: &[Decimal], dp: u32, cut: Cut) -> Option<Deci
         nm.checked_mul(10i128.checked_pow(ds - common)?)?,
         dm.checked_mul(10i128.checked_pow(ns - common)?)?,
     );
+    let (mut q, r) = divide(n, d, dp)?;
+    if cut == Cut::Round && r.checked_mul(2)? >= d {
+        q += 1;
+    }
+    Decimal::try_from_i128_with_scale(q, dp).ok()
+}
+
+/// `n ÷ d` to `dp` places: the quotient's digits and the remainder, or
+/// `None` where the long division overflows. When `n · 10^dp` fits (and so
+/// does each remainder times ten) one division gives what the long
+/// division would, without its two 128-bit divisions a digit (they were a
+/// twentieth of an import's own CPU).
+fn divide(n: i128, d: i128, dp: u32) -> Option<(i128, i128)> {
+    match (10i128.checked_pow(dp).and_then(|p| n.checked_mul(p)), d.checked_mul(10)) {
+        (Some(scaled), Some(_)) => Some((scaled / d, scaled % d)),
+        _ => long_divide(n, d, dp),
+    }
+}
+
+/// `n ÷ d` to `dp` places, a digit at a time.
+fn long_divide(n: i128, d: i128, dp: u32) -> Option<(i128, i128)> {
     let mut q = n / d;
     let mut r = n % d;
     for _ in 0..dp {
@@ -98,10 +119,7 @@ pub fn ratio(num: &[Decimal], den: &[Decimal], dp: u32, cut: Cut) -> Option<Deci
         q = q.checked_mul(10)?.checked_add(r / d)?;
         r %= d;
     }
-    if cut == Cut::Round && r.checked_mul(2)? >= d {
-        q += 1;
-    }
-    Decimal::try_from_i128_with_scale(q, dp).ok()
+    Some((q, r))
 }
 
 /// `a × b`, exactly, or `None` when the exact product does not fit in a
@@ -408,6 +426,35 @@ mod tests {
         );
         assert_eq!(exact_mul(dec!(2.50), dec!(4.000)), Some(dec!(10)));
         assert_eq!(exact_mul(dec!(2.50), dec!(4.000)).unwrap().scale(), 5);
+    }
+
+    #[test]
+    fn one_division_gives_the_long_divisions_digits() {
+        // Mantissas as pricing meets them (cores × seconds × bytes over
+        // bytes × 3600) and at the edges where n · 10^dp stops fitting.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut fast = 0;
+        for _ in 0..20_000 {
+            let n = ((next() as i128) * (next() % 1_000_000) as i128) >> (next() % 40);
+            let d = ((next() as i128) >> (next() % 64)).max(1);
+            for dp in [0, 2, 12, 22, 28] {
+                let want = long_divide(n, d, dp);
+                assert_eq!(divide(n, d, dp), want, "{n} / {d} to {dp} places");
+                if 10i128.checked_pow(dp).and_then(|p| n.checked_mul(p)).is_some() {
+                    fast += 1;
+                }
+            }
+        }
+        // Both paths were taken.
+        assert!(fast > 10_000 && fast < 100_000, "{fast}");
+        assert_eq!(divide(i128::MAX / 10, 3, 12), None);
+        assert_eq!(divide(7, 3, 12), Some((2_333_333_333_333, 1)));
     }
 
     #[test]

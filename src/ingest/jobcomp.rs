@@ -12,11 +12,11 @@
 //! skipped. The job's batch script, which Slurm includes whole, is dropped
 //! from the stored record (see [`stored_document`]).
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::slurm::{ENDED, NOT_ENDED};
-use super::{Item, Parser, ReadOptions, Skip};
+use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::request::parse_alloc_tres;
 
@@ -130,7 +130,7 @@ fn stamp(doc: &Map<String, Value>, key: &str) -> Result<Option<Stamp>, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(Some(Stamp::At(t.with_timezone(&Utc))));
     }
-    NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S")
+    super::slurm::local_time(s)
         .map(|t| Some(Stamp::Local(t)))
         .map_err(|_| format!("`{key}` {s:?} is not a time (expected YYYY-MM-DDTHH:MM:SS)"))
 }
@@ -251,13 +251,13 @@ pub fn parse_document(body: &str, options: &ReadOptions) -> Result<(Map<String, 
 
 /// One document per line.
 pub struct JobcompParser {
-    options: ReadOptions,
+    options: KeptOptions,
 }
 
 impl JobcompParser {
     pub fn new(options: &ReadOptions) -> JobcompParser {
         JobcompParser {
-            options: options.clone(),
+            options: KeptOptions::new(options.clone()),
         }
     }
 }
@@ -270,7 +270,7 @@ impl Parser for JobcompParser {
         Some(parse_document(line, &self.options).map_or_else(Item::Bad, |(_, item)| item))
     }
 
-    fn options(&self) -> ReadOptions {
+    fn options(&self) -> KeptOptions {
         self.options.clone()
     }
 
@@ -284,6 +284,7 @@ impl Parser for JobcompParser {
 mod tests {
     use super::*;
     use crate::domain::units::{Bytes, GIB, MIB};
+    use chrono::NaiveDateTime;
 
     fn job(body: &str) -> JobInput {
         match parse_document(body, &ReadOptions::default()).unwrap().1 {

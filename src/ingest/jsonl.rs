@@ -18,7 +18,7 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Item, Parser, ReadOptions, Skip};
+use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::units::Bytes;
 
@@ -189,7 +189,7 @@ pub fn parse_job(text: &str) -> Result<Item, String> {
 }
 
 pub struct JsonlParser {
-    options: ReadOptions,
+    options: KeptOptions,
 }
 
 /// Fill what a JSON job does not say from the import's defaults.
@@ -211,7 +211,7 @@ fn with_defaults(item: Item, options: &ReadOptions) -> Item {
 impl JsonlParser {
     pub fn new(options: &ReadOptions) -> JsonlParser {
         JsonlParser {
-            options: options.clone(),
+            options: KeptOptions::new(options.clone()),
         }
     }
 }
@@ -224,7 +224,7 @@ impl Parser for JsonlParser {
         Some(parse_job(line).map_or_else(Item::Bad, |i| with_defaults(i, &self.options)))
     }
 
-    fn options(&self) -> ReadOptions {
+    fn options(&self) -> KeptOptions {
         self.options.clone()
     }
 

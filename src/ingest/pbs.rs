@@ -17,20 +17,20 @@ use std::collections::HashMap;
 
 use chrono::DateTime;
 
-use super::{Item, Parser, ReadOptions, Skip};
+use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::request::{parse_nodes_spec, parse_pbs};
 use crate::domain::units::Bytes;
 
 pub struct PbsParser {
-    options: ReadOptions,
+    options: KeptOptions,
     project_from: Vec<String>,
 }
 
 impl PbsParser {
     pub fn new(options: &ReadOptions) -> PbsParser {
         PbsParser {
-            options: options.clone(),
+            options: KeptOptions::new(options.clone()),
             project_from: options.project_from.clone().unwrap_or_else(|| vec!["account".into()]),
         }
     }
@@ -488,7 +488,7 @@ impl Parser for PbsParser {
         Some(self.job(kind, parts[2], &attrs).unwrap_or_else(Item::Bad))
     }
 
-    fn options(&self) -> ReadOptions {
+    fn options(&self) -> KeptOptions {
         self.options.clone()
     }
 

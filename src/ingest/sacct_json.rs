@@ -26,7 +26,7 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde_json::Value;
 
 use super::slurm::{ENDED, NOT_ENDED};
-use super::{Item, Parser, ReadOptions, Skip};
+use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::request::parse_alloc_tres;
 
@@ -173,13 +173,13 @@ fn check_layout(meta: &Value) -> Result<(), String> {
 
 /// Reads one job object of a `sacct --json` document (one record).
 pub struct SacctJsonParser {
-    options: ReadOptions,
+    options: KeptOptions,
 }
 
 impl SacctJsonParser {
     pub fn new(options: &ReadOptions) -> SacctJsonParser {
         SacctJsonParser {
-            options: options.clone(),
+            options: KeptOptions::new(options.clone()),
         }
     }
 }
@@ -355,7 +355,7 @@ impl Parser for SacctJsonParser {
         })
     }
 
-    fn options(&self) -> ReadOptions {
+    fn options(&self) -> KeptOptions {
         self.options.clone()
     }
 

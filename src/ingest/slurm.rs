@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use chrono::NaiveDateTime;
 
-use super::{Item, Parser, ReadOptions, Skip};
+use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::request::{parse_alloc_tres, parse_gres_gpus};
 use crate::domain::units::{Bytes, MIB};
@@ -105,6 +105,9 @@ pub struct SlurmParser {
     delimiter: String,
     fields: Option<Fields>,
     options: ReadOptions,
+    /// `options` with the fields read from the header (or the XDMoD layout
+    /// found): what each record keeps, made again when the fields change.
+    kept: KeptOptions,
 }
 
 impl SlurmParser {
@@ -117,7 +120,17 @@ impl SlurmParser {
             delimiter,
             fields: options.fields.clone().map(Fields::new),
             options: options.clone(),
+            kept: KeptOptions::new(options.clone()),
         })
+    }
+
+    /// Read the lines after this with these fields.
+    fn set_fields(&mut self, names: Vec<String>) {
+        self.kept = KeptOptions::new(ReadOptions {
+            fields: Some(names.clone()),
+            ..self.options.clone()
+        });
+        self.fields = Some(Fields::new(names));
     }
 }
 
@@ -137,9 +150,22 @@ fn time(field: &str, value: &str) -> Result<Stamp, String> {
             .map(Stamp::At)
             .ok_or_else(|| format!("{field} {value:?} is out of range"));
     }
-    NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S")
+    local_time(v)
         .map(Stamp::Local)
         .map_err(|_| format!("{field} {value:?} is not a time (expected YYYY-MM-DDTHH:MM:SS or epoch seconds)"))
+}
+
+/// `NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S")` with the format
+/// read once, not for every time of every line (it was a sixth of reading
+/// a sacct line): Slurm's local times, in sacct lines and jobcomp
+/// documents.
+pub(super) fn local_time(v: &str) -> chrono::ParseResult<NaiveDateTime> {
+    use chrono::format::{Item, Parsed, StrftimeItems, parse};
+    static FORMAT: std::sync::LazyLock<Vec<Item<'static>>> =
+        std::sync::LazyLock::new(|| StrftimeItems::new("%Y-%m-%dT%H:%M:%S").collect());
+    let mut parsed = Parsed::new();
+    parse(&mut parsed, v, FORMAT.iter())?;
+    parsed.to_naive_datetime_with_offset(0)
 }
 
 fn number(field: &str, value: &str) -> Result<u32, String> {
@@ -338,11 +364,11 @@ impl Parser for SlurmParser {
             if cols.last() == Some(&"") {
                 cols.pop();
             }
-            self.fields = Some(Fields::new(cols.iter().map(|c| (*c).to_owned()).collect()));
+            self.set_fields(cols.iter().map(|c| (*c).to_owned()).collect());
             return None;
         }
         if self.fields.is_none() && is_xdmod_layout(&cols) {
-            self.fields = Some(Fields::new(XDMOD_FIELDS.iter().map(|f| (*f).to_owned()).collect()));
+            self.set_fields(XDMOD_FIELDS.iter().map(|f| (*f).to_owned()).collect());
         }
         let Some(fields) = &self.fields else {
             return Some(Item::Bad(format!(
@@ -365,11 +391,8 @@ impl Parser for SlurmParser {
         Some(self.job(&cols, fields).unwrap_or_else(Item::Bad))
     }
 
-    fn options(&self) -> ReadOptions {
-        ReadOptions {
-            fields: self.fields.as_ref().map(|f| f.names.clone()),
-            ..self.options.clone()
-        }
+    fn options(&self) -> KeptOptions {
+        self.kept.clone()
     }
 
     fn job_key(&self, line: &str) -> Option<String> {
@@ -407,6 +430,33 @@ fn is_xdmod_layout(cols: &[&str]) -> bool {
 mod tests {
     use super::*;
     use crate::domain::units::GIB;
+
+    #[test]
+    fn local_times_are_read_as_parse_from_str_reads_them() {
+        for v in [
+            "2026-11-01T00:23:09",
+            "2026-02-29T00:00:00",
+            "2024-02-29T23:59:59",
+            "2026-11-01T00:00:00.5",
+            "2026-11-01 00:00:00",
+            "2026-13-01T00:00:00",
+            "2026-11-01T24:00:00",
+            "2026-2-3T1:2:3",
+            "+2026-11-01T00:00:00",
+            "2026-11-01T00:00",
+            "2026-11-01T00:00:60",
+            "",
+            "Unknown",
+        ] {
+            assert_eq!(
+                local_time(v).ok(),
+                NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S").ok(),
+                "{v:?}"
+            );
+        }
+        assert!(local_time("2026-11-01T00:23:09").is_ok());
+        assert!(local_time("2026-11-01T00:00:00.5").is_err());
+    }
 
     fn parse_all(text: &str, options: &ReadOptions) -> Vec<Item> {
         let mut p = SlurmParser::new(options).unwrap();

@@ -33,7 +33,7 @@ use super::Metrics;
 use crate::db::errors::is_connection_error;
 use crate::db::intake::{self, Waiting};
 use crate::domain::kinds::SourceFormat;
-use crate::ingest::{Item, ReadOptions, jobcomp};
+use crate::ingest::{Item, KeptOptions, jobcomp};
 use crate::service::record::{Outcome, RecordError, Recorder, Source, Submission};
 
 /// How often the intake is looked at without being woken: documents left
@@ -333,7 +333,7 @@ enum Read {
 /// Read a stored document as the route read it: the same reader, the same
 /// byte policy, the same text kept.
 fn read(w: Waiting) -> Read {
-    let options = ReadOptions::default();
+    let options = KeptOptions::default();
     let parsed = match &w.exact {
         Some(bytes) => jobcomp::parse_document(&String::from_utf8_lossy(bytes), &options)
             .map(|(_, item)| crate::ingest::check_decoded(item)),

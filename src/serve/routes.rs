@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use super::batcher::{Answer, Pending, SHUTTING_DOWN, Work};
 use super::{App, MAX_JOBS, health};
 use crate::domain::kinds::SourceFormat;
-use crate::ingest::{Item, ReadOptions, jobcomp, jsonl::JsonlParser};
+use crate::ingest::{Item, KeptOptions, ReadOptions, jobcomp, jsonl::JsonlParser};
 use crate::service::record::{Outcome, Source, Submission};
 
 /// Of a refused `POST /jobs`, the malformed elements listed one by one (the
@@ -124,7 +124,7 @@ pub(super) async fn jobcomp_doc(
 ) -> Response {
     let app = &*app;
     let sender = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0.0.ip());
-    let options = ReadOptions::default();
+    let options = KeptOptions::default();
     let source = |raw: String, raw_bytes: Option<Vec<u8>>| Source {
         intake: None,
         format: SourceFormat::Jobcomp,
@@ -372,7 +372,7 @@ pub(super) async fn json_jobs(State(app): State<Arc<App>>, body: Bytes) -> Respo
                         reference: format!("serve /jobs #{index}"),
                         raw,
                         raw_bytes: element_bytes.as_ref().and_then(|e| e.get(index)).cloned(),
-                        options: ReadOptions::default(),
+                        options: KeptOptions::default(),
                         job: None,
                     },
                 }));

@@ -26,7 +26,7 @@ use super::import::{ImportError, Summary};
 use super::record::{RecordError, Recorder, Source, Submission};
 use crate::db::follow::{self, Cursor};
 use crate::domain::posting::RejectKind;
-use crate::ingest::{Format, Item, MAX_LINE, ReadOptions, parser};
+use crate::ingest::{Format, Item, KeptOptions, MAX_LINE, ReadOptions, parser};
 
 /// Bytes read from a file at a time.
 const CHUNK: usize = 8 << 20;
@@ -221,7 +221,7 @@ async fn read_file(
         at.lines += 1;
         summary.lines += 1;
         let reference = format!("{}:{}", path.display(), at.lines);
-        let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: ReadOptions| Source {
+        let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: KeptOptions| Source {
             intake: None,
             format: f.format.source(),
             reference: reference.clone(),

@@ -15,7 +15,7 @@ use sqlx::PgPool;
 use super::record::{Outcome, RecordError, Recorder, Source, Submission};
 use crate::db::rejected;
 use crate::domain::posting::RejectKind;
-use crate::ingest::{Format, Item, LineReader, RawLine, ReadOptions, Skip, parser, sacct_json};
+use crate::ingest::{Format, Item, KeptOptions, LineReader, RawLine, ReadOptions, Skip, parser, sacct_json};
 
 /// How many jobs are posted per transaction, unless `import --batch-size`
 /// says otherwise.
@@ -373,7 +373,7 @@ impl Reader {
             crate::ingest::check_format(self.format, text).map_err(ReadError::WrongFormat)?;
         }
         self.batch.lines += 1;
-        let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: ReadOptions, job: Option<String>| Source {
+        let source = |raw: String, raw_bytes: Option<Vec<u8>>, options: KeptOptions, job: Option<String>| Source {
             intake: None,
             format: self.format.source(),
             reference: reference.clone(),
@@ -597,7 +597,7 @@ pub async fn retry_rejected(
                 reference: r.source_ref.clone(),
                 raw: r.raw.clone(),
                 raw_bytes: r.raw_bytes.clone(),
-                options: options.clone(),
+                options: KeptOptions::new(options.clone()),
                 job: r.job_key.clone(),
             };
             let item = crate::ingest::reread(format, &options, &r.raw, r.raw_bytes.as_deref())
@@ -639,7 +639,7 @@ mod tests {
             reference: "f:1".into(),
             raw: raw.into(),
             raw_bytes: None,
-            options: ReadOptions::default(),
+            options: KeptOptions::default(),
             job: job.map(Into::into),
             intake: None,
         };

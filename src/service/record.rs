@@ -26,7 +26,7 @@ use crate::domain::posting::{
     discount_entries, posting_period, resolve,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
-use crate::ingest::ReadOptions;
+use crate::ingest::{KeptOptions, ReadOptions};
 
 /// Where a job came from: enough to show it, store it and read it again.
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ pub struct Source {
     pub raw: String,
     /// The bytes as received, when they were not valid UTF-8 (or held a NUL).
     pub raw_bytes: Option<Vec<u8>>,
-    pub options: ReadOptions,
+    pub options: KeptOptions,
     /// The job the record names (`cluster/job`), when known although the
     /// record could not be read: kept on its rejection.
     pub job: Option<String>,
@@ -439,7 +439,7 @@ fn rejection_row(source: &Source, kind: RejectKind, reason: &str, job_key: Optio
     NewRejection {
         source_format: source.format,
         source_ref: source.reference.clone(),
-        read_options: serde_json::to_value(&source.options).unwrap_or_default(),
+        read_options: source.options.json().clone(),
         raw: source.raw.clone(),
         raw_bytes: source.raw_bytes.clone(),
         raw_sha256: source.raw_sha256(),
@@ -691,7 +691,7 @@ impl Posting<'_> {
                     source_ref: &source.reference,
                     raw: &source.raw,
                     raw_bytes: source.raw_bytes.as_deref(),
-                    read_options: serde_json::to_value(&source.options).unwrap_or_default(),
+                    read_options: &source.options,
                 }
             })
             .collect();
