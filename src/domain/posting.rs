@@ -242,7 +242,9 @@ pub fn resolve(
     };
     let tz = cluster.time_zone.unwrap_or(center.time_zone);
     let (started_at, ended_at, submitted_at) = instants(input, tz)?;
-    let earliest: DateTime<Utc> = EARLIEST.parse().expect("a valid instant");
+    static EARLIEST_AT: std::sync::LazyLock<DateTime<Utc>> =
+        std::sync::LazyLock::new(|| EARLIEST.parse().expect("a valid instant"));
+    let earliest = *EARLIEST_AT;
     if started_at < earliest {
         return reject(RejectKind::Invalid, format!("it started at {started_at}, before 1990"));
     }
@@ -412,7 +414,14 @@ pub fn resolve(
 }
 
 fn truncate(s: &str, chars: usize) -> String {
-    s.chars().take(chars).collect()
+    // No more bytes than characters allowed: whole, without walking it.
+    if s.len() <= chars {
+        return s.to_owned();
+    }
+    match s.char_indices().nth(chars) {
+        Some((cut, _)) => s[..cut].to_owned(),
+        None => s.to_owned(),
+    }
 }
 
 /// Fingerprints of what the scheduler said (not of how today's rules read

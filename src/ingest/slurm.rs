@@ -103,6 +103,9 @@ impl Fields {
 
 pub struct SlurmParser {
     delimiter: String,
+    /// The delimiter when it is one character (Slurm's `|`): a line is
+    /// split by searching for the character, not for a string.
+    delimiter_char: Option<char>,
     fields: Option<Fields>,
     options: ReadOptions,
     /// `options` with the fields read from the header (or the XDMoD layout
@@ -116,12 +119,28 @@ impl SlurmParser {
         if delimiter.is_empty() {
             return Err("the field delimiter cannot be empty".into());
         }
+        let mut chars = delimiter.chars();
+        let delimiter_char = match (chars.next(), chars.next()) {
+            (Some(c), None) => Some(c),
+            _ => None,
+        };
         Ok(SlurmParser {
             delimiter,
+            delimiter_char,
             fields: options.fields.clone().map(Fields::new),
             options: options.clone(),
             kept: KeptOptions::new(options.clone()),
         })
+    }
+
+    /// A line's fields, split at the delimiter.
+    fn columns<'l>(&self, line: &'l str) -> Vec<&'l str> {
+        let mut cols = Vec::with_capacity(self.fields.as_ref().map_or(32, |f| f.names.len() + 1));
+        match self.delimiter_char {
+            Some(c) => cols.extend(line.split(c)),
+            None => cols.extend(line.split(self.delimiter.as_str())),
+        }
+        cols
     }
 
     /// Read the lines after this with these fields.
@@ -358,7 +377,7 @@ impl Parser for SlurmParser {
         if line.trim().is_empty() {
             return None;
         }
-        let mut cols: Vec<&str> = line.split(self.delimiter.as_str()).collect();
+        let mut cols = self.columns(line);
         if cols[0].trim().eq_ignore_ascii_case("jobid") {
             // A header: it names the fields of the lines after it.
             if cols.last() == Some(&"") {
@@ -396,7 +415,7 @@ impl Parser for SlurmParser {
     }
 
     fn job_key(&self, line: &str) -> Option<String> {
-        let cols: Vec<&str> = line.split(self.delimiter.as_str()).collect();
+        let cols = self.columns(line);
         let xdmod;
         let fields = match &self.fields {
             Some(f) => f,
@@ -688,5 +707,15 @@ mod tests {
             (j.job_id.as_str(), j.array_index, j.cores, j.project.clone()),
             ("5908801", Some(3), 8, None)
         );
+        // A delimiter of more than one character reads the same line alike.
+        let longer = ReadOptions {
+            delimiter: Some("::".into()),
+            ..opts
+        };
+        let items = parse_all(
+            "5908801_3::gpulong::1::COMPLETED::2023-11-02T13:47:11::2023-11-02T21:16:50::2023-11-04T01:54:16::billing=15,cpu=8,mem=125000M,node=1",
+            &longer,
+        );
+        assert_eq!(job(&items[0]), j);
     }
 }
