@@ -99,33 +99,42 @@ pub struct ReadOptions {
 /// per set (a file's records share one), with its JSON and that JSON's
 /// text, and shared by every record instead of copied and serialized for
 /// each (an import of 100,000 sacct lines spent a sixth of its own CPU
-/// doing that).
+/// doing that). The JSON is made when first asked for: a parser made to
+/// read one record again (`audit --deep`) never needs it.
 #[derive(Debug, Clone)]
 pub struct KeptOptions(Arc<Kept>);
 
 #[derive(Debug)]
 struct Kept {
     options: ReadOptions,
-    json: serde_json::Value,
-    text: String,
+    json: std::sync::OnceLock<(serde_json::Value, String)>,
 }
 
 impl KeptOptions {
     pub fn new(options: ReadOptions) -> KeptOptions {
-        let json = serde_json::to_value(&options).unwrap_or_default();
-        let text = json.to_string();
-        KeptOptions(Arc::new(Kept { options, json, text }))
+        KeptOptions(Arc::new(Kept {
+            options,
+            json: std::sync::OnceLock::new(),
+        }))
+    }
+
+    fn stored(&self) -> &(serde_json::Value, String) {
+        self.0.json.get_or_init(|| {
+            let json = serde_json::to_value(&self.0.options).unwrap_or_default();
+            let text = json.to_string();
+            (json, text)
+        })
     }
 
     /// The options as stored (`job_record.read_options_id`, a rejection's
     /// `read_options`).
     pub fn json(&self) -> &serde_json::Value {
-        &self.0.json
+        &self.stored().0
     }
 
     /// The JSON's text: equal texts are the same set.
     pub fn text(&self) -> &str {
-        &self.0.text
+        &self.stored().1
     }
 }
 
