@@ -76,17 +76,15 @@ impl Follower {
 /// Wait until the follower's cursor is at `file`, `bytes`.
 async fn until_at(pool: &PgPool, file: &str, bytes: usize) {
     let want = (file.to_owned(), bytes as i64);
-    for _ in 0..500 {
+    crate::harness::until(Duration::from_secs(10), Duration::from_millis(20), async || {
         let at: Option<(String, i64)> = sqlx::query_as("SELECT file, byte_offset FROM follow_cursor")
             .fetch_optional(pool)
             .await
             .unwrap();
-        if at.as_ref() == Some(&want) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the follower never reached {want:?}");
+        (at.as_ref() == Some(&want)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the follower never reached {want:?}"));
 }
 
 async fn jobs(pool: &PgPool) -> i64 {

@@ -300,3 +300,24 @@ pub async fn rederive_usage(pool: &PgPool) {
     .await
     .unwrap();
 }
+
+/// Ask `check` every `every` until it answers `Some`, for at most
+/// `within`: its answer, or `None` once the time is up. The tests' one
+/// polling loop: what each waits for (an intake drained, a counter
+/// reached, a standby's replay, a follower's cursor) is in its `check`.
+pub async fn until<T>(
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(t) = check().await {
+            return Some(t);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}

@@ -49,18 +49,20 @@ async fn caught_up(primary: &mut PgConnection, standby: &mut PgConnection) {
         .fetch_one(&mut *primary)
         .await
         .unwrap();
-    for _ in 0..600 {
-        let done: bool = sqlx::query_scalar("SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)")
-            .bind(&lsn)
-            .fetch_one(&mut *standby)
-            .await
-            .unwrap();
-        if done {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("the standby did not replay up to {lsn} in 30 s");
+    crate::harness::until(
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(50),
+        async || {
+            let done: bool = sqlx::query_scalar("SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)")
+                .bind(&lsn)
+                .fetch_one(&mut *standby)
+                .await
+                .unwrap();
+            done.then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|| panic!("the standby did not replay up to {lsn} in 30 s"));
 }
 
 /// The standby's SQL shows scheduler job `job` once (after `caught_up`: the
@@ -182,16 +184,18 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
         .await
         .unwrap();
     let mut state = String::new();
-    for _ in 0..600 {
-        state = sqlx::query_scalar("SELECT pg_get_wal_replay_pause_state()")
-            .fetch_one(&mut standby)
-            .await
-            .unwrap();
-        if state == "paused" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    crate::harness::until(
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(50),
+        async || {
+            state = sqlx::query_scalar("SELECT pg_get_wal_replay_pause_state()")
+                .fetch_one(&mut standby)
+                .await
+                .unwrap();
+            (state == "paused").then_some(())
+        },
+    )
+    .await;
     assert_eq!(state, "paused", "the standby's replay did not pause in 30 s");
     // serve: posts go to the primary, pages come from the replica.
     let primary_pool = hpc_ledger::db::connect(&primary.url("hpc_ledger")).await.unwrap();

@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::fixtures::{fixture_db, stripped};
 use crate::harness::import_file;
+use crate::harness::until;
 
 const USER_PASSWORD: &str = "slurm:jobc0mp-s3cret";
 
@@ -496,11 +497,11 @@ async fn serve_folds_a_closed_months_rollups() {
     let appended = count(&db.pool, rows).await;
     assert!(appended >= 2, "{appended}");
     crate::harness::close_by_hand(&db.pool, "2026-11-01").await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while count(&db.pool, "SELECT count(*) FROM rollup_fold").await == 0 {
-        assert!(std::time::Instant::now() < deadline, "November was never folded");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    until(secs(20), ms(100), async || {
+        (count(&db.pool, "SELECT count(*) FROM rollup_fold").await > 0).then_some(())
+    })
+    .await
+    .expect("November was never folded");
     let keys = count(
         &db.pool,
         "SELECT count(DISTINCT (project_id, kind, user_name, cluster_id, node_type_id, rate_card_id, storage_rate_id))
@@ -954,13 +955,11 @@ async fn slow_idle_and_surplus_connections_are_not_held() {
 /// Until `serve --intake` has recorded everything it accepted (or set it
 /// aside).
 async fn drained(pool: &PgPool) {
-    for _ in 0..400 {
-        if count(pool, "SELECT count(*) FROM job_intake WHERE failed IS NULL").await == 0 {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("the intake was not recorded within 20 s");
+    until(secs(20), ms(50), async || {
+        (count(pool, "SELECT count(*) FROM job_intake WHERE failed IS NULL").await == 0).then_some(())
+    })
+    .await
+    .expect("the intake was not recorded within 20 s");
 }
 
 /// What `read` counts once its counts add up to `n` (or after 20 s): a
@@ -968,15 +967,21 @@ async fn drained(pool: &PgPool) {
 /// what [`drained`] waits for), just before its server counts what it
 /// recorded.
 async fn counted(n: u64, read: impl Fn() -> Vec<u64>) -> Vec<u64> {
-    let mut seen = read();
-    for _ in 0..400 {
-        if seen.iter().sum::<u64>() >= n {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let mut seen = Vec::new();
+    until(secs(20), ms(50), async || {
         seen = read();
-    }
+        (seen.iter().sum::<u64>() >= n).then_some(())
+    })
+    .await;
     seen
+}
+
+fn secs(n: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(n)
+}
+
+fn ms(n: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(n)
 }
 
 /// What the ledger kept of each record: its job, raw text, exact bytes,
@@ -1110,15 +1115,12 @@ async fn with_intake_a_lost_store_connection_fails_one_post_and_the_next_opens_a
         .await
         .unwrap();
     assert!(killed);
-    while count(
-        &db.pool,
-        &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {storer}"),
-    )
+    let gone = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {storer}");
+    until(secs(20), ms(10), async || {
+        (count(&db.pool, &gone).await == 0).then_some(())
+    })
     .await
-        > 0
-    {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    .expect("the storing session was not gone within 20 s");
     // Every other body, each sent again after a 503 as Slurm does.
     let mut refused = Vec::new();
     for (i, b) in bodies.iter().enumerate().skip(2) {
@@ -1450,12 +1452,10 @@ async fn a_refused_post_is_kept_as_rejected_and_leaves_the_intake_together() {
         .await
         .unwrap();
     let server = start_intake(&db.pool, basic_only()).await;
-    for _ in 0..400 {
-        if count(&db.pool, "SELECT count(*) FROM job_intake").await == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until(secs(20), ms(50), async || {
+        (count(&db.pool, "SELECT count(*) FROM job_intake").await == 0).then_some(())
+    })
+    .await;
     server.stop().await;
     assert_eq!(count(&db.pool, "SELECT count(*) FROM job_intake").await, 0);
     let (times, reason): (i32, String) =

@@ -353,18 +353,21 @@ async fn a_close_leaves_the_planner_knowing_the_statements_it_issued() {
 /// of other sessions reach the shared counters within a second or so of
 /// their commit).
 async fn stat_of(conn: &mut sqlx::PgConnection, table: &str, counter: &str, at_least: i64) -> i64 {
+    let query = format!("SELECT {counter} FROM pg_stat_user_tables WHERE relname = $1");
     let mut n = 0;
-    for _ in 0..400 {
-        n = sqlx::query_scalar(&format!("SELECT {counter} FROM pg_stat_user_tables WHERE relname = $1"))
-            .bind(table)
-            .fetch_one(&mut *conn)
-            .await
-            .unwrap();
-        if n >= at_least {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    crate::harness::until(
+        std::time::Duration::from_secs(20),
+        std::time::Duration::from_millis(50),
+        async || {
+            n = sqlx::query_scalar(&query)
+                .bind(table)
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            (n >= at_least).then_some(())
+        },
+    )
+    .await;
     n
 }
 
