@@ -175,8 +175,8 @@ fn time(field: &str, value: &str) -> Result<Stamp, String> {
 }
 
 /// `NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S")` with the format
-/// read once, not for every time of every line (it was a sixth of reading
-/// a sacct line): Slurm's local times, in sacct lines and jobcomp
+/// read once, not for every time of every line (it was about a fifth of
+/// reading a sacct line): Slurm's local times, in sacct lines and jobcomp
 /// documents.
 pub(super) fn local_time(v: &str) -> chrono::ParseResult<NaiveDateTime> {
     use chrono::format::{Item, Parsed, StrftimeItems, parse};
