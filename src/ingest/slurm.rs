@@ -107,10 +107,10 @@ pub struct SlurmParser {
     /// split by searching for the character, not for a string.
     delimiter_char: Option<char>,
     fields: Option<Fields>,
-    options: ReadOptions,
-    /// `options` with the fields read from the header (or the XDMoD layout
-    /// found): what each record keeps, made again when the fields change.
-    kept: KeptOptions,
+    /// The options given, with the fields read from the header (or the
+    /// XDMoD layout found): what each record keeps, made again when the
+    /// fields change.
+    options: KeptOptions,
 }
 
 impl SlurmParser {
@@ -128,8 +128,7 @@ impl SlurmParser {
             delimiter,
             delimiter_char,
             fields: options.fields.clone().map(Fields::new),
-            options: options.clone(),
-            kept: KeptOptions::new(options.clone()),
+            options: KeptOptions::new(options.clone()),
         })
     }
 
@@ -145,9 +144,9 @@ impl SlurmParser {
 
     /// Read the lines after this with these fields.
     fn set_fields(&mut self, names: Vec<String>) {
-        self.kept = KeptOptions::new(ReadOptions {
+        self.options = KeptOptions::new(ReadOptions {
             fields: Some(names.clone()),
-            ..self.options.clone()
+            ..(*self.options).clone()
         });
         self.fields = Some(Fields::new(names));
     }
@@ -411,7 +410,7 @@ impl Parser for SlurmParser {
     }
 
     fn options(&self) -> KeptOptions {
-        self.kept.clone()
+        self.options.clone()
     }
 
     fn job_key(&self, line: &str) -> Option<String> {
@@ -449,6 +448,32 @@ fn is_xdmod_layout(cols: &[&str]) -> bool {
 mod tests {
     use super::*;
     use crate::domain::units::GIB;
+
+    #[test]
+    fn the_options_records_keep_carry_the_header_they_were_read_under() {
+        let given = ReadOptions {
+            cluster: Some("owens".into()),
+            ..Default::default()
+        };
+        let mut p = SlurmParser::new(&given).unwrap();
+        assert_eq!(p.options().fields, None);
+        assert_eq!(p.parse("JobID|Account|Start|End|"), None);
+        let first = p.options();
+        assert_eq!(
+            first.fields.as_deref(),
+            Some(&["JobID", "Account", "Start", "End"].map(String::from)[..])
+        );
+        assert_eq!(first.cluster.as_deref(), Some("owens"));
+        // Records of one set share it; a second header makes another.
+        assert!(std::ptr::eq(first.json(), p.options().json()));
+        assert_eq!(p.parse("JobID|End"), None);
+        assert_eq!(p.options().fields, Some(vec!["JobID".into(), "End".into()]));
+        assert_eq!(p.options().cluster.as_deref(), Some("owens"));
+        assert_eq!(
+            first.text(),
+            r#"{"cluster":"owens","fields":["JobID","Account","Start","End"]}"#
+        );
+    }
 
     #[test]
     fn local_times_are_read_as_parse_from_str_reads_them() {
