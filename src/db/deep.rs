@@ -34,7 +34,8 @@ pub struct KeptRecord {
     pub source_ref: String,
     pub raw: String,
     pub raw_bytes: Option<Vec<u8>>,
-    pub read_options: Option<serde_json::Value>,
+    /// How it was read: the JSON text of its read options.
+    pub read_options: Option<String>,
     /// Recorded since job records keep their read options (migration 0020).
     pub options_kept: bool,
     pub job_entries: i64,
@@ -55,7 +56,7 @@ pub async fn records(conn: &mut PgConnection, after_id: i64, limit: i64) -> Resu
                   project AS "project!", queue, nodes AS "nodes!", cores AS "cores!", memory_bytes, gpus AS "gpus!",
                   charge_fingerprint AS "charge_fingerprint!", content_fingerprint AS "content_fingerprint!",
                   source_format AS "source_format!: SourceFormat", source_ref AS "source_ref!", raw AS "raw!", raw_bytes,
-                  read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
+                  read_options::text AS read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
                   cores_per_node, archived_in
              FROM audit.job_records
             WHERE record_id > $1

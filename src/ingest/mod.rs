@@ -136,6 +136,12 @@ impl KeptOptions {
     pub fn text(&self) -> &str {
         &self.stored().1
     }
+
+    /// The same set, not merely an equal one: what a parser keeps is
+    /// replaced, not changed, when its fields change.
+    pub fn same(&self, other: &KeptOptions) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Default for KeptOptions {
@@ -356,6 +362,75 @@ pub fn reread(
     })
 }
 
+/// Records read again one by one, with a parser kept for each set of read
+/// options and format: [`reread`] makes a parser for every record (for
+/// `sacct` lines, an index of their field names) and its caller decodes
+/// the options' JSON for every record, although a file's records share one
+/// set. Measured on `audit --deep` of the bench's 100,000 sacct records,
+/// those were about 45 % of its own CPU.
+///
+/// A parser is kept only while reading a record leaves it as it was made:
+/// a `sacct` header among the kept records (or the XDMoD layout found)
+/// changes the fields it reads the next line with, and the next record with
+/// these options gets a new parser, as [`reread`] would give it.
+#[derive(Default)]
+pub struct Rereader {
+    sets: std::collections::HashMap<String, KeptSet>,
+}
+
+struct KeptSet {
+    /// The options the text decodes to, or why it does not.
+    options: Result<ReadOptions, String>,
+    parsers: Vec<(Format, Box<dyn Parser + Send>)>,
+}
+
+impl Rereader {
+    /// Read `raw` again as [`reread`] does, with the options stored as
+    /// `options` (their JSON's text: equal texts are one set). `Err` when
+    /// the text is not read options (the reason); otherwise the options it
+    /// holds and what the record reads as.
+    pub fn reread(
+        &mut self,
+        source_format: SourceFormat,
+        options: &str,
+        raw: &str,
+        raw_bytes: Option<&[u8]>,
+    ) -> Result<(&ReadOptions, Result<Item, String>), String> {
+        if !self.sets.contains_key(options) {
+            let decoded = serde_json::from_str::<ReadOptions>(options).map_err(|e| e.to_string());
+            self.sets.insert(
+                options.to_owned(),
+                KeptSet {
+                    options: decoded,
+                    parsers: Vec::new(),
+                },
+            );
+        }
+        let KeptSet { options, parsers } = self.sets.get_mut(options).expect("inserted above");
+        let options = options.as_ref().map_err(Clone::clone)?;
+        let Some(format) = Format::of(source_format) else {
+            return Ok((options, Ok(jsonl::parse_job(raw).unwrap_or_else(Item::Bad))));
+        };
+        let at = match parsers.iter().position(|(f, _)| *f == format) {
+            Some(at) => at,
+            None => match parser(format, options) {
+                Ok(p) => {
+                    parsers.push((format, p));
+                    parsers.len() - 1
+                }
+                Err(e) => return Ok((options, Err(e))),
+            },
+        };
+        let p = &mut parsers[at].1;
+        let before = p.options();
+        let item = read_record(&mut **p, raw, raw_bytes).unwrap_or_else(|| Item::Bad("the line is empty".into()));
+        if !before.same(&p.options()) {
+            parsers.swap_remove(at);
+        }
+        Ok((options, Ok(item)))
+    }
+}
+
 pub fn parser(format: Format, options: &ReadOptions) -> Result<Box<dyn Parser + Send>, String> {
     Ok(match format {
         Format::Slurm => Box::new(slurm::SlurmParser::new(options)?),
@@ -561,6 +636,76 @@ mod tests {
         }
         assert_eq!(r.next_line().unwrap(), Some((6, RawLine::Text("last".into()))));
         assert_eq!(r.next_line().unwrap(), None);
+    }
+
+    /// Real sacct lines, read as an import reads them, then read again one
+    /// by one: a kept parser gives what a new parser per record gives,
+    /// also after a record that changes a parser's fields.
+    #[test]
+    fn a_kept_parser_reads_each_record_as_a_new_one_would() {
+        let strip = |t: &'static str| t.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>();
+        let header = strip(include_str!(
+            "../../tests/fixtures/accounting/slurm_2205_lab_sacct_header.txt"
+        ));
+        let xdmod = strip(include_str!(
+            "../../tests/fixtures/accounting/xdmod_slurm_sacct_parsable2_unit.log"
+        ));
+        // A line of neither layout: 25 of the 26 fields.
+        let short = header[1].rsplit_once('|').unwrap().0.to_owned();
+        // What an import keeps: each record with its parser's options.
+        let mut kept: Vec<(String, &str)> = Vec::new();
+        for lines in [&header, &xdmod] {
+            let mut p = slurm::SlurmParser::new(&ReadOptions::default()).unwrap();
+            for line in lines.iter() {
+                if let Some(Item::Job(_)) = p.parse(line) {
+                    kept.push((p.options().text().to_owned(), line));
+                }
+            }
+        }
+        let with_header = kept[0].0.clone();
+        let headerless = kept.last().unwrap().0.clone();
+        assert!(
+            with_header.contains("\"jobidraw\"") || with_header.contains("\"JobIDRaw\""),
+            "{with_header}"
+        );
+        assert!(kept.len() > 10, "{}", kept.len());
+        // Records that change a parser: the header itself kept as a record
+        // under the header's options, and an XDMoD line under empty options
+        // (its layout found, fields set).
+        let empty = KeptOptions::default().text().to_owned();
+        kept.insert(3, (with_header.clone(), header[0]));
+        kept.insert(5, (empty.clone(), xdmod[0]));
+        kept.insert(6, (empty.clone(), short.as_str()));
+        let mut rereader = Rereader::default();
+        for (text, line) in &kept {
+            let options: ReadOptions = serde_json::from_str(text).unwrap();
+            let once = reread(SourceFormat::Slurm, &options, line, None);
+            let (o, kept_read) = rereader.reread(SourceFormat::Slurm, text, line, None).unwrap();
+            assert_eq!(o, &options);
+            assert_eq!(kept_read, once, "{line}");
+        }
+        // The header kept as a record reads as nothing; the line of neither
+        // layout, read after the XDMoD line with the same options, still
+        // reads as on its own (a parser kept with the XDMoD fields would
+        // say 25 fields where 26 are expected).
+        assert_eq!(
+            reread(SourceFormat::Slurm, &ReadOptions::default(), header[0], None),
+            Ok(Item::Bad("the line is empty".into()))
+        );
+        assert_eq!(
+            reread(SourceFormat::Slurm, &ReadOptions::default(), &short, None),
+            Ok(Item::Bad(
+                "25 fields and no header: export with a header line (sacct --parsable2 without --noheader) or name the fields (--fields)".into()
+            ))
+        );
+        // One set of options, one parser each, the ones changed dropped.
+        assert_eq!(rereader.sets.len(), 3);
+        assert_eq!(rereader.sets[&with_header].parsers.len(), 1);
+        assert_eq!(rereader.sets[&headerless].parsers.len(), 1);
+        assert_eq!(rereader.sets[&empty].parsers.len(), 1);
+        // A text that is not read options.
+        let bad = rereader.reread(SourceFormat::Slurm, "{\"fields\": 3}", header[1], None);
+        assert!(matches!(&bad, Err(e) if e.contains("invalid type")), "{bad:?}");
     }
 }
 

@@ -22,7 +22,7 @@ use sqlx::PgPool;
 use crate::db::DbError;
 use crate::db::deep::{self, KeptRecord};
 use crate::domain::posting::{JobInput, charged_shape, fingerprints, held_shape, instants};
-use crate::ingest::{Item, ReadOptions};
+use crate::ingest::{Item, ReadOptions, Rereader};
 
 /// Records read per page.
 const PAGE: i64 = 5_000;
@@ -122,6 +122,7 @@ pub async fn deep_audit_keeping(pool: &PgPool, keep: usize) -> Result<DeepReport
         .into_iter()
         .map(|a| ((a.source_format, a.raw_sha256), (a.from_account, a.project)))
         .collect();
+    let mut rereader = Rereader::default();
     let mut after = 0;
     loop {
         let page = deep::records(&mut conn, after, PAGE).await?;
@@ -129,7 +130,7 @@ pub async fn deep_audit_keeping(pool: &PgPool, keep: usize) -> Result<DeepReport
         after = last.record_id;
         for r in &page {
             report.records += 1;
-            match compare(r, &reassigned) {
+            match compare(&mut rereader, r, &reassigned) {
                 Ok(found) => {
                     for d in found {
                         report.found(d, keep);
@@ -172,9 +173,14 @@ fn key(cluster: &str, job_id: &str, index: Option<i32>) -> String {
 /// the account the record names, the project it is charged to.
 pub type Reassignments = std::collections::HashMap<(String, String), (Option<String>, String)>;
 
-/// Compare one record with its raw record read again: the differences, or
-/// why a record kept before read options were kept cannot be verified.
-pub fn compare(r: &KeptRecord, reassigned: &Reassignments) -> Result<Vec<Difference>, Difference> {
+/// Compare one record with its raw record read again (with `rereader`'s
+/// parser for its options): the differences, or why a record kept before
+/// read options were kept cannot be verified.
+pub fn compare(
+    rereader: &mut Rereader,
+    r: &KeptRecord,
+    reassigned: &Reassignments,
+) -> Result<Vec<Difference>, Difference> {
     let job = key(&r.cluster, &r.scheduler_job_id, r.array_index);
     let mut out = Vec::new();
     let mut differ = |field: &str, stored: String, reread: String| {
@@ -186,11 +192,12 @@ pub fn compare(r: &KeptRecord, reassigned: &Reassignments) -> Result<Vec<Differe
             reread,
         });
     };
-    let options: ReadOptions = match &r.read_options {
-        Some(v) => match serde_json::from_value(v.clone()) {
-            Ok(o) => o,
+    let fresh;
+    let (options, read) = match &r.read_options {
+        Some(text) => match rereader.reread(r.source_format, text, &r.raw, r.raw_bytes.as_deref()) {
+            Ok(read) => read,
             Err(e) => {
-                differ("read_options", v.to_string(), format!("not read options: {e}"));
+                differ("read_options", text.clone(), format!("not read options: {e}"));
                 return Ok(out);
             }
         },
@@ -202,13 +209,15 @@ pub fn compare(r: &KeptRecord, reassigned: &Reassignments) -> Result<Vec<Differe
                     "kept with every record since migration 0020".into(),
                 );
             }
-            ReadOptions {
+            fresh = ReadOptions {
                 cluster: Some(r.cluster.clone()),
                 ..ReadOptions::default()
-            }
+            };
+            let read = crate::ingest::reread(r.source_format, &fresh, &r.raw, r.raw_bytes.as_deref());
+            (&fresh, read)
         }
     };
-    let not_a_job = match crate::ingest::reread(r.source_format, &options, &r.raw, r.raw_bytes.as_deref()) {
+    let not_a_job = match read {
         Ok(Item::Job(mut input)) => {
             if !reassigned.is_empty() {
                 use sha2::Digest;
@@ -221,7 +230,7 @@ pub fn compare(r: &KeptRecord, reassigned: &Reassignments) -> Result<Vec<Differe
                     }
                 }
             }
-            compare_input(r, &input, &options, &mut differ);
+            compare_input(r, &input, options, &mut differ);
             None
         }
         Ok(Item::Skip(s)) => Some(format!("not a finished job ({s:?})")),
