@@ -388,6 +388,14 @@ pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     set_local(conn, "SET LOCAL jit = off").await
 }
 
+/// Turn JIT compilation off for the rest of the session: for a reader that
+/// runs many statements outside a transaction (`audit --deep`'s pages). The
+/// caller closes the connection afterwards rather than giving it back to a
+/// pool with the setting.
+pub async fn jit_off_for_session(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    set_local(conn, "SET jit = off").await
+}
+
 /// Plan the rest of the transaction for reading a small part of a large
 /// ledger by key (`audit --month`): `random_page_cost` 1.1, the usual
 /// setting for SSDs and for a database its server's memory caches, instead

@@ -1,7 +1,7 @@
 //! `audit --deep` (issue 13, item 7): every kept raw record, read again,
 //! says what the ledger stores; edits the SQL audit cannot see are found.
 
-use hpc_ledger::service::deep::{DeepReport, deep_audit, deep_audit_keeping};
+use hpc_ledger::service::deep::{DeepReport, PAGE, deep_audit, deep_audit_by};
 
 use crate::fixtures::{fixture_db, import_fixture, stripped};
 use crate::harness::{TestDb, stderr, stdout};
@@ -80,6 +80,33 @@ async fn every_real_record_reads_again_to_what_the_ledger_stores() {
     assert_eq!(report.records, n as u64);
     assert_eq!(differences(&report), [], "{:#?}", report.differences.first());
     assert_eq!(report.unverifiable, []);
+    // Read seven records at a time (the next page read while one is
+    // compared): the same report.
+    let paged = deep_audit_by(&db.pool, 100, 7).await.unwrap();
+    assert_eq!(paged.records, n as u64);
+    assert_eq!(
+        serde_json::to_value(&paged).unwrap(),
+        serde_json::to_value(&report).unwrap()
+    );
+    // The deep audit turns JIT off for its own connection, which it closes:
+    // none the pool hands out afterwards has the setting.
+    let mut settings = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..db.pool.options().get_max_connections() {
+        let mut c = db.pool.acquire().await.unwrap();
+        let jit: String = sqlx::query_scalar("SELECT current_setting('jit')")
+            .fetch_one(&mut *c)
+            .await
+            .unwrap();
+        settings.push(jit);
+        held.push(c);
+    }
+    let server: String = sqlx::query_scalar("SELECT reset_val FROM pg_settings WHERE name = 'jit'")
+        .fetch_one(&mut *held[0])
+        .await
+        .unwrap();
+    assert!(settings.iter().all(|s| *s == server), "{settings:?} against {server}");
+    drop(held);
     // How the records were read is kept once for each distinct set of
     // options (migration 0043), not with every record: the 17 files and two
     // other inputs bring at most 19 sets among their records.
@@ -242,7 +269,7 @@ async fn edits_the_sql_audit_cannot_see_are_found_by_re_reading_the_raw_records(
     // A report keeps only the first differences in full (a ledger whose
     // every record differs would otherwise hold them all in memory), and
     // counts every one, by field.
-    let kept = deep_audit_keeping(&db.pool, 2).await.unwrap();
+    let kept = deep_audit_by(&db.pool, 2, PAGE).await.unwrap();
     assert_eq!(kept.differences, report.differences[..2]);
     assert_eq!(kept.differences_found, 4);
     assert!(!kept.clean());
