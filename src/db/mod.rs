@@ -441,9 +441,14 @@ async fn set_local(conn: &mut PgConnection, statement: &'static str) -> Result<(
 /// by a prepared statement's generic plan: for a report whose best plan
 /// depends on how many rows its parameters select (a year of the busiest
 /// project's usage, 5.1 ms planned for it against 7.5 ms generic, measured
-/// on the full bench's ledger).
+/// on the full bench's ledger). JIT is off in it: the usage of every
+/// project over months is one pass over their rollup rows, costed above
+/// `jit_above_cost`, and compiling it took 320 ms of a 1 s query (the
+/// bench's kept ledger, 11 months: `usage --all --by month` 2.0–2.2 s with
+/// JIT, 1.1–1.6 s without); a single project's report is below the cost
+/// and was never compiled.
 pub async fn begin_custom_plans(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
-    pool.begin_with("BEGIN READ ONLY; SET LOCAL plan_cache_mode = force_custom_plan")
+    pool.begin_with("BEGIN READ ONLY; SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL jit = off")
         .await
 }
 

@@ -535,3 +535,26 @@ async fn folds_wait_on_nothing_and_fold_each_month_once() {
     sqlx::raw_sql("RESET ROLE").execute(&mut *conn).await.unwrap();
     assert!(refused.contains("permission denied"), "{refused}");
 }
+
+/// The usage report's transaction reads one snapshot, plans each query for
+/// its parameters and compiles none (JIT cost more than it saved on a pass
+/// over every project's months); the connection leaves it as it came.
+#[tokio::test]
+async fn the_reports_transaction_plans_for_its_parameters_without_jit() {
+    let db = TestDb::new().await;
+    let settings = "SELECT current_setting('jit') || ' ' || current_setting('plan_cache_mode') || ' ' \
+                    || current_setting('transaction_read_only')";
+    let mut tx = hpc_ledger::db::begin_custom_plans(&db.pool).await.unwrap();
+    let inside: String = sqlx::query_scalar(settings).fetch_one(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(inside, "off force_custom_plan on");
+    let mut conn = db.pool.acquire().await.unwrap();
+    let after: String = sqlx::query_scalar(settings).fetch_one(&mut *conn).await.unwrap();
+    let server: String = sqlx::query_scalar(
+        "SELECT string_agg(reset_val, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('jit', 'plan_cache_mode')",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(after, format!("{server} off"));
+}
