@@ -1665,3 +1665,81 @@ async fn a_months_audit_joins_by_lookups_within_its_transaction() {
         .unwrap();
     assert_eq!(after, "on", "the setting ended with the audit's transaction");
 }
+
+/// `verify` checks the months side by side, each from the seal recorded
+/// for the month before, and gives what the chain's own view gives
+/// (`audit.seals`, each month from the one recomputed before it): the same
+/// while every month holds, and, once one is changed, that month and every
+/// later one broken.
+#[tokio::test]
+async fn the_months_checked_side_by_side_are_the_chains_own_view() {
+    let db = october().await;
+    close_through_october(&db.pool).await;
+    type Row = (
+        chrono::NaiveDate,
+        String,
+        String,
+        i64,
+        i64,
+        rust_decimal::Decimal,
+        rust_decimal::Decimal,
+        Option<String>,
+    );
+    let view = || async {
+        sqlx::query_as::<_, Row>(
+            "SELECT period, recorded_seal, recomputed_seal, recorded_entries, entries, recorded_total, total, archived_to
+               FROM audit.seals ORDER BY period",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    let rows = |checks: Vec<hpc_ledger::db::periods::SealCheck>| -> Vec<Row> {
+        checks
+            .into_iter()
+            .map(|c| {
+                (
+                    c.period,
+                    c.recorded_seal,
+                    c.recomputed_seal,
+                    c.recorded_entries,
+                    c.entries,
+                    c.recorded_total,
+                    c.total,
+                    c.archived_to,
+                )
+            })
+            .collect()
+    };
+    let checks = verify(&db.pool, None).await.unwrap();
+    assert!(checks.len() >= 3, "{checks:?}");
+    assert!(checks.iter().all(|c| c.holds()));
+    assert_eq!(rows(checks), view().await);
+    // A month with charges before the last one, changed behind the
+    // ledger's back.
+    let (month, id): (chrono::NaiveDate, i64) = sqlx::query_as(
+        "SELECT period, min(id) FROM ledger_entry WHERE period < '2026-10-01' GROUP BY period ORDER BY period LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER ALL;
+         UPDATE ledger_entry SET reason = 'edited' WHERE id = {id};
+         ALTER TABLE ledger_entry ENABLE TRIGGER ALL"
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+    let checks = verify(&db.pool, None).await.unwrap();
+    let broken: Vec<chrono::NaiveDate> = checks.iter().filter(|c| !c.holds()).map(|c| c.period).collect();
+    let from_it: Vec<chrono::NaiveDate> = checks.iter().map(|c| c.period).filter(|p| *p >= month).collect();
+    assert!(from_it.len() >= 2, "{from_it:?}");
+    assert_eq!(broken, from_it);
+    assert_eq!(rows(checks), view().await);
+    // The audit reports the same seals.
+    let report = audit(&db.pool).await.unwrap();
+    assert_eq!(rows(report.seals), view().await);
+}
