@@ -385,7 +385,13 @@ pub async fn server_version(pool: &PgPool) -> Result<String, sqlx::Error> {
 /// Turn JIT compilation off for the rest of the transaction: one pass over
 /// millions of rows costs less than compiling it (measured with `bench`).
 pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    set_local(conn, "SET LOCAL jit = off").await
+    // A plain query, not raw_sql (whose future is not Send for every
+    // lifetime): `verify` runs it in spawned tasks.
+    sqlx::query("SET LOCAL jit = off")
+        .persistent(false)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
 }
 
 /// Turn JIT compilation off for the rest of the session: for a reader that

@@ -127,6 +127,15 @@ pub async fn seal_checks(conn: &mut PgConnection, period: Option<NaiveDate>) -> 
     }
 }
 
+/// The closed months, oldest first, through the audit's view (which the
+/// auditor role may read, unlike `closed_period`); the seals it would
+/// recompute are not, as they are not asked for.
+pub async fn closed_months(conn: &mut PgConnection) -> Result<Vec<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT period AS "period!" FROM audit.month_seals ORDER BY period"#)
+        .fetch_all(&mut *conn)
+        .await
+}
+
 /// Every closed month as recorded, oldest first.
 pub async fn closed_periods(conn: &mut PgConnection) -> Result<Vec<ClosedPeriod>, sqlx::Error> {
     sqlx::query_as!(

@@ -353,8 +353,8 @@ pub async fn verify(pool: &PgPool, month: Option<Month>) -> Result<Vec<SealCheck
 /// one core: 27.9 s for the 22 months of a `bench --scale` ledger of 4.4M
 /// entries. Each month is checked here against the seal recorded for the
 /// month before (`audit.month_seals`, as `verify --month` does), on up to as
-/// many connections as this machine has cores (at most 8, and the pool's
-/// size). While every month holds, the two are the same thing: each
+/// many connections as this machine has cores (at most half the pool's:
+/// 4 of hpc-ledger's 8). While every month holds, the two are the same thing: each
 /// recorded seal is its recomputation, so the chain's input for every month
 /// is the recorded seal of the one before. Once one does not, every later
 /// month of the chain is recomputed from a different seal, so the chain's
@@ -364,16 +364,12 @@ async fn seal_chain(pool: &PgPool) -> Result<Vec<SealCheck>, DbError> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let months: Arc<Vec<chrono::NaiveDate>> = {
         let mut conn = pool.acquire().await?;
-        Arc::new(
-            periods::closed_periods(&mut conn)
-                .await?
-                .into_iter()
-                .map(|c| c.period)
-                .collect(),
-        )
+        Arc::new(periods::closed_months(&mut conn).await?)
     };
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let workers = cores.min(8).min(pool.options().get_max_connections() as usize).max(1);
+    // Half the pool at most: its other half stays free for whoever else
+    // shares it (a month can take longer than the pool's acquire timeout).
+    let workers = cores.min(pool.options().get_max_connections() as usize / 2).max(1);
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers.min(months.len()) {
@@ -404,12 +400,7 @@ async fn seal_chain(pool: &PgPool) -> Result<Vec<SealCheck>, DbError> {
 /// own without JIT (each month is one pass over its entries).
 async fn checks_of(pool: &PgPool, month: Option<chrono::NaiveDate>) -> Result<Vec<SealCheck>, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    // (Not db::jit_off: its raw_sql future is not Send for every lifetime,
-    // which a spawned task needs.)
-    sqlx::query("SET LOCAL jit = off")
-        .persistent(false)
-        .execute(&mut *tx)
-        .await?;
+    crate::db::jit_off(&mut tx).await?;
     let checks = periods::seal_checks(&mut tx, month).await?;
     tx.commit().await?;
     Ok(checks)
@@ -467,6 +458,12 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
         }
         (crate::db::definitions::altered(&mut conn, !replica).await?, replica)
     };
+    // Every closed month's seal, side by side (`seal_chain`), before the
+    // audit's own transaction holds a connection of the pool.
+    let chain = match month {
+        None => Some(seal_chain(pool).await?),
+        Some(_) => None,
+    };
     let mut tx = pool.begin().await?;
     // One pass over millions of charges: compiling it (JIT) costs more than
     // it saves (measured with `hpc-ledger bench`).
@@ -493,10 +490,9 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
         discrepancies: findings.kept,
         discrepancies_found: findings.found,
         discrepancies_by_field: findings.by_field,
-        seals: match month {
-            Some(m) => periods::seal_checks(&mut tx, Some(m.first_day())).await?,
-            // Every closed month, side by side (`seal_chain`).
-            None => seal_chain(pool).await?,
+        seals: match (chain, month) {
+            (Some(chain), _) => chain,
+            (None, m) => periods::seal_checks(&mut tx, m.map(Month::first_day)).await?,
         },
         rejections: crate::db::rejected::summary(&mut tx).await?,
         definitions,

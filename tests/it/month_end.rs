@@ -1739,7 +1739,17 @@ async fn the_months_checked_side_by_side_are_the_chains_own_view() {
     assert!(from_it.len() >= 2, "{from_it:?}");
     assert_eq!(broken, from_it);
     assert_eq!(rows(checks), view().await);
-    // The audit reports the same seals.
+    // The audit reports the same seals, also from a pool of one connection
+    // (the months are checked before its own transaction takes it).
     let report = audit(&db.pool).await.unwrap();
     assert_eq!(rows(report.seals), view().await);
+    let one = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let report = audit(&one).await.unwrap();
+    assert_eq!(rows(report.seals), view().await);
+    assert_eq!(rows(verify(&one, None).await.unwrap()), view().await);
 }
