@@ -385,13 +385,8 @@ pub async fn server_version(pool: &PgPool) -> Result<String, sqlx::Error> {
 /// Turn JIT compilation off for the rest of the transaction: one pass over
 /// millions of rows costs less than compiling it (measured with `bench`).
 pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    // A plain query, not raw_sql (whose future is not Send for every
-    // lifetime): `verify` runs it in spawned tasks.
-    sqlx::query("SET LOCAL jit = off")
-        .persistent(false)
-        .execute(&mut *conn)
-        .await
-        .map(|_| ())
+    // `verify` runs it in spawned tasks.
+    set_one(conn, "SET LOCAL jit = off").await
 }
 
 /// Turn JIT compilation off for the rest of the session: for a reader that
@@ -399,7 +394,7 @@ pub async fn jit_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// caller closes the connection afterwards rather than giving it back to a
 /// pool with the setting.
 pub async fn jit_off_for_session(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    set_local(conn, "SET jit = off").await
+    set_one(conn, "SET jit = off").await
 }
 
 /// Plan the rest of the transaction for reading a small part of a large
@@ -461,9 +456,15 @@ pub async fn begin_custom_plans(pool: &PgPool) -> Result<sqlx::Transaction<'stat
 /// Make the transaction just begun read one snapshot of the database, and
 /// write nothing (its first statement).
 pub async fn snapshot(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    // A plain query (not raw_sql, whose future is not Send for every
-    // lifetime: the web view awaits this inside serve's handlers).
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    // The web view awaits this inside serve's handlers.
+    set_one(conn, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").await
+}
+
+/// One setting statement, as a plain unprepared query: not raw_sql, whose
+/// future is not Send for every lifetime, which a spawned task or an axum
+/// handler needs.
+async fn set_one(conn: &mut PgConnection, statement: &'static str) -> Result<(), sqlx::Error> {
+    sqlx::query(statement)
         .persistent(false)
         .execute(&mut *conn)
         .await
