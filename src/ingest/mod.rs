@@ -354,12 +354,19 @@ pub fn reread(
     raw_bytes: Option<&[u8]>,
 ) -> Result<Item, String> {
     Ok(match Format::of(source_format) {
-        Some(f) => {
-            let mut p = parser(f, options)?;
-            read_record(&mut *p, raw, raw_bytes).unwrap_or_else(|| Item::Bad("the line is empty".into()))
-        }
-        None => jsonl::parse_job(raw).unwrap_or_else(Item::Bad),
+        Some(f) => read_kept(&mut *parser(f, options)?, raw, raw_bytes),
+        None => read_json_job(raw),
     })
+}
+
+/// A kept record read with `p`: one that holds nothing is not a job.
+fn read_kept(p: &mut dyn Parser, raw: &str, raw_bytes: Option<&[u8]>) -> Item {
+    read_record(p, raw, raw_bytes).unwrap_or_else(|| Item::Bad("the line is empty".into()))
+}
+
+/// A kept record of a format no parser reads (`cli`, `json`: one JSON job).
+fn read_json_job(raw: &str) -> Item {
+    jsonl::parse_job(raw).unwrap_or_else(Item::Bad)
 }
 
 /// Records read again one by one, with a parser kept for each set of read
@@ -409,7 +416,7 @@ impl Rereader {
         let KeptSet { options, parsers } = self.sets.get_mut(options).expect("inserted above");
         let options = options.as_ref().map_err(Clone::clone)?;
         let Some(format) = Format::of(source_format) else {
-            return Ok((options, Ok(jsonl::parse_job(raw).unwrap_or_else(Item::Bad))));
+            return Ok((options, Ok(read_json_job(raw))));
         };
         let at = match parsers.iter().position(|(f, _)| *f == format) {
             Some(at) => at,
@@ -423,7 +430,7 @@ impl Rereader {
         };
         let p = &mut parsers[at].1;
         let before = p.options();
-        let item = read_record(&mut **p, raw, raw_bytes).unwrap_or_else(|| Item::Bad("the line is empty".into()));
+        let item = read_kept(&mut **p, raw, raw_bytes);
         if !before.same(&p.options()) {
             parsers.swap_remove(at);
         }
@@ -664,10 +671,7 @@ mod tests {
         }
         let with_header = kept[0].0.clone();
         let headerless = kept.last().unwrap().0.clone();
-        assert!(
-            with_header.contains("\"jobidraw\"") || with_header.contains("\"JobIDRaw\""),
-            "{with_header}"
-        );
+        assert!(with_header.contains("\"JobIDRaw\""), "{with_header}");
         assert!(kept.len() > 10, "{}", kept.len());
         // Records that change a parser: the header itself kept as a record
         // under the header's options, and an XDMoD line under empty options

@@ -337,10 +337,7 @@ pub async fn close_through(
 /// Recompute the seals (and entry counts and totals) of closed months.
 pub async fn verify(pool: &PgPool, month: Option<Month>) -> Result<Vec<SealCheck>, DbError> {
     match month {
-        Some(m) => {
-            let mut conn = pool.acquire().await?;
-            Ok(periods::seal_checks(&mut conn, Some(m.first_day())).await?)
-        }
+        Some(m) => Ok(checks_of(pool, Some(m.first_day())).await?),
         None => seal_chain(pool).await,
     }
 }
@@ -354,7 +351,7 @@ pub async fn verify(pool: &PgPool, month: Option<Month>) -> Result<Vec<SealCheck
 /// entries. Each month is checked here against the seal recorded for the
 /// month before (`audit.month_seals`, as `verify --month` does), on up to as
 /// many connections as this machine has cores (at most half the pool's:
-/// 4 of hpc-ledger's 8). While every month holds, the two are the same thing: each
+/// 4 of hpc-ledger's 8). While every month holds, the two are the same: each
 /// recorded seal is its recomputation, so the chain's input for every month
 /// is the recorded seal of the one before. Once one does not, every later
 /// month of the chain is recomputed from a different seal, so the chain's

@@ -137,22 +137,21 @@ pub async fn deep_audit_by(pool: &PgPool, keep: usize, page: i64) -> Result<Deep
     // reading and hpc-ledger's parsing took about as long each, one after
     // the other.
     let (pages, mut next) = tokio::sync::mpsc::channel::<Vec<KeptRecord>>(1);
-    let size = page;
     let reader = tokio::spawn(async move {
         let mut after = 0;
         loop {
-            let page = deep::records(&mut conn, after, size).await?;
-            let Some(last) = page.last() else { break };
+            let rows = deep::records(&mut conn, after, page).await?;
+            let Some(last) = rows.last() else { break };
             after = last.record_id;
-            if pages.send(page).await.is_err() {
+            if pages.send(rows).await.is_err() {
                 break;
             }
         }
         Ok::<_, sqlx::Error>(conn)
     });
     let mut rereader = Rereader::default();
-    while let Some(page) = next.recv().await {
-        for r in &page {
+    while let Some(rows) = next.recv().await {
+        for r in &rows {
             report.records += 1;
             match compare(&mut rereader, r, &reassigned) {
                 Ok(found) => {
