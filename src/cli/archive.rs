@@ -47,10 +47,11 @@ pub async fn run(args: Args, target: &Target, by: &str) -> anyhow::Result<ExitCo
             }
             for a in &done.months {
                 println!(
-                    "{}: {} entries ({}) archived to {} (sha256 {})",
+                    "{}: {} entries ({}) and the raw text of {} job records archived to {} (sha256 {})",
                     a.month,
                     a.entries,
                     a.total,
+                    a.records,
                     a.file.display(),
                     a.file_sha256
                 );
@@ -84,13 +85,17 @@ pub async fn run_verify(
                         c.holds().to_string(),
                         c.entries.to_string(),
                         c.total.to_string(),
+                        c.records.to_string(),
                         c.problems.join("; "),
                     ]
                 })
                 .collect();
             print!(
                 "{}",
-                table::csv(&["month", "file", "holds", "entries", "total", "problems"], &rows)
+                table::csv(
+                    &["month", "file", "holds", "entries", "total", "records", "problems"],
+                    &rows
+                )
             );
         }
         ListFormat::Text => {
@@ -101,10 +106,11 @@ pub async fn run_verify(
                 let month = c.month.map_or_else(|| "?".to_owned(), |m| m.to_string());
                 if c.holds() {
                     println!(
-                        "{month}: seal holds from {} ({} entries, {})",
+                        "{month}: seal holds from {} ({} entries, {}; the raw text of {} job records)",
                         c.file.display(),
                         c.entries,
-                        c.total
+                        c.total,
+                        c.records
                     );
                 } else {
                     println!("{month}: BROKEN ({})", c.file.display());

@@ -510,6 +510,13 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
             "differences by field",
         ));
     }
+    if d.raw_archived > 0 {
+        o.push_str(&format!(
+            "deep: {} job records not read again: their raw text is in the archive files (`verify --archive DIR` \
+             checks it there against the digests the ledger kept)\n",
+            d.raw_archived
+        ));
+    }
     if !d.reassigned.is_empty() {
         o.push_str(&format!(
             "deep: {} record(s) charged to another project than the account they name, by a recorded decision \

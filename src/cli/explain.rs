@@ -110,6 +110,14 @@ fn render_job(r: &JobReport) -> String {
                     let _ = writeln!(o, "        {line}");
                 }
             }
+            if let Some(month) = rec.raw_archived_in {
+                let _ = writeln!(
+                    o,
+                    "      raw record: moved to the archive file of {} ({})",
+                    crate::domain::period::Month::of_date(month),
+                    crate::service::archive::file_name(crate::domain::period::Month::of_date(month))
+                );
+            }
         }
         match &run.charge {
             None => {

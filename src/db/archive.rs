@@ -241,3 +241,76 @@ pub async fn any_archived(conn: &mut PgConnection) -> Result<bool, sqlx::Error> 
         .fetch_one(&mut *conn)
         .await
 }
+
+/// The job records whose raw text goes into month `period`'s file
+/// (migration 0047): those whose charges the month's archive takes out of
+/// the ledger, each with its first month (as `hl_archive_months` records
+/// them in `archived_charge`). Read before the month is archived, in id
+/// order.
+pub async fn raw_records_of(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT e.job_record_id AS "id!"
+             FROM ledger_entry e
+            WHERE e.period = $1 AND e.job_record_id IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM ledger_entry x WHERE x.job_record_id = e.job_record_id AND x.period < $1)
+              AND NOT EXISTS (SELECT 1 FROM archived_charge ac WHERE ac.job_record_id = e.job_record_id)
+            ORDER BY 1"#,
+        period
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// A job record's raw text as the database holds it.
+#[derive(Debug, Clone)]
+pub struct RawText {
+    pub id: i64,
+    pub raw: String,
+    pub raw_bytes: Option<Vec<u8>>,
+}
+
+/// The raw text of `ids` (in id order).
+pub async fn raw_texts(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<RawText>, sqlx::Error> {
+    sqlx::query_as!(
+        RawText,
+        "SELECT id, raw, raw_bytes FROM job_record WHERE id = ANY($1) ORDER BY id",
+        ids
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Record the digests of an archived month's records and empty their raw
+/// text (`hl_archive_records`, in the transaction that archived the month):
+/// how many.
+pub async fn archive_records(
+    conn: &mut PgConnection,
+    period: NaiveDate,
+    ids: &[i64],
+    digests: &[Vec<u8>],
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT hl_archive_records($1, $2, $3) AS "n!""#, period, ids, digests)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// The records whose raw text is in month `period`'s file, after record
+/// `after`, at most `limit`: id and SHA-256 (hex), in id order
+/// (`audit.archived_records`, which the auditor may read).
+pub async fn archived_record_digests(
+    conn: &mut PgConnection,
+    period: NaiveDate,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<(i64, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT record_id AS "id!", raw_sha256 AS "sha256!" FROM audit.archived_records
+            WHERE period = $1 AND record_id > $2 ORDER BY record_id LIMIT $3"#,
+        period,
+        after,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.sha256)).collect())
+}

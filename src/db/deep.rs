@@ -43,6 +43,9 @@ pub struct KeptRecord {
     /// The month its charges were archived in (migration 0037): its charge
     /// is in that month's archive file.
     pub archived_in: Option<chrono::NaiveDate>,
+    /// Its raw text was moved into that month's archive file (migration
+    /// 0047): there is nothing here to read again.
+    pub raw_archived: bool,
 }
 
 /// The records after `after_id`, at most `limit`, in id order.
@@ -57,7 +60,9 @@ pub async fn records(conn: &mut PgConnection, after_id: i64, limit: i64) -> Resu
                   charge_fingerprint AS "charge_fingerprint!", content_fingerprint AS "content_fingerprint!",
                   source_format AS "source_format!: SourceFormat", source_ref AS "source_ref!", raw AS "raw!", raw_bytes,
                   read_options::text AS read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
-                  cores_per_node, archived_in
+                  cores_per_node, archived_in,
+                  EXISTS (SELECT 1 FROM audit.archived_records a WHERE a.record_id = job_records.record_id)
+                      AS "raw_archived!"
              FROM audit.job_records
             WHERE record_id > $1
             ORDER BY record_id

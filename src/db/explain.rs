@@ -70,6 +70,10 @@ pub struct RecordRow {
     /// The scheduler's record as received (only when asked for).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw: Option<String>,
+    /// The archived month whose file holds the raw record, once it left
+    /// the database (migration 0047): `raw` is then absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_archived_in: Option<chrono::NaiveDate>,
 }
 
 /// Every record of `jobs`, in revision order; the raw record only with `raw`.
@@ -81,10 +85,11 @@ pub async fn records(conn: &mut PgConnection, jobs: &[JobId], raw: bool) -> Resu
                   r.node_type_id AS "node_type_id: NodeTypeId", n.name AS node_type, r.queue, r.user_name,
                   r.job_name, r.state, r.exit_code, r.started_at, r.ended_at, r.nodes, r.cores, r.memory_bytes,
                   r.gpus, r.source_format, r.source_ref, r.recorded_at, r.recorded_by,
-                  CASE WHEN $2 THEN r.raw END AS raw
+                  CASE WHEN $2 AND a.period IS NULL THEN r.raw END AS raw, a.period AS "raw_archived_in?"
              FROM job_record r
              JOIN project p ON p.id = r.project_id
              JOIN node_type n ON n.id = r.node_type_id
+             LEFT JOIN archived_record a ON a.job_record_id = r.id
             WHERE r.job_id = ANY($1)
             ORDER BY r.job_id, r.revision"#,
         &ids,

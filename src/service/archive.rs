@@ -16,7 +16,12 @@
 //!    after another (v3), so anyone can recompute it from the file without
 //!    hpc-ledger;
 //! 3. one JSON object per entry with what seals v1 and v2 leave out (its
-//!    charging rules version, its discount), and its storage segments.
+//!    charging rules version, its discount), and its storage segments;
+//! 4. (format 2, migration 0047) one JSON object per job record whose
+//!    charges the month took out of the ledger: its id, the SHA-256 and
+//!    length of its raw record's bytes, and the raw text (with the bytes in
+//!    hex when they were not UTF-8). The database keeps the digest and
+//!    empties the record's raw text (`hl_archive_records`).
 //!
 //! The file is written beside its final name, read back, and its seal
 //! recomputed and compared with the recorded one before the database
@@ -36,8 +41,10 @@ use crate::db::archive as adb;
 use crate::db::{DbError, periods};
 use crate::domain::period::Month;
 
-/// The archive format's version (the header's `hpc_ledger_archive`).
-pub const FORMAT: u32 = 1;
+/// The archive format's version (the header's `hpc_ledger_archive`): 2
+/// since the files hold their records' raw text (migration 0047); files of
+/// format 1 (without it) are read as before.
+pub const FORMAT: u32 = 2;
 
 /// How many entries are read from the database at a time.
 const BATCH: i64 = 20_000;
@@ -88,6 +95,58 @@ pub struct Header {
     pub items: u64,
     /// Of those, statements (seals v2 and v3; 0 for v1).
     pub statements: u64,
+    /// Job records whose raw text the file holds (format 2; none in 1).
+    #[serde(default)]
+    pub records: u64,
+}
+
+/// A job record's raw text in a month's file (format 2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordLine {
+    pub job_record: i64,
+    /// SHA-256 (hex) of the record's bytes: `raw_bytes` when kept, else
+    /// `raw`'s UTF-8 (`hl_record_raw_sha256`).
+    pub raw_sha256: String,
+    /// The length of those bytes.
+    pub raw_length: u64,
+    pub raw: String,
+    /// The bytes as the scheduler wrote them (hex), when they were not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_bytes: Option<String>,
+}
+
+impl RecordLine {
+    fn of(r: adb::RawText) -> RecordLine {
+        let bytes = r.raw_bytes.as_deref().unwrap_or(r.raw.as_bytes());
+        RecordLine {
+            job_record: r.id,
+            raw_sha256: hex::encode(Sha256::digest(bytes)),
+            raw_length: bytes.len() as u64,
+            raw_bytes: r.raw_bytes.as_deref().map(hex::encode),
+            raw: r.raw,
+        }
+    }
+
+    /// The digest of the bytes the line holds, or why they cannot be read.
+    fn digest(&self) -> Result<[u8; 32], String> {
+        let bytes = match &self.raw_bytes {
+            Some(h) => hex::decode(h).map_err(|e| format!("raw_bytes is not hex: {e}"))?,
+            None => self.raw.as_bytes().to_vec(),
+        };
+        let d: [u8; 32] = Sha256::digest(&bytes).into();
+        if hex::encode(d) != self.raw_sha256 || bytes.len() as u64 != self.raw_length {
+            return Err(format!(
+                "job record {}: its text has SHA-256 {} and {} bytes, the line says {} and {}",
+                self.job_record,
+                hex::encode(d),
+                bytes.len(),
+                self.raw_sha256,
+                self.raw_length
+            ));
+        }
+        Ok(d)
+    }
 }
 
 /// The file name of a month's archive.
@@ -104,6 +163,8 @@ pub struct Archived {
     pub total: Decimal,
     pub seal: String,
     pub file_sha256: String,
+    /// Job records whose raw text went into the file.
+    pub records: u64,
 }
 
 /// `archive --through`: what was archived, in order, and the problem that
@@ -252,7 +313,7 @@ async fn archive_group(
         .map(|(_, c)| hex::decode(&c.file_sha256).expect("hex of a digest"))
         .collect();
     let mut tx = pool.begin().await.map_err(DbError::from)?;
-    let archived = match adb::archive_months(&mut tx, &periods, by, &names, &digests).await {
+    let archived = match archive_in(&mut tx, &periods, by, &names, &digests, &written).await {
         Ok(a) => a,
         Err(e) => {
             drop(tx);
@@ -261,6 +322,7 @@ async fn archive_group(
         }
     };
     tx.commit().await.map_err(DbError::from)?;
+    let records: u64 = written.iter().map(|(_, c)| c.records.len() as u64).sum();
     // Whole months left the ledger and a row per charged record went into
     // archived_charge: what follows (the audit, the next archive) must not
     // be planned on the statistics of before.
@@ -272,6 +334,8 @@ async fn archive_group(
             ("storage_charge_segment", n),
             ("archived_charge", n),
             ("archived_period", archived.len() as u64),
+            ("job_record", records),
+            ("archived_record", records),
         ],
     )
     .await;
@@ -285,8 +349,31 @@ async fn archive_group(
             total: a.total,
             seal: hex::encode(&a.seal),
             file_sha256: check.file_sha256,
+            records: check.records.len() as u64,
         })
         .collect())
+}
+
+/// In the archive's transaction: the months recorded and their entries
+/// deleted (`hl_archive_months`), then each month's records' raw text
+/// emptied against the digests read back from its file
+/// (`hl_archive_records`, which refuses unless they are the text the
+/// database holds, of exactly the records whose charges left).
+async fn archive_in(
+    tx: &mut sqlx::PgConnection,
+    periods: &[NaiveDate],
+    by: &str,
+    names: &[String],
+    digests: &[Vec<u8>],
+    written: &[(PathBuf, FileCheck)],
+) -> Result<Vec<adb::ArchivedPeriod>, sqlx::Error> {
+    let archived = adb::archive_months(&mut *tx, periods, by, names, digests).await?;
+    for (period, (_, check)) in periods.iter().zip(written) {
+        let ids: Vec<i64> = check.records.iter().map(|(id, _)| *id).collect();
+        let sums: Vec<Vec<u8>> = check.records.iter().map(|(_, d)| d.to_vec()).collect();
+        adb::archive_records(&mut *tx, *period, &ids, &sums).await?;
+    }
+    Ok(archived)
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -308,6 +395,7 @@ async fn write_file(conn: &mut sqlx::PgConnection, month: Month, path: &Path) ->
         .await?
         .ok_or(ArchiveError::NotClosed(month))?;
     let statements = adb::statement_items(&mut *conn, period).await?;
+    let records = adb::raw_records_of(&mut *conn, period).await?;
     let header = Header {
         hpc_ledger_archive: FORMAT,
         month,
@@ -321,6 +409,7 @@ async fn write_file(conn: &mut sqlx::PgConnection, month: Month, path: &Path) ->
         closed_by: closed.closed_by.clone(),
         items: 1 + closed.entry_count as u64 + statements.len() as u64,
         statements: statements.len() as u64,
+        records: records.len() as u64,
     };
     let file = std::fs::File::create(path).map_err(io)?;
     let mut out = std::io::BufWriter::new(file);
@@ -359,6 +448,22 @@ async fn write_file(conn: &mut sqlx::PgConnection, month: Month, path: &Path) ->
         }
         after = last;
     }
+    for ids in records.chunks(BATCH as usize) {
+        let texts = adb::raw_texts(&mut *conn, ids).await?;
+        if texts.len() != ids.len() {
+            return Err(ArchiveError::Refused(format!(
+                "{month}: {} of {} job records found to archive their raw text",
+                texts.len(),
+                ids.len()
+            )));
+        }
+        for t in texts {
+            line(
+                &mut out,
+                &serde_json::to_string(&RecordLine::of(t)).expect("a record line serialises"),
+            )?;
+        }
+    }
     let file = out.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;
     Ok(())
@@ -379,6 +484,10 @@ pub struct FileCheck {
     pub total: Decimal,
     /// The whole file's SHA-256 (hex).
     pub file_sha256: String,
+    /// The job records whose raw text it holds, in id order, each with the
+    /// SHA-256 of its bytes (checked against the line's text).
+    #[serde(skip)]
+    pub records: Vec<(i64, [u8; 32])>,
 }
 
 impl FileCheck {
@@ -459,14 +568,17 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
     }
     let header: Header = serde_json::from_str(buf.trim_end_matches('\n'))
         .map_err(|e| bad(1, format!("not an hpc-ledger archive header: {e}")))?;
-    if header.hpc_ledger_archive != FORMAT {
+    if !(1..=FORMAT).contains(&header.hpc_ledger_archive) {
         return Err(bad(
             1,
             format!(
-                "archive format {} (this hpc-ledger reads {FORMAT})",
+                "archive format {} (this hpc-ledger reads 1 to {FORMAT})",
                 header.hpc_ledger_archive
             ),
         ));
+    }
+    if header.hpc_ledger_archive == 1 && header.records > 0 {
+        return Err(bad(1, "an archive of format 1 holds no records".into()));
     }
     // The items are the seal's header, the entries, then the statements
     // (seals v2 and v3): each is recognised by its shape below, so a header
@@ -536,12 +648,42 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
             }
         }
     }
-    // What the seal leaves out: one object per line to the end.
+    // What the seal leaves out: one object per line to the end; of them,
+    // the records' raw text (format 2), in id order, each matching its
+    // digest.
     let mut line_no = header.items + 1;
+    let mut records: Vec<(i64, [u8; 32])> = Vec::new();
     while read(&mut buf)? {
         line_no += 1;
-        serde_json::from_str::<serde_json::Value>(buf.trim_end_matches('\n'))
+        let text = buf.trim_end_matches('\n');
+        let value = serde_json::from_str::<serde_json::Value>(text)
             .map_err(|e| bad(line_no, format!("not a JSON line: {e}")))?;
+        if value.get("job_record").is_none() {
+            continue;
+        }
+        let record: RecordLine =
+            serde_json::from_value(value).map_err(|e| bad(line_no, format!("not a job record's raw text: {e}")))?;
+        let digest = record.digest().map_err(|e| bad(line_no, e))?;
+        if records.last().is_some_and(|&(last, _)| last >= record.job_record) {
+            return Err(bad(
+                line_no,
+                format!(
+                    "job record {} is out of order (records are in id order, once each)",
+                    record.job_record
+                ),
+            ));
+        }
+        records.push((record.job_record, digest));
+    }
+    if records.len() as u64 != header.records {
+        return Err(bad(
+            line_no,
+            format!(
+                "the file holds the raw text of {} job records; its header counts {}",
+                records.len(),
+                header.records
+            ),
+        ));
     }
     Ok(FileCheck {
         file: path.to_owned(),
@@ -551,6 +693,7 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
         total,
         file_sha256: hex::encode(digest.finalize()),
         header,
+        records,
     })
 }
 
@@ -585,6 +728,8 @@ pub struct ArchiveCheck {
     pub problems: Vec<String>,
     pub entries: i64,
     pub total: Decimal,
+    /// Job records whose raw text the file holds.
+    pub records: u64,
 }
 
 impl ArchiveCheck {
@@ -615,6 +760,69 @@ fn files(path: &Path) -> Result<Vec<PathBuf>, ArchiveError> {
     Ok(out)
 }
 
+/// How many differences between a file's records and the ledger's are
+/// named one by one (the rest are counted).
+const NAMED: usize = 10;
+
+/// A file's records' raw text against the digests the ledger recorded when
+/// it emptied them (`audit.archived_records`): the same records, the same
+/// digests. Both lists are in id order and are merged page by page.
+async fn record_problems(
+    conn: &mut sqlx::PgConnection,
+    month: Month,
+    in_file: &[(i64, [u8; 32])],
+) -> Result<Vec<String>, ArchiveError> {
+    let mut problems = Vec::new();
+    let mut more = 0usize;
+    let mut note = |p: String| {
+        if problems.len() < NAMED {
+            problems.push(p);
+        } else {
+            more += 1;
+        }
+    };
+    let mut file = in_file.iter().peekable();
+    let mut after = 0;
+    loop {
+        let page = adb::archived_record_digests(&mut *conn, month.first_day(), after, BATCH).await?;
+        let Some(&(last, _)) = page.last() else { break };
+        after = last;
+        for (id, digest) in page {
+            while let Some(&&(f, _)) = file.peek()
+                && f < id
+            {
+                note(format!(
+                    "it holds the raw text of job record {f}, which the ledger does not record as archived in {month}"
+                ));
+                file.next();
+            }
+            match file.peek() {
+                Some(&&(f, d)) if f == id => {
+                    if hex::encode(d) != digest {
+                        note(format!(
+                            "the raw text of job record {id} has SHA-256 {}; the ledger archived {digest}",
+                            hex::encode(d)
+                        ));
+                    }
+                    file.next();
+                }
+                _ => note(format!(
+                    "the ledger archived the raw text of job record {id} to {month}'s file, which does not hold it"
+                )),
+            }
+        }
+    }
+    for &(f, _) in file {
+        note(format!(
+            "it holds the raw text of job record {f}, which the ledger does not record as archived in {month}"
+        ));
+    }
+    if more > 0 {
+        problems.push(format!("and {more} more differences in its job records' raw text"));
+    }
+    Ok(problems)
+}
+
 /// `verify --archive PATH`: every file's seal recomputed from the file, its
 /// chain to the month before, and its month against the database (archived
 /// with this file's digest and seal; every archived month from `since` on
@@ -638,6 +846,7 @@ pub async fn verify_archive(
                     problems: vec![e.to_string()],
                     entries: 0,
                     total: Decimal::ZERO,
+                    records: 0,
                 });
                 continue;
             }
@@ -725,6 +934,7 @@ pub async fn verify_archive(
                     }
                     _ => problems.push(format!("{month} is not archived in this ledger")),
                 }
+                problems.extend(record_problems(&mut conn, month, &check.records).await?);
             }
         }
         out.push(ArchiveCheck {
@@ -733,6 +943,7 @@ pub async fn verify_archive(
             problems,
             entries: check.entries,
             total: check.total,
+            records: check.records.len() as u64,
         });
     }
     // An archived month whose file is not here (checking a directory).
@@ -752,8 +963,54 @@ pub async fn verify_archive(
                 )],
                 entries: 0,
                 total: Decimal::ZERO,
+                records: 0,
             });
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecordLine;
+    use crate::db::archive::RawText;
+
+    /// A record kept with the bytes the scheduler wrote (not UTF-8: a
+    /// Latin-1 user name) is archived with those bytes, and its digest is
+    /// theirs; a line whose text or bytes were changed no longer matches.
+    #[test]
+    fn a_record_line_carries_the_bytes_its_digest_is_of() {
+        let bytes = b"1001|owens|Jos\xe9|COMPLETED".to_vec();
+        let line = RecordLine::of(RawText {
+            id: 7,
+            raw: String::from_utf8_lossy(&bytes).into_owned(),
+            raw_bytes: Some(bytes.clone()),
+        });
+        assert_eq!(line.raw_bytes.as_deref(), Some(hex::encode(&bytes).as_str()));
+        assert_eq!(line.raw_length, bytes.len() as u64);
+        use sha2::Digest;
+        let want: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+        assert_eq!(line.digest(), Ok(want));
+        let text: RecordLine = serde_json::from_str(&serde_json::to_string(&line).unwrap()).unwrap();
+        assert_eq!(text, line);
+        let mut changed = line.clone();
+        changed.raw_bytes = Some(hex::encode(b"1001|owens|Jose|COMPLETED"));
+        assert!(
+            changed
+                .digest()
+                .unwrap_err()
+                .starts_with("job record 7: its text has SHA-256 ")
+        );
+        // Without kept bytes the digest is of the text's UTF-8.
+        let plain = RecordLine::of(RawText {
+            id: 8,
+            raw: "1002|owens|ada".into(),
+            raw_bytes: None,
+        });
+        assert_eq!(plain.raw_bytes, None);
+        assert_eq!(plain.digest(), Ok(sha2::Sha256::digest(b"1002|owens|ada").into()));
+        let mut edited = plain.clone();
+        edited.raw.push(' ');
+        assert!(edited.digest().is_err());
+    }
 }

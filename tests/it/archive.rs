@@ -678,3 +678,245 @@ async fn months_sealed_with_v1_and_v2_still_verify_and_archive() {
     let v = ok(&db.cli(&["verify"]));
     assert_eq!(v.lines().filter(|l| l.contains("seal holds")).count(), 9, "{v}");
 }
+
+/// The raw records of archived months (migration 0047): each job record
+/// whose charges left goes into its month's file with the SHA-256 of its
+/// text, the database keeps the digest and empties the text, and `verify
+/// --archive` finds a file whose text is not the one that left.
+#[tokio::test]
+async fn archived_months_take_their_records_raw_text_and_verify_it() {
+    let db = through_september().await;
+    ok(&db.cli(&["close", "--month", "2026-10", "--author", "billing"]));
+    let dir = archive_dir(&db);
+    let dir_s = dir.to_str().unwrap();
+    // The records charged through October (the sample's jobs ran then; one
+    // ended in November, which stays open), and their text.
+    let before: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT r.id, r.raw FROM job_record r
+          WHERE EXISTS (SELECT 1 FROM ledger_entry e WHERE e.job_record_id = r.id AND e.period <= '2026-10-01')
+          ORDER BY r.id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(before.len() > 3, "{before:?}");
+    assert!(before.iter().all(|(_, raw)| !raw.is_empty()));
+    let live_before: i64 = sqlx::query_scalar("SELECT count(*) FROM job_record WHERE raw <> ''")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+
+    let out = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
+    let said: u64 = out
+        .lines()
+        .map(|l| {
+            let n = l.split(" and the raw text of ").nth(1).unwrap();
+            n.split(' ').next().unwrap().parse::<u64>().unwrap()
+        })
+        .sum();
+    assert_eq!(said, before.len() as u64, "{out}");
+
+    // The database kept their digests and emptied exactly their text.
+    let emptied: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM job_record WHERE raw = '' AND raw_bytes IS NULL ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(emptied, before.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+    let live_after: i64 = sqlx::query_scalar("SELECT count(*) FROM job_record WHERE raw <> ''")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(live_after, live_before - before.len() as i64);
+    let kept: Vec<(i64, String)> =
+        sqlx::query_as("SELECT record_id, raw_sha256 FROM audit.archived_records ORDER BY record_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    // ... and the files hold that text, each line with its digest.
+    let mut in_files: Vec<(i64, String, String)> = Vec::new();
+    for name in archive_files(&dir) {
+        let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+        let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(header["hpc_ledger_archive"], 2);
+        let mut here = 0;
+        for line in text.lines().filter(|l| l.starts_with("{\"job_record\":")) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            in_files.push((
+                v["job_record"].as_i64().unwrap(),
+                v["raw"].as_str().unwrap().to_owned(),
+                v["raw_sha256"].as_str().unwrap().to_owned(),
+            ));
+            here += 1;
+        }
+        assert_eq!(header["records"].as_u64().unwrap(), here, "{name}");
+    }
+    in_files.sort();
+    assert_eq!(
+        in_files
+            .iter()
+            .map(|(id, raw, _)| (*id, raw.clone()))
+            .collect::<Vec<_>>(),
+        before
+    );
+    for ((id, raw, digest), (kept_id, kept_digest)) in in_files.iter().zip(&kept) {
+        assert_eq!((id, digest), (kept_id, kept_digest));
+        assert_eq!(*digest, hex::encode(Sha256::digest(raw.as_bytes())));
+    }
+
+    // Everything checks: the files against the ledger, the audit, and the
+    // deep audit, which says how many records it left to the files.
+    let v = ok(&db.cli(&["verify", "--archive", dir_s]));
+    assert_eq!(
+        v.lines().filter(|l| l.contains(": seal holds from ")).count(),
+        10,
+        "{v}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&db.cli(&["verify", "--archive", dir_s, "--format", "json"]))).unwrap();
+    let records: u64 = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(records, before.len() as u64);
+    let deep = db.cli(&["audit", "--deep"]);
+    assert!(deep.status.success(), "{}{}", stdout(&deep), stderr(&deep));
+    assert!(
+        stdout(&deep).contains(&format!(
+            "deep: {} job records not read again: their raw text is in the archive files",
+            before.len()
+        )),
+        "{}",
+        stdout(&deep)
+    );
+    // `job show --raw` says where the text went.
+    let (first, _) = &before[0];
+    let job: String = sqlx::query_scalar(
+        "SELECT c.name || '/' || j.scheduler_job_id FROM job_record r JOIN job j ON j.id = r.job_id
+           JOIN cluster c ON c.id = j.cluster_id WHERE r.id = $1",
+    )
+    .bind(first)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let shown = ok(&db.cli(&["job", "show", &job, "--raw"]));
+    assert!(
+        shown.contains("raw record: moved to the archive file of 2026-"),
+        "{shown}"
+    );
+
+    // A file whose record text was changed: the line's own digest catches
+    // it; changed with a digest to match, the ledger's does.
+    let name = archive_files(&dir)
+        .into_iter()
+        .find(|n| {
+            std::fs::read_to_string(dir.join(n))
+                .unwrap()
+                .contains("{\"job_record\":")
+        })
+        .unwrap();
+    let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+    let at = text.lines().position(|l| l.starts_with("{\"job_record\":")).unwrap();
+    let tampered = dir.join("tampered");
+    std::fs::create_dir_all(&tampered).unwrap();
+    let copy = tampered.join(&name);
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let mut record: serde_json::Value = serde_json::from_str(&lines[at]).unwrap();
+    let id = record["job_record"].as_i64().unwrap();
+    let changed = format!("{} ", record["raw"].as_str().unwrap());
+    record["raw"] = changed.clone().into();
+    lines[at] = record.to_string();
+    std::fs::write(&copy, lines.join("\n") + "\n").unwrap();
+    let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("job record {id}: its text has SHA-256 ")),
+        "{}",
+        stdout(&o)
+    );
+    record["raw_sha256"] = hex::encode(Sha256::digest(changed.as_bytes())).into();
+    record["raw_length"] = changed.len().into();
+    lines[at] = record.to_string();
+    std::fs::write(&copy, lines.join("\n") + "\n").unwrap();
+    let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("the raw text of job record {id} has SHA-256 ")),
+        "{}",
+        stdout(&o)
+    );
+    // A record left out (the header's count made to agree).
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines.remove(at);
+    let mut header: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    header["records"] = (header["records"].as_u64().unwrap() - 1).into();
+    lines[0] = header.to_string();
+    std::fs::write(&copy, lines.join("\n") + "\n").unwrap();
+    let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("the ledger archived the raw text of job record {id} to ")),
+        "{}",
+        stdout(&o)
+    );
+    std::fs::remove_dir_all(&tampered).unwrap();
+
+    // No other way empties a record: not an UPDATE with the archive's
+    // setting, not hl_archive_records for records whose charges are live,
+    // and not for another role than the owner.
+    let live: i64 = sqlx::query_scalar("SELECT min(id) FROM job_record WHERE raw <> ''")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let refused = sqlx::raw_sql(&format!(
+        "SELECT set_config('hl.archiving_records', 'on', true); UPDATE job_record SET raw = '' WHERE id = {live}"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    tx.rollback().await.unwrap();
+    assert!(
+        refused
+            .to_string()
+            .contains("job_record is append-only: UPDATE is refused"),
+        "{refused}"
+    );
+    let mut tx = db.pool.begin().await.unwrap();
+    let refused = sqlx::raw_sql(&format!(
+        "SELECT hl_archive_records('2026-10-01', ARRAY[{live}::bigint],
+                                   ARRAY[(SELECT hl_record_raw_sha256(raw, raw_bytes) FROM job_record WHERE id = {live})])"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    tx.rollback().await.unwrap();
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("job record {live} has no charge archived with that month")),
+        "{refused}"
+    );
+    for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
+        let mut tx = db.pool.begin().await.unwrap();
+        let refused = sqlx::raw_sql(&format!(
+            "SET LOCAL ROLE {role}; SELECT hl_archive_records('2026-10-01', ARRAY[]::bigint[], ARRAY[]::bytea[])"
+        ))
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+        tx.rollback().await.unwrap();
+        assert!(
+            refused
+                .to_string()
+                .contains("permission denied for function hl_archive_records"),
+            "{role}: {refused}"
+        );
+    }
+    // A re-sent archived job is still a replay: the recorder's memory stays.
+    let audit = db.cli(&["audit"]);
+    assert!(audit.status.success(), "{}{}", stdout(&audit), stderr(&audit));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
