@@ -325,6 +325,7 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
             return Err(e.into());
         }
         let archived = u64::try_from(done.months.iter().map(|a| a.entries).sum::<i64>())?;
+        let records: u64 = done.months.iter().map(|a| a.records).sum();
         let mut file_bytes = 0;
         for a in &done.months {
             file_bytes += std::fs::metadata(&a.file)?.len();
@@ -337,11 +338,12 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
         }
         let after = statement_time(&pool, month, &code, sizes.calls).await?;
         notes.push(format!(
-            "archiving the oldest {} months ({oldest} to {through}, {} entries) into files: {} = {} entries/s, \
-             {:.1} MB of files ({} bytes per entry); verify --archive of them: {}; one statement of {month} \
-             after it: {}",
+            "archiving the oldest {} months ({oldest} to {through}, {} entries and the raw text of {} job records) \
+             into files: {} = {} entries/s, {:.1} MB of files ({} bytes per entry); verify --archive of them: {}; \
+             one statement of {month} after it: {}",
             done.months.len(),
             grouped(archived),
+            grouped(records),
             secs(took),
             grouped(per_second(archived, took)),
             file_bytes as f64 / 1e6,

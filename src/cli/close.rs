@@ -388,6 +388,10 @@ pub struct AuditArgs {
     /// without records and charging records without charges.
     #[arg(long, conflicts_with = "month")]
     deep: bool,
+    /// With --deep: also read again the records whose raw text an archive
+    /// moved into its files (migration 0047), from the files in DIR.
+    #[arg(long, value_name = "DIR", requires = "deep")]
+    archive: Option<std::path::PathBuf>,
     /// Audit one posting month, YYYY-MM: the findings of its entries,
     /// draws and journal exports, and its seal. Findings of no month
     /// (rejected records, holds, transfers) are the whole audit's.
@@ -402,7 +406,13 @@ pub async fn run_audit(args: AuditArgs, readers: &Readers) -> anyhow::Result<Exi
     let pool = readers.open_configured().await?;
     let report = audit_of(&pool, args.month).await?;
     let deep = match args.deep {
-        true => Some(crate::service::deep::deep_audit(&pool).await?),
+        true => {
+            let mut d = crate::service::deep::deep_audit(&pool).await?;
+            if let Some(dir) = &args.archive {
+                crate::service::deep::reread_archived(&pool, dir, &mut d, crate::service::deep::DEEP_KEPT).await?;
+            }
+            Some(d)
+        }
         false => None,
     };
     match args.format {
@@ -473,12 +483,12 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
     if d.clean() {
         o.push_str(&format!(
             "deep: {} job records read again from their raw records: every one says what the ledger stores\n",
-            d.records
+            d.records + d.read_from_archive
         ));
     } else {
         o.push_str(&format!(
             "deep: {} job records read again from their raw records: {} difference(s) between a raw record and the ledger:\n",
-            d.records,
+            d.records + d.read_from_archive,
             d.differences_found
         ));
         let rows: Vec<Vec<String>> = d
@@ -510,10 +520,17 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
             "differences by field",
         ));
     }
-    if d.raw_archived > 0 {
+    if d.raw_archived > 0 && d.read_from_archive > 0 {
         o.push_str(&format!(
-            "deep: {} job records not read again: their raw text is in the archive files (`verify --archive DIR` \
-             checks it there against the digests the ledger kept)\n",
+            "deep: of them, {} job records read again from the archive files (their raw text is there, not in the \
+             ledger); {} archived records not found in those files\n",
+            d.read_from_archive,
+            d.raw_archived.saturating_sub(d.read_from_archive)
+        ));
+    } else if d.raw_archived > 0 {
+        o.push_str(&format!(
+            "deep: {} job records not read again: their raw text is in the archive files (`audit --deep --archive \
+             DIR` reads them there; `verify --archive DIR` checks the files against the digests the ledger kept)\n",
             d.raw_archived
         ));
     }

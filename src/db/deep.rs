@@ -43,9 +43,17 @@ pub struct KeptRecord {
     /// The month its charges were archived in (migration 0037): its charge
     /// is in that month's archive file.
     pub archived_in: Option<chrono::NaiveDate>,
-    /// Its raw text was moved into that month's archive file (migration
-    /// 0047): there is nothing here to read again.
-    pub raw_archived: bool,
+    /// The SHA-256 (hex) of its raw text, when that text was moved into
+    /// an archived month's file (migration 0047): `raw` is then empty, and
+    /// the text is read again from the file, if at all.
+    pub archived_sha256: Option<String>,
+}
+
+impl KeptRecord {
+    /// Its raw text is in an archive file, not here.
+    pub fn raw_archived(&self) -> bool {
+        self.archived_sha256.is_some()
+    }
 }
 
 /// The records after `after_id`, at most `limit`, in id order.
@@ -61,14 +69,38 @@ pub async fn records(conn: &mut PgConnection, after_id: i64, limit: i64) -> Resu
                   source_format AS "source_format!: SourceFormat", source_ref AS "source_ref!", raw AS "raw!", raw_bytes,
                   read_options::text AS read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
                   cores_per_node, archived_in,
-                  EXISTS (SELECT 1 FROM audit.archived_records a WHERE a.record_id = job_records.record_id)
-                      AS "raw_archived!"
+                  (SELECT a.raw_sha256 FROM audit.archived_records a WHERE a.record_id = job_records.record_id)
+                      AS archived_sha256
              FROM audit.job_records
             WHERE record_id > $1
             ORDER BY record_id
             LIMIT $2"#,
         after_id,
         limit
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// The records `ids`, as [`records`] reads them (whose raw text is in an
+/// archive file: `audit --deep --archive`).
+pub async fn records_by_id(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<KeptRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        KeptRecord,
+        r#"SELECT record_id AS "record_id!", kind AS "kind!: RecordKind", revision AS "revision!", cluster AS "cluster!",
+                  time_zone AS "time_zone!", scheduler_job_id AS "scheduler_job_id!", array_index,
+                  submitted_at, started_at AS "started_at!", ended_at AS "ended_at!",
+                  run_started_at AS "run_started_at!", run_cluster_holds AS "run_cluster_holds!",
+                  project AS "project!", queue, nodes AS "nodes!", cores AS "cores!", memory_bytes, gpus AS "gpus!",
+                  charge_fingerprint AS "charge_fingerprint!", content_fingerprint AS "content_fingerprint!",
+                  source_format AS "source_format!: SourceFormat", source_ref AS "source_ref!", raw AS "raw!", raw_bytes,
+                  read_options::text AS read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
+                  cores_per_node, archived_in,
+                  (SELECT a.raw_sha256 FROM audit.archived_records a WHERE a.record_id = job_records.record_id)
+                      AS archived_sha256
+             FROM audit.job_records
+            WHERE record_id = ANY($1)"#,
+        ids
     )
     .fetch_all(&mut *conn)
     .await

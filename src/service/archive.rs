@@ -117,7 +117,7 @@ pub struct RecordLine {
 }
 
 impl RecordLine {
-    fn of(r: adb::RawText) -> RecordLine {
+    pub(crate) fn of(r: adb::RawText) -> RecordLine {
         let bytes = r.raw_bytes.as_deref().unwrap_or(r.raw.as_bytes());
         RecordLine {
             job_record: r.id,
@@ -128,8 +128,9 @@ impl RecordLine {
         }
     }
 
-    /// The digest of the bytes the line holds, or why they cannot be read.
-    fn digest(&self) -> Result<[u8; 32], String> {
+    /// The digest of the bytes the line holds, or why they do not match
+    /// the line's own digest and length.
+    pub fn digest(&self) -> Result<[u8; 32], String> {
         let bytes = match &self.raw_bytes {
             Some(h) => hex::decode(h).map_err(|e| format!("raw_bytes is not hex: {e}"))?,
             None => self.raw.as_bytes().to_vec(),
@@ -697,6 +698,93 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
     })
 }
 
+/// The job records' raw text in an archive file, line by line (its line
+/// number and the record), without checking the rest of the file (`verify
+/// --archive` does): `audit --deep --archive` reads them again.
+pub struct RecordLines {
+    name: String,
+    reader: std::io::BufReader<std::fs::File>,
+    line_no: u64,
+    buf: String,
+}
+
+impl RecordLines {
+    pub fn open(path: &Path) -> Result<RecordLines, ArchiveError> {
+        let name = path.display().to_string();
+        let f = std::fs::File::open(path).map_err(|e| ArchiveError::File {
+            file: name.clone(),
+            reason: e.to_string(),
+        })?;
+        let mut lines = RecordLines {
+            name,
+            reader: std::io::BufReader::new(f),
+            line_no: 0,
+            buf: String::new(),
+        };
+        if !lines.next_line()? {
+            return Err(lines.bad("the file is empty".into()));
+        }
+        let header: Header = serde_json::from_str(lines.buf.trim_end_matches('\n'))
+            .map_err(|e| lines.bad(format!("not an hpc-ledger archive header: {e}")))?;
+        // The seal items: never a record.
+        for _ in 0..header.items {
+            if !lines.next_line()? {
+                return Err(lines.bad("the file ends among its seal items".into()));
+            }
+        }
+        Ok(lines)
+    }
+
+    fn next_line(&mut self) -> Result<bool, ArchiveError> {
+        self.buf.clear();
+        let n = self.reader.read_line(&mut self.buf).map_err(|e| ArchiveError::File {
+            file: self.name.clone(),
+            reason: e.to_string(),
+        })?;
+        self.line_no += 1;
+        Ok(n > 0)
+    }
+
+    fn bad(&self, reason: String) -> ArchiveError {
+        ArchiveError::File {
+            file: format!("{}:{}", self.name, self.line_no),
+            reason,
+        }
+    }
+
+    /// Where a line is: `file:line`.
+    pub fn place(&self, line_no: u64) -> String {
+        format!("{}:{line_no}", self.name)
+    }
+}
+
+impl Iterator for RecordLines {
+    type Item = Result<(u64, RecordLine), ArchiveError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_line() {
+                Err(e) => return Some(Err(e)),
+                Ok(false) => return None,
+                Ok(true) => {}
+            }
+            let text = self.buf.trim_end_matches('\n');
+            let value = match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(self.bad(format!("not a JSON line: {e}")))),
+            };
+            if value.get("job_record").is_none() {
+                continue;
+            }
+            return Some(
+                serde_json::from_value(value)
+                    .map(|r| (self.line_no, r))
+                    .map_err(|e| self.bad(format!("not a job record's raw text: {e}"))),
+            );
+        }
+    }
+}
+
 /// Whether the seal's header item names the file header's month (and, for
 /// seals v2 and v3, its previous seal, currency and closer).
 fn header_item_matches(h: &Header, item: &str) -> bool {
@@ -739,7 +827,7 @@ impl ArchiveCheck {
 }
 
 /// The archive files at `path` (a file, or a directory of them).
-fn files(path: &Path) -> Result<Vec<PathBuf>, ArchiveError> {
+pub(crate) fn files(path: &Path) -> Result<Vec<PathBuf>, ArchiveError> {
     if path.is_file() {
         return Ok(vec![path.to_owned()]);
     }

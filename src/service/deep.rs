@@ -53,9 +53,12 @@ pub struct Difference {
 pub struct DeepReport {
     /// Job records read again.
     pub records: u64,
-    /// Job records not read again because their raw text is in an archive
-    /// file (migration 0047; `verify --archive` checks it there).
+    /// Job records whose raw text is in an archive file, not in the ledger
+    /// (migration 0047; `verify --archive` checks it there).
     pub raw_archived: u64,
+    /// Of those, the ones read again from the files (`audit --deep
+    /// --archive DIR`), and compared like the others.
+    pub read_from_archive: u64,
     /// The first differences found, in record order, at most the number
     /// asked for ([`DEEP_KEPT`] by `audit --deep`).
     pub differences: Vec<Difference>,
@@ -119,23 +122,8 @@ pub async fn deep_audit_by(pool: &PgPool, keep: usize, page: i64) -> Result<Deep
     // back to the pool with the setting.
     conn.close_on_drop();
     crate::db::jit_off_for_session(&mut conn).await?;
-    // Records charged to another project than the unknown account they name,
-    // by a recorded decision (`rejected reassign`): read as the recorder reads them.
-    let kept = crate::db::rejected::reassignments(&mut conn).await?;
-    report.reassigned = kept
-        .iter()
-        .map(|a| Reassigned {
-            job: a.job_key.clone(),
-            from_account: a.from_account.clone(),
-            project: a.project.clone(),
-            by: a.author.clone(),
-            reason: a.reason.clone(),
-        })
-        .collect();
-    let reassigned: Reassignments = kept
-        .into_iter()
-        .map(|a| ((a.source_format, a.raw_sha256), (a.from_account, a.project)))
-        .collect();
+    let (listed, reassigned) = reassignments(&mut conn).await?;
+    report.reassigned = listed;
     // The next page is read while this one is compared: the server's
     // reading and hpc-ledger's parsing took about as long each, one after
     // the other.
@@ -155,7 +143,7 @@ pub async fn deep_audit_by(pool: &PgPool, keep: usize, page: i64) -> Result<Deep
     let mut rereader = Rereader::default();
     while let Some(rows) = next.recv().await {
         for r in &rows {
-            if r.raw_archived {
+            if r.raw_archived() {
                 report.raw_archived += 1;
                 continue;
             }
@@ -195,6 +183,120 @@ pub async fn deep_audit_by(pool: &PgPool, keep: usize, page: i64) -> Result<Deep
         }
     }
     Ok(report)
+}
+
+/// Records charged to another project than the unknown account they name,
+/// by a recorded decision (`rejected reassign`): as the report lists them,
+/// and as records are read through them (as the recorder reads them).
+async fn reassignments(conn: &mut sqlx::PgConnection) -> Result<(Vec<Reassigned>, Reassignments), DbError> {
+    let kept = crate::db::rejected::reassignments(&mut *conn).await?;
+    let listed = kept
+        .iter()
+        .map(|a| Reassigned {
+            job: a.job_key.clone(),
+            from_account: a.from_account.clone(),
+            project: a.project.clone(),
+            by: a.author.clone(),
+            reason: a.reason.clone(),
+        })
+        .collect();
+    let by_record = kept
+        .into_iter()
+        .map(|a| ((a.source_format, a.raw_sha256), (a.from_account, a.project)))
+        .collect();
+    Ok((listed, by_record))
+}
+
+/// `audit --deep --archive DIR`: the records whose raw text is in the
+/// archive files at `dir` (migration 0047), read again from there and
+/// compared like every other (after [`deep_audit`] has counted them). A
+/// line must hold the text whose digest the ledger kept for that record;
+/// one that does not, or that names a record the ledger did not archive,
+/// is a difference. Records whose file is not in `dir` (destroyed at the
+/// end of their retention) are not read, and not a finding.
+pub async fn reread_archived(
+    pool: &PgPool,
+    dir: &std::path::Path,
+    report: &mut DeepReport,
+    keep: usize,
+) -> Result<(), crate::service::archive::ArchiveError> {
+    use crate::service::archive::{RecordLines, files};
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    conn.close_on_drop();
+    crate::db::jit_off_for_session(&mut conn).await?;
+    let (_, reassigned) = reassignments(&mut conn).await?;
+    let mut rereader = Rereader::default();
+    for file in files(dir)? {
+        let mut lines = RecordLines::open(&file)?;
+        loop {
+            let batch = lines.by_ref().take(PAGE as usize).collect::<Result<Vec<_>, _>>()?;
+            if batch.is_empty() {
+                break;
+            }
+            let ids: Vec<i64> = batch.iter().map(|(_, r)| r.job_record).collect();
+            let mut kept: std::collections::HashMap<i64, KeptRecord> = deep::records_by_id(&mut conn, &ids)
+                .await
+                .map_err(DbError::from)?
+                .into_iter()
+                .map(|r| (r.record_id, r))
+                .collect();
+            for (line_no, line) in batch {
+                let place = lines.place(line_no);
+                let Some(mut r) = kept.remove(&line.job_record) else {
+                    report.found(
+                        Difference {
+                            record_id: Some(line.job_record),
+                            job: "?".into(),
+                            field: "record".into(),
+                            stored: "none: the ledger holds no such job record".into(),
+                            reread: format!("{place}: its raw text"),
+                        },
+                        keep,
+                    );
+                    continue;
+                };
+                let job = key(&r.cluster, &r.scheduler_job_id, r.array_index);
+                let held = match (line.digest(), &r.archived_sha256) {
+                    (Ok(d), Some(archived)) if hex::encode(d) == *archived => None,
+                    (Ok(d), Some(archived)) => Some((archived.clone(), format!("{place}: {}", hex::encode(d)))),
+                    (Err(e), Some(archived)) => Some((archived.clone(), format!("{place}: {e}"))),
+                    (_, None) => Some((
+                        "its raw text in the ledger, not archived".into(),
+                        format!("{place}: its raw text"),
+                    )),
+                };
+                if let Some((stored, reread)) = held {
+                    report.found(
+                        Difference {
+                            record_id: Some(r.record_id),
+                            job,
+                            field: "raw_sha256".into(),
+                            stored,
+                            reread,
+                        },
+                        keep,
+                    );
+                    continue;
+                }
+                r.raw = line.raw;
+                r.raw_bytes = match line.raw_bytes.as_deref().map(hex::decode) {
+                    Some(Ok(b)) => Some(b),
+                    // (A line whose bytes are not hex has no digest: above.)
+                    Some(Err(_)) | None => None,
+                };
+                report.read_from_archive += 1;
+                match compare(&mut rereader, &r, &reassigned) {
+                    Ok(found) => {
+                        for d in found {
+                            report.found(d, keep);
+                        }
+                    }
+                    Err(u) => report.unverifiable.push(u),
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn key(cluster: &str, job_id: &str, index: Option<i32>) -> String {

@@ -791,6 +791,18 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         "{}",
         stdout(&deep)
     );
+    // Read again from the files, they say what the ledger stores.
+    let deep = db.cli(&["audit", "--deep", "--archive", dir_s]);
+    assert!(deep.status.success(), "{}{}", stdout(&deep), stderr(&deep));
+    assert!(
+        stdout(&deep).contains(&format!(
+            "deep: of them, {} job records read again from the archive files (their raw text is there, not in the \
+             ledger); 0 archived records not found in those files",
+            before.len()
+        )),
+        "{}",
+        stdout(&deep)
+    );
     // `job show --raw` says where the text went.
     let (first, _) = &before[0];
     let job: String = sqlx::query_scalar(
@@ -847,6 +859,22 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         "{}",
         stdout(&o)
     );
+    // The deep audit reads that changed text and finds it is not the text
+    // that left, though the line's own digest agrees.
+    let o = db.cli(&[
+        "audit",
+        "--deep",
+        "--archive",
+        tampered.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let found = report["deep"]["differences"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["record_id"], id);
+    assert_eq!(found[0]["field"], "raw_sha256");
     // A record left out (the header's count made to agree).
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     lines.remove(at);
@@ -862,6 +890,28 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         stdout(&o)
     );
     std::fs::remove_dir_all(&tampered).unwrap();
+    // An owner who doubles an archived record's cores behind the guard:
+    // the deep audit finds it only by reading the file.
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE job_record DISABLE TRIGGER job_record_append_only;
+         UPDATE job_record SET cores = cores * 2 WHERE id = {first};
+         ALTER TABLE job_record ENABLE ALWAYS TRIGGER job_record_append_only"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let o = db.cli(&["audit", "--deep", "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(report["deep"]["differences_found"], 0, "{}", stdout(&o));
+    let o = db.cli(&["audit", "--deep", "--archive", dir_s, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let found = report["deep"]["differences"].as_array().unwrap();
+    assert!(
+        found.iter().any(|d| d["record_id"] == *first && d["field"] == "cores"),
+        "{found:?}"
+    );
+    assert!(found.iter().all(|d| d["record_id"] == *first), "{found:?}");
 
     // No other way empties a record: not an UPDATE with the archive's
     // setting, not hl_archive_records for records whose charges are live,

@@ -425,9 +425,10 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     .fetch_one(&pool)
     .await
     .unwrap();
-    let (archived_months, archived, earlier): (i64, i64, i64) = sqlx::query_as(
+    let (archived_months, archived, earlier, records): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT count(*), coalesce(sum(entry_count), 0)::bigint,
-                (SELECT count(*) FROM closed_period WHERE period < $1)
+                (SELECT count(*) FROM closed_period WHERE period < $1),
+                (SELECT count(*) FROM archived_record)
            FROM archived_period",
     )
     .bind(month.first_day())
@@ -492,6 +493,8 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
     // or fewer.
     assert_eq!(archived_months, earlier.min(12), "{archived_months} of {earlier}");
     assert!(archived > 0);
+    // The archived months' records took their raw text with them.
+    assert!(records > 0);
     // The month's storage was billed after the figures were measured.
     assert_eq!((entries - storage - late) as u64, large);
     assert!(late >= 300, "{late} entries of the third file's 300 jobs");
@@ -528,8 +531,9 @@ async fn the_scale_bench_grows_a_ledger_of_years_and_closes_its_month() {
             .unwrap()
             .starts_with(&format!("archiving the oldest {archived_months} months ("))
             && n.as_str().unwrap().contains(&format!(
-                ", {} entries) into files: ",
-                hpc_ledger::bench::grouped(archived as u64)
+                ", {} entries and the raw text of {} job records) into files: ",
+                hpc_ledger::bench::grouped(archived as u64),
+                hpc_ledger::bench::grouped(records as u64)
             ))),
         "{notes:#?}"
     );
