@@ -107,9 +107,10 @@ BEGIN
     END IF;
     IF (SELECT count(DISTINCT u.id) FROM unnest(ids) u(id)) <> want OR cardinality(ids) <> want THEN
         SELECT ac.job_record_id INTO odd FROM archived_charge ac
-         WHERE ac.period = p AND ac.job_record_id <> ALL (ids) ORDER BY ac.job_record_id LIMIT 1;
-        RAISE EXCEPTION 'archive of the records of %: % records given once each, % records'' charges archived with it (first left out: %)',
-            to_char(p, 'YYYY-MM'), (SELECT count(DISTINCT u.id) FROM unnest(ids) u(id)), want,
+         WHERE ac.period = p AND NOT EXISTS (SELECT 1 FROM unnest(ids) u(id) WHERE u.id = ac.job_record_id)
+         ORDER BY ac.job_record_id LIMIT 1;
+        RAISE EXCEPTION 'archive of the records of %: % records given (% distinct) for the % whose charges it archived (first left out: %)',
+            to_char(p, 'YYYY-MM'), cardinality(ids), (SELECT count(DISTINCT u.id) FROM unnest(ids) u(id)), want,
             coalesce(odd::text, 'none') USING ERRCODE = 'HL002';
     END IF;
     SELECT u.id INTO odd FROM unnest(ids, digests) u(id, d) JOIN job_record r ON r.id = u.id
@@ -142,7 +143,7 @@ CREATE VIEW audit.archived_records AS
 SELECT a.job_record_id AS record_id, a.period, encode(a.raw_sha256, 'hex') AS raw_sha256, a.raw_length
   FROM archived_record a;
 COMMENT ON VIEW audit.archived_records IS
-    'Job records whose raw text is in an archived month''s file, with the SHA-256 and length of that text (verify --archive compares the files with this; audit --deep does not read these records again).';
+    'Job records whose raw text is in an archived month''s file, with the SHA-256 and length of that text (verify --archive compares the files with this; audit --deep --archive reads the text again from the files).';
 
 DO $$
 BEGIN

@@ -656,14 +656,9 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
     let mut records: Vec<(i64, [u8; 32])> = Vec::new();
     while read(&mut buf)? {
         line_no += 1;
-        let text = buf.trim_end_matches('\n');
-        let value = serde_json::from_str::<serde_json::Value>(text)
-            .map_err(|e| bad(line_no, format!("not a JSON line: {e}")))?;
-        if value.get("job_record").is_none() {
+        let Some(record) = record_of(buf.trim_end_matches('\n')).map_err(|e| bad(line_no, e))? else {
             continue;
-        }
-        let record: RecordLine =
-            serde_json::from_value(value).map_err(|e| bad(line_no, format!("not a job record's raw text: {e}")))?;
+        };
         let digest = record.digest().map_err(|e| bad(line_no, e))?;
         if records.last().is_some_and(|&(last, _)| last >= record.job_record) {
             return Err(bad(
@@ -696,6 +691,18 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
         header,
         records,
     })
+}
+
+/// A line after a file's seal items: a job record's raw text, or (`None`)
+/// another of what the seal leaves out.
+fn record_of(line: &str) -> Result<Option<RecordLine>, String> {
+    let value = serde_json::from_str::<serde_json::Value>(line).map_err(|e| format!("not a JSON line: {e}"))?;
+    if value.get("job_record").is_none() {
+        return Ok(None);
+    }
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(|e| format!("not a job record's raw text: {e}"))
 }
 
 /// The job records' raw text in an archive file, line by line (its line
@@ -768,19 +775,11 @@ impl Iterator for RecordLines {
                 Ok(false) => return None,
                 Ok(true) => {}
             }
-            let text = self.buf.trim_end_matches('\n');
-            let value = match serde_json::from_str::<serde_json::Value>(text) {
-                Ok(v) => v,
-                Err(e) => return Some(Err(self.bad(format!("not a JSON line: {e}")))),
-            };
-            if value.get("job_record").is_none() {
-                continue;
+            match record_of(self.buf.trim_end_matches('\n')) {
+                Ok(None) => continue,
+                Ok(Some(r)) => return Some(Ok((self.line_no, r))),
+                Err(e) => return Some(Err(self.bad(e))),
             }
-            return Some(
-                serde_json::from_value(value)
-                    .map(|r| (self.line_no, r))
-                    .map_err(|e| self.bad(format!("not a job record's raw text: {e}"))),
-            );
         }
     }
 }

@@ -949,6 +949,31 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
             .contains(&format!("job record {live} has no charge archived with that month")),
         "{refused}"
     );
+    // ... nor for some of a month's records only.
+    let october: Vec<i64> =
+        sqlx::query_scalar("SELECT job_record_id FROM archived_charge WHERE period = '2026-10-01' ORDER BY 1")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(october.len() > 2);
+    let mut tx = db.pool.begin().await.unwrap();
+    let refused = sqlx::raw_sql(&format!(
+        "SELECT hl_archive_records('2026-10-01', ARRAY[{}::bigint], ARRAY[sha256('x')])",
+        october[1]
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    tx.rollback().await.unwrap();
+    assert!(
+        refused.to_string().contains(&format!(
+            "archive of the records of 2026-10: 1 records given (1 distinct) for the {} whose charges it archived \
+             (first left out: {})",
+            october.len(),
+            october[0]
+        )),
+        "{refused}"
+    );
     for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
         let mut tx = db.pool.begin().await.unwrap();
         let refused = sqlx::raw_sql(&format!(
