@@ -89,9 +89,12 @@ DECLARE
     odd bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(hl_period_lock_key());
-    IF NOT EXISTS (SELECT 1 FROM archived_period a WHERE a.period = p) THEN
-        RAISE EXCEPTION 'cannot archive the records of %: the month is not archived', to_char(p, 'YYYY-MM')
-            USING ERRCODE = 'HL002';
+    -- Archived by this transaction, whose file was just written with the
+    -- records' text: a month archived before (its file, of format 1, holds
+    -- none) keeps its records' text.
+    IF NOT EXISTS (SELECT 1 FROM archived_period a WHERE a.period = p AND a.archived_at = now()) THEN
+        RAISE EXCEPTION 'cannot archive the records of %: the month is not being archived in this transaction',
+            to_char(p, 'YYYY-MM') USING ERRCODE = 'HL002';
     END IF;
     IF cardinality(ids) IS DISTINCT FROM cardinality(digests) THEN
         RAISE EXCEPTION 'archive of the records of %: one digest per record', to_char(p, 'YYYY-MM')
@@ -137,6 +140,39 @@ $$;
 REVOKE EXECUTE ON FUNCTION hl_archive_records(date, bigint[], bytea[]) FROM PUBLIC;
 COMMENT ON FUNCTION hl_archive_records(date, bigint[], bytea[]) IS
     'Record the digests of an archived month''s job records and empty their raw text, which its archive file holds (the schema''s owner only).';
+
+-- A rejection resolved by a record (0017, 0024) is proved by the record's
+-- bytes: the same digest as the rejected line. Once an archive moved the
+-- record's text into a file, the digest recorded then stands for it.
+CREATE OR REPLACE FUNCTION hl_resolution_check(rejection_id bigint, source_format text, raw_sha256 bytea, job_key text,
+                                               resolution text, record_id bigint, resolved_by text, note text)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT CASE
+        WHEN resolution IS NULL THEN NULL
+        WHEN record_id IS NULL AND resolved_by IS NULL
+             AND EXISTS (SELECT 1 FROM rejected_record_unverified u WHERE u.id = rejection_id) THEN NULL
+        WHEN resolution IN ('recorded', 'revised', 'superseded') THEN coalesce((
+            SELECT r.source_format = hl_resolution_check.source_format
+                   AND coalesce(a.raw_sha256, hl_record_raw_sha256(r.raw, r.raw_bytes)) = hl_resolution_check.raw_sha256
+              FROM job_record r LEFT JOIN archived_record a ON a.job_record_id = r.id
+             WHERE r.id = record_id), false)
+        WHEN resolution = 'replayed' THEN coalesce((
+            SELECT job_key IS NULL OR lower(job_key) = lower(hl_record_job_key(r.id))
+              FROM job_record r WHERE r.id = record_id), false)
+        WHEN resolution = 'recorded_elsewhere' THEN coalesce((
+            SELECT job_key IS NOT NULL AND lower(job_key) = lower(hl_record_job_key(r.id))
+                   AND NOT EXISTS (SELECT 1 FROM rejected_record x WHERE x.id = rejection_id AND x.kind = 'conflict')
+                   AND NOT (r.source_format = hl_resolution_check.source_format
+                            AND coalesce(a.raw_sha256, hl_record_raw_sha256(r.raw, r.raw_bytes))
+                                = hl_resolution_check.raw_sha256)
+              FROM job_record r LEFT JOIN archived_record a ON a.job_record_id = r.id
+             WHERE r.id = record_id), false)
+        WHEN resolution = 'skipped' THEN resolved_by IS NOT NULL
+        WHEN resolution = 'dismissed' THEN resolved_by IS NOT NULL AND length(btrim(coalesce(note, ''))) > 0
+        ELSE false
+    END
+$$;
 
 -- What the auditor reads of it.
 CREATE VIEW audit.archived_records AS

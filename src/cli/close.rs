@@ -520,12 +520,14 @@ pub fn render_deep(d: &crate::service::deep::DeepReport) -> String {
             "differences by field",
         ));
     }
-    if d.raw_archived > 0 && d.read_from_archive > 0 {
+    if d.archive_read {
         o.push_str(&format!(
             "deep: of them, {} job records read again from the archive files (their raw text is there, not in the \
-             ledger); {} archived records not found in those files\n",
+             ledger); {} of the {} archived records not read from them (not in those files, or a line that is not \
+             the text the ledger archived: a difference above)\n",
             d.read_from_archive,
-            d.raw_archived.saturating_sub(d.read_from_archive)
+            d.raw_archived.saturating_sub(d.read_from_archive),
+            d.raw_archived
         ));
     } else if d.raw_archived > 0 {
         o.push_str(&format!(

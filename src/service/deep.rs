@@ -59,6 +59,8 @@ pub struct DeepReport {
     /// Of those, the ones read again from the files (`audit --deep
     /// --archive DIR`), and compared like the others.
     pub read_from_archive: u64,
+    /// Archive files were read (`--archive`), even if they held none.
+    pub archive_read: bool,
     /// The first differences found, in record order, at most the number
     /// asked for ([`DEEP_KEPT`] by `audit --deep`).
     pub differences: Vec<Difference>,
@@ -226,6 +228,9 @@ pub async fn reread_archived(
     crate::db::jit_off_for_session(&mut conn).await?;
     let (_, reassigned) = reassignments(&mut conn).await?;
     let mut rereader = Rereader::default();
+    report.archive_read = true;
+    // Each record's text is in one file, once.
+    let mut seen = std::collections::HashSet::new();
     for file in files(dir)? {
         let mut lines = RecordLines::open(&file)?;
         loop {
@@ -242,6 +247,19 @@ pub async fn reread_archived(
                 .collect();
             for (line_no, line) in batch {
                 let place = lines.place(line_no);
+                if !seen.insert(line.job_record) {
+                    report.found(
+                        Difference {
+                            record_id: Some(line.job_record),
+                            job: "?".into(),
+                            field: "record".into(),
+                            stored: "its raw text in one archive file, once".into(),
+                            reread: format!("{place}: its raw text again"),
+                        },
+                        keep,
+                    );
+                    continue;
+                }
                 let Some(mut r) = kept.remove(&line.job_record) else {
                     report.found(
                         Difference {

@@ -686,9 +686,39 @@ async fn months_sealed_with_v1_and_v2_still_verify_and_archive() {
 #[tokio::test]
 async fn archived_months_take_their_records_raw_text_and_verify_it() {
     let db = through_september().await;
-    ok(&db.cli(&["close", "--month", "2026-10", "--author", "billing"]));
     let dir = archive_dir(&db);
     let dir_s = dir.to_str().unwrap();
+    // A rejected line recorded by a decision: its resolution is proved by
+    // the record's bytes, which the archive takes away (the audit must
+    // still find it holds).
+    std::fs::create_dir_all(&dir).unwrap();
+    let typo = dir.join("typo.jsonl");
+    std::fs::write(
+        &typo,
+        r#"{"cluster":"owens","job_id":"8801","project":"PAS1243","queue":"batch","cores":2,"start":"2026-10-07T10:00:00-04:00","end":"2026-10-07T13:00:00-04:00"}"#.to_owned() + "\n",
+    )
+    .unwrap();
+    assert_eq!(
+        db.cli(&["import", "--format", "jsonl", typo.to_str().unwrap()])
+            .status
+            .code(),
+        Some(4)
+    );
+    std::fs::remove_file(&typo).unwrap();
+    let rejection: i64 = sqlx::query_scalar("SELECT id FROM rejected_record WHERE kind = 'unknown_project'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    ok(&db.cli(&[
+        "rejected",
+        "reassign",
+        &rejection.to_string(),
+        "--project",
+        "PAS1234",
+        "--reason",
+        "account mistyped as PAS1243",
+    ]));
+    ok(&db.cli(&["close", "--month", "2026-10", "--author", "billing"]));
     // The records charged through October (the sample's jobs ran then; one
     // ended in November, which stays open), and their text.
     let before: Vec<(i64, String)> = sqlx::query_as(
@@ -705,6 +735,52 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
+
+    // In the transaction that archives the months, hl_archive_records
+    // empties exactly the records whose charges left, no others and not
+    // some of them (each refused and rolled back).
+    let october: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT job_record_id FROM ledger_entry WHERE period = '2026-10-01' AND job_record_id IS NOT NULL
+          ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(october.len() > 2);
+    let november: i64 = sqlx::query_scalar(
+        "SELECT min(job_record_id) FROM ledger_entry WHERE period = '2026-11-01' AND job_record_id IS NOT NULL",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let archive_by_hand = "SELECT count(*) FROM hl_archive_months(
+        (SELECT array_agg(d::date ORDER BY d) FROM generate_series('2026-01-01'::date, '2026-10-01', '1 month') d),
+        'x', array_fill('f'::text, ARRAY[10]), array_fill(sha256('x'), ARRAY[10]));";
+    for (ids, refusal) in [
+        (
+            format!("ARRAY[{november}::bigint]"),
+            format!("job record {november} has no charge archived with that month"),
+        ),
+        (
+            format!("ARRAY[{}::bigint]", october[1]),
+            format!(
+                "archive of the records of 2026-10: 1 records given (1 distinct) for the {} whose charges it \
+                 archived (first left out: {})",
+                october.len(),
+                october[0]
+            ),
+        ),
+    ] {
+        let mut tx = db.pool.begin().await.unwrap();
+        let refused = sqlx::raw_sql(&format!(
+            "{archive_by_hand} SELECT hl_archive_records('2026-10-01', {ids}, ARRAY[sha256('x')])"
+        ))
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+        tx.rollback().await.unwrap();
+        assert!(refused.to_string().contains(&refusal), "{refused}");
+    }
 
     let out = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
     let said: u64 = out
@@ -764,6 +840,13 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         assert_eq!(*digest, hex::encode(Sha256::digest(raw.as_bytes())));
     }
 
+    // The rejection's resolution still holds, by the digest kept.
+    let holds: bool = sqlx::query_scalar("SELECT resolution_holds FROM audit.rejections WHERE id = $1")
+        .bind(rejection)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(holds);
     // Everything checks: the files against the ledger, the audit, and the
     // deep audit, which says how many records it left to the files.
     let v = ok(&db.cli(&["verify", "--archive", dir_s]));
@@ -797,7 +880,8 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     assert!(
         stdout(&deep).contains(&format!(
             "deep: of them, {} job records read again from the archive files (their raw text is there, not in the \
-             ledger); 0 archived records not found in those files",
+             ledger); 0 of the {} archived records not read from them",
+            before.len(),
             before.len()
         )),
         "{}",
@@ -914,8 +998,8 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     assert!(found.iter().all(|d| d["record_id"] == *first), "{found:?}");
 
     // No other way empties a record: not an UPDATE with the archive's
-    // setting, not hl_archive_records for records whose charges are live,
-    // and not for another role than the owner.
+    // setting, not hl_archive_records outside an archive, and not for
+    // another role than the owner.
     let live: i64 = sqlx::query_scalar("SELECT min(id) FROM job_record WHERE raw <> ''")
         .fetch_one(&db.pool)
         .await
@@ -934,10 +1018,11 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
             .contains("job_record is append-only: UPDATE is refused"),
         "{refused}"
     );
+    // ... not for a month archived in an earlier transaction (its file
+    // was written then).
     let mut tx = db.pool.begin().await.unwrap();
     let refused = sqlx::raw_sql(&format!(
-        "SELECT hl_archive_records('2026-10-01', ARRAY[{live}::bigint],
-                                   ARRAY[(SELECT hl_record_raw_sha256(raw, raw_bytes) FROM job_record WHERE id = {live})])"
+        "SELECT hl_archive_records('2026-10-01', ARRAY[{live}::bigint], ARRAY[sha256('x')])"
     ))
     .execute(&mut *tx)
     .await
@@ -946,32 +1031,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     assert!(
         refused
             .to_string()
-            .contains(&format!("job record {live} has no charge archived with that month")),
-        "{refused}"
-    );
-    // ... nor for some of a month's records only.
-    let october: Vec<i64> =
-        sqlx::query_scalar("SELECT job_record_id FROM archived_charge WHERE period = '2026-10-01' ORDER BY 1")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
-    assert!(october.len() > 2);
-    let mut tx = db.pool.begin().await.unwrap();
-    let refused = sqlx::raw_sql(&format!(
-        "SELECT hl_archive_records('2026-10-01', ARRAY[{}::bigint], ARRAY[sha256('x')])",
-        october[1]
-    ))
-    .execute(&mut *tx)
-    .await
-    .unwrap_err();
-    tx.rollback().await.unwrap();
-    assert!(
-        refused.to_string().contains(&format!(
-            "archive of the records of 2026-10: 1 records given (1 distinct) for the {} whose charges it archived \
-             (first left out: {})",
-            october.len(),
-            october[0]
-        )),
+            .contains("cannot archive the records of 2026-10: the month is not being archived in this transaction"),
         "{refused}"
     );
     for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
