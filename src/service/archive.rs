@@ -709,6 +709,8 @@ fn record_of(line: &str) -> Result<Option<RecordLine>, String> {
 /// number and the record), without checking the rest of the file (`verify
 /// --archive` does): `audit --deep --archive` reads them again.
 pub struct RecordLines {
+    /// The month the file's header names (read by `open`).
+    month: Option<Month>,
     name: String,
     reader: std::io::BufReader<std::fs::File>,
     line_no: u64,
@@ -723,6 +725,7 @@ impl RecordLines {
             reason: e.to_string(),
         })?;
         let mut lines = RecordLines {
+            month: None,
             name,
             reader: std::io::BufReader::new(f),
             line_no: 0,
@@ -733,6 +736,7 @@ impl RecordLines {
         }
         let header: Header = serde_json::from_str(lines.buf.trim_end_matches('\n'))
             .map_err(|e| lines.bad(format!("not an hpc-ledger archive header: {e}")))?;
+        lines.month = Some(header.month);
         // The seal items: never a record.
         for _ in 0..header.items {
             if !lines.next_line()? {
@@ -757,6 +761,11 @@ impl RecordLines {
             file: format!("{}:{}", self.name, self.line_no),
             reason,
         }
+    }
+
+    /// The month the file's header names.
+    pub fn month(&self) -> Month {
+        self.month.expect("read by open")
     }
 
     /// Where a line is: `file:line`.

@@ -229,10 +229,26 @@ pub async fn reread_archived(
     let (_, reassigned) = reassignments(&mut conn).await?;
     let mut rereader = Rereader::default();
     report.archive_read = true;
-    // Each record's text is in one file, once.
-    let mut seen = std::collections::HashSet::new();
+    // Each month's records are in its one file, in id order, once each.
+    let mut months: Vec<(crate::domain::period::Month, std::path::PathBuf)> = Vec::new();
     for file in files(dir)? {
         let mut lines = RecordLines::open(&file)?;
+        let month = lines.month();
+        if let Some((_, first)) = months.iter().find(|(m, _)| *m == month) {
+            report.found(
+                Difference {
+                    record_id: None,
+                    job: String::new(),
+                    field: "archive file".into(),
+                    stored: format!("one file of {month} ({})", first.display()),
+                    reread: format!("a second: {} (not read)", file.display()),
+                },
+                keep,
+            );
+            continue;
+        }
+        months.push((month, file.clone()));
+        let mut last = 0;
         loop {
             let batch = lines.by_ref().take(PAGE as usize).collect::<Result<Vec<_>, _>>()?;
             if batch.is_empty() {
@@ -247,19 +263,20 @@ pub async fn reread_archived(
                 .collect();
             for (line_no, line) in batch {
                 let place = lines.place(line_no);
-                if !seen.insert(line.job_record) {
+                if line.job_record <= last {
                     report.found(
                         Difference {
                             record_id: Some(line.job_record),
                             job: "?".into(),
                             field: "record".into(),
-                            stored: "its raw text in one archive file, once".into(),
-                            reread: format!("{place}: its raw text again"),
+                            stored: "the file's records in id order, once each".into(),
+                            reread: format!("{place}: job record {} after {last}", line.job_record),
                         },
                         keep,
                     );
                     continue;
                 }
+                last = line.job_record;
                 let Some(mut r) = kept.remove(&line.job_record) else {
                     report.found(
                         Difference {

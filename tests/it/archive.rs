@@ -973,6 +973,25 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         "{}",
         stdout(&o)
     );
+    // Two files of one month (a copy under another name): the second is
+    // named and not read, so no record is read twice.
+    std::fs::write(&copy, &text).unwrap();
+    std::fs::write(tampered.join("hpc-ledger-archive-copy.jsonl"), &text).unwrap();
+    let o = db.cli(&[
+        "audit",
+        "--deep",
+        "--archive",
+        tampered.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let found = report["deep"]["differences"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["field"], "archive file");
+    let in_copy = text.lines().filter(|l| l.starts_with("{\"job_record\":")).count();
+    assert_eq!(report["deep"]["read_from_archive"], in_copy);
     std::fs::remove_dir_all(&tampered).unwrap();
     // An owner who doubles an archived record's cores behind the guard:
     // the deep audit finds it only by reading the file.
