@@ -49,6 +49,15 @@ async fn reverse_first_storage(db: &TestDb, month: &str, extra: &[&str]) -> i64 
     entry
 }
 
+/// What the database answers `sql` with, run in a transaction that is
+/// rolled back (it must be refused).
+async fn refusal(pool: &PgPool, sql: &str) -> String {
+    let mut tx = pool.begin().await.unwrap();
+    let refused = sqlx::raw_sql(sql).execute(&mut *tx).await.unwrap_err();
+    tx.rollback().await.unwrap();
+    refused.to_string()
+}
+
 async fn entries_through(pool: &PgPool, month: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM ledger_entry WHERE period <= $1")
         .bind(m(month).first_day())
@@ -307,18 +316,13 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
 
     // Nobody deletes an entry outside an archive, not even the owner with
     // the archive's setting.
-    let mut tx = db.pool.begin().await.unwrap();
-    let refused = sqlx::raw_sql(
+    let refused = refusal(
+        &db.pool,
         "SELECT set_config('hl.archiving', '2026-10', true); DELETE FROM ledger_entry WHERE period = '2026-10-01'",
     )
-    .execute(&mut *tx)
-    .await
-    .unwrap_err();
-    tx.rollback().await.unwrap();
+    .await;
     assert!(
-        refused
-            .to_string()
-            .contains("ledger_entry is append-only: DELETE is refused"),
+        refused.contains("ledger_entry is append-only: DELETE is refused"),
         "{refused}"
     );
 
@@ -386,18 +390,11 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     );
     // The owner's role alone archives: not billing, not the recorder.
     for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
-        let mut tx = db.pool.begin().await.unwrap();
-        let refused = sqlx::raw_sql(&format!(
+        let refused = refusal(&db.pool, &format!(
             "SET LOCAL ROLE {role}; SELECT hl_archive_months(ARRAY['2026-11-01'::date], 'x', ARRAY['f'], ARRAY['\\x00'::bytea])"
-        ))
-        .execute(&mut *tx)
-        .await
-        .unwrap_err();
-        tx.rollback().await.unwrap();
+        )).await;
         assert!(
-            refused
-                .to_string()
-                .contains("permission denied for function hl_archive_months"),
+            refused.contains("permission denied for function hl_archive_months"),
             "{role}: {refused}"
         );
     }
@@ -471,22 +468,17 @@ async fn a_correction_into_an_earlier_month_ties_it_to_the_later_one() {
     drop(holder);
     // The owner recording a month as archived by hand, with the archive's
     // setting, still cannot delete its entries: only hl_archive_months does.
-    let mut tx = db.pool.begin().await.unwrap();
-    let refused = sqlx::raw_sql(
+    let refused = refusal(
+        &db.pool,
         "INSERT INTO archived_period (period, archived_by, file_name, file_sha256, seal, entry_count, total)
          SELECT period, 'owner', 'none', sha256(''), seal, entry_count, total FROM closed_period
           WHERE period = '2026-09-01';
          SELECT set_config('hl.archiving', '2026-09', true);
          DELETE FROM ledger_entry WHERE period = '2026-09-01'",
     )
-    .execute(&mut *tx)
-    .await
-    .unwrap_err();
-    tx.rollback().await.unwrap();
+    .await;
     assert!(
-        refused
-            .to_string()
-            .contains("ledger_entry is append-only: DELETE is refused outside hl_archive_months()"),
+        refused.contains("ledger_entry is append-only: DELETE is refused outside hl_archive_months()"),
         "{refused}"
     );
     // Nor does recording a month as archived by hand hide an edit of its
@@ -756,7 +748,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     let archive_by_hand = "SELECT count(*) FROM hl_archive_months(
         (SELECT array_agg(d::date ORDER BY d) FROM generate_series('2026-01-01'::date, '2026-10-01', '1 month') d),
         'x', array_fill('f'::text, ARRAY[10]), array_fill(sha256('x'), ARRAY[10]));";
-    for (ids, refusal) in [
+    for (ids, expected) in [
         (
             format!("ARRAY[{november}::bigint]"),
             format!("job record {november} has no charge archived with that month"),
@@ -771,15 +763,12 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
             ),
         ),
     ] {
-        let mut tx = db.pool.begin().await.unwrap();
-        let refused = sqlx::raw_sql(&format!(
-            "{archive_by_hand} SELECT hl_archive_records('2026-10-01', {ids}, ARRAY[sha256('x')])"
-        ))
-        .execute(&mut *tx)
-        .await
-        .unwrap_err();
-        tx.rollback().await.unwrap();
-        assert!(refused.to_string().contains(&refusal), "{refused}");
+        let refused = refusal(
+            &db.pool,
+            &format!("{archive_by_hand} SELECT hl_archive_records('2026-10-01', {ids}, ARRAY[sha256('x')])"),
+        )
+        .await;
+        assert!(refused.contains(&expected), "{refused}");
     }
 
     let out = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
@@ -1023,49 +1012,38 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    let mut tx = db.pool.begin().await.unwrap();
-    let refused = sqlx::raw_sql(&format!(
-        "SELECT set_config('hl.archiving_records', 'on', true); UPDATE job_record SET raw = '' WHERE id = {live}"
-    ))
-    .execute(&mut *tx)
-    .await
-    .unwrap_err();
-    tx.rollback().await.unwrap();
+    let refused = refusal(
+        &db.pool,
+        &format!(
+            "SELECT set_config('hl.archiving_records', 'on', true); UPDATE job_record SET raw = '' WHERE id = {live}"
+        ),
+    )
+    .await;
     assert!(
-        refused
-            .to_string()
-            .contains("job_record is append-only: UPDATE is refused"),
+        refused.contains("job_record is append-only: UPDATE is refused"),
         "{refused}"
     );
     // ... not for a month archived in an earlier transaction (its file
     // was written then).
-    let mut tx = db.pool.begin().await.unwrap();
-    let refused = sqlx::raw_sql(&format!(
-        "SELECT hl_archive_records('2026-10-01', ARRAY[{live}::bigint], ARRAY[sha256('x')])"
-    ))
-    .execute(&mut *tx)
-    .await
-    .unwrap_err();
-    tx.rollback().await.unwrap();
+    let refused = refusal(
+        &db.pool,
+        &format!("SELECT hl_archive_records('2026-10-01', ARRAY[{live}::bigint], ARRAY[sha256('x')])"),
+    )
+    .await;
     assert!(
-        refused
-            .to_string()
-            .contains("cannot archive the records of 2026-10: the month is not being archived in this transaction"),
+        refused.contains("cannot archive the records of 2026-10: the month is not being archived in this transaction"),
         "{refused}"
     );
     for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
-        let mut tx = db.pool.begin().await.unwrap();
-        let refused = sqlx::raw_sql(&format!(
-            "SET LOCAL ROLE {role}; SELECT hl_archive_records('2026-10-01', ARRAY[]::bigint[], ARRAY[]::bytea[])"
-        ))
-        .execute(&mut *tx)
-        .await
-        .unwrap_err();
-        tx.rollback().await.unwrap();
+        let refused = refusal(
+            &db.pool,
+            &format!(
+                "SET LOCAL ROLE {role}; SELECT hl_archive_records('2026-10-01', ARRAY[]::bigint[], ARRAY[]::bytea[])"
+            ),
+        )
+        .await;
         assert!(
-            refused
-                .to_string()
-                .contains("permission denied for function hl_archive_records"),
+            refused.contains("permission denied for function hl_archive_records"),
             "{role}: {refused}"
         );
     }
