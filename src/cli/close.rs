@@ -404,6 +404,11 @@ pub struct AuditArgs {
 
 pub async fn run_audit(args: AuditArgs, readers: &Readers) -> anyhow::Result<ExitCode> {
     let pool = readers.open_configured().await?;
+    if let (true, Some(dir)) = (args.deep, &args.archive) {
+        // A directory that cannot be listed stops it before the long
+        // passes; a file in it that cannot be read is a finding.
+        crate::service::archive::files(dir)?;
+    }
     let report = audit_of(&pool, args.month).await?;
     let deep = match args.deep {
         true => {

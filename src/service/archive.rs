@@ -715,6 +715,10 @@ pub struct RecordLines {
     reader: std::io::BufReader<std::fs::File>,
     line_no: u64,
     buf: String,
+    /// Of every byte read so far: the file's SHA-256 once it is read to
+    /// its end ([`RecordLines::file_sha256`]).
+    digest: Sha256,
+    ended: bool,
 }
 
 impl RecordLines {
@@ -730,6 +734,8 @@ impl RecordLines {
             reader: std::io::BufReader::new(f),
             line_no: 0,
             buf: String::new(),
+            digest: Sha256::new(),
+            ended: false,
         };
         if !lines.next_line()? {
             return Err(lines.bad("the file is empty".into()));
@@ -753,7 +759,15 @@ impl RecordLines {
             reason: e.to_string(),
         })?;
         self.line_no += 1;
+        self.digest.update(self.buf.as_bytes());
+        self.ended = n == 0;
         Ok(n > 0)
+    }
+
+    /// The whole file's SHA-256 in hex, once every line has been read
+    /// (the iterator ended); `None` before.
+    pub fn file_sha256(&self) -> Option<String> {
+        self.ended.then(|| hex::encode(self.digest.clone().finalize()))
     }
 
     fn bad(&self, reason: String) -> ArchiveError {

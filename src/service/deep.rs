@@ -216,23 +216,80 @@ async fn reassignments(conn: &mut sqlx::PgConnection) -> Result<(Vec<Reassigned>
 /// one that does not, or that names a record the ledger did not archive,
 /// is a difference. Records whose file is not in `dir` (destroyed at the
 /// end of their retention) are not read, and not a finding.
+///
+/// A file that cannot be read as an archive (from its header, or from a
+/// line on) is a difference too, naming the file, the line and why, and
+/// the files after it are read: what the live pass and the other files
+/// found is still reported. Only the directory itself, or the database,
+/// failing stops it.
 pub async fn reread_archived(
     pool: &PgPool,
     dir: &std::path::Path,
     report: &mut DeepReport,
     keep: usize,
 ) -> Result<(), crate::service::archive::ArchiveError> {
-    use crate::service::archive::{RecordLines, files};
+    use crate::service::archive::{ArchiveError, files};
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     conn.close_on_drop();
     crate::db::jit_off_for_session(&mut conn).await?;
     let (_, reassigned) = reassignments(&mut conn).await?;
-    let mut rereader = Rereader::default();
+    // What the ledger recorded of each archived month's file (the auditor's
+    // view of it): a line's `raw` beside its `raw_bytes` is bound by that.
+    let recorded = crate::db::archive::month_records(&mut conn)
+        .await
+        .map_err(DbError::from)?
+        .into_iter()
+        .filter_map(|m| Some((m.period, (m.archived_to?, m.file_sha256?))))
+        .collect();
+    let mut file = ArchivedFile {
+        rereader: Rereader::default(),
+        reassigned,
+        recorded,
+        keep,
+    };
     report.archive_read = true;
     // Each month's records are in its one file, in id order, once each.
     let mut months: Vec<(crate::domain::period::Month, std::path::PathBuf)> = Vec::new();
-    for file in files(dir)? {
-        let mut lines = RecordLines::open(&file)?;
+    for path in files(dir)? {
+        match file.reread(&mut conn, &path, &mut months, report).await {
+            Ok(()) => {}
+            Err(ArchiveError::File { file: place, reason }) => report.found(
+                Difference {
+                    record_id: None,
+                    job: String::new(),
+                    field: "archive file".into(),
+                    stored: "a file of hpc-ledger archive lines".into(),
+                    reread: format!("{place}: {reason} (the rest of {} not read)", path.display()),
+                },
+                keep,
+            ),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// What reading archive files again needs across files.
+struct ArchivedFile {
+    rereader: Rereader,
+    reassigned: Reassignments,
+    /// Each archived month's file name and SHA-256, as recorded.
+    recorded: std::collections::HashMap<chrono::NaiveDate, (String, String)>,
+    keep: usize,
+}
+
+impl ArchivedFile {
+    /// One archive file's record lines, read again and compared; a month
+    /// whose file was read already (in `months`) is named, not read.
+    async fn reread(
+        &mut self,
+        conn: &mut sqlx::PgConnection,
+        path: &std::path::Path,
+        months: &mut Vec<(crate::domain::period::Month, std::path::PathBuf)>,
+        report: &mut DeepReport,
+    ) -> Result<(), crate::service::archive::ArchiveError> {
+        let keep = self.keep;
+        let mut lines = crate::service::archive::RecordLines::open(path)?;
         let month = lines.month();
         if let Some((_, first)) = months.iter().find(|(m, _)| *m == month) {
             report.found(
@@ -241,21 +298,33 @@ pub async fn reread_archived(
                     job: String::new(),
                     field: "archive file".into(),
                     stored: format!("one file of {month} ({})", first.display()),
-                    reread: format!("a second: {} (not read)", file.display()),
+                    reread: format!("a second: {} (not read)", path.display()),
                 },
                 keep,
             );
-            continue;
+            return Ok(());
         }
-        months.push((month, file.clone()));
+        months.push((month, path.to_owned()));
         let mut last = 0;
-        loop {
-            let batch = lines.by_ref().take(PAGE as usize).collect::<Result<Vec<_>, _>>()?;
+        // A line that cannot be read ends the file, after the lines before
+        // it are compared.
+        let mut broken = None;
+        while broken.is_none() {
+            let mut batch = Vec::new();
+            for line in lines.by_ref().take(PAGE as usize) {
+                match line {
+                    Ok(line) => batch.push(line),
+                    Err(e) => {
+                        broken = Some(e);
+                        break;
+                    }
+                }
+            }
             if batch.is_empty() {
                 break;
             }
             let ids: Vec<i64> = batch.iter().map(|(_, r)| r.job_record).collect();
-            let mut kept: std::collections::HashMap<i64, KeptRecord> = deep::records_by_id(&mut conn, &ids)
+            let mut kept: std::collections::HashMap<i64, KeptRecord> = deep::records_by_id(conn, &ids)
                 .await
                 .map_err(DbError::from)?
                 .into_iter()
@@ -320,7 +389,7 @@ pub async fn reread_archived(
                     Some(Err(_)) | None => None,
                 };
                 report.read_from_archive += 1;
-                match compare(&mut rereader, &r, &reassigned) {
+                match compare(&mut self.rereader, &r, &self.reassigned) {
                     Ok(found) => {
                         for d in found {
                             report.found(d, keep);
@@ -330,8 +399,30 @@ pub async fn reread_archived(
                 }
             }
         }
+        if let Some(e) = broken {
+            return Err(e);
+        }
+        // Read to its end: the whole file against the digest recorded when
+        // its month was archived (it covers what the lines' own digests do
+        // not: a line's `raw` beside its `raw_bytes`, the entries).
+        let read = lines.file_sha256().expect("read to its end");
+        let stored = match self.recorded.get(&month.first_day()) {
+            Some((_, digest)) if *digest == read => return Ok(()),
+            Some((name, digest)) => format!("{month} archived to {name} with SHA-256 {digest}"),
+            None => format!("{month} not recorded as archived"),
+        };
+        report.found(
+            Difference {
+                record_id: None,
+                job: String::new(),
+                field: "archive file".into(),
+                stored,
+                reread: format!("{}: SHA-256 {read}", path.display()),
+            },
+            keep,
+        );
+        Ok(())
     }
-    Ok(())
 }
 
 fn key(cluster: &str, job_id: &str, index: Option<i32>) -> String {

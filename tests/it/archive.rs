@@ -697,6 +697,15 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         Some(4)
     );
     std::fs::remove_file(&typo).unwrap();
+    // A record whose bytes were not UTF-8 (its job name in Latin-1): its
+    // line in the file carries the bytes beside the text read from them.
+    let latin1 = dir.join("latin1.jsonl");
+    let mut line =
+        br#"{"cluster":"owens","job_id":"8802","project":"PAS1234","queue":"batch","cores":2,"job_name":"caf"#.to_vec();
+    line.extend_from_slice(b"\xe9\",\"start\":\"2026-10-08T10:00:00-04:00\",\"end\":\"2026-10-08T12:00:00-04:00\"}\n");
+    std::fs::write(&latin1, line).unwrap();
+    ok(&db.cli(&["import", "--format", "jsonl", latin1.to_str().unwrap()]));
+    std::fs::remove_file(&latin1).unwrap();
     let rejection: i64 = sqlx::query_scalar("SELECT id FROM rejected_record WHERE kind = 'unknown_project'")
         .fetch_one(&db.pool)
         .await
@@ -799,7 +808,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
             .await
             .unwrap();
     // ... and the files hold that text, each line with its digest.
-    let mut in_files: Vec<(i64, String, String)> = Vec::new();
+    let mut in_files: Vec<(i64, String, String, Vec<u8>)> = Vec::new();
     for name in archive_files(&dir) {
         let text = std::fs::read_to_string(dir.join(&name)).unwrap();
         let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
@@ -807,10 +816,16 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         let mut here = 0;
         for line in text.lines().filter(|l| l.starts_with("{\"job_record\":")) {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            // The digest is of the scheduler's bytes when they are there.
+            let of = match v["raw_bytes"].as_str() {
+                Some(b) => hex::decode(b).unwrap(),
+                None => v["raw"].as_str().unwrap().as_bytes().to_vec(),
+            };
             in_files.push((
                 v["job_record"].as_i64().unwrap(),
                 v["raw"].as_str().unwrap().to_owned(),
                 v["raw_sha256"].as_str().unwrap().to_owned(),
+                of,
             ));
             here += 1;
         }
@@ -820,13 +835,17 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     assert_eq!(
         in_files
             .iter()
-            .map(|(id, raw, _)| (*id, raw.clone()))
+            .map(|(id, raw, _, _)| (*id, raw.clone()))
             .collect::<Vec<_>>(),
         before
     );
-    for ((id, raw, digest), (kept_id, kept_digest)) in in_files.iter().zip(&kept) {
+    assert_eq!(
+        in_files.iter().filter(|(_, raw, _, of)| raw.as_bytes() != of).count(),
+        1
+    );
+    for ((id, _, digest, of), (kept_id, kept_digest)) in in_files.iter().zip(&kept) {
         assert_eq!((id, digest), (kept_id, kept_digest));
-        assert_eq!(*digest, hex::encode(Sha256::digest(raw.as_bytes())));
+        assert_eq!(*digest, hex::encode(Sha256::digest(of)));
     }
 
     // The rejection's resolution still holds, by the digest kept.
@@ -945,9 +964,18 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
     let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let found = report["deep"]["differences"].as_array().unwrap();
-    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found.len(), 2, "{found:?}");
     assert_eq!(found[0]["record_id"], id);
     assert_eq!(found[0]["field"], "raw_sha256");
+    // And the file is not the one the month was archived to.
+    assert_eq!(found[1]["field"], "archive file");
+    assert!(
+        found[1]["stored"]
+            .as_str()
+            .unwrap()
+            .contains(&format!(" archived to {name} with SHA-256 ")),
+        "{found:?}"
+    );
     // A record left out (the header's count made to agree).
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     lines.remove(at);
@@ -981,6 +1009,119 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     assert_eq!(found[0]["field"], "archive file");
     let in_copy = text.lines().filter(|l| l.starts_with("{\"job_record\":")).count();
     assert_eq!(report["deep"]["read_from_archive"], in_copy);
+    // A file cut short inside its last record line: the lines before are
+    // read again, the file is named at that line, and another month's
+    // file beside it is still read; the report is the whole audit's.
+    std::fs::remove_file(tampered.join("hpc-ledger-archive-copy.jsonl")).unwrap();
+    std::fs::remove_file(&copy).unwrap();
+    let records_in = |n: &str| -> Vec<usize> {
+        std::fs::read_to_string(dir.join(n))
+            .unwrap()
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("{\"job_record\":"))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let with_records: Vec<String> = archive_files(&dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".jsonl") && !records_in(n).is_empty())
+        .collect();
+    assert!(with_records.len() >= 2, "{with_records:?}");
+    let (broken, other) = (&with_records[0], &with_records[1]);
+    let at = records_in(broken);
+    let last = *at.last().unwrap();
+    let full = std::fs::read_to_string(dir.join(broken)).unwrap();
+    let mut cut: Vec<&str> = full.lines().take(last).collect();
+    cut.push(&full.lines().nth(last).unwrap()[..30]);
+    let cut_file = tampered.join(broken);
+    std::fs::write(&cut_file, cut.join("\n") + "\n").unwrap();
+    std::fs::copy(dir.join(other), tampered.join(other)).unwrap();
+    let o = db.cli(&[
+        "audit",
+        "--deep",
+        "--archive",
+        tampered.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}{}", stdout(&o), stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let found = report["deep"]["differences"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["field"], "archive file");
+    let said = found[0]["reread"].as_str().unwrap();
+    assert!(
+        said.starts_with(&format!("{}:{}: ", cut_file.display(), last + 1)) && said.contains("(the rest of "),
+        "{said}"
+    );
+    assert_eq!(
+        report["deep"]["read_from_archive"],
+        at.len() - 1 + records_in(other).len()
+    );
+    assert_eq!(report["deep"]["raw_archived"], before.len(), "{report}");
+    // The Latin-1 record's line with its text changed and its bytes, which
+    // its digest is of, left alone: read again from the same job, its line
+    // agrees; the file's SHA-256, recorded when the month was archived,
+    // does not.
+    std::fs::remove_file(tampered.join(other)).unwrap();
+    std::fs::remove_file(&cut_file).unwrap();
+    let (bytes_file, bytes_text) = archive_files(&dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".jsonl"))
+        .map(|n| {
+            let t = std::fs::read_to_string(dir.join(&n)).unwrap();
+            (n, t)
+        })
+        .find(|(_, t)| t.contains("\"raw_bytes\":"))
+        .expect("a record line with its bytes");
+    let changed: Vec<String> = bytes_text
+        .lines()
+        .map(|l| match l.contains("\"raw_bytes\":") {
+            true => {
+                let mut r: serde_json::Value = serde_json::from_str(l).unwrap();
+                r["raw"] = format!("{} ", r["raw"].as_str().unwrap()).into();
+                r.to_string()
+            }
+            false => l.to_owned(),
+        })
+        .collect();
+    std::fs::write(tampered.join(&bytes_file), changed.join("\n") + "\n").unwrap();
+    let o = db.cli(&[
+        "audit",
+        "--deep",
+        "--archive",
+        tampered.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}{}", stdout(&o), stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let found = report["deep"]["differences"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["field"], "archive file");
+    assert!(
+        found[0]["stored"]
+            .as_str()
+            .unwrap()
+            .contains(&format!(" archived to {bytes_file} with SHA-256 ")),
+        "{found:?}"
+    );
+    assert_eq!(
+        report["deep"]["read_from_archive"],
+        bytes_text.lines().filter(|l| l.starts_with("{\"job_record\":")).count()
+    );
+    std::fs::remove_file(tampered.join(&bytes_file)).unwrap();
+    // A directory that is not there stops it before anything is read.
+    let o = db.cli(&[
+        "audit",
+        "--deep",
+        "--archive",
+        tampered.join("nowhere").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("nowhere"), "{}", stderr(&o));
     std::fs::remove_dir_all(&tampered).unwrap();
     // An owner who doubles an archived record's cores behind the guard:
     // the deep audit finds it only by reading the file.
