@@ -39,7 +39,7 @@ pub async fn run(args: Args, target: &Target, by: &str) -> anyhow::Result<ExitCo
     match args.format {
         Format::Json => print_json(&done)?,
         Format::Text => {
-            if done.months.is_empty() && done.stopped.is_none() {
+            if done.months.is_empty() && done.records_files.is_empty() && done.stopped.is_none() {
                 println!(
                     "nothing to archive: every closed month through {} is archived",
                     args.through
@@ -54,6 +54,16 @@ pub async fn run(args: Args, target: &Target, by: &str) -> anyhow::Result<ExitCo
                     a.records,
                     a.file.display(),
                     a.file_sha256
+                );
+            }
+            for r in &done.records_files {
+                println!(
+                    "{}: archived before its records' raw text could leave with it; the raw text of {} job records \
+                     archived to {} (sha256 {})",
+                    r.month,
+                    r.records,
+                    r.file.display(),
+                    r.file_sha256
                 );
             }
         }
@@ -104,7 +114,13 @@ pub async fn run_verify(
             }
             for c in &checks {
                 let month = c.month.map_or_else(|| "?".to_owned(), |m| m.to_string());
-                if c.holds() {
+                if c.holds() && c.records_file {
+                    println!(
+                        "{month}: records' file holds: {} (the raw text of {} job records)",
+                        c.file.display(),
+                        c.records
+                    );
+                } else if c.holds() {
                     println!(
                         "{month}: seal holds from {} ({} entries, {}; the raw text of {} job records)",
                         c.file.display(),

@@ -111,11 +111,13 @@ fn render_job(r: &JobReport) -> String {
                 }
             }
             if let Some(month) = rec.raw_archived_in {
+                let month = crate::domain::period::Month::of_date(month);
                 let _ = writeln!(
                     o,
-                    "      raw record: moved to the archive file of {} ({})",
-                    crate::domain::period::Month::of_date(month),
-                    crate::service::archive::file_name(crate::domain::period::Month::of_date(month))
+                    "      raw record: moved to the archive file of {month} ({})",
+                    rec.raw_archived_to
+                        .clone()
+                        .unwrap_or_else(|| crate::service::archive::file_name(month))
                 );
             }
         }

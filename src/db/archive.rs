@@ -314,3 +314,83 @@ pub async fn archived_record_digests(
     .await?;
     Ok(rows.into_iter().map(|r| (r.id, r.sha256)).collect())
 }
+
+/// The months archived before their records' raw text could leave with
+/// them (migration 0047), through `through`, oldest first: archived, with
+/// charged records, none of whose text was archived, and no records' file
+/// of their own yet (migration 0048).
+pub async fn months_with_records_left(
+    conn: &mut PgConnection,
+    through: NaiveDate,
+) -> Result<Vec<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT a.period AS "period!" FROM archived_period a
+            WHERE a.period <= $1
+              AND EXISTS (SELECT 1 FROM archived_charge ac WHERE ac.period = a.period)
+              AND NOT EXISTS (SELECT 1 FROM archived_record r WHERE r.period = a.period)
+              AND NOT EXISTS (SELECT 1 FROM archived_record_file f WHERE f.period = a.period)
+            ORDER BY 1"#,
+        through
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// The job records whose charges month `period`'s archive took
+/// (`archived_charge`), in id order: those whose text its records' file
+/// holds.
+pub async fn archived_charge_records(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT job_record_id AS "id!" FROM archived_charge WHERE period = $1 ORDER BY 1"#,
+        period
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Record a month's records' file (in the transaction that then empties
+/// the records, `hl_archive_records`).
+pub async fn record_file(
+    conn: &mut PgConnection,
+    period: NaiveDate,
+    name: &str,
+    sha256: &[u8],
+    records: i64,
+    by: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO archived_record_file (period, file_name, file_sha256, records, archived_by)
+         VALUES ($1, $2, $3, $4, $5)",
+        period,
+        name,
+        sha256,
+        records,
+        by
+    )
+    .execute(&mut *conn)
+    .await
+    .map(|_| ())
+}
+
+/// A month's records' file, as recorded (`audit.archived_record_files`,
+/// which the auditor may read).
+#[derive(Debug, Clone)]
+pub struct RecordFile {
+    pub period: NaiveDate,
+    pub file_name: String,
+    /// Hex.
+    pub file_sha256: String,
+    pub records: i64,
+}
+
+/// Every month's records' file, by month.
+pub async fn record_files(conn: &mut PgConnection) -> Result<Vec<RecordFile>, sqlx::Error> {
+    sqlx::query_as!(
+        RecordFile,
+        r#"SELECT period AS "period!", file_name AS "file_name!", file_sha256 AS "file_sha256!",
+                  records AS "records!"
+             FROM audit.archived_record_files ORDER BY period"#
+    )
+    .fetch_all(&mut *conn)
+    .await
+}

@@ -96,6 +96,18 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "hl_refuse_change",
         'A',
     ),
+    (
+        "archived_record_file",
+        "archived_record_file_append_only",
+        "hl_refuse_change",
+        'A',
+    ),
+    (
+        "archived_record_file",
+        "archived_record_file_no_truncate",
+        "hl_refuse_change",
+        'A',
+    ),
     ("archived_rule", "archived_rule_append_only", "hl_refuse_change", 'A'),
     ("archived_rule", "archived_rule_no_truncate", "hl_refuse_change", 'A'),
     ("billing_run", "billing_run_append_only", "hl_refuse_change", 'A'),

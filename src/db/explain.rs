@@ -74,6 +74,10 @@ pub struct RecordRow {
     /// the database (migration 0047): `raw` is then absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_archived_in: Option<chrono::NaiveDate>,
+    /// The month's records' file holding it, for a month archived before
+    /// its records' text could leave with it (migration 0048); else the
+    /// month's own file.
+    pub raw_archived_to: Option<String>,
 }
 
 /// Every record of `jobs`, in revision order; the raw record only with `raw`.
@@ -85,7 +89,8 @@ pub async fn records(conn: &mut PgConnection, jobs: &[JobId], raw: bool) -> Resu
                   r.node_type_id AS "node_type_id: NodeTypeId", n.name AS node_type, r.queue, r.user_name,
                   r.job_name, r.state, r.exit_code, r.started_at, r.ended_at, r.nodes, r.cores, r.memory_bytes,
                   r.gpus, r.source_format, r.source_ref, r.recorded_at, r.recorded_by,
-                  CASE WHEN $2 AND a.period IS NULL THEN r.raw END AS raw, a.period AS "raw_archived_in?"
+                  CASE WHEN $2 AND a.period IS NULL THEN r.raw END AS raw, a.period AS "raw_archived_in?",
+                  (SELECT f.file_name FROM archived_record_file f WHERE f.period = a.period) AS "raw_archived_to?"
              FROM job_record r
              JOIN project p ON p.id = r.project_id
              JOIN node_type n ON n.id = r.node_type_id

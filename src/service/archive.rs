@@ -155,6 +155,43 @@ pub fn file_name(month: Month) -> String {
     format!("hpc-ledger-archive-{month}.jsonl")
 }
 
+/// The file name of the records' file of a month archived before its
+/// records' raw text could leave with it (migration 0048).
+pub fn records_file_name(month: Month) -> String {
+    format!("hpc-ledger-archive-{month}-records.jsonl")
+}
+
+/// Whether a file is a records' file, by its name.
+fn is_records_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with("-records.jsonl"))
+}
+
+/// The first line of a records' file; one [`RecordLine`] per record
+/// follows, in id order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordsHeader {
+    pub hpc_ledger_archive_records: u32,
+    pub month: Month,
+    /// Job records whose raw text the file holds.
+    pub records: u64,
+}
+
+/// The records' file format this hpc-ledger writes.
+pub const RECORDS_FORMAT: u32 = 1;
+
+/// The raw text of the records of a month archived earlier, moved into its
+/// records' file.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArchivedRecords {
+    pub month: Month,
+    pub file: PathBuf,
+    pub records: u64,
+    pub file_sha256: String,
+}
+
 /// One month archived.
 #[derive(Debug, Clone, Serialize)]
 pub struct Archived {
@@ -173,6 +210,9 @@ pub struct Archived {
 #[derive(Debug, Serialize)]
 pub struct ArchiveThrough {
     pub months: Vec<Archived>,
+    /// Months archived before their records' text could leave with them,
+    /// whose records' text went into a file of its own now.
+    pub records_files: Vec<ArchivedRecords>,
     #[serde(serialize_with = "crate::service::error_text")]
     pub stopped: Option<ArchiveError>,
 }
@@ -237,15 +277,222 @@ async fn archive_locked(
             Err(e) => {
                 return Ok(ArchiveThrough {
                     months: done,
+                    records_files: Vec::new(),
                     stopped: Some(e),
                 });
             }
         }
         first = last + 1;
     }
+    // The months archived before 0047, whose records' text stayed: each
+    // into a records' file of its own.
+    let mut records_files = Vec::new();
+    for period in adb::months_with_records_left(&mut *conn, through.first_day()).await? {
+        match archive_records_later(pool, &mut *conn, Month::of_date(period), dir, by).await {
+            Ok(r) => records_files.push(r),
+            Err(e) => {
+                return Ok(ArchiveThrough {
+                    months: done,
+                    records_files,
+                    stopped: Some(e),
+                });
+            }
+        }
+    }
     Ok(ArchiveThrough {
         months: done,
+        records_files,
         stopped: None,
+    })
+}
+
+/// The records' text of a month archived before it could leave with it:
+/// written to the month's records' file, read back and checked, then, in
+/// one transaction, the file recorded (`archived_record_file`) and the
+/// records emptied against the digests read back (`hl_archive_records`,
+/// which refuses unless they are exactly the records whose charges the
+/// month archived and the text the database holds). A refusal removes the
+/// file again.
+async fn archive_records_later(
+    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
+    month: Month,
+    dir: &Path,
+    by: &str,
+) -> Result<ArchivedRecords, ArchiveError> {
+    let name = records_file_name(month);
+    let path = dir.join(&name);
+    let partial = dir.join(format!(".{name}.partial"));
+    let io = |e: std::io::Error, p: &Path| ArchiveError::File {
+        file: p.display().to_string(),
+        reason: e.to_string(),
+    };
+    let check = match write_records_file(&mut *conn, month, &partial).await {
+        Ok(()) => check_records_file(&partial),
+        Err(e) => Err(e),
+    };
+    let check = match check {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    };
+    if let Err(e) = std::fs::rename(&partial, &path) {
+        let _ = std::fs::remove_file(&partial);
+        return Err(io(e, &path));
+    }
+    if let Err(e) = sync_dir(dir) {
+        let _ = std::fs::remove_file(&path);
+        return Err(io(e, dir));
+    }
+    let ids: Vec<i64> = check.records.iter().map(|(id, _)| *id).collect();
+    let sums: Vec<Vec<u8>> = check.records.iter().map(|(_, d)| d.to_vec()).collect();
+    let digest = hex::decode(&check.file_sha256).expect("hex of a digest");
+    let stored = async {
+        let mut tx = pool.begin().await?;
+        adb::record_file(&mut tx, month.first_day(), &name, &digest, ids.len() as i64, by).await?;
+        adb::archive_records(&mut tx, month.first_day(), &ids, &sums).await?;
+        tx.commit().await
+    }
+    .await;
+    if let Err(e) = stored {
+        let _ = std::fs::remove_file(&path);
+        return Err(e.into());
+    }
+    crate::service::refresh_statistics(
+        pool,
+        &[("job_record", ids.len() as u64), ("archived_record", ids.len() as u64)],
+    )
+    .await;
+    Ok(ArchivedRecords {
+        month,
+        file: path,
+        records: ids.len() as u64,
+        file_sha256: check.file_sha256,
+    })
+}
+
+/// Write the records' file of an archived month at `path` (durably): the
+/// raw text of the records whose charges its archive took, in id order.
+async fn write_records_file(conn: &mut sqlx::PgConnection, month: Month, path: &Path) -> Result<(), ArchiveError> {
+    let io = |e: std::io::Error| ArchiveError::File {
+        file: path.display().to_string(),
+        reason: e.to_string(),
+    };
+    let records = adb::archived_charge_records(&mut *conn, month.first_day()).await?;
+    let header = RecordsHeader {
+        hpc_ledger_archive_records: RECORDS_FORMAT,
+        month,
+        records: records.len() as u64,
+    };
+    let file = std::fs::File::create(path).map_err(io)?;
+    let mut out = std::io::BufWriter::new(file);
+    let mut line = |text: &str| -> Result<(), ArchiveError> {
+        out.write_all(text.as_bytes()).map_err(io)?;
+        out.write_all(b"\n").map_err(io)
+    };
+    line(&serde_json::to_string(&header).expect("a header serialises"))?;
+    for ids in records.chunks(BATCH as usize) {
+        let texts = adb::raw_texts(&mut *conn, ids).await?;
+        if texts.len() != ids.len() {
+            return Err(ArchiveError::Refused(format!(
+                "{month}: {} of {} job records found to archive their raw text",
+                texts.len(),
+                ids.len()
+            )));
+        }
+        for t in texts {
+            line(&serde_json::to_string(&RecordLine::of(t)).expect("a record line serialises"))?;
+        }
+    }
+    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    Ok(())
+}
+
+/// What a records' file says about itself, checked from it alone.
+#[derive(Debug, Clone)]
+pub struct RecordsFileCheck {
+    pub header: RecordsHeader,
+    /// The whole file's SHA-256 (hex).
+    pub file_sha256: String,
+    /// The records, in id order, each with the SHA-256 of its bytes
+    /// (checked against the line's text).
+    pub records: Vec<(i64, [u8; 32])>,
+}
+
+/// Read a records' file: its header, then only record lines, each matching
+/// its own digest and length, in id order, as many as the header counts.
+pub fn check_records_file(path: &Path) -> Result<RecordsFileCheck, ArchiveError> {
+    let name = path.display().to_string();
+    let bad = |line: u64, reason: String| ArchiveError::File {
+        file: format!("{name}:{line}"),
+        reason,
+    };
+    let f = std::fs::File::open(path).map_err(|e| ArchiveError::File {
+        file: name.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut reader = std::io::BufReader::new(f);
+    let mut digest = Sha256::new();
+    let mut buf = String::new();
+    let mut read = |buf: &mut String| -> Result<bool, ArchiveError> {
+        buf.clear();
+        let n = reader.read_line(buf).map_err(|e| ArchiveError::File {
+            file: name.clone(),
+            reason: e.to_string(),
+        })?;
+        digest.update(buf.as_bytes());
+        Ok(n > 0)
+    };
+    if !read(&mut buf)? {
+        return Err(bad(1, "the file is empty".into()));
+    }
+    let header: RecordsHeader = serde_json::from_str(buf.trim_end_matches('\n'))
+        .map_err(|e| bad(1, format!("not an hpc-ledger records' file header: {e}")))?;
+    if header.hpc_ledger_archive_records != RECORDS_FORMAT {
+        return Err(bad(
+            1,
+            format!(
+                "records' file format {} (this hpc-ledger reads {RECORDS_FORMAT})",
+                header.hpc_ledger_archive_records
+            ),
+        ));
+    }
+    let mut line_no = 1;
+    let mut records: Vec<(i64, [u8; 32])> = Vec::new();
+    while read(&mut buf)? {
+        line_no += 1;
+        let record = record_of(buf.trim_end_matches('\n'))
+            .map_err(|e| bad(line_no, e))?
+            .ok_or_else(|| bad(line_no, "not a job record's raw text".into()))?;
+        let d = record.digest().map_err(|e| bad(line_no, e))?;
+        if records.last().is_some_and(|&(last, _)| last >= record.job_record) {
+            return Err(bad(
+                line_no,
+                format!(
+                    "job record {} is out of order (records are in id order, once each)",
+                    record.job_record
+                ),
+            ));
+        }
+        records.push((record.job_record, d));
+    }
+    if records.len() as u64 != header.records {
+        return Err(bad(
+            line_no,
+            format!(
+                "the file holds the raw text of {} job records; its header counts {}",
+                records.len(),
+                header.records
+            ),
+        ));
+    }
+    Ok(RecordsFileCheck {
+        header,
+        file_sha256: hex::encode(digest.finalize()),
+        records,
     })
 }
 
@@ -719,6 +966,7 @@ pub struct RecordLines {
     /// its end ([`RecordLines::file_sha256`]).
     digest: Sha256,
     ended: bool,
+    records_file: bool,
 }
 
 impl RecordLines {
@@ -736,9 +984,18 @@ impl RecordLines {
             buf: String::new(),
             digest: Sha256::new(),
             ended: false,
+            records_file: false,
         };
         if !lines.next_line()? {
             return Err(lines.bad("the file is empty".into()));
+        }
+        if is_records_file(path) {
+            // Records' lines only, after the header.
+            let header: RecordsHeader = serde_json::from_str(lines.buf.trim_end_matches('\n'))
+                .map_err(|e| lines.bad(format!("not an hpc-ledger records' file header: {e}")))?;
+            lines.month = Some(header.month);
+            lines.records_file = true;
+            return Ok(lines);
         }
         let header: Header = serde_json::from_str(lines.buf.trim_end_matches('\n'))
             .map_err(|e| lines.bad(format!("not an hpc-ledger archive header: {e}")))?;
@@ -775,6 +1032,12 @@ impl RecordLines {
             file: format!("{}:{}", self.name, self.line_no),
             reason,
         }
+    }
+
+    /// A records' file (of a month archived before its records' text could
+    /// leave with it), by its name.
+    pub fn is_records_file(&self) -> bool {
+        self.records_file
     }
 
     /// The month the file's header names.
@@ -834,6 +1097,9 @@ fn header_item_matches(h: &Header, item: &str) -> bool {
 pub struct ArchiveCheck {
     pub month: Option<Month>,
     pub file: PathBuf,
+    /// A records' file (of a month archived before its records' text could
+    /// leave with it), not a month's file.
+    pub records_file: bool,
     /// What is wrong; empty when everything holds.
     pub problems: Vec<String>,
     pub entries: i64,
@@ -933,6 +1199,69 @@ async fn record_problems(
     Ok(problems)
 }
 
+/// One records' file checked from itself and against the database: the
+/// name, SHA-256 and count recorded for its month, and its records against
+/// `audit.archived_records`.
+async fn verify_records_file(
+    conn: &mut sqlx::PgConnection,
+    file: PathBuf,
+    recorded: &[adb::RecordFile],
+    seen: &mut Vec<(NaiveDate, PathBuf)>,
+) -> Result<ArchiveCheck, ArchiveError> {
+    let check = match check_records_file(&file) {
+        Ok(c) => c,
+        Err(e) => {
+            return Ok(ArchiveCheck {
+                month: None,
+                file,
+                records_file: true,
+                problems: vec![e.to_string()],
+                entries: 0,
+                total: Decimal::ZERO,
+                records: 0,
+            });
+        }
+    };
+    let month = check.header.month;
+    let period = month.first_day();
+    let mut problems = Vec::new();
+    if let Some((_, first)) = seen.iter().find(|(p, _)| *p == period) {
+        problems.push(format!(
+            "a second records' file of {month} (the first: {})",
+            first.display()
+        ));
+    }
+    seen.push((period, file.clone()));
+    match recorded.iter().find(|f| f.period == period) {
+        None => problems.push(format!("the ledger records no records' file of {month}")),
+        Some(f) => {
+            if f.file_sha256 != check.file_sha256 {
+                problems.push(format!(
+                    "the file's SHA-256 is {}; the ledger archived {month}'s records to {} with {}",
+                    check.file_sha256, f.file_name, f.file_sha256
+                ));
+            }
+            if f.records != check.records.len() as i64 {
+                problems.push(format!(
+                    "it holds the raw text of {} job records; the ledger recorded {}",
+                    check.records.len(),
+                    f.records
+                ));
+            }
+            problems.extend(record_problems(&mut *conn, month, &check.records).await?);
+        }
+    }
+    Ok(ArchiveCheck {
+        month: Some(month),
+        file,
+        records_file: true,
+        problems,
+        entries: 0,
+        total: Decimal::ZERO,
+        records: check.records.len() as u64,
+    })
+}
+
 /// `verify --archive PATH`: every file's seal recomputed from the file, its
 /// chain to the month before, and its month against the database (archived
 /// with this file's digest and seal; every archived month from `since` on
@@ -944,15 +1273,22 @@ pub async fn verify_archive(
 ) -> Result<Vec<ArchiveCheck>, ArchiveError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     let records = adb::month_records(&mut conn).await?;
+    let record_files = adb::record_files(&mut conn).await?;
     let mut out = Vec::new();
     let mut seen: Vec<(NaiveDate, PathBuf)> = Vec::new();
+    let mut seen_records: Vec<(NaiveDate, PathBuf)> = Vec::new();
     for file in files(path)? {
+        if is_records_file(&file) {
+            out.push(verify_records_file(&mut conn, file, &record_files, &mut seen_records).await?);
+            continue;
+        }
         let check = match check_file(&file) {
             Ok(c) => c,
             Err(e) => {
                 out.push(ArchiveCheck {
                     month: None,
                     file,
+                    records_file: false,
                     problems: vec![e.to_string()],
                     entries: 0,
                     total: Decimal::ZERO,
@@ -1044,7 +1380,9 @@ pub async fn verify_archive(
                     }
                     _ => problems.push(format!("{month} is not archived in this ledger")),
                 }
-                if r.archived_to.is_some() {
+                // A month archived before its records' text could leave
+                // has that text in its records' file, checked there.
+                if r.archived_to.is_some() && !record_files.iter().any(|f| f.period == period) {
                     problems.extend(record_problems(&mut conn, month, &check.records).await?);
                 }
             }
@@ -1052,6 +1390,7 @@ pub async fn verify_archive(
         out.push(ArchiveCheck {
             month: Some(month),
             file,
+            records_file: false,
             problems,
             entries: check.entries,
             total: check.total,
@@ -1068,9 +1407,29 @@ pub async fn verify_archive(
             out.push(ArchiveCheck {
                 month: Some(Month::of_date(r.period)),
                 file: path.join(&name),
+                records_file: false,
                 problems: vec![format!(
                     "{} is archived (to {name}), but its file is not in {}",
                     Month::of_date(r.period),
+                    path.display()
+                )],
+                entries: 0,
+                total: Decimal::ZERO,
+                records: 0,
+            });
+        }
+        for f in record_files
+            .iter()
+            .filter(|f| !seen_records.iter().any(|(p, _)| *p == f.period) && since.is_none_or(|s| f.period >= s))
+        {
+            out.push(ArchiveCheck {
+                month: Some(Month::of_date(f.period)),
+                file: path.join(&f.file_name),
+                records_file: true,
+                problems: vec![format!(
+                    "{}'s records' raw text is archived (to {}), but that file is not in {}",
+                    Month::of_date(f.period),
+                    f.file_name,
                     path.display()
                 )],
                 entries: 0,

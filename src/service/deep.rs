@@ -239,7 +239,14 @@ pub async fn reread_archived(
         .await
         .map_err(DbError::from)?
         .into_iter()
-        .filter_map(|m| Some((m.period, (m.archived_to?, m.file_sha256?))))
+        .filter_map(|m| Some(((m.period, false), (m.archived_to?, m.file_sha256?))))
+        .chain(
+            crate::db::archive::record_files(&mut conn)
+                .await
+                .map_err(DbError::from)?
+                .into_iter()
+                .map(|f| ((f.period, true), (f.file_name, f.file_sha256))),
+        )
         .collect();
     let mut file = ArchivedFile {
         rereader: Rereader::default(),
@@ -248,8 +255,9 @@ pub async fn reread_archived(
         keep,
     };
     report.archive_read = true;
-    // Each month's records are in its one file, in id order, once each.
-    let mut months: Vec<(crate::domain::period::Month, std::path::PathBuf)> = Vec::new();
+    // Each month's records are in its one file (its own, or its records'
+    // file), in id order, once each.
+    let mut months: Vec<((crate::domain::period::Month, bool), std::path::PathBuf)> = Vec::new();
     for path in files(dir)? {
         match file.reread(&mut conn, &path, &mut months, report).await {
             Ok(()) => {}
@@ -273,8 +281,9 @@ pub async fn reread_archived(
 struct ArchivedFile {
     rereader: Rereader,
     reassigned: Reassignments,
-    /// Each archived month's file name and SHA-256, as recorded.
-    recorded: std::collections::HashMap<chrono::NaiveDate, (String, String)>,
+    /// Each archived month's file name and SHA-256, as recorded, by month
+    /// and whether it is the month's records' file (migration 0048).
+    recorded: std::collections::HashMap<(chrono::NaiveDate, bool), (String, String)>,
     keep: usize,
 }
 
@@ -285,13 +294,14 @@ impl ArchivedFile {
         &mut self,
         conn: &mut sqlx::PgConnection,
         path: &std::path::Path,
-        months: &mut Vec<(crate::domain::period::Month, std::path::PathBuf)>,
+        months: &mut Vec<((crate::domain::period::Month, bool), std::path::PathBuf)>,
         report: &mut DeepReport,
     ) -> Result<(), crate::service::archive::ArchiveError> {
         let keep = self.keep;
         let mut lines = crate::service::archive::RecordLines::open(path)?;
         let month = lines.month();
-        if let Some((_, first)) = months.iter().find(|(m, _)| *m == month) {
+        let kind = (month, lines.is_records_file());
+        if let Some((_, first)) = months.iter().find(|(m, _)| *m == kind) {
             report.found(
                 Difference {
                     record_id: None,
@@ -304,7 +314,7 @@ impl ArchivedFile {
             );
             return Ok(());
         }
-        months.push((month, path.to_owned()));
+        months.push((kind, path.to_owned()));
         let mut last = 0;
         // A line that cannot be read ends the file, after the lines before
         // it are compared.
@@ -406,10 +416,12 @@ impl ArchivedFile {
         // its month was archived (it covers what the lines' own digests do
         // not: a line's `raw` beside its `raw_bytes`, the entries).
         let read = lines.file_sha256().expect("read to its end");
-        let stored = match self.recorded.get(&month.first_day()) {
-            Some((_, digest)) if *digest == read => return Ok(()),
-            Some((name, digest)) => format!("{month} archived to {name} with SHA-256 {digest}"),
-            None => format!("{month} not recorded as archived"),
+        let stored = match (self.recorded.get(&(month.first_day(), kind.1)), kind.1) {
+            (Some((_, digest)), _) if *digest == read => return Ok(()),
+            (Some((name, digest)), false) => format!("{month} archived to {name} with SHA-256 {digest}"),
+            (Some((name, digest)), true) => format!("{month}'s records archived to {name} with SHA-256 {digest}"),
+            (None, false) => format!("{month} not recorded as archived"),
+            (None, true) => format!("no records' file of {month} recorded"),
         };
         report.found(
             Difference {

@@ -1172,7 +1172,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     )
     .await;
     assert!(
-        refused.contains("cannot archive the records of 2026-10: the month is not being archived in this transaction"),
+        refused.contains("cannot archive the records of 2026-10: neither the month nor its records' file is being archived in this transaction"),
         "{refused}"
     );
     for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
@@ -1191,5 +1191,237 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     // A re-sent archived job is still a replay: the recorder's memory stays.
     let audit = db.cli(&["audit"]);
     assert!(audit.status.success(), "{}{}", stdout(&audit), stderr(&audit));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A month archived before its records' raw text could leave with it
+/// (migration 0047; made here from an archive of now by putting the text
+/// back, the record digests away and the file as format 1 had it):
+/// `archive --through` moves that text into the month's records' file
+/// (migration 0048), and verify, the audit and the deep audit check it
+/// there.
+#[tokio::test]
+async fn a_month_archived_before_its_records_could_leave_moves_them_later() {
+    let db = through_september().await;
+    let dir = archive_dir(&db);
+    let dir_s = dir.to_str().unwrap();
+    ok(&db.cli(&["close", "--month", "2026-10", "--author", "billing"]));
+    ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
+
+    // Back to how an archive before 0047 left the ledger.
+    let mut moved: Vec<(i64, String, Option<Vec<u8>>)> = Vec::new();
+    let mut months_with_records: Vec<(String, usize)> = Vec::new();
+    for name in archive_files(&dir) {
+        let path = dir.join(&name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines: Vec<String> = Vec::new();
+        let mut had = 0;
+        for line in text.lines() {
+            if line.starts_with("{\"job_record\":") {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                moved.push((
+                    v["job_record"].as_i64().unwrap(),
+                    v["raw"].as_str().unwrap().to_owned(),
+                    v["raw_bytes"].as_str().map(|h| hex::decode(h).unwrap()),
+                ));
+                had += 1;
+            } else {
+                lines.push(line.to_owned());
+            }
+        }
+        let mut header: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        header["hpc_ledger_archive"] = 1.into();
+        header.as_object_mut().unwrap().remove("records");
+        lines[0] = header.to_string();
+        let format1 = lines.join("\n") + "\n";
+        std::fs::write(&path, &format1).unwrap();
+        let month = header["month"].as_str().unwrap().to_owned();
+        if had > 0 {
+            months_with_records.push((month.clone(), had));
+        }
+        sqlx::raw_sql(&format!(
+            "ALTER TABLE archived_period DISABLE TRIGGER archived_period_append_only;
+             UPDATE archived_period SET file_sha256 = '\\x{}' WHERE period = '{month}-01';
+             ALTER TABLE archived_period ENABLE ALWAYS TRIGGER archived_period_append_only",
+            hex::encode(Sha256::digest(format1.as_bytes()))
+        ))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    let months: Vec<&str> = months_with_records.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(months, ["2026-07", "2026-10"]);
+    let in_october = months_with_records[1].1;
+    assert!(in_october >= 2, "{moved:?}");
+    sqlx::raw_sql("ALTER TABLE job_record DISABLE TRIGGER job_record_append_only")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    for (id, raw, bytes) in &moved {
+        sqlx::query("UPDATE job_record SET raw = $2, raw_bytes = $3 WHERE id = $1")
+            .bind(id)
+            .bind(raw)
+            .bind(bytes)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    sqlx::raw_sql(
+        "ALTER TABLE job_record ENABLE ALWAYS TRIGGER job_record_append_only;
+         ALTER TABLE archived_record DISABLE TRIGGER archived_record_append_only;
+         DELETE FROM archived_record;
+         ALTER TABLE archived_record ENABLE ALWAYS TRIGGER archived_record_append_only",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let v = ok(&db.cli(&["verify", "--archive", dir_s]));
+    assert!(
+        v.contains("2026-10: seal holds from ") && v.contains("the raw text of 0 job records"),
+        "{v}"
+    );
+    ok(&db.cli(&["audit"]));
+
+    // The next archive moves the text into each month's records' file.
+    let out = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
+    for (month, n) in &months_with_records {
+        assert!(
+            out.contains(&format!(
+                "{month}: archived before its records' raw text could leave with it; the raw text of {n} job records \
+                 archived to {}",
+                dir.join(format!("hpc-ledger-archive-{month}-records.jsonl")).display()
+            )),
+            "{out}"
+        );
+    }
+    let records_file = dir.join("hpc-ledger-archive-2026-10-records.jsonl");
+    let ids: Vec<i64> = moved.iter().map(|(id, _, _)| *id).collect();
+    let still: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job_record WHERE id = ANY($1) AND (raw <> '' OR raw_bytes IS NOT NULL)",
+    )
+    .bind(&ids)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(still, 0);
+    let (kept, file_name, records): (i64, String, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM archived_record WHERE period = '2026-10-01'), file_name, records
+           FROM archived_record_file WHERE period = '2026-10-01'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((kept, records), (in_october as i64, in_october as i64));
+    assert_eq!(file_name, "hpc-ledger-archive-2026-10-records.jsonl");
+    // The file holds the text that left, with its digests.
+    let text = std::fs::read_to_string(&records_file).unwrap();
+    let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(header["hpc_ledger_archive_records"], 1);
+    assert_eq!(header["records"], in_october);
+    let in_file: Vec<(i64, String, Option<Vec<u8>>)> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["job_record"].as_i64().unwrap(),
+                v["raw"].as_str().unwrap().to_owned(),
+                v["raw_bytes"].as_str().map(|h| hex::decode(h).unwrap()),
+            )
+        })
+        .collect();
+    let mut want: Vec<_> = moved[moved.len() - in_october..].to_vec();
+    want.sort();
+    assert_eq!(in_file, want);
+
+    // Checked there: verify, the audit, the deep audit, job show.
+    let v = ok(&db.cli(&["verify", "--archive", dir_s]));
+    assert!(
+        v.contains(&format!(
+            "2026-10: records' file holds: {} (the raw text of {in_october} job records)",
+            records_file.display()
+        )),
+        "{v}"
+    );
+    ok(&db.cli(&["audit"]));
+    let o = db.cli(&["audit", "--deep", "--archive", dir_s, "--format", "json"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(report["deep"]["read_from_archive"], moved.len(), "{report}");
+    assert_eq!(report["deep"]["differences_found"], 0, "{report}");
+    let job: String = sqlx::query_scalar(
+        "SELECT c.name || '/' || j.scheduler_job_id FROM job_record r JOIN job j ON j.id = r.job_id
+           JOIN cluster c ON c.id = j.cluster_id WHERE r.id = $1",
+    )
+    .bind(want[0].0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let shown = ok(&db.cli(&["job", "show", &job, "--raw"]));
+    assert!(
+        shown.contains("raw record: moved to the archive file of 2026-10 (hpc-ledger-archive-2026-10-records.jsonl)"),
+        "{shown}"
+    );
+    // Once is enough.
+    let again = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
+    assert!(again.contains("nothing to archive"), "{again}");
+
+    // A records' file whose text was changed, with a digest to match: the
+    // ledger's digest and the file's recorded SHA-256 both say so; one
+    // that is missing is named.
+    let tampered = dir.join("tampered");
+    std::fs::create_dir_all(&tampered).unwrap();
+    let copy = tampered.join("hpc-ledger-archive-2026-10-records.jsonl");
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let mut record: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    let id = record["job_record"].as_i64().unwrap();
+    let changed = format!("{} ", record["raw"].as_str().unwrap());
+    record["raw"] = changed.clone().into();
+    record["raw_sha256"] = hex::encode(Sha256::digest(changed.as_bytes())).into();
+    record["raw_length"] = changed.len().into();
+    record.as_object_mut().unwrap().remove("raw_bytes");
+    lines[1] = record.to_string();
+    std::fs::write(&copy, lines.join("\n") + "\n").unwrap();
+    let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("the raw text of job record {id} has SHA-256 "))
+            && stdout(&o).contains("the ledger archived 2026-10's records to hpc-ledger-archive-2026-10-records.jsonl"),
+        "{}",
+        stdout(&o)
+    );
+    let o = db.cli(&[
+        "audit",
+        "--deep",
+        "--archive",
+        tampered.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let found = report["deep"]["differences"].as_array().unwrap();
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(
+        (found[0]["record_id"].as_i64(), found[0]["field"].as_str()),
+        (Some(id), Some("raw_sha256"))
+    );
+    assert_eq!(found[1]["field"], "archive file");
+    std::fs::remove_file(&copy).unwrap();
+    for name in archive_files(&dir)
+        .iter()
+        .filter(|n| n.ends_with(".jsonl") && !n.ends_with("-records.jsonl"))
+    {
+        std::fs::copy(dir.join(name), tampered.join(name)).unwrap();
+    }
+    let o = db.cli(&["verify", "--archive", tampered.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(
+            "2026-10's records' raw text is archived (to hpc-ledger-archive-2026-10-records.jsonl), but that file is not in"
+        ),
+        "{}",
+        stdout(&o)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
