@@ -39,11 +39,23 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hl_period_lock_key());
     -- Archived by this transaction, whose file was just written with the
     -- records' text; or archived before, with the records' own file
-    -- recorded by this transaction.
-    IF NOT EXISTS (SELECT 1 FROM archived_period a WHERE a.period = p AND a.archived_at = now())
-       AND NOT EXISTS (SELECT 1 FROM archived_record_file f WHERE f.period = p AND f.archived_at = now()) THEN
-        RAISE EXCEPTION 'cannot archive the records of %: neither the month nor its records'' file is being archived in this transaction',
-            to_char(p, 'YYYY-MM') USING ERRCODE = 'HL002';
+    -- recorded by this transaction, counting every record whose charges
+    -- the month archived, for a month none of whose records' text left.
+    IF NOT EXISTS (SELECT 1 FROM archived_period a WHERE a.period = p AND a.archived_at = now()) THEN
+        IF NOT EXISTS (SELECT 1 FROM archived_record_file f WHERE f.period = p AND f.archived_at = now()) THEN
+            RAISE EXCEPTION 'cannot archive the records of %: neither the month nor its records'' file is being archived in this transaction',
+                to_char(p, 'YYYY-MM') USING ERRCODE = 'HL002';
+        END IF;
+        IF EXISTS (SELECT 1 FROM archived_record r WHERE r.period = p) THEN
+            RAISE EXCEPTION 'archive of the records of %: their raw text is archived already', to_char(p, 'YYYY-MM')
+                USING ERRCODE = 'HL002';
+        END IF;
+        IF (SELECT f.records FROM archived_record_file f WHERE f.period = p)
+           <> (SELECT count(*) FROM archived_charge ac WHERE ac.period = p) THEN
+            RAISE EXCEPTION 'archive of the records of %: its records'' file counts % records; the month archived the charges of %',
+                to_char(p, 'YYYY-MM'), (SELECT f.records FROM archived_record_file f WHERE f.period = p),
+                (SELECT count(*) FROM archived_charge ac WHERE ac.period = p) USING ERRCODE = 'HL002';
+        END IF;
     END IF;
     IF cardinality(ids) IS DISTINCT FROM cardinality(digests) THEN
         RAISE EXCEPTION 'archive of the records of %: one digest per record', to_char(p, 'YYYY-MM')

@@ -77,6 +77,7 @@ pub struct RecordRow {
     /// The month's records' file holding it, for a month archived before
     /// its records' text could leave with it (migration 0048); else the
     /// month's own file.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_archived_to: Option<String>,
 }
 

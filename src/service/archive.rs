@@ -161,6 +161,18 @@ pub fn records_file_name(month: Month) -> String {
     format!("hpc-ledger-archive-{month}-records.jsonl")
 }
 
+/// The month a file's name gives (`hpc-ledger-archive-YYYY-MM.jsonl`, or a
+/// records' file), when it is one: a file that cannot be read is still
+/// that month's, not a missing one.
+fn month_of_name(path: &Path) -> Option<Month> {
+    let name = path.file_name()?.to_str()?;
+    let rest = name.strip_prefix("hpc-ledger-archive-")?;
+    let month = rest
+        .strip_suffix("-records.jsonl")
+        .or_else(|| rest.strip_suffix(".jsonl"))?;
+    month.parse().ok()
+}
+
 /// Whether a file is a records' file, by its name.
 fn is_records_file(path: &Path) -> bool {
     path.file_name()
@@ -349,17 +361,29 @@ async fn archive_records_later(
     let ids: Vec<i64> = check.records.iter().map(|(id, _)| *id).collect();
     let sums: Vec<Vec<u8>> = check.records.iter().map(|(_, d)| d.to_vec()).collect();
     let digest = hex::decode(&check.file_sha256).expect("hex of a digest");
+    let mut tx = match pool.begin().await {
+        Ok(tx) => tx,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(DbError::from(e).into());
+        }
+    };
     let stored = async {
-        let mut tx = pool.begin().await?;
         adb::record_file(&mut tx, month.first_day(), &name, &digest, ids.len() as i64, by).await?;
-        adb::archive_records(&mut tx, month.first_day(), &ids, &sums).await?;
-        tx.commit().await
+        adb::archive_records(&mut tx, month.first_day(), &ids, &sums).await
     }
     .await;
     if let Err(e) = stored {
+        // Refused before the commit: nothing was emptied.
+        drop(tx);
         let _ = std::fs::remove_file(&path);
         return Err(e.into());
     }
+    // A failed commit may have committed all the same (a connection lost
+    // after COMMIT was sent): the file stays, as a month's file does. If it
+    // did not, the next run writes it again; if it did, it is the only
+    // copy of the text.
+    tx.commit().await.map_err(DbError::from)?;
     crate::service::refresh_statistics(
         pool,
         &[("job_record", ids.len() as u64), ("archived_record", ids.len() as u64)],
@@ -1211,6 +1235,9 @@ async fn verify_records_file(
     let check = match check_records_file(&file) {
         Ok(c) => c,
         Err(e) => {
+            if let Some(m) = month_of_name(&file) {
+                seen.push((m.first_day(), file.clone()));
+            }
             return Ok(ArchiveCheck {
                 month: None,
                 file,
@@ -1285,6 +1312,9 @@ pub async fn verify_archive(
         let check = match check_file(&file) {
             Ok(c) => c,
             Err(e) => {
+                if let Some(m) = month_of_name(&file) {
+                    seen.push((m.first_day(), file.clone()));
+                }
                 out.push(ArchiveCheck {
                     month: None,
                     file,
@@ -1445,6 +1475,25 @@ pub async fn verify_archive(
 mod tests {
     use super::RecordLine;
     use crate::db::archive::RawText;
+
+    /// A file's month by its name, for a month's file and a records'
+    /// file; none for another name.
+    #[test]
+    fn a_files_name_gives_its_month() {
+        use std::path::Path;
+        let of = |n: &str| super::month_of_name(Path::new(n)).map(|m| m.to_string());
+        assert_eq!(of("/a/hpc-ledger-archive-2026-03.jsonl").as_deref(), Some("2026-03"));
+        assert_eq!(
+            of("hpc-ledger-archive-2019-12-records.jsonl").as_deref(),
+            Some("2019-12")
+        );
+        assert_eq!(of("hpc-ledger-archive-copy.jsonl"), None);
+        assert_eq!(of("hpc-ledger-archive-2026-13.jsonl"), None);
+        assert!(super::is_records_file(Path::new(
+            "x/hpc-ledger-archive-2019-12-records.jsonl"
+        )));
+        assert!(!super::is_records_file(Path::new("x/hpc-ledger-archive-2019-12.jsonl")));
+    }
 
     /// A record kept with the bytes the scheduler wrote (not UTF-8: a
     /// Latin-1 user name) is archived with those bytes, and its digest is

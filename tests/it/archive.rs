@@ -1175,6 +1175,21 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         refused.contains("cannot archive the records of 2026-10: neither the month nor its records' file is being archived in this transaction"),
         "{refused}"
     );
+    // ... nor, through a records' file (migration 0048), for a month whose
+    // records' text left with it.
+    let refused = refusal(
+        &db.pool,
+        &format!(
+            "INSERT INTO archived_record_file (period, file_name, file_sha256, records, archived_by)
+             VALUES ('2026-10-01', 'x', sha256('x'), 1, 'billing');
+             SELECT hl_archive_records('2026-10-01', ARRAY[{live}::bigint], ARRAY[sha256('x')])"
+        ),
+    )
+    .await;
+    assert!(
+        refused.contains("archive of the records of 2026-10: their raw text is archived already"),
+        "{refused}"
+    );
     for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
         let refused = refusal(
             &db.pool,
@@ -1276,11 +1291,50 @@ async fn a_month_archived_before_its_records_could_leave_moves_them_later() {
     .await
     .unwrap();
     let v = ok(&db.cli(&["verify", "--archive", dir_s]));
-    assert!(
-        v.contains("2026-10: seal holds from ") && v.contains("the raw text of 0 job records"),
-        "{v}"
-    );
+    let october = v
+        .lines()
+        .find(|l| l.starts_with("2026-10: seal holds from "))
+        .unwrap_or_default();
+    assert!(october.ends_with("; the raw text of 0 job records)"), "{v}");
     ok(&db.cli(&["audit"]));
+    // The database takes a records' file only with the month's count, and
+    // from the owner only.
+    let ids: Vec<i64> = moved[moved.len() - in_october..].iter().map(|(id, _, _)| *id).collect();
+    let list = ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let refused = refusal(
+        &db.pool,
+        &format!(
+            "INSERT INTO archived_record_file (period, file_name, file_sha256, records, archived_by)
+             VALUES ('2026-10-01', 'x', sha256('x'), {}, 'billing');
+             SELECT hl_archive_records('2026-10-01', ARRAY[{list}]::bigint[],
+                                       (SELECT array_agg(hl_record_raw_sha256(raw, raw_bytes) ORDER BY id)
+                                          FROM job_record WHERE id IN ({list})))",
+            in_october + 1
+        ),
+    )
+    .await;
+    assert!(
+        refused.contains(&format!(
+            "archive of the records of 2026-10: its records' file counts {} records; the month archived the charges of {in_october}",
+            in_october + 1
+        )),
+        "{refused}"
+    );
+    for role in ["hpc_ledger_billing", "hpc_ledger_ingest", "hpc_ledger_auditor"] {
+        let refused = refusal(
+            &db.pool,
+            &format!(
+                "SET LOCAL ROLE {role};
+                 INSERT INTO archived_record_file (period, file_name, file_sha256, records, archived_by)
+                 VALUES ('2026-10-01', 'x', sha256('x'), {in_october}, 'billing')"
+            ),
+        )
+        .await;
+        assert!(
+            refused.contains("permission denied for table archived_record_file"),
+            "{role}: {refused}"
+        );
+    }
 
     // The next archive moves the text into each month's records' file.
     let out = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
@@ -1407,6 +1461,13 @@ async fn a_month_archived_before_its_records_could_leave_moves_them_later() {
         (Some(id), Some("raw_sha256"))
     );
     assert_eq!(found[1]["field"], "archive file");
+    assert!(
+        found[1]["stored"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-10's records archived to hpc-ledger-archive-2026-10-records.jsonl with SHA-256 "),
+        "{found:?}"
+    );
     std::fs::remove_file(&copy).unwrap();
     for name in archive_files(&dir)
         .iter()
