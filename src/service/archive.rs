@@ -417,7 +417,21 @@ async fn write_records_file(conn: &mut sqlx::PgConnection, month: Month, path: &
         out.write_all(b"\n").map_err(io)
     };
     line(&serde_json::to_string(&header).expect("a header serialises"))?;
-    for ids in records.chunks(BATCH as usize) {
+    write_record_lines(&mut *conn, month, &records, line).await?;
+    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    Ok(())
+}
+
+/// The raw text of job records `ids` as record lines, in id order, each
+/// written with `line`.
+async fn write_record_lines(
+    conn: &mut sqlx::PgConnection,
+    month: Month,
+    ids: &[i64],
+    mut line: impl FnMut(&str) -> Result<(), ArchiveError>,
+) -> Result<(), ArchiveError> {
+    for ids in ids.chunks(BATCH as usize) {
         let texts = adb::raw_texts(&mut *conn, ids).await?;
         if texts.len() != ids.len() {
             return Err(ArchiveError::Refused(format!(
@@ -430,8 +444,6 @@ async fn write_records_file(conn: &mut sqlx::PgConnection, month: Month, path: &
             line(&serde_json::to_string(&RecordLine::of(t)).expect("a record line serialises"))?;
         }
     }
-    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
-    file.sync_all().map_err(io)?;
     Ok(())
 }
 
@@ -454,23 +466,9 @@ pub fn check_records_file(path: &Path) -> Result<RecordsFileCheck, ArchiveError>
         file: format!("{name}:{line}"),
         reason,
     };
-    let f = std::fs::File::open(path).map_err(|e| ArchiveError::File {
-        file: name.clone(),
-        reason: e.to_string(),
-    })?;
-    let mut reader = std::io::BufReader::new(f);
-    let mut digest = Sha256::new();
+    let mut reader = HashedReader::open(path)?;
     let mut buf = String::new();
-    let mut read = |buf: &mut String| -> Result<bool, ArchiveError> {
-        buf.clear();
-        let n = reader.read_line(buf).map_err(|e| ArchiveError::File {
-            file: name.clone(),
-            reason: e.to_string(),
-        })?;
-        digest.update(buf.as_bytes());
-        Ok(n > 0)
-    };
-    if !read(&mut buf)? {
+    if !reader.read(&mut buf)? {
         return Err(bad(1, "the file is empty".into()));
     }
     let header: RecordsHeader = serde_json::from_str(buf.trim_end_matches('\n'))
@@ -486,36 +484,17 @@ pub fn check_records_file(path: &Path) -> Result<RecordsFileCheck, ArchiveError>
     }
     let mut line_no = 1;
     let mut records: Vec<(i64, [u8; 32])> = Vec::new();
-    while read(&mut buf)? {
+    while reader.read(&mut buf)? {
         line_no += 1;
         let record = record_of(buf.trim_end_matches('\n'))
             .map_err(|e| bad(line_no, e))?
             .ok_or_else(|| bad(line_no, "not a job record's raw text".into()))?;
-        let d = record.digest().map_err(|e| bad(line_no, e))?;
-        if records.last().is_some_and(|&(last, _)| last >= record.job_record) {
-            return Err(bad(
-                line_no,
-                format!(
-                    "job record {} is out of order (records are in id order, once each)",
-                    record.job_record
-                ),
-            ));
-        }
-        records.push((record.job_record, d));
+        push_record(&mut records, &record).map_err(|e| bad(line_no, e))?;
     }
-    if records.len() as u64 != header.records {
-        return Err(bad(
-            line_no,
-            format!(
-                "the file holds the raw text of {} job records; its header counts {}",
-                records.len(),
-                header.records
-            ),
-        ));
-    }
+    counted(&records, header.records).map_err(|e| bad(line_no, e))?;
     Ok(RecordsFileCheck {
         header,
-        file_sha256: hex::encode(digest.finalize()),
+        file_sha256: reader.sha256(),
         records,
     })
 }
@@ -720,22 +699,7 @@ async fn write_file(conn: &mut sqlx::PgConnection, month: Month, path: &Path) ->
         }
         after = last;
     }
-    for ids in records.chunks(BATCH as usize) {
-        let texts = adb::raw_texts(&mut *conn, ids).await?;
-        if texts.len() != ids.len() {
-            return Err(ArchiveError::Refused(format!(
-                "{month}: {} of {} job records found to archive their raw text",
-                texts.len(),
-                ids.len()
-            )));
-        }
-        for t in texts {
-            line(
-                &mut out,
-                &serde_json::to_string(&RecordLine::of(t)).expect("a record line serialises"),
-            )?;
-        }
-    }
+    write_record_lines(&mut *conn, month, &records, |t| line(&mut out, t)).await?;
     let file = out.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;
     Ok(())
@@ -808,6 +772,71 @@ impl Seal {
     }
 }
 
+/// An archive file read line by line, each line (with its line end) added
+/// to the whole file's SHA-256 as it is read.
+struct HashedReader {
+    name: String,
+    reader: std::io::BufReader<std::fs::File>,
+    digest: Sha256,
+}
+
+impl HashedReader {
+    fn open(path: &Path) -> Result<HashedReader, ArchiveError> {
+        let name = path.display().to_string();
+        let f = std::fs::File::open(path).map_err(|e| ArchiveError::File {
+            file: name.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(HashedReader {
+            name,
+            reader: std::io::BufReader::new(f),
+            digest: Sha256::new(),
+        })
+    }
+
+    /// The next line into `buf` (emptied first); false at the end.
+    fn read(&mut self, buf: &mut String) -> Result<bool, ArchiveError> {
+        buf.clear();
+        let n = self.reader.read_line(buf).map_err(|e| ArchiveError::File {
+            file: self.name.clone(),
+            reason: e.to_string(),
+        })?;
+        self.digest.update(buf.as_bytes());
+        Ok(n > 0)
+    }
+
+    /// The SHA-256 (hex) of what was read: the whole file's once read to
+    /// its end.
+    fn sha256(&self) -> String {
+        hex::encode(self.digest.clone().finalize())
+    }
+}
+
+/// A record line, read after those in `records`: its text must match its
+/// own digest and length, and its id come after theirs.
+fn push_record(records: &mut Vec<(i64, [u8; 32])>, record: &RecordLine) -> Result<(), String> {
+    let d = record.digest()?;
+    if records.last().is_some_and(|&(last, _)| last >= record.job_record) {
+        return Err(format!(
+            "job record {} is out of order (records are in id order, once each)",
+            record.job_record
+        ));
+    }
+    records.push((record.job_record, d));
+    Ok(())
+}
+
+/// The records read are as many as the file's header counts.
+fn counted(records: &[(i64, [u8; 32])], header: u64) -> Result<(), String> {
+    if records.len() as u64 != header {
+        return Err(format!(
+            "the file holds the raw text of {} job records; its header counts {header}",
+            records.len()
+        ));
+    }
+    Ok(())
+}
+
 /// The seal algorithm of months closed since migration 0041.
 const V3: &str = "sha256-digests-v3";
 
@@ -819,23 +848,9 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
         file: format!("{name}:{line}"),
         reason,
     };
-    let f = std::fs::File::open(path).map_err(|e| ArchiveError::File {
-        file: name.clone(),
-        reason: e.to_string(),
-    })?;
-    let mut reader = std::io::BufReader::new(f);
-    let mut digest = Sha256::new();
+    let mut reader = HashedReader::open(path)?;
     let mut buf = String::new();
-    let mut read = |buf: &mut String| -> Result<bool, ArchiveError> {
-        buf.clear();
-        let n = reader.read_line(buf).map_err(|e| ArchiveError::File {
-            file: name.clone(),
-            reason: e.to_string(),
-        })?;
-        digest.update(buf.as_bytes());
-        Ok(n > 0)
-    };
-    if !read(&mut buf)? {
+    if !reader.read(&mut buf)? {
         return Err(bad(1, "the file is empty".into()));
     }
     let header: Header = serde_json::from_str(buf.trim_end_matches('\n'))
@@ -883,7 +898,7 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
     let first_statement = 1 + entry_count;
     for i in 0..header.items {
         let line_no = i + 2;
-        if !read(&mut buf)? {
+        if !reader.read(&mut buf)? {
             return Err(bad(
                 line_no,
                 format!("the file ends after {i} of its {} seal items", header.items),
@@ -925,40 +940,21 @@ pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
     // digest.
     let mut line_no = header.items + 1;
     let mut records: Vec<(i64, [u8; 32])> = Vec::new();
-    while read(&mut buf)? {
+    while reader.read(&mut buf)? {
         line_no += 1;
         let Some(record) = record_of(buf.trim_end_matches('\n')).map_err(|e| bad(line_no, e))? else {
             continue;
         };
-        let digest = record.digest().map_err(|e| bad(line_no, e))?;
-        if records.last().is_some_and(|&(last, _)| last >= record.job_record) {
-            return Err(bad(
-                line_no,
-                format!(
-                    "job record {} is out of order (records are in id order, once each)",
-                    record.job_record
-                ),
-            ));
-        }
-        records.push((record.job_record, digest));
+        push_record(&mut records, &record).map_err(|e| bad(line_no, e))?;
     }
-    if records.len() as u64 != header.records {
-        return Err(bad(
-            line_no,
-            format!(
-                "the file holds the raw text of {} job records; its header counts {}",
-                records.len(),
-                header.records
-            ),
-        ));
-    }
+    counted(&records, header.records).map_err(|e| bad(line_no, e))?;
     Ok(FileCheck {
         file: path.to_owned(),
         recomputed_seal: seal.finish(),
         header_item_agrees,
         entries,
         total,
-        file_sha256: hex::encode(digest.finalize()),
+        file_sha256: reader.sha256(),
         header,
         records,
     })
@@ -983,30 +979,23 @@ pub struct RecordLines {
     /// The month the file's header names (read by `open`).
     month: Option<Month>,
     name: String,
-    reader: std::io::BufReader<std::fs::File>,
-    line_no: u64,
-    buf: String,
     /// Of every byte read so far: the file's SHA-256 once it is read to
     /// its end ([`RecordLines::file_sha256`]).
-    digest: Sha256,
+    reader: HashedReader,
+    line_no: u64,
+    buf: String,
     ended: bool,
     records_file: bool,
 }
 
 impl RecordLines {
     pub fn open(path: &Path) -> Result<RecordLines, ArchiveError> {
-        let name = path.display().to_string();
-        let f = std::fs::File::open(path).map_err(|e| ArchiveError::File {
-            file: name.clone(),
-            reason: e.to_string(),
-        })?;
         let mut lines = RecordLines {
             month: None,
-            name,
-            reader: std::io::BufReader::new(f),
+            name: path.display().to_string(),
+            reader: HashedReader::open(path)?,
             line_no: 0,
             buf: String::new(),
-            digest: Sha256::new(),
             ended: false,
             records_file: false,
         };
@@ -1034,21 +1023,16 @@ impl RecordLines {
     }
 
     fn next_line(&mut self) -> Result<bool, ArchiveError> {
-        self.buf.clear();
-        let n = self.reader.read_line(&mut self.buf).map_err(|e| ArchiveError::File {
-            file: self.name.clone(),
-            reason: e.to_string(),
-        })?;
+        let more = self.reader.read(&mut self.buf)?;
         self.line_no += 1;
-        self.digest.update(self.buf.as_bytes());
-        self.ended = n == 0;
-        Ok(n > 0)
+        self.ended = !more;
+        Ok(more)
     }
 
     /// The whole file's SHA-256 in hex, once every line has been read
     /// (the iterator ended); `None` before.
     pub fn file_sha256(&self) -> Option<String> {
-        self.ended.then(|| hex::encode(self.digest.clone().finalize()))
+        self.ended.then(|| self.reader.sha256())
     }
 
     fn bad(&self, reason: String) -> ArchiveError {

@@ -75,6 +75,14 @@ fn archive_files(dir: &Path) -> Vec<String> {
     names
 }
 
+/// `audit --deep --archive DIR --format json`, which must exit with
+/// `code`: its report.
+fn deep_archive(db: &TestDb, dir: &str, code: i32) -> serde_json::Value {
+    let o = db.cli(&["audit", "--deep", "--archive", dir, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(code), "{}{}", stdout(&o), stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
 /// The seal chain recomputed here, from the file's lines alone, as
 /// docs/retention.md tells an auditor to: sha256(h ‖ line) from the empty
 /// string over the header's `items` lines after it.
@@ -953,16 +961,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     );
     // The deep audit reads that changed text and finds it is not the text
     // that left, though the line's own digest agrees.
-    let o = db.cli(&[
-        "audit",
-        "--deep",
-        "--archive",
-        tampered.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let report = deep_archive(&db, tampered.to_str().unwrap(), 5);
     let found = report["deep"]["differences"].as_array().unwrap();
     assert_eq!(found.len(), 2, "{found:?}");
     assert_eq!(found[0]["record_id"], id);
@@ -994,16 +993,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     // named and not read, so no record is read twice.
     std::fs::write(&copy, &text).unwrap();
     std::fs::write(tampered.join("hpc-ledger-archive-copy.jsonl"), &text).unwrap();
-    let o = db.cli(&[
-        "audit",
-        "--deep",
-        "--archive",
-        tampered.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let report = deep_archive(&db, tampered.to_str().unwrap(), 5);
     let found = report["deep"]["differences"].as_array().unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0]["field"], "archive file");
@@ -1037,16 +1027,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     let cut_file = tampered.join(broken);
     std::fs::write(&cut_file, cut.join("\n") + "\n").unwrap();
     std::fs::copy(dir.join(other), tampered.join(other)).unwrap();
-    let o = db.cli(&[
-        "audit",
-        "--deep",
-        "--archive",
-        tampered.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    assert_eq!(o.status.code(), Some(5), "{}{}", stdout(&o), stderr(&o));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let report = deep_archive(&db, tampered.to_str().unwrap(), 5);
     let found = report["deep"]["differences"].as_array().unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0]["field"], "archive file");
@@ -1087,16 +1068,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
         })
         .collect();
     std::fs::write(tampered.join(&bytes_file), changed.join("\n") + "\n").unwrap();
-    let o = db.cli(&[
-        "audit",
-        "--deep",
-        "--archive",
-        tampered.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    assert_eq!(o.status.code(), Some(5), "{}{}", stdout(&o), stderr(&o));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let report = deep_archive(&db, tampered.to_str().unwrap(), 5);
     let found = report["deep"]["differences"].as_array().unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0]["field"], "archive file");
@@ -1136,9 +1108,7 @@ async fn archived_months_take_their_records_raw_text_and_verify_it() {
     let o = db.cli(&["audit", "--deep", "--format", "json"]);
     let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(report["deep"]["differences_found"], 0, "{}", stdout(&o));
-    let o = db.cli(&["audit", "--deep", "--archive", dir_s, "--format", "json"]);
-    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let report = deep_archive(&db, dir_s, 5);
     let found = report["deep"]["differences"].as_array().unwrap();
     assert!(
         found.iter().any(|d| d["record_id"] == *first && d["field"] == "cores"),
@@ -1398,9 +1368,7 @@ async fn a_month_archived_before_its_records_could_leave_moves_them_later() {
         "{v}"
     );
     ok(&db.cli(&["audit"]));
-    let o = db.cli(&["audit", "--deep", "--archive", dir_s, "--format", "json"]);
-    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let report = deep_archive(&db, dir_s, 0);
     assert_eq!(report["deep"]["read_from_archive"], moved.len(), "{report}");
     assert_eq!(report["deep"]["differences_found"], 0, "{report}");
     let job: String = sqlx::query_scalar(
@@ -1444,16 +1412,7 @@ async fn a_month_archived_before_its_records_could_leave_moves_them_later() {
         "{}",
         stdout(&o)
     );
-    let o = db.cli(&[
-        "audit",
-        "--deep",
-        "--archive",
-        tampered.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let report = deep_archive(&db, tampered.to_str().unwrap(), 5);
     let found = report["deep"]["differences"].as_array().unwrap();
     assert_eq!(found.len(), 2, "{found:?}");
     assert_eq!(
