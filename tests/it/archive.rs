@@ -1306,6 +1306,42 @@ async fn a_month_archived_before_its_records_could_leave_moves_them_later() {
         );
     }
 
+    // A refusal by the database (here: one of October's records already
+    // has a digest recorded, under July, planted behind the guard) leaves
+    // October's records with their text, no records' file of October
+    // recorded, and no file of it in the directory. July, whose records
+    // are then not all without a digest, is not taken.
+    let planted = ids[0];
+    sqlx::raw_sql(&format!(
+        "INSERT INTO archived_record (job_record_id, period, raw_sha256, raw_length)
+         VALUES ({planted}, '2026-07-01', sha256('x'), 1)"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let o = db.cli(&["archive", "--through", "2026-10", "--to", dir_s]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("archived_record_pkey"), "{}", stderr(&o));
+    let names = archive_files(&dir);
+    assert!(!names.iter().any(|n| n.contains("records")), "{names:?}");
+    let (live, files): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM job_record WHERE id = ANY($1) AND raw <> ''),
+                (SELECT count(*) FROM archived_record_file)",
+    )
+    .bind(&ids)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((live, files), (in_october as i64, 0));
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE archived_record DISABLE TRIGGER archived_record_append_only;
+         DELETE FROM archived_record WHERE job_record_id = {planted};
+         ALTER TABLE archived_record ENABLE ALWAYS TRIGGER archived_record_append_only"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
     // The next archive moves the text into each month's records' file.
     let out = ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir_s]));
     for (month, n) in &months_with_records {
