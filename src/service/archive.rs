@@ -358,8 +358,7 @@ async fn archive_records_later(
         let _ = std::fs::remove_file(&path);
         return Err(io(e, dir));
     }
-    let ids: Vec<i64> = check.records.iter().map(|(id, _)| *id).collect();
-    let sums: Vec<Vec<u8>> = check.records.iter().map(|(_, d)| d.to_vec()).collect();
+    let (ids, sums) = ids_and_digests(&check.records);
     let digest = hex::decode(&check.file_sha256).expect("hex of a digest");
     let mut tx = match pool.begin().await {
         Ok(tx) => tx,
@@ -461,16 +460,9 @@ pub struct RecordsFileCheck {
 /// Read a records' file: its header, then only record lines, each matching
 /// its own digest and length, in id order, as many as the header counts.
 pub fn check_records_file(path: &Path) -> Result<RecordsFileCheck, ArchiveError> {
-    let name = path.display().to_string();
-    let bad = |line: u64, reason: String| ArchiveError::File {
-        file: format!("{name}:{line}"),
-        reason,
-    };
-    let mut reader = HashedReader::open(path)?;
-    let mut buf = String::new();
-    if !reader.read(&mut buf)? {
-        return Err(bad(1, "the file is empty".into()));
-    }
+    let (mut reader, mut buf) = HashedReader::first_line(path)?;
+    let place = reader.place();
+    let bad = |line: u64, reason: String| place.at(line, reason);
     let header: RecordsHeader = serde_json::from_str(buf.trim_end_matches('\n'))
         .map_err(|e| bad(1, format!("not an hpc-ledger records' file header: {e}")))?;
     if header.hpc_ledger_archive_records != RECORDS_FORMAT {
@@ -620,8 +612,7 @@ async fn archive_in(
 ) -> Result<Vec<adb::ArchivedPeriod>, sqlx::Error> {
     let archived = adb::archive_months(&mut *tx, periods, by, names, digests).await?;
     for (period, (_, check)) in periods.iter().zip(written) {
-        let ids: Vec<i64> = check.records.iter().map(|(id, _)| *id).collect();
-        let sums: Vec<Vec<u8>> = check.records.iter().map(|(_, d)| d.to_vec()).collect();
+        let (ids, sums) = ids_and_digests(&check.records);
         adb::archive_records(&mut *tx, *period, &ids, &sums).await?;
     }
     Ok(archived)
@@ -805,11 +796,44 @@ impl HashedReader {
         Ok(n > 0)
     }
 
+    /// A file opened with its first line read into the returned buffer
+    /// (an empty file is refused at line 1).
+    fn first_line(path: &Path) -> Result<(HashedReader, String), ArchiveError> {
+        let mut reader = HashedReader::open(path)?;
+        let mut buf = String::new();
+        if !reader.read(&mut buf)? {
+            return Err(reader.place().at(1, "the file is empty".into()));
+        }
+        Ok((reader, buf))
+    }
+
+    /// Where its lines are.
+    fn place(&self) -> Place {
+        Place(self.name.clone())
+    }
+
     /// The SHA-256 (hex) of what was read: the whole file's once read to
     /// its end.
     fn sha256(&self) -> String {
         hex::encode(self.digest.clone().finalize())
     }
+}
+
+/// Where in an archive file something is: `file:line`.
+struct Place(String);
+
+impl Place {
+    fn at(&self, line: u64, reason: String) -> ArchiveError {
+        ArchiveError::File {
+            file: format!("{}:{line}", self.0),
+            reason,
+        }
+    }
+}
+
+/// The ids of `records`, and their digests as the database takes them.
+fn ids_and_digests(records: &[(i64, [u8; 32])]) -> (Vec<i64>, Vec<Vec<u8>>) {
+    records.iter().map(|(id, d)| (*id, d.to_vec())).unzip()
 }
 
 /// A record line, read after those in `records`: its text must match its
@@ -843,16 +867,9 @@ const V3: &str = "sha256-digests-v3";
 /// Read an archive file and recompute what it claims: its seal, its entry
 /// count and total, its digest. Errors name the file and the line.
 pub fn check_file(path: &Path) -> Result<FileCheck, ArchiveError> {
-    let name = path.display().to_string();
-    let bad = |line: u64, reason: String| ArchiveError::File {
-        file: format!("{name}:{line}"),
-        reason,
-    };
-    let mut reader = HashedReader::open(path)?;
-    let mut buf = String::new();
-    if !reader.read(&mut buf)? {
-        return Err(bad(1, "the file is empty".into()));
-    }
+    let (mut reader, mut buf) = HashedReader::first_line(path)?;
+    let place = reader.place();
+    let bad = |line: u64, reason: String| place.at(line, reason);
     let header: Header = serde_json::from_str(buf.trim_end_matches('\n'))
         .map_err(|e| bad(1, format!("not an hpc-ledger archive header: {e}")))?;
     if !(1..=FORMAT).contains(&header.hpc_ledger_archive) {
@@ -978,7 +995,6 @@ fn record_of(line: &str) -> Result<Option<RecordLine>, String> {
 pub struct RecordLines {
     /// The month the file's header names (read by `open`).
     month: Option<Month>,
-    name: String,
     /// Of every byte read so far: the file's SHA-256 once it is read to
     /// its end ([`RecordLines::file_sha256`]).
     reader: HashedReader,
@@ -992,7 +1008,6 @@ impl RecordLines {
     pub fn open(path: &Path) -> Result<RecordLines, ArchiveError> {
         let mut lines = RecordLines {
             month: None,
-            name: path.display().to_string(),
             reader: HashedReader::open(path)?,
             line_no: 0,
             buf: String::new(),
@@ -1036,10 +1051,7 @@ impl RecordLines {
     }
 
     fn bad(&self, reason: String) -> ArchiveError {
-        ArchiveError::File {
-            file: format!("{}:{}", self.name, self.line_no),
-            reason,
-        }
+        self.reader.place().at(self.line_no, reason)
     }
 
     /// A records' file (of a month archived before its records' text could
@@ -1055,7 +1067,7 @@ impl RecordLines {
 
     /// Where a line is: `file:line`.
     pub fn place(&self, line_no: u64) -> String {
-        format!("{}:{line_no}", self.name)
+        format!("{}:{line_no}", self.reader.name)
     }
 }
 
