@@ -453,6 +453,45 @@ pub async fn begin_custom_plans(pool: &PgPool) -> Result<sqlx::Transaction<'stat
         .await
 }
 
+/// The isolation of a reader whose statements must all see one snapshot.
+const ONE_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
+/// Begin a read-only transaction whose statements all see one snapshot of
+/// the database (`REPEATABLE READ`).
+pub async fn begin_one_snapshot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    pool.begin_with(ONE_SNAPSHOT).await
+}
+
+/// Begin a read-only transaction as [`begin_one_snapshot`] does and export
+/// its snapshot (`pg_export_snapshot`), so that transactions on other
+/// connections can read the same one ([`begin_in_snapshot`]) while this
+/// one stays open: one answer read in parts side by side (on a primary or
+/// a standby alike).
+pub async fn begin_exported_snapshot(
+    pool: &PgPool,
+) -> Result<(sqlx::Transaction<'static, sqlx::Postgres>, String), sqlx::Error> {
+    let mut tx = begin_one_snapshot(pool).await?;
+    let id = sqlx::query_scalar!(r#"SELECT pg_export_snapshot() AS "id!""#)
+        .fetch_one(&mut *tx)
+        .await?;
+    Ok((tx, id))
+}
+
+/// Begin a read-only transaction that reads the snapshot another
+/// transaction exported ([`begin_exported_snapshot`], still open).
+pub async fn begin_in_snapshot(
+    pool: &PgPool,
+    id: &str,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    // SET TRANSACTION takes no parameter, so the id is written into the
+    // statement: only as pg_export_snapshot gives it (hex digits, dashes).
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        return Err(sqlx::Error::Protocol(format!("not a snapshot id: {id:?}")));
+    }
+    pool.begin_with(format!("{ONE_SNAPSHOT}; SET TRANSACTION SNAPSHOT '{id}'"))
+        .await
+}
+
 /// Make the transaction just begun read one snapshot of the database, and
 /// write nothing (its first statement).
 pub async fn snapshot(conn: &mut PgConnection) -> Result<(), sqlx::Error> {

@@ -461,27 +461,29 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
         None => Some(seal_chain(pool).await?),
         Some(_) => None,
     };
-    let mut tx = pool.begin().await?;
-    // One pass over millions of charges: compiling it (JIT) costs more than
-    // it saves (measured with `hpc-ledger bench`).
-    crate::db::jit_off(&mut tx).await?;
+    // The findings in two parts (db::audit::Part), each read on a
+    // connection of its own, side by side, in one snapshot of the database
+    // that the first exports and the second imports: the whole ledger's job
+    // charges' recomputation beside everything else, a month's storage
+    // charges beside the rest of it (a standby exports snapshots as a
+    // primary does). A pool of one connection has no second: there the two
+    // parts are read one after the other, in one snapshot too.
     let keep = crate::db::audit::KEPT;
-    let findings = match month {
-        None => crate::db::audit::discrepancies(&mut tx, keep).await?,
-        Some(m) => {
-            use crate::db::audit::{MonthPart, month_part};
-            // One month of the ledger: its rows found by key, not by reading
-            // every record and run the ledger holds; then its storage
-            // charges, which a hash join matches with their recomputed sums
-            // (db::allow_hash_joins says why).
-            crate::db::plan_for_few_rows(&mut tx).await?;
-            let rest = month_part(&mut tx, m.first_day(), MonthPart::Rest, keep).await?;
-            crate::db::allow_hash_joins(&mut tx).await?;
-            let storage = month_part(&mut tx, m.first_day(), MonthPart::Storage, keep).await?;
-            // As each part is ordered: the findings of no entry first, then
-            // by entry, field, kind, project and values.
-            rest.merge(storage, keep, crate::db::audit::month_order)
-        }
+    let [first, second] = crate::db::audit::Part::two(month.map(Month::first_day));
+    let (mut tx, findings) = if pool.options().get_max_connections() < 2 {
+        let mut tx = crate::db::begin_one_snapshot(pool).await?;
+        let a = first.read(&mut tx, keep).await?;
+        let b = second.read(&mut tx, keep).await?;
+        (tx, a.merge(b, keep, first.order()))
+    } else {
+        let (mut tx, snapshot) = crate::db::begin_exported_snapshot(pool).await?;
+        let mut beside = crate::db::begin_in_snapshot(pool, &snapshot).await?;
+        // The second part on the transaction that goes on to the seal
+        // checks: it leaves them its settings, as reading the two one after
+        // the other does.
+        let (a, b) = tokio::try_join!(first.read(&mut beside, keep), second.read(&mut tx, keep))?;
+        beside.rollback().await?;
+        (tx, a.merge(b, keep, first.order()))
     };
     let report = AuditReport {
         discrepancies: findings.kept,

@@ -496,13 +496,48 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
         report.discrepancies_by_field
     );
     {
-        use hpc_ledger::db::audit::{MonthPart, discrepancies, month_part};
+        use hpc_ledger::db::audit::{KEPT, MonthPart, Part, discrepancies, month_part};
         let mut conn = db.pool.acquire().await.unwrap();
+        // The audit reads its findings in two parts side by side (the job
+        // charges' recomputation, the rest), each cut to the first KEPT and
+        // merged: the whole view's findings in its order, as one statement
+        // reads them.
+        let whole = discrepancies(&mut conn, KEPT).await.unwrap();
+        assert_eq!(format!("{:?}", whole.kept), format!("{:?}", report.discrepancies));
+        assert_eq!(whole.by_field, report.discrepancies_by_field);
         let two = discrepancies(&mut conn, 2).await.unwrap();
         assert!(report.discrepancies.len() > 2, "{:#?}", report.discrepancies);
         assert_eq!(format!("{:?}", two.kept), format!("{:?}", &report.discrepancies[..2]));
         assert_eq!(two.found, report.discrepancies_found);
         assert_eq!(two.by_field, report.discrepancies_by_field);
+        // Each part cut to one, merged and cut to one: the first finding;
+        // and the two parts have findings of their own (a job charge's
+        // quantity; the storage charges' and the statement's).
+        let [charges, rest] = Part::two(None);
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+        let (of_charges, of_rest) = (
+            charges.read(&mut tx, KEPT).await.unwrap(),
+            rest.read(&mut tx, KEPT).await.unwrap(),
+        );
+        assert!(
+            of_charges.by_field.contains_key("job quantity"),
+            "{:?}",
+            of_charges.by_field
+        );
+        assert!(
+            of_rest.by_field.contains_key("storage amount"),
+            "{:?}",
+            of_rest.by_field
+        );
+        assert_eq!(of_charges.found + of_rest.found, report.discrepancies_found);
+        let one =
+            charges
+                .read(&mut tx, 1)
+                .await
+                .unwrap()
+                .merge(rest.read(&mut tx, 1).await.unwrap(), 1, charges.order());
+        tx.rollback().await.unwrap();
+        assert_eq!(format!("{:?}", one.kept), format!("{:?}", &report.discrepancies[..1]));
         // A month's two parts, each cut to one, merged and cut to one: the
         // first of the month's findings.
         let october_first = chrono::NaiveDate::from_ymd_opt(2026, 10, 1).unwrap();
@@ -559,6 +594,49 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
         "{}",
         stdout(&o)
     );
+}
+
+/// The audit's two parts, read on two connections, see one snapshot: what
+/// commits after the first began is in neither.
+#[tokio::test]
+async fn an_audits_two_parts_read_one_snapshot() {
+    use hpc_ledger::db::{begin_exported_snapshot, begin_in_snapshot};
+    let db = october().await;
+    let entries = "SELECT count(*) FROM ledger_entry";
+    let (mut first, id) = begin_exported_snapshot(&db.pool).await.unwrap();
+    let before: i64 = sqlx::query_scalar(entries).fetch_one(&mut *first).await.unwrap();
+    adjust(
+        &db.pool,
+        "PZS0708",
+        "-10.00".parse().unwrap(),
+        &why("posted while the audit reads"),
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    let mut second = begin_in_snapshot(&db.pool, &id).await.unwrap();
+    let (in_first, in_second, after): (i64, i64, i64) = (
+        sqlx::query_scalar(entries).fetch_one(&mut *first).await.unwrap(),
+        sqlx::query_scalar(entries).fetch_one(&mut *second).await.unwrap(),
+        sqlx::query_scalar(entries).fetch_one(&db.pool).await.unwrap(),
+    );
+    assert_eq!((in_first, in_second, after), (before, before, before + 1));
+    // Both read only.
+    let refused = sqlx::query("DELETE FROM closed_period")
+        .execute(&mut *second)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("read-only transaction"), "{refused}");
+    drop((first, second));
+    // An id is only what pg_export_snapshot gives: nothing else reaches
+    // the statement it is written into.
+    let e = begin_in_snapshot(&db.pool, "0'; DROP TABLE ledger_entry; --")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not a snapshot id"), "{e}");
+    // The audit of the whole ledger, read so, is clean.
+    let report = audit(&db.pool).await.unwrap();
+    assert!(report.clean(), "{:#?}", report.discrepancies);
 }
 
 #[tokio::test]

@@ -149,6 +149,24 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
         "json",
     ]);
     assert!(october.contains("\"status\": \"final\""), "{october}");
+    // A standby exports a snapshot and another connection reads it: the
+    // audit reads its two parts side by side there too.
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut standby)
+        .await
+        .unwrap();
+    let id: String = sqlx::query_scalar("SELECT pg_export_snapshot()")
+        .fetch_one(&mut standby)
+        .await
+        .unwrap();
+    let mut beside = PgConnection::connect(&replica).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT '{id}'; ROLLBACK"
+    ))
+    .execute(&mut beside)
+    .await
+    .unwrap();
+    sqlx::raw_sql("ROLLBACK").execute(&mut standby).await.unwrap();
     // The audit runs there too, and says what it could not compare.
     let audit = on_replica(&["audit", "--deep"]);
     assert_eq!(audit.status.code(), Some(0), "{}", stdout(&audit));
