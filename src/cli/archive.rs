@@ -97,13 +97,23 @@ pub async fn run_verify(
                         c.total.to_string(),
                         c.records.to_string(),
                         c.problems.join("; "),
+                        c.records_file.to_string(),
                     ]
                 })
                 .collect();
             print!(
                 "{}",
                 table::csv(
-                    &["month", "file", "holds", "entries", "total", "records", "problems"],
+                    &[
+                        "month",
+                        "file",
+                        "holds",
+                        "entries",
+                        "total",
+                        "records",
+                        "problems",
+                        "records_file"
+                    ],
                     &rows
                 )
             );

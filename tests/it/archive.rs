@@ -1403,6 +1403,25 @@ async fn a_month_archived_before_its_records_could_leave_moves_them_later() {
         )),
         "{v}"
     );
+    // As CSV, a records' file is said so in a column of its own (a month's
+    // file holds its seal; a records' file, records only).
+    let csv = ok(&db.cli(&["verify", "--archive", dir_s, "--format", "csv"]));
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("month,file,holds,entries,total,records,problems,records_file"),
+        "{csv}"
+    );
+    let october_rows: Vec<&str> = lines.filter(|l| l.starts_with("2026-10,")).collect();
+    assert_eq!(october_rows.len(), 2, "{csv}");
+    assert!(
+        october_rows
+            .iter()
+            .any(|l| l.contains(&*records_file.display().to_string())
+                && l.ends_with(&format!(",true,0,0,{in_october},,true"))),
+        "{csv}"
+    );
+    assert!(october_rows.iter().any(|l| l.ends_with(",false")), "{csv}");
     ok(&db.cli(&["audit"]));
     let report = deep_archive(&db, dir_s, 0);
     assert_eq!(report["deep"]["read_from_archive"], moved.len(), "{report}");
