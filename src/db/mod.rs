@@ -488,8 +488,16 @@ pub async fn begin_in_snapshot(
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
         return Err(sqlx::Error::Protocol(format!("not a snapshot id: {id:?}")));
     }
-    pool.begin_with(format!("{ONE_SNAPSHOT}; SET TRANSACTION SNAPSHOT '{id}'"))
-        .await
+    // Its own statement once the transaction has begun, not part of the
+    // BEGIN: if it fails (an id this server never exported), dropping the
+    // transaction rolls it back, and the connection goes back to the pool
+    // out of the aborted transaction.
+    let mut tx = begin_one_snapshot(pool).await?;
+    sqlx::query(&format!("SET TRANSACTION SNAPSHOT '{id}'"))
+        .persistent(false)
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
 }
 
 /// Make the transaction just begun read one snapshot of the database, and

@@ -634,6 +634,18 @@ async fn an_audits_two_parts_read_one_snapshot() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("not a snapshot id"), "{e}");
+    // An id no transaction exported is refused by the server, and the
+    // connection goes back to its pool usable (out of the failed
+    // transaction): a pool of one, so the next query takes the same one.
+    let one = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let e = begin_in_snapshot(&one, "00000003-00000002-1").await.unwrap_err();
+    assert!(e.to_string().contains("snapshot"), "{e}");
+    let n: i64 = sqlx::query_scalar(entries).fetch_one(&one).await.unwrap();
+    assert_eq!(n, after);
     // The audit of the whole ledger, read so, is clean.
     let report = audit(&db.pool).await.unwrap();
     assert!(report.clean(), "{:#?}", report.discrepancies);
@@ -1017,6 +1029,19 @@ async fn a_record_charged_twice_or_not_at_all_is_found() {
             ),
         ]
     );
+    // The audit reads them in its second part (kind `job`, but no entry):
+    // its report is the view's, read in one statement.
+    let report = audit(&db.pool).await.unwrap();
+    assert_eq!(
+        report.discrepancies_by_field.get("job entries"),
+        Some(&2),
+        "{report:#?}"
+    );
+    let mut conn = db.pool.acquire().await.unwrap();
+    let whole = hpc_ledger::db::audit::discrepancies(&mut conn, hpc_ledger::db::audit::KEPT)
+        .await
+        .unwrap();
+    assert_eq!(format!("{:?}", whole.kept), format!("{:?}", report.discrepancies));
 }
 
 /// Every node of a plan in EXPLAIN's JSON (its subplans included), the
