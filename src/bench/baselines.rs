@@ -157,6 +157,58 @@ pub(super) async fn ledger_size(pool: &PgPool) -> Result<u64> {
     Ok(u64::try_from(n)?)
 }
 
+/// What the server has counted of its writes and reads so far: the WAL
+/// the whole cluster wrote (`pg_stat_wal`: bytes, full-page images) and the
+/// blocks the database read from outside its shared buffers
+/// (`pg_stat_database.blks_read`). Taken before and after a run, what the
+/// run cost in I/O ([`Io::since`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Io {
+    pub(super) wal_bytes: i64,
+    pub(super) wal_fpi: i64,
+    pub(super) blks_read: i64,
+}
+
+impl Io {
+    pub(super) async fn now(pool: &PgPool) -> Result<Io> {
+        // The counters a backend flushes as it goes and when it exits (the
+        // run's own processes have exited), read in a transaction of their
+        // own so that no cached snapshot of them is read.
+        let (wal_bytes, wal_fpi, blks_read): (i64, i64, i64) = sqlx::query_as(
+            "SELECT w.wal_bytes::bigint, w.wal_fpi, d.blks_read
+               FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(Io {
+            wal_bytes,
+            wal_fpi,
+            blks_read,
+        })
+    }
+
+    /// What was counted between `before` and this.
+    pub(super) fn since(self, before: Io) -> Io {
+        Io {
+            wal_bytes: self.wal_bytes - before.wal_bytes,
+            wal_fpi: self.wal_fpi - before.wal_fpi,
+            blks_read: self.blks_read - before.blks_read,
+        }
+    }
+}
+
+impl std::fmt::Display for Io {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.0} MB of WAL ({} full-page images), {} blocks read into shared buffers",
+            self.wal_bytes as f64 / 1e6,
+            super::grouped(u64::try_from(self.wal_fpi).unwrap_or(0)),
+            super::grouped(u64::try_from(self.blks_read).unwrap_or(0))
+        )
+    }
+}
+
 /// How many times each of the database's own tables has been analyzed by
 /// an `ANALYZE` command (`hl_analyze` runs one; autovacuum's are counted
 /// apart): compared before and after a run, the tables the run analyzed.

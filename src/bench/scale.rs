@@ -57,7 +57,7 @@ use chrono::Utc;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use super::baselines::{checkpoint, grow_ledger, ledger_size, settings};
+use super::baselines::{Io, checkpoint, grow_ledger, ledger_size, settings};
 use super::measure::{Run, balance_time, busiest_project, expect_recorded, import, statement_time};
 use super::report::{millis, per_second, secs};
 use super::{Figure, Report, Result, Setup, Sizes, balance_figure, clean_month_audit, fail, grouped};
@@ -130,7 +130,9 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     MIGRATOR.run(&alone).await?;
     service::config::apply(&alone, &config, "bench").await?;
     checkpoint(&alone).await?;
+    let io = Io::now(&alone).await?;
     let empty = import(setup, &setup.fresh_url, first)?;
+    let empty_io = Io::now(&alone).await?.since(io);
     expect_recorded(&empty, sizes.jobs)?;
     expect_recorded(&import(setup, &setup.fresh_url, second)?, sizes.jobs)?;
     say("audit --month and a statement, the month alone");
@@ -151,7 +153,9 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     service::config::apply(&pool, &config, "bench").await?;
     say("the first file into the ledger to grow");
     checkpoint(&pool).await?;
+    let io = Io::now(&pool).await?;
     let empty_again = import(setup, &setup.url, first)?;
+    let empty_again_io = Io::now(&pool).await?.since(io);
     expect_recorded(&empty_again, sizes.jobs)?;
     let once = ledger_size(&pool).await?;
     // The ledger grows to `times` × the month: the month and `times - 1`
@@ -188,7 +192,9 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     checkpoint(&pool).await?;
 
     say("the second file into the grown ledger");
+    let io = Io::now(&pool).await?;
     let at_scale = import(setup, &setup.url, second)?;
+    let at_scale_io = Io::now(&pool).await?.since(io);
     expect_recorded(&at_scale, sizes.jobs)?;
     let large = ledger_size(&pool).await?;
     say("a statement and a balance");
@@ -300,8 +306,16 @@ pub async fn run(setup: &Setup, sizes: &ScaleSizes) -> Result<Report> {
     // jobs are posted to the next month, flagged late.
     say("a third file into the grown ledger");
     checkpoint(&pool).await?;
+    let io = Io::now(&pool).await?;
     let late = import(setup, &setup.url, third)?;
+    let late_io = Io::now(&pool).await?.since(io);
     expect_recorded(&late, sizes.jobs)?;
+    // What each import cost the server in I/O, each after a checkpoint (the
+    // first change to a page after one writes the whole page to the WAL).
+    notes.push(format!(
+        "the import's I/O, each after a checkpoint: into an empty ledger {empty_io} and {empty_again_io}; into \
+         the grown ledger {at_scale_io} and {late_io}"
+    ));
     figures.insert(
         0,
         import_figure(sizes.jobs, grown, [&empty, &empty_again], [&at_scale, &late]),
