@@ -20,7 +20,8 @@ pub(super) async fn settings(pool: &PgPool) -> Result<Vec<(String, String)>> {
         "SELECT name, current_setting(name) FROM pg_settings
           WHERE name IN ('shared_buffers', 'work_mem', 'maintenance_work_mem', 'effective_cache_size',
                          'fsync', 'synchronous_commit', 'full_page_writes', 'wal_level', 'max_wal_size',
-                         'checkpoint_timeout', 'max_parallel_workers_per_gather', 'jit', 'autovacuum')
+                         'checkpoint_timeout', 'max_parallel_workers_per_gather', 'jit', 'autovacuum',
+                         'wal_compression')
           ORDER BY name",
     )
     .fetch_all(pool)
