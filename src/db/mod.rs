@@ -500,6 +500,82 @@ pub async fn begin_in_snapshot(
     Ok(tx)
 }
 
+/// The server process serving a connection (`pg_backend_pid()`): whose
+/// statement [`both_or_cancel`] cancels.
+pub async fn backend_pid(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT pg_backend_pid() AS "pid!""#)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// How long [`cancel_backend`] tries to open its connection.
+const CANCEL_CONNECT: Duration = Duration::from_secs(5);
+
+/// Cancel the statement a server process is running (`pg_cancel_backend`),
+/// from a connection of its own opened for it, out of any pool (whose
+/// connections may all be taken by the work being cancelled). A role may
+/// cancel its own sessions' statements. Whether the cancel was sent; a
+/// process running no statement ignores it.
+pub async fn cancel_backend(options: &PgConnectOptions, pid: i32) -> bool {
+    let sent = async {
+        let mut conn = tokio::time::timeout(CANCEL_CONNECT, PgConnection::connect_with(options))
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)??;
+        let sent = sqlx::query_scalar!(r#"SELECT pg_cancel_backend($1) AS "sent!""#, pid)
+            .fetch_one(&mut conn)
+            .await?;
+        let _ = conn.close().await;
+        Ok::<_, sqlx::Error>(sent)
+    }
+    .await;
+    match sent {
+        Ok(sent) => sent,
+        Err(e) => {
+            tracing::warn!("cancelling the statement of server process {pid}: {e}");
+            false
+        }
+    }
+}
+
+/// Two reads side by side, each on a connection of its own (its server
+/// process `a.0`, `b.0`): both results, or the first error. When one
+/// fails, the other's statement is cancelled on the server and the other
+/// awaited (it ends at once with the cancel's error, which is dropped), so
+/// that nothing goes on reading after the caller has failed: a future
+/// merely dropped would leave its statement running on the server to the
+/// end, its connection and snapshot held until then. If the cancel cannot
+/// be sent, the other is dropped, as before.
+pub async fn both_or_cancel<A, B, E>(
+    options: &PgConnectOptions,
+    a: (i32, impl Future<Output = Result<A, E>>),
+    b: (i32, impl Future<Output = Result<B, E>>),
+) -> Result<(A, B), E> {
+    let (pid_a, a) = a;
+    let (pid_b, b) = b;
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    tokio::select! {
+        ra = &mut a => match ra {
+            Ok(x) => Ok((x, b.await?)),
+            Err(e) => {
+                if cancel_backend(options, pid_b).await {
+                    let _ = b.await;
+                }
+                Err(e)
+            }
+        },
+        rb = &mut b => match rb {
+            Ok(y) => Ok((a.await?, y)),
+            Err(e) => {
+                if cancel_backend(options, pid_a).await {
+                    let _ = a.await;
+                }
+                Err(e)
+            }
+        },
+    }
+}
+
 /// Make the transaction just begun read one snapshot of the database, and
 /// write nothing (its first statement).
 pub async fn snapshot(conn: &mut PgConnection) -> Result<(), sqlx::Error> {

@@ -445,16 +445,14 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
     // First, whether the guards and views the audit relies on are still the
     // migrations' (on a connection of its own: it rolls its work back).
     // Plan the audit on statistics that know how big the ledger is (a
-    // billing run may have just written a charge per project).
-    let (definitions, replica) = {
-        let mut conn = pool.acquire().await?;
-        let replica = crate::db::is_replica(&mut conn).await?;
-        if !replica {
-            // A replica has its primary's statistics, and may not write them.
-            crate::service::refresh_statistics(pool, &[]).await;
-        }
-        (crate::db::definitions::altered(&mut conn, !replica).await?, replica)
-    };
+    // billing run may have just written a charge per project): before,
+    // with no connection held, as the refresh takes the pool's own.
+    let replica = crate::db::is_replica(&mut *pool.acquire().await?).await?;
+    if !replica {
+        // A replica has its primary's statistics, and may not write them.
+        crate::service::refresh_statistics(pool, &[]).await;
+    }
+    let definitions = crate::db::definitions::altered(&mut *pool.acquire().await?, !replica).await?;
     // Every closed month's seal, side by side (`seal_chain`), before the
     // audit's own transaction holds a connection of the pool.
     let chain = match month {
@@ -466,38 +464,79 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
     // that the first exports and the second imports: the whole ledger's job
     // charges' recomputation beside everything else, a month's storage
     // charges beside the rest of it (a standby exports snapshots as a
-    // primary does). A pool of one connection has no second: there the two
-    // parts are read one after the other, in one snapshot too.
+    // primary does). Without a second connection in that snapshot (a pool
+    // of one, a pool or server with none free, a standby that did not
+    // export it) the two parts are read one after the other, in one
+    // snapshot too.
     let keep = crate::db::audit::KEPT;
     let [first, second] = crate::db::audit::Part::two(month.map(Month::first_day));
-    let (mut tx, findings) = if pool.options().get_max_connections() < 2 {
-        let mut tx = crate::db::begin_one_snapshot(pool).await?;
-        let a = first.read(&mut tx, keep).await?;
-        let b = second.read(&mut tx, keep).await?;
-        (tx, a.merge(b, keep, first.order()))
+    let (mut tx, beside) = if pool.options().get_max_connections() < 2 {
+        (crate::db::begin_one_snapshot(pool).await?, None)
     } else {
-        let (mut tx, snapshot) = crate::db::begin_exported_snapshot(pool).await?;
-        let mut beside = crate::db::begin_in_snapshot(pool, &snapshot).await?;
-        // The second part on the transaction that goes on to the seal
-        // checks: it leaves them its settings, as reading the two one after
-        // the other does.
-        let (a, b) = tokio::try_join!(first.read(&mut beside, keep), second.read(&mut tx, keep))?;
-        beside.rollback().await?;
-        (tx, a.merge(b, keep, first.order()))
+        let (tx, snapshot) = crate::db::begin_exported_snapshot(pool).await?;
+        match crate::db::begin_in_snapshot(pool, &snapshot).await {
+            Ok(beside) => (tx, Some(beside)),
+            Err(e) => {
+                tracing::warn!("the audit reads its two parts one after the other: no second connection: {e}");
+                (tx, None)
+            }
+        }
     };
-    let report = AuditReport {
+    // What follows the findings, in their snapshot: the month's seal
+    // (`audit --month`; the whole ledger's were read above) and the
+    // rejections' summary; then the transaction ends.
+    let after = async |mut tx: sqlx::Transaction<'static, sqlx::Postgres>| {
+        let seals = match month {
+            Some(m) => Some(periods::seal_checks(&mut tx, Some(m.first_day())).await?),
+            None => None,
+        };
+        let rejections = crate::db::rejected::summary(&mut tx).await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>((seals, rejections))
+    };
+    let (findings, (seals, rejections)) = match beside {
+        None => {
+            let a = first.read(&mut tx, keep).await?;
+            let b = second.read(&mut tx, keep).await?;
+            (a.merge(b, keep, first.order()), after(tx).await?)
+        }
+        Some(mut beside) => {
+            let (pid_beside, pid_tx) = (
+                crate::db::backend_pid(&mut beside).await?,
+                crate::db::backend_pid(&mut tx).await?,
+            );
+            // Each side ends its transaction as soon as its work is done,
+            // not idle in it until the other's is (a server's
+            // idle_in_transaction_session_timeout ends such a session). The
+            // second part on the transaction that goes on to the seal check:
+            // it leaves it its settings, as reading the two in turn does.
+            let one = async {
+                let a = first.read(&mut beside, keep).await?;
+                // Read only, and read whole: a failed rollback loses
+                // nothing (the connection is dropped).
+                let _ = beside.rollback().await;
+                Ok::<_, sqlx::Error>(a)
+            };
+            let two = async {
+                let b = second.read(&mut tx, keep).await?;
+                Ok::<_, sqlx::Error>((b, after(tx).await?))
+            };
+            let (a, (b, after)) =
+                crate::db::both_or_cancel(pool.connect_options().as_ref(), (pid_beside, one), (pid_tx, two)).await?;
+            (a.merge(b, keep, first.order()), after)
+        }
+    };
+    Ok(AuditReport {
         discrepancies: findings.kept,
         discrepancies_found: findings.found,
         discrepancies_by_field: findings.by_field,
-        seals: match (chain, month) {
+        seals: match (chain, seals) {
             (Some(chain), _) => chain,
-            (None, m) => periods::seal_checks(&mut tx, m.map(Month::first_day)).await?,
+            (None, seals) => seals.unwrap_or_default(),
         },
-        rejections: crate::db::rejected::summary(&mut tx).await?,
+        rejections,
         definitions,
         replica,
         month,
-    };
-    tx.commit().await?;
-    Ok(report)
+    })
 }

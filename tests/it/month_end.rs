@@ -550,6 +550,29 @@ async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
         assert_eq!(one.found, october.discrepancies_found);
         assert_eq!(october.discrepancies_found, october.discrepancies.len() as u64);
     }
+    // With no second connection to be had (a pool of two, one of them held
+    // elsewhere), the audit reads its two parts one after the other on the
+    // one it has, in one snapshot: the same report, and the month's too.
+    let pool_of_two = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(std::time::Duration::from_secs(2))
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let held = pool_of_two.acquire().await.unwrap();
+    let in_turn = audit(&pool_of_two).await.unwrap();
+    assert_eq!(
+        format!("{:?}", in_turn.discrepancies),
+        format!("{:?}", report.discrepancies)
+    );
+    assert_eq!(in_turn.discrepancies_by_field, report.discrepancies_by_field);
+    let october_in_turn = audit_of(&pool_of_two, Some("2026-10".parse().unwrap())).await.unwrap();
+    assert_eq!(
+        format!("{:?}", october_in_turn.discrepancies),
+        format!("{:?}", october.discrepancies)
+    );
+    assert_eq!(format!("{:?}", october_in_turn.seals), format!("{:?}", october.seals));
+    drop(held);
     let september = audit_of(&db.pool, Some("2026-09".parse().unwrap())).await.unwrap();
     assert!(september.discrepancies.is_empty(), "{:#?}", september.discrepancies);
     assert!(september.seals.len() == 1 && september.seals[0].holds());
@@ -649,6 +672,60 @@ async fn an_audits_two_parts_read_one_snapshot() {
     // The audit of the whole ledger, read so, is clean.
     let report = audit(&db.pool).await.unwrap();
     assert!(report.clean(), "{:#?}", report.discrepancies);
+}
+
+/// When one of two reads side by side fails (as an audit's part may: a
+/// statement timeout, a standby's recovery conflict), the other's statement
+/// is cancelled on the server, not left running to its end with its
+/// connection and snapshot held; its connection is usable after. Both
+/// succeeding, both results.
+#[tokio::test]
+async fn a_read_that_fails_cancels_the_one_beside_it() {
+    use hpc_ledger::db::{backend_pid, both_or_cancel};
+    use std::time::Duration;
+    let db = october().await;
+    let options = db.pool.connect_options();
+    let (mut a, mut b) = (db.pool.acquire().await.unwrap(), db.pool.acquire().await.unwrap());
+    let (pid_a, pid_b) = (backend_pid(&mut a).await.unwrap(), backend_pid(&mut b).await.unwrap());
+    assert_ne!(pid_a, pid_b);
+    let state = async |pid: i32| -> String {
+        sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1")
+            .bind(pid)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    for a_fails in [true, false] {
+        let failing = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Err::<(), _>(sqlx::Error::Protocol("planted".into()))
+        };
+        // The other side runs a minute's statement on its connection.
+        let (ended, long_pid) = if a_fails {
+            let long = async { sqlx::query("SELECT pg_sleep(60)").execute(&mut *b).await.map(|_| ()) };
+            let both = both_or_cancel(&options, (pid_a, failing), (pid_b, long));
+            (tokio::time::timeout(Duration::from_secs(30), both).await, pid_b)
+        } else {
+            let long = async { sqlx::query("SELECT pg_sleep(60)").execute(&mut *a).await.map(|_| ()) };
+            let both = both_or_cancel(&options, (pid_a, long), (pid_b, failing));
+            (tokio::time::timeout(Duration::from_secs(30), both).await, pid_a)
+        };
+        let e = ended
+            .expect("the other statement is cancelled, not awaited for its minute")
+            .unwrap_err();
+        assert!(e.to_string().contains("planted"), "{e}");
+        assert_eq!(state(long_pid).await, "idle");
+    }
+    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *a).await.unwrap();
+    let two: i32 = sqlx::query_scalar("SELECT 2").fetch_one(&mut *b).await.unwrap();
+    let both = both_or_cancel(
+        &options,
+        (pid_a, async { Ok::<_, sqlx::Error>(one) }),
+        (pid_b, async { Ok(two) }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(both, (1, 2));
 }
 
 #[tokio::test]
