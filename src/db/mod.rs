@@ -456,10 +456,10 @@ pub async fn begin_custom_plans(pool: &PgPool) -> Result<sqlx::Transaction<'stat
 /// The isolation of a reader whose statements must all see one snapshot.
 const ONE_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
 
-/// Begin a read-only transaction whose statements all see one snapshot of
-/// the database (`REPEATABLE READ`).
-pub async fn begin_one_snapshot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
-    pool.begin_with(ONE_SNAPSHOT).await
+/// Begin, on `conn`, a read-only transaction whose statements all see one
+/// snapshot of the database (`REPEATABLE READ`).
+pub async fn begin_one_snapshot(conn: &mut PgConnection) -> Result<sqlx::Transaction<'_, sqlx::Postgres>, sqlx::Error> {
+    conn.begin_with(ONE_SNAPSHOT).await
 }
 
 /// Begin a read-only transaction as [`begin_one_snapshot`] does and export
@@ -468,21 +468,21 @@ pub async fn begin_one_snapshot(pool: &PgPool) -> Result<sqlx::Transaction<'stat
 /// one stays open: one answer read in parts side by side (on a primary or
 /// a standby alike).
 pub async fn begin_exported_snapshot(
-    pool: &PgPool,
-) -> Result<(sqlx::Transaction<'static, sqlx::Postgres>, String), sqlx::Error> {
-    let mut tx = begin_one_snapshot(pool).await?;
+    conn: &mut PgConnection,
+) -> Result<(sqlx::Transaction<'_, sqlx::Postgres>, String), sqlx::Error> {
+    let mut tx = begin_one_snapshot(conn).await?;
     let id = sqlx::query_scalar!(r#"SELECT pg_export_snapshot() AS "id!""#)
         .fetch_one(&mut *tx)
         .await?;
     Ok((tx, id))
 }
 
-/// Begin a read-only transaction that reads the snapshot another
-/// transaction exported ([`begin_exported_snapshot`], still open).
-pub async fn begin_in_snapshot(
-    pool: &PgPool,
+/// Begin, on `conn`, a read-only transaction that reads the snapshot
+/// another transaction exported ([`begin_exported_snapshot`], still open).
+pub async fn begin_in_snapshot<'c>(
+    conn: &'c mut PgConnection,
     id: &str,
-) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+) -> Result<sqlx::Transaction<'c, sqlx::Postgres>, sqlx::Error> {
     // SET TRANSACTION takes no parameter, so the id is written into the
     // statement: only as pg_export_snapshot gives it (hex digits, dashes).
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
@@ -490,9 +490,9 @@ pub async fn begin_in_snapshot(
     }
     // Its own statement once the transaction has begun, not part of the
     // BEGIN: if it fails (an id this server never exported), dropping the
-    // transaction rolls it back, and the connection goes back to the pool
-    // out of the aborted transaction.
-    let mut tx = begin_one_snapshot(pool).await?;
+    // transaction rolls it back, and the connection is used next (or goes
+    // back to its pool) out of the aborted transaction.
+    let mut tx = begin_one_snapshot(conn).await?;
     sqlx::query(&format!("SET TRANSACTION SNAPSHOT '{id}'"))
         .persistent(false)
         .execute(&mut *tx)
@@ -500,30 +500,48 @@ pub async fn begin_in_snapshot(
     Ok(tx)
 }
 
-/// The server process serving a connection (`pg_backend_pid()`): whose
-/// statement [`both_or_cancel`] cancels.
-pub async fn backend_pid(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar!(r#"SELECT pg_backend_pid() AS "pid!""#)
-        .fetch_one(&mut *conn)
+/// A transaction's server process and when it began: what
+/// [`both_or_cancel`] cancels the statement of. Both, so that a cancel
+/// sent over a connection of its own reaches this transaction or nothing
+/// (not another server's process of the same number behind a balancer,
+/// nor the same process once it serves another transaction through a
+/// pooler).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backend {
+    pub pid: i32,
+    pub xact_start: chrono::DateTime<chrono::Utc>,
+}
+
+/// The server process serving the transaction begun on `tx`, and its start.
+pub async fn backend_of(tx: &mut PgConnection) -> Result<Backend, sqlx::Error> {
+    sqlx::query_as!(Backend, r#"SELECT pg_backend_pid() AS "pid!", now() AS "xact_start!""#)
+        .fetch_one(&mut *tx)
         .await
 }
 
 /// How long [`cancel_backend`] tries to open its connection.
 const CANCEL_CONNECT: Duration = Duration::from_secs(5);
 
-/// Cancel the statement a server process is running (`pg_cancel_backend`),
-/// from a connection of its own opened for it, out of any pool (whose
-/// connections may all be taken by the work being cancelled). A role may
-/// cancel its own sessions' statements. Whether the cancel was sent; a
-/// process running no statement ignores it.
-pub async fn cancel_backend(options: &PgConnectOptions, pid: i32) -> bool {
+/// Cancel the statement `backend`'s transaction is running
+/// (`pg_cancel_backend`), from a connection of its own opened for it, out
+/// of any pool (whose connections may all be taken by the work being
+/// cancelled). A role may cancel its own sessions' statements. Whether the
+/// cancel was sent: not when that transaction has ended or is not on the
+/// server this connection reached; a process between two statements
+/// ignores it (the caller sends it again).
+pub async fn cancel_backend(options: &PgConnectOptions, backend: Backend) -> bool {
     let sent = async {
         let mut conn = tokio::time::timeout(CANCEL_CONNECT, PgConnection::connect_with(options))
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)??;
-        let sent = sqlx::query_scalar!(r#"SELECT pg_cancel_backend($1) AS "sent!""#, pid)
-            .fetch_one(&mut conn)
-            .await?;
+        let sent = sqlx::query_scalar!(
+            r#"SELECT coalesce(bool_or(pg_cancel_backend(pid)), false) AS "sent!"
+                 FROM pg_stat_activity WHERE pid = $1 AND xact_start = $2"#,
+            backend.pid,
+            backend.xact_start
+        )
+        .fetch_one(&mut conn)
+        .await?;
         let _ = conn.close().await;
         Ok::<_, sqlx::Error>(sent)
     }
@@ -531,45 +549,63 @@ pub async fn cancel_backend(options: &PgConnectOptions, pid: i32) -> bool {
     match sent {
         Ok(sent) => sent,
         Err(e) => {
-            tracing::warn!("cancelling the statement of server process {pid}: {e}");
+            tracing::warn!("cancelling the statement of server process {}: {e}", backend.pid);
             false
         }
     }
 }
 
-/// Two reads side by side, each on a connection of its own (its server
-/// process `a.0`, `b.0`): both results, or the first error. When one
-/// fails, the other's statement is cancelled on the server and the other
+/// How long [`both_or_cancel`] goes on cancelling the other read's
+/// statements before it drops that read.
+const CANCEL_FOR: Duration = Duration::from_secs(30);
+
+/// Two reads side by side, each in a transaction of its own on a connection
+/// of its own (`a.0`, `b.0`): both results, or the first error. When one
+/// fails, the other's statements are cancelled on the server and the other
 /// awaited (it ends at once with the cancel's error, which is dropped), so
 /// that nothing goes on reading after the caller has failed: a future
 /// merely dropped would leave its statement running on the server to the
-/// end, its connection and snapshot held until then. If the cancel cannot
-/// be sent, the other is dropped, as before.
+/// end, its connection and snapshot held until then. A cancel that finds
+/// the other between two statements is lost, so it is sent again every
+/// 200 ms until the other has ended; if it cannot be sent, or the other
+/// has not ended within [`CANCEL_FOR`], the other is dropped.
 pub async fn both_or_cancel<A, B, E>(
     options: &PgConnectOptions,
-    a: (i32, impl Future<Output = Result<A, E>>),
-    b: (i32, impl Future<Output = Result<B, E>>),
+    a: (Backend, impl Future<Output = Result<A, E>>),
+    b: (Backend, impl Future<Output = Result<B, E>>),
 ) -> Result<(A, B), E> {
-    let (pid_a, a) = a;
-    let (pid_b, b) = b;
+    async fn cancel_until_ended<T>(
+        options: &PgConnectOptions,
+        backend: Backend,
+        mut other: std::pin::Pin<&mut impl Future<Output = T>>,
+    ) {
+        let until = tokio::time::Instant::now() + CANCEL_FOR;
+        while cancel_backend(options, backend).await {
+            if tokio::time::timeout(Duration::from_millis(200), other.as_mut())
+                .await
+                .is_ok()
+                || tokio::time::Instant::now() >= until
+            {
+                return;
+            }
+        }
+    }
+    let (backend_a, a) = a;
+    let (backend_b, b) = b;
     let mut a = std::pin::pin!(a);
     let mut b = std::pin::pin!(b);
     tokio::select! {
         ra = &mut a => match ra {
             Ok(x) => Ok((x, b.await?)),
             Err(e) => {
-                if cancel_backend(options, pid_b).await {
-                    let _ = b.await;
-                }
+                cancel_until_ended(options, backend_b, b).await;
                 Err(e)
             }
         },
         rb = &mut b => match rb {
             Ok(y) => Ok((a.await?, y)),
             Err(e) => {
-                if cancel_backend(options, pid_a).await {
-                    let _ = a.await;
-                }
+                cancel_until_ended(options, backend_a, a).await;
                 Err(e)
             }
         },

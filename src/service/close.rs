@@ -465,27 +465,41 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
     // charges' recomputation beside everything else, a month's storage
     // charges beside the rest of it (a standby exports snapshots as a
     // primary does). Without a second connection in that snapshot (a pool
-    // of one, a pool or server with none free, a standby that did not
-    // export it) the two parts are read one after the other, in one
-    // snapshot too.
+    // of one, a pool or server with none free within the pool's acquire
+    // timeout, a standby that did not export it) the two parts are read one
+    // after the other, in one snapshot too.
     let keep = crate::db::audit::KEPT;
     let [first, second] = crate::db::audit::Part::two(month.map(Month::first_day));
-    let (mut tx, beside) = if pool.options().get_max_connections() < 2 {
-        (crate::db::begin_one_snapshot(pool).await?, None)
-    } else {
-        let (tx, snapshot) = crate::db::begin_exported_snapshot(pool).await?;
-        match crate::db::begin_in_snapshot(pool, &snapshot).await {
-            Ok(beside) => (tx, Some(beside)),
+    // Both connections before either transaction begins: waiting for the
+    // second (a busy pool) holds no snapshot open and idle.
+    let mut conn = pool.acquire().await?;
+    let mut other = match pool.options().get_max_connections() {
+        0 | 1 => None,
+        _ => match pool.acquire().await {
+            Ok(c) => Some(c),
             Err(e) => {
                 tracing::warn!("the audit reads its two parts one after the other: no second connection: {e}");
-                (tx, None)
+                None
+            }
+        },
+    };
+    let (mut tx, beside) = match other.as_deref_mut() {
+        None => (crate::db::begin_one_snapshot(&mut conn).await?, None),
+        Some(other) => {
+            let (tx, snapshot) = crate::db::begin_exported_snapshot(&mut conn).await?;
+            match crate::db::begin_in_snapshot(other, &snapshot).await {
+                Ok(beside) => (tx, Some(beside)),
+                Err(e) => {
+                    tracing::warn!("the audit reads its two parts one after the other: {e}");
+                    (tx, None)
+                }
             }
         }
     };
     // What follows the findings, in their snapshot: the month's seal
     // (`audit --month`; the whole ledger's were read above) and the
     // rejections' summary; then the transaction ends.
-    let after = async |mut tx: sqlx::Transaction<'static, sqlx::Postgres>| {
+    let after = async |mut tx: sqlx::Transaction<'_, sqlx::Postgres>| {
         let seals = match month {
             Some(m) => Some(periods::seal_checks(&mut tx, Some(m.first_day())).await?),
             None => None,
@@ -501,9 +515,9 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
             (a.merge(b, keep, first.order()), after(tx).await?)
         }
         Some(mut beside) => {
-            let (pid_beside, pid_tx) = (
-                crate::db::backend_pid(&mut beside).await?,
-                crate::db::backend_pid(&mut tx).await?,
+            let (backend_beside, backend_tx) = (
+                crate::db::backend_of(&mut beside).await?,
+                crate::db::backend_of(&mut tx).await?,
             );
             // Each side ends its transaction as soon as its work is done,
             // not idle in it until the other's is (a server's
@@ -521,8 +535,12 @@ pub async fn audit_of(pool: &PgPool, month: Option<Month>) -> Result<AuditReport
                 let b = second.read(&mut tx, keep).await?;
                 Ok::<_, sqlx::Error>((b, after(tx).await?))
             };
-            let (a, (b, after)) =
-                crate::db::both_or_cancel(pool.connect_options().as_ref(), (pid_beside, one), (pid_tx, two)).await?;
+            let (a, (b, after)) = crate::db::both_or_cancel(
+                pool.connect_options().as_ref(),
+                (backend_beside, one),
+                (backend_tx, two),
+            )
+            .await?;
             (a.merge(b, keep, first.order()), after)
         }
     };

@@ -626,7 +626,8 @@ async fn an_audits_two_parts_read_one_snapshot() {
     use hpc_ledger::db::{begin_exported_snapshot, begin_in_snapshot};
     let db = october().await;
     let entries = "SELECT count(*) FROM ledger_entry";
-    let (mut first, id) = begin_exported_snapshot(&db.pool).await.unwrap();
+    let (mut c1, mut c2) = (db.pool.acquire().await.unwrap(), db.pool.acquire().await.unwrap());
+    let (mut first, id) = begin_exported_snapshot(&mut c1).await.unwrap();
     let before: i64 = sqlx::query_scalar(entries).fetch_one(&mut *first).await.unwrap();
     adjust(
         &db.pool,
@@ -637,7 +638,7 @@ async fn an_audits_two_parts_read_one_snapshot() {
     )
     .await
     .unwrap();
-    let mut second = begin_in_snapshot(&db.pool, &id).await.unwrap();
+    let mut second = begin_in_snapshot(&mut c2, &id).await.unwrap();
     let (in_first, in_second, after): (i64, i64, i64) = (
         sqlx::query_scalar(entries).fetch_one(&mut *first).await.unwrap(),
         sqlx::query_scalar(entries).fetch_one(&mut *second).await.unwrap(),
@@ -653,7 +654,7 @@ async fn an_audits_two_parts_read_one_snapshot() {
     drop((first, second));
     // An id is only what pg_export_snapshot gives: nothing else reaches
     // the statement it is written into.
-    let e = begin_in_snapshot(&db.pool, "0'; DROP TABLE ledger_entry; --")
+    let e = begin_in_snapshot(&mut c2, "0'; DROP TABLE ledger_entry; --")
         .await
         .unwrap_err();
     assert!(e.to_string().contains("not a snapshot id"), "{e}");
@@ -665,8 +666,14 @@ async fn an_audits_two_parts_read_one_snapshot() {
         .connect(&db.url)
         .await
         .unwrap();
-    let e = begin_in_snapshot(&one, "00000003-00000002-1").await.unwrap_err();
-    assert!(e.to_string().contains("snapshot"), "{e}");
+    {
+        let mut c = one.acquire().await.unwrap();
+        let e = begin_in_snapshot(&mut c, "00000003-00000002-1").await.unwrap_err();
+        assert!(e.to_string().contains("snapshot"), "{e}");
+        // Usable on the spot, too.
+        let n: i64 = sqlx::query_scalar(entries).fetch_one(&mut *c).await.unwrap();
+        assert_eq!(n, after);
+    }
     let n: i64 = sqlx::query_scalar(entries).fetch_one(&one).await.unwrap();
     assert_eq!(n, after);
     // The audit of the whole ledger, read so, is clean.
@@ -677,55 +684,76 @@ async fn an_audits_two_parts_read_one_snapshot() {
 /// When one of two reads side by side fails (as an audit's part may: a
 /// statement timeout, a standby's recovery conflict), the other's statement
 /// is cancelled on the server, not left running to its end with its
-/// connection and snapshot held; its connection is usable after. Both
-/// succeeding, both results.
+/// connection and snapshot held. Both succeeding, both results. A cancel
+/// reaches only the transaction it names: one that has ended is not
+/// cancelled.
 #[tokio::test]
 async fn a_read_that_fails_cancels_the_one_beside_it() {
-    use hpc_ledger::db::{backend_pid, both_or_cancel};
+    use hpc_ledger::db::{Backend, backend_of, both_or_cancel, cancel_backend};
+    use sqlx::Connection;
     use std::time::Duration;
     let db = october().await;
     let options = db.pool.connect_options();
-    let (mut a, mut b) = (db.pool.acquire().await.unwrap(), db.pool.acquire().await.unwrap());
-    let (pid_a, pid_b) = (backend_pid(&mut a).await.unwrap(), backend_pid(&mut b).await.unwrap());
-    assert_ne!(pid_a, pid_b);
-    let state = async |pid: i32| -> String {
-        sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1")
-            .bind(pid)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap()
+    // A process's state once it has settled: a cancelled statement's
+    // reports its failed transaction a moment after the error reached us.
+    let settled = async |backend: Backend| -> String {
+        let mut state = String::new();
+        for _ in 0..100 {
+            state = sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1")
+                .bind(backend.pid)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+            if state != "active" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        state
     };
     for a_fails in [true, false] {
+        let (mut ca, mut cb) = (db.pool.acquire().await.unwrap(), db.pool.acquire().await.unwrap());
+        let (mut ta, mut tb) = (ca.begin().await.unwrap(), cb.begin().await.unwrap());
+        let (backend_a, backend_b) = (backend_of(&mut ta).await.unwrap(), backend_of(&mut tb).await.unwrap());
+        assert_ne!(backend_a.pid, backend_b.pid);
         let failing = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             Err::<(), _>(sqlx::Error::Protocol("planted".into()))
         };
-        // The other side runs a minute's statement on its connection.
-        let (ended, long_pid) = if a_fails {
-            let long = async { sqlx::query("SELECT pg_sleep(60)").execute(&mut *b).await.map(|_| ()) };
-            let both = both_or_cancel(&options, (pid_a, failing), (pid_b, long));
-            (tokio::time::timeout(Duration::from_secs(30), both).await, pid_b)
+        // The other side runs a minute's statement in its transaction.
+        let (ended, long) = if a_fails {
+            let long = async { sqlx::query("SELECT pg_sleep(60)").execute(&mut *tb).await.map(|_| ()) };
+            let both = both_or_cancel(&options, (backend_a, failing), (backend_b, long));
+            (tokio::time::timeout(Duration::from_secs(30), both).await, backend_b)
         } else {
-            let long = async { sqlx::query("SELECT pg_sleep(60)").execute(&mut *a).await.map(|_| ()) };
-            let both = both_or_cancel(&options, (pid_a, long), (pid_b, failing));
-            (tokio::time::timeout(Duration::from_secs(30), both).await, pid_a)
+            let long = async { sqlx::query("SELECT pg_sleep(60)").execute(&mut *ta).await.map(|_| ()) };
+            let both = both_or_cancel(&options, (backend_a, long), (backend_b, failing));
+            (tokio::time::timeout(Duration::from_secs(30), both).await, backend_a)
         };
         let e = ended
             .expect("the other statement is cancelled, not awaited for its minute")
             .unwrap_err();
         assert!(e.to_string().contains("planted"), "{e}");
-        assert_eq!(state(long_pid).await, "idle");
+        assert_eq!(settled(long).await, "idle in transaction (aborted)");
     }
-    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *a).await.unwrap();
-    let two: i32 = sqlx::query_scalar("SELECT 2").fetch_one(&mut *b).await.unwrap();
+    let (mut ca, mut cb) = (db.pool.acquire().await.unwrap(), db.pool.acquire().await.unwrap());
+    let (mut ta, mut tb) = (ca.begin().await.unwrap(), cb.begin().await.unwrap());
+    let (backend_a, backend_b) = (backend_of(&mut ta).await.unwrap(), backend_of(&mut tb).await.unwrap());
     let both = both_or_cancel(
         &options,
-        (pid_a, async { Ok::<_, sqlx::Error>(one) }),
-        (pid_b, async { Ok(two) }),
+        (backend_a, async { Ok::<_, sqlx::Error>(1) }),
+        (backend_b, async { Ok(2) }),
     )
     .await
     .unwrap();
     assert_eq!(both, (1, 2));
+    // The same process in its next transaction is not the one named.
+    ta.rollback().await.unwrap();
+    let mut ta = ca.begin().await.unwrap();
+    let next = backend_of(&mut ta).await.unwrap();
+    assert_eq!(next.pid, backend_a.pid);
+    assert!(!cancel_backend(&options, backend_a).await);
+    assert!(cancel_backend(&options, next).await);
 }
 
 #[tokio::test]
