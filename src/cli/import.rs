@@ -115,6 +115,7 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
             fields: args.fields.clone(),
             delimiter: args.delimiter.clone(),
             project_from: args.project_from.clone(),
+            jobcomp_utc: format == ingest::Format::Jobcomp,
         };
         if let Some(dir) = &args.follow {
             if format != ingest::Format::Pbs {

@@ -4,9 +4,10 @@
 //!
 //! Read the way the Slurm parser reads `sacct`, so both paths give one
 //! answer: what the job held comes from `tres_alloc` (docs/rules.md D3), falling back
-//! to `total_cpus`/`total_nodes`; `@submit`/`@start`/`@end` are slurmctld's
-//! local time without a zone (the cluster's configured zone), or carry an
-//! offset; an array task is `array_job_id` with index `array_task_id` (as
+//! to `total_cpus`/`total_nodes`; `@submit`/`@start`/`@end` are UTC without
+//! a zone (Slurm writes them with `gmtime`; [`ReadOptions::jobcomp_utc`],
+//! set for every document read since 2026-12-06: one read before is read
+//! again as it was, in its cluster's zone), or carry an offset; an array task is `array_job_id` with index `array_task_id` (as
 //! `sacct` shows `6_2`), a heterogeneous job's component is `het_job_id+offset`.
 //! A job that never ran (cancelled while pending: no nodes, no CPUs) is
 //! skipped. The job's batch script, which Slurm includes whole, is dropped
@@ -110,7 +111,7 @@ fn count(doc: &Map<String, Value>, key: &str) -> Result<Option<u32>, String> {
         .transpose()
 }
 
-fn stamp(doc: &Map<String, Value>, key: &str) -> Result<Option<Stamp>, String> {
+fn stamp(doc: &Map<String, Value>, key: &str, utc: bool) -> Result<Option<Stamp>, String> {
     let Some(v) = doc.get(key) else { return Ok(None) };
     let s = match v {
         Value::Null => return Ok(None),
@@ -131,7 +132,7 @@ fn stamp(doc: &Map<String, Value>, key: &str) -> Result<Option<Stamp>, String> {
         return Ok(Some(Stamp::At(t.with_timezone(&Utc))));
     }
     super::slurm::local_time(s)
-        .map(|t| Some(Stamp::Local(t)))
+        .map(|t| Some(if utc { Stamp::At(t.and_utc()) } else { Stamp::Local(t) }))
         .map_err(|_| format!("`{key}` {s:?} is not a time (expected YYYY-MM-DDTHH:MM:SS)"))
 }
 
@@ -154,7 +155,11 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
         },
     };
     let mut state = text(doc, "state").unwrap_or("").to_owned();
-    let (start, end, submit) = (stamp(doc, "@start")?, stamp(doc, "@end")?, stamp(doc, "@submit")?);
+    let (start, end, submit) = (
+        stamp(doc, "@start", options.jobcomp_utc)?,
+        stamp(doc, "@end", options.jobcomp_utc)?,
+        stamp(doc, "@submit", options.jobcomp_utc)?,
+    );
     let tres = text(doc, "tres_alloc");
     let cpus = count(doc, "total_cpus")?;
     let nodes_field = text(doc, "nodes");
@@ -361,6 +366,30 @@ mod tests {
             "total_nodes":1,"nodes":"c01","state":"COMPLETED","tres_req":"cpu=4,mem=10G,node=1,gres/gpu=2"}"#,
         );
         assert_eq!((j.cores, j.memory, j.gpus), (4, Some(Bytes(10 * GIB)), Some(2)));
+    }
+
+    #[test]
+    fn zoneless_times_are_utc_as_slurm_writes_them_and_old_records_read_as_they_were() {
+        // jobcomp/elasticsearch formats @start/@end/@submit with gmtime:
+        // without a zone they are UTC, whatever the cluster's zone.
+        let body = r#"{"jobid":79,"@start":"2026-11-30T08:48:11","@end":"2026-11-30T10:48:13","@submit":"2026-11-30T08:40:00",
+            "total_cpus":1,"total_nodes":1,"nodes":"c01","state":"COMPLETED"}"#;
+        let Item::Job(now) = parse_document(body, &ReadOptions::jobcomp()).unwrap().1 else {
+            panic!("not a job")
+        };
+        assert_eq!(now.start, Stamp::At("2026-11-30T08:48:11Z".parse().unwrap()));
+        assert_eq!(now.end, Stamp::At("2026-11-30T10:48:13Z".parse().unwrap()));
+        assert_eq!(now.submit, Some(Stamp::At("2026-11-30T08:40:00Z".parse().unwrap())));
+        // A record kept with options of before (no `jobcomp_utc`) is read
+        // again as it was then: in its cluster's zone.
+        let then = job(body);
+        assert_eq!(then.start, local("2026-11-30T08:48:11"));
+        // The flag is in the kept options' JSON only when set, so the
+        // options of every other format keep their text.
+        assert_eq!(KeptOptions::jobcomp().text(), r#"{"jobcomp_utc":true}"#);
+        assert_eq!(KeptOptions::default().text(), "{}");
+        let old: ReadOptions = serde_json::from_str("{}").unwrap();
+        assert!(!old.jobcomp_utc);
     }
 
     #[test]

@@ -93,6 +93,23 @@ pub struct ReadOptions {
     /// (default `account`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_from: Option<Vec<String>>,
+    /// jobcomp: `@submit`/`@start`/`@end` without a zone are UTC, as every
+    /// version of Slurm's jobcomp/elasticsearch writes them (`gmtime`).
+    /// Set for every document read since 2026-12-06; a record read before
+    /// keeps its options without it and is read again as it was then, in
+    /// its cluster's zone (docs/slurm.md, "Time zone").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub jobcomp_utc: bool,
+}
+
+impl ReadOptions {
+    /// How a jobcomp document is read now: its zone-less times are UTC.
+    pub fn jobcomp() -> ReadOptions {
+        ReadOptions {
+            jobcomp_utc: true,
+            ..ReadOptions::default()
+        }
+    }
 }
 
 /// A set of read options as the records read with it keep them: made once
@@ -151,6 +168,15 @@ impl Default for KeptOptions {
         static NONE: std::sync::LazyLock<KeptOptions> =
             std::sync::LazyLock::new(|| KeptOptions::new(ReadOptions::default()));
         NONE.clone()
+    }
+}
+
+impl KeptOptions {
+    /// [`ReadOptions::jobcomp`], made once: `serve`'s posts.
+    pub fn jobcomp() -> KeptOptions {
+        static JOBCOMP: std::sync::LazyLock<KeptOptions> =
+            std::sync::LazyLock::new(|| KeptOptions::new(ReadOptions::jobcomp()));
+        JOBCOMP.clone()
     }
 }
 

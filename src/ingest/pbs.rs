@@ -143,8 +143,8 @@ fn node_spec(attrs: &HashMap<String, String>) -> Option<&str> {
 /// 1. Cray ALPS `mppwidth` (× `mppdepth`) cores on ⌈`mppwidth` ÷ `mppnppn`⌉
 ///    nodes: on a Cray the `ncpus`/`select`/`nodect` beside it describe
 ///    the login (MOM) node, not the job.
-/// 2. The request: `nodes` (also doubled), else PBS Pro `select`, else
-///    `ncpus`/`ngpus`; the node count from `nodect`.
+/// 2. The request: PBS Pro `select`, else `nodes` (also doubled), else
+///    `ncpus`/`ngpus`; the node count from `nodect` (PBS Pro: its chunks).
 /// 3. A `nodes` spec that cannot be read falls back to where the job ran
 ///    (`exec_vnode`, `exec_host`), then to `ncpus`.
 /// 4. No size in the request at all: where the job ran.

@@ -333,7 +333,7 @@ enum Read {
 /// Read a stored document as the route read it: the same reader, the same
 /// byte policy, the same text kept.
 fn read(w: Waiting) -> Read {
-    let options = KeptOptions::default();
+    let options = KeptOptions::jobcomp();
     let parsed = match &w.exact {
         Some(bytes) => jobcomp::parse_document(&String::from_utf8_lossy(bytes), &options)
             .map(|(_, item)| crate::ingest::check_decoded(item)),

@@ -124,7 +124,7 @@ pub(super) async fn jobcomp_doc(
 ) -> Response {
     let app = &*app;
     let sender = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0.0.ip());
-    let options = KeptOptions::default();
+    let options = KeptOptions::jobcomp();
     let source = |raw: String, raw_bytes: Option<Vec<u8>>| Source {
         intake: None,
         format: SourceFormat::Jobcomp,

@@ -1454,3 +1454,55 @@ async fn a_nul_escaped_in_a_json_field_is_rejected_and_the_rest_recorded() {
         .unwrap();
     assert_eq!(kept, text.lines().skip(1).take(3).collect::<Vec<_>>());
 }
+
+/// Slurm's jobcomp/elasticsearch writes `@start`/`@end`/`@submit` in UTC
+/// (`gmtime`), without a zone. On a cluster whose slurmctld runs in
+/// another zone they used to be read in that zone: a job `serve` recorded
+/// became a second run of the same job when `sacct` back-filled it (its
+/// times the zone's offset apart), charged twice.
+#[tokio::test]
+async fn jobcomp_times_are_utc_on_a_cluster_in_another_zone() {
+    // The lab's sacct --json (epoch seconds: the same instants in any
+    // zone), then the same jobs as Slurm posted them to jobcomp, imported
+    // as a user does; in the lab's own zone (UTC) and in New York's.
+    let jobcomp = crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl");
+    let both = |db: crate::harness::TestDb| {
+        let jobcomp = jobcomp.clone();
+        async move {
+            let s = import_fixture(&db, "slurm_2205_lab_sacct.json", false).await;
+            assert!(s.recorded >= 13, "{s:#?}");
+            let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", jobcomp.to_str().unwrap()]));
+            let (runs, twice, total): (i64, i64, Decimal) = sqlx::query_as(
+                "SELECT count(*), count(*) - count(DISTINCT (cluster_id, scheduler_job_id, array_index)),
+                    (SELECT sum(amount) FROM ledger_entry)
+               FROM job",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            let start: chrono::DateTime<chrono::Utc> =
+                sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = '1' AND array_index IS NULL")
+                    .fetch_one(&db.pool)
+                    .await
+                    .unwrap();
+            (out, runs, twice, total, start)
+        }
+    };
+    let utc = both(fixture_db().await).await;
+    let db = crate::harness::TestDb::new().await;
+    let center = crate::fixtures::CENTER.replace(
+        "name = \"testclu\"\nscheduler = \"slurm\"\n",
+        "name = \"testclu\"\nscheduler = \"slurm\"\ntime_zone = \"America/New_York\"\n",
+    );
+    assert_ne!(center, crate::fixtures::CENTER);
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let new_york = both(db).await;
+    // No job charged twice, the same outcome line by line, the same total.
+    assert_eq!(utc.2, 0);
+    assert_eq!(new_york, utc);
+    assert!(utc.0.contains("replayed:    10"), "{}", utc.0);
+    // Job 1 started at 08:48:00 UTC, as jobcomp said ("@start":"2026-11-30T08:48:00").
+    assert_eq!(new_york.4.to_rfc3339(), "2026-11-30T08:48:00+00:00");
+}
