@@ -267,8 +267,8 @@ pub fn write_bench_sacct(mut w: impl Write, jobs: std::ops::Range<u64>, projects
 }
 
 /// Job `i` of a stream of finished jobs on the bench center's cluster, as
-/// the body Slurm's jobcomp/elasticsearch posts (local times, lower-case
-/// account, a small batch script), with job ids from 50,000,000 so they
+/// the body Slurm's jobcomp/elasticsearch posts (times in UTC without a
+/// zone, as Slurm writes them; lower-case account, a small batch script), with job ids from 50,000,000 so they
 /// never meet [`write_bench_sacct`]'s. The mix is [`write_bench_sacct`]'s.
 pub fn bench_jobcomp(i: u64, projects: u64, month: Month) -> String {
     // splitmix64: any job of the stream on its own.
@@ -291,7 +291,13 @@ pub fn bench_jobcomp(i: u64, projects: u64, month: Month) -> String {
     } else {
         String::new()
     };
-    let f = |t: chrono::NaiveDateTime| t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    // The cluster's local times (America/New_York), as Slurm writes them: UTC.
+    let f = |t: chrono::NaiveDateTime| {
+        crate::domain::period::local_to_utc(t, chrono_tz::America::New_York)
+            .map_or(t, |u| u.naive_utc())
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
     serde_json::json!({
         "jobid": 50_000_000 + i, "username": format!("u{}", x % 997), "user_id": 1000,
         "groupname": "g", "group_id": 1000, "@submit": f(start), "@start": f(start), "@end": f(end),

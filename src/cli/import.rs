@@ -115,8 +115,9 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
             fields: args.fields.clone(),
             delimiter: args.delimiter.clone(),
             project_from: args.project_from.clone(),
-            jobcomp_utc: format == ingest::Format::Jobcomp,
-        };
+            ..ReadOptions::default()
+        }
+        .now(format.source());
         if let Some(dir) = &args.follow {
             if format != ingest::Format::Pbs {
                 anyhow::bail!("--follow reads a PBS accounting directory (one file per day): give --format pbs");

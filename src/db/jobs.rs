@@ -57,6 +57,55 @@ pub async fn find(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usiz
     Ok(rows.into_iter().map(|r| (r.i as usize - 1, r.id)).collect())
 }
 
+/// When the readings of 2026-12-06 reached this ledger, if it held job
+/// records then (migration 0049): only then can a run be recorded under an
+/// earlier reading.
+pub async fn readings_changed(conn: &mut PgConnection) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT migrated_at FROM reading_change WHERE records_before")
+        .fetch_optional(&mut *conn)
+        .await
+}
+
+/// Which of `keys` name a run recorded from a record of the given format
+/// read before the readings added on 2026-12-06: a jobcomp record without
+/// `jobcomp_utc` in its read options (its times read in its cluster's
+/// zone), a PBS record without `pbs_hosts` (its nodes its `nodect`).
+/// Positions in `keys`; each key looked up by `job_run_key`, as [`find`].
+pub async fn recorded_before(
+    conn: &mut PgConnection,
+    keys: &[(&JobKey, SourceFormat)],
+) -> Result<Vec<usize>, sqlx::Error> {
+    let just: Vec<&JobKey> = keys.iter().map(|(k, _)| *k).collect();
+    let c = key_columns(&just);
+    let formats: Vec<String> = keys.iter().map(|(_, f)| f.as_str().to_owned()).collect();
+    let rows = sqlx::query_scalar!(
+        r#"SELECT u.i AS "i!"
+             FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[])
+                  WITH ORDINALITY AS u(cluster_id, job_id, array_index, started_at, source_format, i)
+            CROSS JOIN LATERAL (
+                  SELECT j.id FROM job j
+                   WHERE j.cluster_id = u.cluster_id AND j.scheduler_job_id = u.job_id
+                     AND coalesce(j.array_index, -1) = coalesce(u.array_index, -1)
+                     AND j.started_at = u.started_at
+                  OFFSET 0) j
+            WHERE EXISTS (
+                  SELECT 1 FROM job_record r
+                    LEFT JOIN record_read_options o ON o.id = r.read_options_id
+                   WHERE r.job_id = j.id AND r.source_format = u.source_format
+                     AND NOT coalesce((coalesce(o.options, r.read_options)
+                                       ->> CASE u.source_format WHEN 'jobcomp' THEN 'jobcomp_utc' ELSE 'pbs_hosts' END)::boolean,
+                                      false))"#,
+        &c.cluster,
+        &c.job,
+        &c.index as &[Option<i32>],
+        &c.started,
+        &formats,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|i| i as usize - 1).collect())
+}
+
 /// Add runs; returns (position in `keys`, id) of those added. Runs another
 /// writer added first are left alone: find them with [`find`].
 pub async fn insert(

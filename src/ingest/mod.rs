@@ -100,6 +100,12 @@ pub struct ReadOptions {
     /// its cluster's zone (docs/slurm.md, "Time zone").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub jobcomp_utc: bool,
+    /// PBS: a job sized by its PBS Pro `select` is on the distinct hosts it
+    /// ran on (`exec_vnode`, `exec_host`), not on `Resource_List.nodect`,
+    /// which counts its chunks (several can share a host). Set for every
+    /// record read since 2026-12-06; one read before keeps `nodect`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pbs_hosts: bool,
 }
 
 impl ReadOptions {
@@ -108,6 +114,28 @@ impl ReadOptions {
         ReadOptions {
             jobcomp_utc: true,
             ..ReadOptions::default()
+        }
+    }
+
+    /// These options as records of `format` are read now (a rejection
+    /// retried, an input given): the readings added since they were kept
+    /// switched on for that format.
+    pub fn now(mut self, format: SourceFormat) -> ReadOptions {
+        match format {
+            SourceFormat::Jobcomp => self.jobcomp_utc = true,
+            SourceFormat::Pbs => self.pbs_hosts = true,
+            _ => {}
+        }
+        self
+    }
+
+    /// These options as they were before the readings added on 2026-12-06
+    /// (how a record kept without them was read).
+    pub fn before(&self) -> ReadOptions {
+        ReadOptions {
+            jobcomp_utc: false,
+            pbs_hosts: false,
+            ..self.clone()
         }
     }
 }

@@ -4,8 +4,9 @@
 //! Only E (job end) records, and R records that carry a run, are charged;
 //! Q, S, D, A … are skipped. What a job held is what it reserved (docs/rules.md D3),
 //! read in a documented order ([`size`], docs/pbs.md): Cray `mppwidth`;
-//! else the request (`Resource_List.nodes` — also TORQUE's doubled
-//! `nodes=nodes=…` —, PBS Pro `select`, `ncpus`/`ngpus`, `nodect`); an
+//! else the request (PBS Pro `select`, else `Resource_List.nodes` — also
+//! TORQUE's doubled `nodes=nodes=…` —, else `ncpus`/`ngpus`; nodes from
+//! `nodect`, or for a `select` the hosts it ran on, [`ReadOptions::pbs_hosts`]); an
 //! unreadable node spec, or a request without a size, falls back to where
 //! the job ran (`exec_vnode`, `exec_host`); a record that says nothing about
 //! the size is rejected. Memory from `mem` (total) and `pmem` (per process).
@@ -152,7 +153,7 @@ fn node_spec(attrs: &HashMap<String, String>) -> Option<&str> {
 ///
 /// Memory comes from `mem`/`pmem` (and Cray `mppmem` per PE) whichever
 /// way the cores were found.
-fn size(attrs: &HashMap<String, String>) -> Result<Size, String> {
+fn size(attrs: &HashMap<String, String>, pbs_hosts: bool) -> Result<Size, String> {
     if let Some(width) = resource(attrs, "mppwidth") {
         return cray_size(attrs, width);
     }
@@ -181,13 +182,15 @@ fn size(attrs: &HashMap<String, String>) -> Result<Size, String> {
                 e.reason
             ));
         }
-        return from_request(attrs, None);
+        return from_request(attrs, None, false);
     }
-    from_request(attrs, spec)
+    from_request(attrs, spec, pbs_hosts && spec.is_none() && select.is_some())
 }
 
 /// The request's `key=value` list for [`parse_pbs`], with `nodes` as given.
-fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>) -> Result<Size, String> {
+/// `hosts`: the node count is the distinct hosts the job ran on, when the
+/// record names them ([`ReadOptions::pbs_hosts`], a job sized by `select`).
+fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>, hosts: bool) -> Result<Size, String> {
     let mut resources: Vec<String> = spec.map(|s| format!("nodes={s}")).into_iter().collect();
     for k in ["select", "ncpus", "ngpus", "mem", "pmem", "place"] {
         if k == "select" && spec.is_some() {
@@ -207,6 +210,11 @@ fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>) -> Result<S
             .parse::<u32>()
             .map_err(|_| format!("Resource_List.nodect={v:?} is not a number of nodes"))?,
         None => shape.nodes,
+    };
+    // PBS Pro's nodect counts the select's chunks; packed chunks share a host.
+    let nodes = match ran_on(attrs) {
+        Ok(Some(ran)) if hosts && ran.hosts > 0 => ran.hosts,
+        _ => nodes,
     };
     Ok(Size {
         nodes: Some(nodes),
@@ -427,7 +435,7 @@ impl PbsParser {
             Some(v) => Some(epoch("ctime", v)?),
             None => None,
         };
-        let size = size(attrs)?;
+        let size = size(attrs, self.options.pbs_hosts)?;
         let project = self
             .project_from
             .iter()
@@ -509,6 +517,7 @@ impl Parser for PbsParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::kinds::SourceFormat;
     use crate::domain::units::{Bytes, GIB, MIB};
 
     fn parse(line: &str, options: &ReadOptions) -> Item {
@@ -520,6 +529,45 @@ mod tests {
             Item::Job(j) => *j,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_pbs_pro_job_is_on_the_hosts_it_ran_on_not_its_chunks() {
+        // A real OpenPBS record (CESNET, 2024; its date;E;id; prefix made
+        // up): two chunks placed freely, both on torque2. nodect counts the
+        // chunks.
+        let line = "06/01/2024 10:00:00;E;1234.torque;user=vchlum group=vchlum account=pas1234 queue=workq ctime=1717236000 qtime=1717236000 etime=1717236000 start=1717236001 exec_host=torque2/0+torque2/1 exec_vnode=(torque2:ncpus=1:mem=307200kb)+(torque2:ncpus=1:mem=307200kb) Resource_List.mem=600mb Resource_List.ncpus=2 Resource_List.nodect=2 Resource_List.place=free Resource_List.select=2:ncpus=1:mem=300mb end=1717236604 Exit_status=0";
+        let now = job(parse(line, &ReadOptions::default().now(SourceFormat::Pbs)));
+        assert_eq!((now.nodes, now.cores, now.memory), (Some(1), 2, Some(Bytes(600 * MIB))));
+        // Read as before 2026-12-06 (a record kept without `pbs_hosts`).
+        let then = job(parse(line, &ReadOptions::default()));
+        assert_eq!((then.nodes, then.cores), (Some(2), 2));
+        // Scattered chunks: as many hosts as chunks, either way (NCAR's casper).
+        let scatter = line
+            .replace("exec_host=torque2/0+torque2/1", "exec_host=crhtc67/13+crhtc70/17")
+            .replace(
+                "exec_vnode=(torque2:ncpus=1:mem=307200kb)+(torque2:ncpus=1:mem=307200kb)",
+                "exec_vnode=(crhtc67:ncpus=1:mem=307200kb)+(crhtc70:ncpus=1:mem=307200kb)",
+            )
+            .replace("place=free", "place=scatter");
+        assert_eq!(
+            job(parse(&scatter, &ReadOptions::default().now(SourceFormat::Pbs))).nodes,
+            Some(2)
+        );
+        // TORQUE's nodes= spec keeps its nodect; a record without exec_host too.
+        let torque = "11/09/2014 23:59:51;E;6464684.anonhost;user=anonuser group=anongroup jobname=anonjob account=anonaccount queue=default ctime=1415579756 qtime=1415579756 etime=1415579756 start=1415589841 exec_host=n404/2+n404/3 Resource_List.mem=1993mb Resource_List.ncpus=1 Resource_List.nodect=2 Resource_List.nodes=2:ppn=2 end=1415599191 Exit_status=1";
+        assert_eq!(
+            job(parse(torque, &ReadOptions::default().now(SourceFormat::Pbs))).nodes,
+            Some(2)
+        );
+        let unplaced = line.replace("exec_host=torque2/0+torque2/1 ", "").replace(
+            "exec_vnode=(torque2:ncpus=1:mem=307200kb)+(torque2:ncpus=1:mem=307200kb) ",
+            "",
+        );
+        assert_eq!(
+            job(parse(&unplaced, &ReadOptions::default().now(SourceFormat::Pbs))).nodes,
+            Some(2)
+        );
     }
 
     #[test]

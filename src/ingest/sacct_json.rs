@@ -99,7 +99,7 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, F> {
                 "jobs" => {
                     if !self.layout_ok {
                         return Err(de::Error::custom(
-                            "`jobs` comes before `meta`, so the layout cannot be checked first (expected sacct --json's order)",
+                            "`jobs` comes before `meta`, as Slurm 23.11 and later write it (layouts data_parser/v0.0.40 and after), which hpc-ledger does not read — export with `sacct --parsable2` (--format slurm) instead; nothing was recorded",
                         ));
                     }
                     saw_jobs = true;
@@ -152,11 +152,17 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for Jobs<'_, '_, F> {
 
 /// The layout a `meta` object names, if it is one this reader reads.
 fn check_layout(meta: &Value) -> Result<(), String> {
-    let layout = meta
-        .pointer("/plugin/type")
-        .or_else(|| meta.pointer("/plugin/data_parser"))
-        .and_then(Value::as_str);
-    let release = meta.pointer("/Slurm/release").and_then(Value::as_str).unwrap_or("?");
+    // Where each Slurm names it: 22.05 `plugin.type`; 23.02 `plugins.data_parser`
+    // and `Slurm.release`; 23.11 an empty `plugin.type`, `plugin.data_parser`
+    // and `slurm.release`.
+    let named = |paths: &[&str]| {
+        paths
+            .iter()
+            .filter_map(|p| meta.pointer(p).and_then(Value::as_str))
+            .find(|s| !s.trim().is_empty())
+    };
+    let layout = named(&["/plugin/type", "/plugin/data_parser", "/plugins/data_parser"]);
+    let release = named(&["/Slurm/release", "/slurm/release"]).unwrap_or("?");
     let known: Vec<String> = LAYOUTS.iter().map(|(l, v)| format!("{l} ({v})")).collect();
     match layout {
         Some(l) if LAYOUTS.iter().any(|(k, _)| *k == l) => Ok(()),
@@ -466,7 +472,36 @@ mod tests {
         );
         assert!(m.contains("--parsable2"), "{m}");
         let e = stream(r#"{"jobs": [], "meta": {}}"#.as_bytes(), |_, _| true).unwrap_err();
-        assert!(e.to_string().contains("`jobs` comes before `meta`"), "{e}");
+        assert!(
+            e.to_string().contains("`jobs` comes before `meta`, as Slurm 23.11"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("--parsable2"), "{e}");
+        // How Slurm 23.02 (SARC's sacct_outputs) and 23.11 name theirs.
+        let e = stream(
+            r#"{"meta": {"plugins": {"data_parser": "data_parser/v0.0.39", "accounting_storage": "accounting_storage/slurmdbd"},
+                "Slurm": {"version": {"major": 23, "micro": 6, "minor": 2}, "release": "23.02.6"}}, "jobs": []}"#
+                .as_bytes(),
+            |_, _| true,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("this is the layout data_parser/v0.0.39 (Slurm 23.02.6); hpc-ledger reads openapi/dbv0.0.38"),
+            "{e}"
+        );
+        let e = stream(
+            r#"{"meta": {"plugin": {"type": "", "name": "", "data_parser": "data_parser/v0.0.40"},
+                "slurm": {"release": "23.11.5"}}, "jobs": []}"#
+                .as_bytes(),
+            |_, _| true,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("this is the layout data_parser/v0.0.40 (Slurm 23.11.5)"),
+            "{e}"
+        );
         let e = stream(
             r#"{"meta": {"plugin": {"type": "openapi/dbv0.0.38"}}}"#.as_bytes(),
             |_, _| true,

@@ -590,7 +590,13 @@ pub async fn retry_rejected(
         for r in page {
             summary.lines += 1;
             let format = r.source_format;
-            let options: ReadOptions = serde_json::from_value(r.read_options.clone()).unwrap_or_default();
+            // A rejection was never charged: it is read as records are read
+            // now, also one kept before 2026-12-06 (a jobcomp document's
+            // times in UTC, a PBS Pro job on the hosts it ran on;
+            // docs/rules.md).
+            let options = serde_json::from_value::<ReadOptions>(r.read_options.clone())
+                .unwrap_or_default()
+                .now(format);
             let source = Source {
                 intake: None,
                 format,

@@ -153,6 +153,9 @@ pub struct Recorder {
     pub author: String,
     catalog: Option<(i64, Catalog)>,
     projects: HashMap<String, ProjectId>,
+    /// When the readings of 2026-12-06 reached a ledger that held records
+    /// then (`db::jobs::readings_changed`), read once.
+    readings_changed: Option<Option<chrono::DateTime<Utc>>>,
 }
 
 const RACE_RETRIES: usize = 5;
@@ -165,6 +168,7 @@ impl Recorder {
             author: options.author,
             catalog: None,
             projects: HashMap::new(),
+            readings_changed: None,
         }
     }
 
@@ -302,6 +306,9 @@ impl Recorder {
             self.catalog = Some((version, catalog));
         }
         self.load_projects(&mut *tx, jobs).await?;
+        if self.readings_changed.is_none() {
+            self.readings_changed = Some(jobs::readings_changed(&mut *tx).await?);
+        }
         let last_closed = state.last_closed.map(Month::of_date);
         let now = Utc::now();
         let catalog = &self.catalog.as_ref().expect("loaded above").1;
@@ -356,6 +363,35 @@ impl Recorder {
                 }
             }
         }
+        // A jobcomp document of a run recorded when jobcomp's times were
+        // read in the cluster's zone (before 2026-12-06) is read that way
+        // again, so that a document sent or imported again is what it was
+        // then (a replay, a revision), not a second run hours away.
+        let earlier = match self.readings_changed.flatten() {
+            Some(changed) => {
+                self.earlier_readings(&mut *tx, jobs, &pending, catalog, now, changed)
+                    .await?
+            }
+            None => Earlier::default(),
+        };
+        for (i, rejection) in earlier.refused {
+            pending.retain(|(at, _)| *at != i);
+            refused.push((i, rejection));
+        }
+        let reread: Vec<Submission>;
+        let jobs: &[Submission] = if earlier.replaced.is_empty() {
+            jobs
+        } else {
+            let mut all = jobs.to_vec();
+            for (i, submission, resolved) in earlier.replaced {
+                all[i] = submission;
+                if let Some(p) = pending.iter_mut().find(|(at, _)| *at == i) {
+                    p.1 = resolved;
+                }
+            }
+            reread = all;
+            &reread
+        };
         for (i, Rejection { kind, reason }) in refused {
             let job = &jobs[i];
             let key = job.input.key();
@@ -395,6 +431,132 @@ impl Recorder {
             .collect())
     }
 
+    /// The records among `pending` whose run may be recorded under a reading
+    /// of before 2026-12-06, and what to do with them (docs/rules.md):
+    /// - a jobcomp document (read with `jobcomp_utc`) or a PBS record (read
+    ///   with `pbs_hosts`) of such a run is read as it was then: replaced;
+    /// - a `sacct` record of a run recorded from jobcomp then, its times read
+    ///   in the cluster's zone (hours off), is refused as that run's record
+    ///   rather than charged as a second run.
+    ///
+    /// Only a ledger that held records when the change reached it
+    /// (`changed`, migration 0049) can hold such runs, and only of jobs that
+    /// ended before then. Where each would be: its key with its start read as jobcomp's was
+    /// then (the UTC wall-clock time taken as the cluster's local time); a
+    /// PBS record's own key (its node count changed, not its times). Only
+    /// records that can read otherwise are looked up (a cluster whose zone
+    /// is not UTC at that instant; a PBS record whose node count is not its
+    /// `nodect`), in one query per batch, and read again only when found.
+    async fn earlier_readings(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &[Submission],
+        pending: &[(usize, ResolvedJob)],
+        catalog: &Catalog,
+        now: chrono::DateTime<Utc>,
+        changed: chrono::DateTime<Utc>,
+    ) -> Result<Earlier, sqlx::Error> {
+        let mut candidates: Vec<(usize, &ResolvedJob, JobKey, SourceFormat)> = Vec::new();
+        for (i, resolved) in pending {
+            let job = &jobs[*i];
+            // Recorded before the change, whatever its reading (a day is
+            // the widest zone offset twice over).
+            if resolved.charge.ended_at >= changed + chrono::Duration::days(1) {
+                continue;
+            }
+            let options = &job.source.options;
+            let in_zone = || {
+                let zone = catalog
+                    .clusters
+                    .iter()
+                    .find(|c| c.id == resolved.key.cluster_id)
+                    .and_then(|c| c.time_zone)
+                    .or(catalog.center.as_ref().map(|c| c.time_zone))?;
+                let then = crate::domain::period::local_to_utc(resolved.key.started_at.naive_utc(), zone).ok()?;
+                (then != resolved.key.started_at).then(|| JobKey {
+                    started_at: then,
+                    ..resolved.key.clone()
+                })
+            };
+            match job.source.format {
+                SourceFormat::Jobcomp if options.jobcomp_utc => {
+                    if let Some(key) = in_zone() {
+                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp));
+                    }
+                }
+                SourceFormat::Slurm | SourceFormat::SacctJson => {
+                    if let Some(key) = in_zone() {
+                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp));
+                    }
+                }
+                SourceFormat::Pbs
+                    if options.pbs_hosts && nodect(&job.source.raw).is_some_and(|n| n != resolved.charge.nodes) =>
+                {
+                    candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs));
+                }
+                _ => {}
+            }
+        }
+        let mut earlier = Earlier::default();
+        if candidates.is_empty() {
+            return Ok(earlier);
+        }
+        let keys: Vec<(&JobKey, SourceFormat)> = candidates.iter().map(|(_, _, k, f)| (k, *f)).collect();
+        let found: HashSet<usize> = jobs::recorded_before(&mut *conn, &keys).await?.into_iter().collect();
+        for (pos, (i, resolved, _, _)) in candidates.into_iter().enumerate() {
+            if !found.contains(&pos) {
+                continue;
+            }
+            let job = &jobs[i];
+            if matches!(job.source.format, SourceFormat::Slurm | SourceFormat::SacctJson) {
+                earlier.refused.push((
+                    i,
+                    Rejection {
+                        kind: RejectKind::Conflict,
+                        reason: "this job was recorded from Slurm's jobcomp before 2026-12-06, its times read in \
+                                 the cluster's zone instead of UTC (hours off): not charged again as a second run \
+                                 (docs/slurm.md, \"Time zone\")"
+                            .into(),
+                    },
+                ));
+                continue;
+            }
+            let options = KeptOptions::new(job.source.options.before());
+            let Ok(crate::ingest::Item::Job(input)) = crate::ingest::reread(
+                job.source.format,
+                &options,
+                &job.source.raw,
+                job.source.raw_bytes.as_deref(),
+            ) else {
+                continue;
+            };
+            let mut input = *input;
+            let then = match resolve(&input, catalog, &self.projects, now) {
+                Ok(then) => then,
+                // Its account reassigned to a project (`rejected reassign`):
+                // charged to that project, as the record read now is.
+                Err(r) if r.kind == RejectKind::UnknownProject => {
+                    let project = resolved.charge.project_id;
+                    let Some(code) = self.projects.iter().find(|(_, id)| **id == project).map(|(c, _)| c) else {
+                        continue;
+                    };
+                    input.project = Some(code.clone());
+                    match resolve(&input, catalog, &self.projects, now) {
+                        Ok(then) => then,
+                        Err(_) => continue,
+                    }
+                }
+                Err(_) => continue,
+            };
+            let source = Source {
+                options,
+                ..job.source.clone()
+            };
+            earlier.replaced.push((i, Submission { input, source }, then));
+        }
+        Ok(earlier)
+    }
+
     async fn load_projects(&mut self, conn: &mut PgConnection, jobs: &[Submission]) -> Result<(), sqlx::Error> {
         let missing: HashSet<String> = jobs
             .iter()
@@ -411,6 +573,22 @@ impl Recorder {
         }
         Ok(())
     }
+}
+
+/// What [`Recorder::earlier_readings`] found: records to read as they were
+/// read before 2026-12-06 (position, the record so read, it resolved), and
+/// records refused for a run recorded so.
+#[derive(Default)]
+struct Earlier {
+    replaced: Vec<(usize, Submission, ResolvedJob)>,
+    refused: Vec<(usize, Rejection)>,
+}
+
+/// A PBS record's `Resource_List.nodect`, as written.
+fn nodect(raw: &str) -> Option<u32> {
+    let at = raw.find("Resource_List.nodect=")? + "Resource_List.nodect=".len();
+    let digits: String = raw[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// The `job_intake` rows a batch was taken from.
@@ -506,7 +684,10 @@ async fn resolve_rejections(
     let mut ids = Vec::new();
     let mut proofs = Vec::new();
     for o in &open {
-        let options: ReadOptions = serde_json::from_value(o.read_options.clone()).unwrap_or_default();
+        // Read as a retry would read it (never charged: the readings of now).
+        let options = serde_json::from_value::<ReadOptions>(o.read_options.clone())
+            .unwrap_or_default()
+            .now(o.source_format);
         let Ok(crate::ingest::Item::Job(input)) =
             crate::ingest::reread(o.source_format, &options, &o.raw, o.raw_bytes.as_deref())
         else {

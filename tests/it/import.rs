@@ -1506,3 +1506,220 @@ async fn jobcomp_times_are_utc_on_a_cluster_in_another_zone() {
     // Job 1 started at 08:48:00 UTC, as jobcomp said ("@start":"2026-11-30T08:48:00").
     assert_eq!(new_york.4.to_rfc3339(), "2026-11-30T08:48:00+00:00");
 }
+
+/// A jobcomp document of a run recorded before 2026-12-06, when jobcomp's
+/// times were read in the cluster's zone, is read that way again: sent or
+/// imported again it is what it was then (a replay, a revision), never a
+/// second run hours away; and `audit --deep` reads every record as it was
+/// read.
+#[tokio::test]
+async fn a_jobcomp_run_recorded_in_the_cluster_zone_is_read_that_way_again() {
+    let db = crate::harness::TestDb::new().await;
+    let center = crate::fixtures::CENTER.replace(
+        "name = \"testclu\"\nscheduler = \"slurm\"\n",
+        "name = \"testclu\"\nscheduler = \"slurm\"\ntime_zone = \"America/New_York\"\n",
+    );
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let jobcomp = crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl");
+    // Recorded as before: read options without `jobcomp_utc`.
+    let then = import_file(&db.pool, &jobcomp, "es.jsonl", Format::Jobcomp, None).await;
+    assert_eq!((then.recorded, then.rejected_total()), (15, 0), "{then:#?}");
+    let start: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = '1' AND array_index IS NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    // 08:48:00 read as New York's time: 13:48:00 UTC.
+    assert_eq!(start.to_rfc3339(), "2026-11-30T13:48:00+00:00");
+    // The ledger as the readings of 2026-12-06 found it: holding records
+    // (migration 0049 notes it; a new ledger has none to look for).
+    sqlx::query("UPDATE reading_change SET records_before = true, migrated_at = now()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // The same documents imported again now: replays, nothing recorded.
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", jobcomp.to_str().unwrap()]));
+    assert!(out.contains("recorded:    0"), "{out}");
+    assert!(out.contains("replayed:    15"), "{out}");
+    // One sent again with another exit code (as Slurm does after a
+    // restart): a revision of the run recorded then, not a second run.
+    let doc = std::fs::read_to_string(&jobcomp).unwrap();
+    let line = doc.lines().find(|l| l.contains("\"jobid\":1,")).unwrap();
+    let mut again: serde_json::Value = serde_json::from_str(line).unwrap();
+    again["exit_code"] = serde_json::json!("0:15");
+    let resent = jobcomp.with_extension("resent.jsonl");
+    std::fs::write(&resent, format!("{again}\n")).unwrap();
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", resent.to_str().unwrap()]));
+    assert!(out.contains("revised:     1"), "{out}");
+    let (runs, records): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM job_record)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((runs, records), (15, 16));
+    // Every record reads again to what is stored, each by its own reading.
+    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
+    assert_eq!(report.records, 16);
+    assert!(report.differences.is_empty(), "{:#?}", report.differences.first());
+    // sacct's records of the same jobs, back-filled now: the runs jobcomp
+    // recorded then (hours off) are not charged a second time; each is
+    // kept as a conflict naming why.
+    let json = crate::fixtures::stripped("slurm_2205_lab_sacct.json");
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "sacct-json", json.to_str().unwrap()]));
+    assert!(out.contains("rejected:    13"), "{out}");
+    let twice: i64 = sqlx::query_scalar(
+        "SELECT count(*) - count(DISTINCT (cluster_id, scheduler_job_id, coalesce(array_index, -1))) FROM job",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(twice, 0);
+    let why: String =
+        sqlx::query_scalar("SELECT reason FROM rejected_record WHERE source_format = 'sacct-json' LIMIT 1")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(why.contains("recorded from Slurm's jobcomp before 2026-12-06"), "{why}");
+    // A job of the same cluster never recorded before is read in UTC.
+    let fresh = line.replace("\"jobid\":1,", "\"jobid\":991,");
+    let new = jobcomp.with_extension("new.jsonl");
+    std::fs::write(&new, format!("{fresh}\n")).unwrap();
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", new.to_str().unwrap()]));
+    assert!(out.contains("recorded:    1"), "{out}");
+    let start: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = '991'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(start.to_rfc3339(), "2026-11-30T08:48:00+00:00");
+}
+
+/// A jobcomp document rejected before 2026-12-06 (read then in its
+/// cluster's zone) was never charged: `--retry-rejected` reads it as
+/// documents are read now, its times in UTC.
+#[tokio::test]
+async fn a_jobcomp_rejection_of_before_is_retried_in_utc() {
+    let db = crate::harness::TestDb::new().await;
+    let center = crate::fixtures::CENTER.replace(
+        "name = \"testclu\"\nscheduler = \"slurm\"\n",
+        "name = \"testclu\"\nscheduler = \"slurm\"\ntime_zone = \"America/New_York\"\n",
+    );
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let doc = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl")).unwrap();
+    let line = doc.lines().find(|l| l.contains("\"jobid\":1,")).unwrap();
+    assert!(line.contains("\"account\":\"pas1234\""), "{line}");
+    let path =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("retry-utc-{}.jsonl", std::process::id()));
+    std::fs::write(
+        &path,
+        format!(
+            "{}\n",
+            line.replace("\"account\":\"pas1234\"", "\"account\":\"pzs7778\"")
+        ),
+    )
+    .unwrap();
+    // Kept as before: read options without `jobcomp_utc`.
+    let then = import_file(&db.pool, &path, "es.jsonl", Format::Jobcomp, None).await;
+    assert_eq!(then.rejected_total(), 1, "{then:#?}");
+    let fixed = format!("{center}\n[[project]]\ncode = \"PZS7778\"\n");
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&fixed).unwrap(), "t")
+        .await
+        .unwrap();
+    let out = crate::harness::stdout(&db.cli(&["import", "--retry-rejected"]));
+    assert!(out.contains("recorded:    1"), "{out}");
+    let start: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = '1'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(start.to_rfc3339(), "2026-11-30T08:48:00+00:00");
+    // And it reads again so (`audit --deep`): its options say UTC.
+    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
+    assert_eq!(
+        (report.records, report.differences.len()),
+        (1, 0),
+        "{:#?}",
+        report.differences
+    );
+}
+
+/// A PBS Pro job whose `select` chunks were packed onto one host is one
+/// host's job (R3), not `nodect` nodes: read so since 2026-12-06. A run
+/// recorded before, from `nodect`, is read that way again when its record
+/// comes again (a replay, not a conflict), and `audit --deep` reads each
+/// record as it was read.
+#[tokio::test]
+async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
+    let db = fixture_db().await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pbs-hosts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Two chunks of one core placed freely, both on crhtc67 (the shape of
+    // a real OpenPBS record; NCAR's casper cluster of the fixtures, 36
+    // cores a node at 0.01 a core-hour). 604 s.
+    let packed = |id: u32| {
+        format!(
+            "06/01/2024 10:00:00;E;{id}.casper-pbs;user=u group=g account=\"SCSG0001\" queue=htc ctime=1717236000 start=1717236001 exec_host=crhtc67/0+crhtc67/1 exec_vnode=(crhtc67:ncpus=1:mem=307200kb)+(crhtc67:ncpus=1:mem=307200kb) Resource_List.mem=600mb Resource_List.ncpus=2 Resource_List.nodect=2 Resource_List.place=free Resource_List.select=2:ncpus=1:mem=300mb end=1717236605 Exit_status=0\n"
+        )
+    };
+    let before = dir.join("before.log");
+    std::fs::write(&before, packed(1)).unwrap();
+    // Recorded as before (read options without `pbs_hosts`): 2 whole nodes.
+    let s = import_file(&db.pool, &before, "before.log", Format::Pbs, Some("casper")).await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    let charged = |job: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (i32, String)>(
+                "SELECT r.nodes, e.amount::text FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+                   JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id = $1 AND e.kind = 'job'",
+            )
+            .bind(job)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // 72 cores × 604 s × 0.01 ÷ 3600 = 0.1208.
+    assert_eq!(charged("1.casper-pbs").await, [(2, "0.12".to_owned())]);
+    // The ledger as the readings of 2026-12-06 found it: holding records
+    // (migration 0049 notes it; a new ledger has none to look for).
+    sqlx::query("UPDATE reading_change SET records_before = true, migrated_at = now()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // The same file imported again now: a replay of that run, not a conflict.
+    let out = crate::harness::stdout(&db.cli(&[
+        "import",
+        "--format",
+        "pbs",
+        "--cluster",
+        "casper",
+        before.to_str().unwrap(),
+    ]));
+    assert!(out.contains("replayed:    1"), "{out}");
+    assert!(out.contains("rejected:    0"), "{out}");
+    // A job recorded now: one host, 2 cores × 604 s × 0.01 ÷ 3600 = 0.0034.
+    let now = dir.join("now.log");
+    std::fs::write(&now, packed(2)).unwrap();
+    let out = crate::harness::stdout(&db.cli(&[
+        "import",
+        "--format",
+        "pbs",
+        "--cluster",
+        "casper",
+        now.to_str().unwrap(),
+    ]));
+    assert!(out.contains("recorded:    1"), "{out}");
+    assert_eq!(charged("2.casper-pbs").await, [(1, "0.00".to_owned())]);
+    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
+    assert_eq!(
+        (report.records, report.differences.len()),
+        (2, 0),
+        "{:#?}",
+        report.differences
+    );
+}
