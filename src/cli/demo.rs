@@ -139,7 +139,8 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         let options = ReadOptions {
             cluster: cluster.map(Into::into),
             ..Default::default()
-        };
+        }
+        .now(format.source());
         let mut summary = Summary::default();
         import(
             &mut recorder,

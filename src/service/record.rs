@@ -489,8 +489,12 @@ impl Recorder {
                         candidates.push((*i, resolved, key, SourceFormat::Jobcomp));
                     }
                 }
+                // Sized by a select, its nodes not its nodect (or it has none:
+                // it was on the select's chunks then).
                 SourceFormat::Pbs
-                    if options.pbs_hosts && nodect(&job.source.raw).is_some_and(|n| n != resolved.charge.nodes) =>
+                    if options.pbs_hosts
+                        && job.source.raw.contains("Resource_List.select=")
+                        && nodect(&job.source.raw) != Some(resolved.charge.nodes) =>
                 {
                     candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs));
                 }
@@ -513,40 +517,70 @@ impl Recorder {
                     i,
                     Rejection {
                         kind: RejectKind::Conflict,
-                        reason: "this job was recorded from Slurm's jobcomp before 2026-12-06, its times read in \
-                                 the cluster's zone instead of UTC (hours off): not charged again as a second run \
-                                 (docs/slurm.md, \"Time zone\")"
+                        reason: "this job was recorded from Slurm's jobcomp before migration 0049 (2026-12-06), its \
+                                 times read in the cluster's zone instead of UTC (hours off): not charged again as a \
+                                 second run (docs/slurm.md, \"Time zone\")"
                             .into(),
                     },
                 ));
                 continue;
             }
+            // Its run was recorded from a record read the earlier way: read
+            // it so, or, should that no longer read or resolve, keep it
+            // rather than charge the run a second time.
+            let cannot = |why: String| {
+                (
+                    i,
+                    Rejection {
+                        kind: RejectKind::Conflict,
+                        reason: format!(
+                            "its run was recorded from a record read as records were read before migration 0049 \
+                             (2026-12-06), and read so this one {why}: not charged as a second run"
+                        ),
+                    },
+                )
+            };
             let options = KeptOptions::new(job.source.options.before());
-            let Ok(crate::ingest::Item::Job(input)) = crate::ingest::reread(
+            let mut input = match crate::ingest::reread(
                 job.source.format,
                 &options,
                 &job.source.raw,
                 job.source.raw_bytes.as_deref(),
-            ) else {
-                continue;
+            ) {
+                Ok(crate::ingest::Item::Job(input)) => *input,
+                Ok(_) => {
+                    earlier.refused.push(cannot("is not a job".into()));
+                    continue;
+                }
+                Err(e) => {
+                    earlier.refused.push(cannot(format!("cannot be read ({e})")));
+                    continue;
+                }
             };
-            let mut input = *input;
             let then = match resolve(&input, catalog, &self.projects, now) {
                 Ok(then) => then,
                 // Its account reassigned to a project (`rejected reassign`):
                 // charged to that project, as the record read now is.
                 Err(r) if r.kind == RejectKind::UnknownProject => {
                     let project = resolved.charge.project_id;
-                    let Some(code) = self.projects.iter().find(|(_, id)| **id == project).map(|(c, _)| c) else {
-                        continue;
-                    };
-                    input.project = Some(code.clone());
+                    let code = self
+                        .projects
+                        .iter()
+                        .find(|(_, id)| **id == project)
+                        .map(|(c, _)| c.clone());
+                    input.project = code;
                     match resolve(&input, catalog, &self.projects, now) {
                         Ok(then) => then,
-                        Err(_) => continue,
+                        Err(r) => {
+                            earlier.refused.push(cannot(format!("is refused ({})", r.reason)));
+                            continue;
+                        }
                     }
                 }
-                Err(_) => continue,
+                Err(r) => {
+                    earlier.refused.push(cannot(format!("is refused ({})", r.reason)));
+                    continue;
+                }
             };
             let source = Source {
                 options,
@@ -684,29 +718,32 @@ async fn resolve_rejections(
     let mut ids = Vec::new();
     let mut proofs = Vec::new();
     for o in &open {
-        // Read as a retry would read it (never charged: the readings of now).
-        let options = serde_json::from_value::<ReadOptions>(o.read_options.clone())
-            .unwrap_or_default()
-            .now(o.source_format);
-        let Ok(crate::ingest::Item::Job(input)) =
-            crate::ingest::reread(o.source_format, &options, &o.raw, o.raw_bytes.as_deref())
-        else {
-            continue;
-        };
-        let Some(started) = start(&input) else { continue };
-        // The same run, holding the same: what the rejected line says it
-        // held and when it ended agree with the record (a line that says
-        // otherwise is another account of the run, left open for a person).
-        let same = recorded.iter().find(|(job, _)| {
-            job.input.key().eq_ignore_ascii_case(&o.job_key)
-                && job.input.array_index == input.array_index
-                && start(&job.input) == Some(started)
-                && end(&job.input).is_some()
-                && end(&job.input) == end(&input)
-                && job.input.cores == input.cores
-                && job.input.gpus.unwrap_or(0) == input.gpus.unwrap_or(0)
-                && (job.input.nodes.is_none() || input.nodes.is_none() || job.input.nodes == input.nodes)
-                && (job.input.memory.is_none() || input.memory.is_none() || job.input.memory == input.memory)
+        // Read as a retry would read it (never charged: the readings of now),
+        // or as it was kept (a run recorded under an earlier reading is read
+        // so: `Recorder::earlier_readings`).
+        let kept = serde_json::from_value::<ReadOptions>(o.read_options.clone()).unwrap_or_default();
+        let readings = [kept.clone().now(o.source_format), kept.before()];
+        let same = readings.iter().find_map(|options| {
+            let Ok(crate::ingest::Item::Job(input)) =
+                crate::ingest::reread(o.source_format, options, &o.raw, o.raw_bytes.as_deref())
+            else {
+                return None;
+            };
+            let started = start(&input)?;
+            // The same run, holding the same: what the rejected line says it
+            // held and when it ended agree with the record (a line that says
+            // otherwise is another account of the run, left open for a person).
+            recorded.iter().find(|(job, _)| {
+                job.input.key().eq_ignore_ascii_case(&o.job_key)
+                    && job.input.array_index == input.array_index
+                    && start(&job.input) == Some(started)
+                    && end(&job.input).is_some()
+                    && end(&job.input) == end(&input)
+                    && job.input.cores == input.cores
+                    && job.input.gpus.unwrap_or(0) == input.gpus.unwrap_or(0)
+                    && (job.input.nodes.is_none() || input.nodes.is_none() || job.input.nodes == input.nodes)
+                    && (job.input.memory.is_none() || input.memory.is_none() || job.input.memory == input.memory)
+            })
         });
         if let Some((_, record)) = same {
             ids.push(o.id);

@@ -1581,7 +1581,10 @@ async fn a_jobcomp_run_recorded_in_the_cluster_zone_is_read_that_way_again() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    assert!(why.contains("recorded from Slurm's jobcomp before 2026-12-06"), "{why}");
+    assert!(
+        why.contains("recorded from Slurm's jobcomp before migration 0049"),
+        "{why}"
+    );
     // A job of the same cluster never recorded before is read in UTC.
     let fresh = line.replace("\"jobid\":1,", "\"jobid\":991,");
     let new = jobcomp.with_extension("new.jsonl");
