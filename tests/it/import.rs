@@ -1455,6 +1455,32 @@ async fn a_nul_escaped_in_a_json_field_is_rejected_and_the_rest_recorded() {
     assert_eq!(kept, text.lines().skip(1).take(3).collect::<Vec<_>>());
 }
 
+/// The fixtures' ledger with the lab's cluster `testclu` in New York's
+/// zone (the lab's own is UTC), and that configuration.
+async fn new_york() -> (crate::harness::TestDb, String) {
+    let db = crate::harness::TestDb::new().await;
+    let center = crate::fixtures::CENTER.replace(
+        "name = \"testclu\"\nscheduler = \"slurm\"\n",
+        "name = \"testclu\"\nscheduler = \"slurm\"\ntime_zone = \"America/New_York\"\n",
+    );
+    assert_ne!(center, crate::fixtures::CENTER);
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    (db, center)
+}
+
+/// When job `id` (not an array task) started, as recorded.
+async fn started(pool: &PgPool, id: &str) -> String {
+    let start: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = $1 AND array_index IS NULL")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    start.to_rfc3339()
+}
+
 /// Slurm's jobcomp/elasticsearch writes `@start`/`@end`/`@submit` in UTC
 /// (`gmtime`), without a zone. On a cluster whose slurmctld runs in
 /// another zone they used to be read in that zone: a job `serve` recorded
@@ -1480,31 +1506,19 @@ async fn jobcomp_times_are_utc_on_a_cluster_in_another_zone() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-            let start: chrono::DateTime<chrono::Utc> =
-                sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = '1' AND array_index IS NULL")
-                    .fetch_one(&db.pool)
-                    .await
-                    .unwrap();
+            let start = started(&db.pool, "1").await;
             (out, runs, twice, total, start)
         }
     };
     let utc = both(fixture_db().await).await;
-    let db = crate::harness::TestDb::new().await;
-    let center = crate::fixtures::CENTER.replace(
-        "name = \"testclu\"\nscheduler = \"slurm\"\n",
-        "name = \"testclu\"\nscheduler = \"slurm\"\ntime_zone = \"America/New_York\"\n",
-    );
-    assert_ne!(center, crate::fixtures::CENTER);
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
+    let (db, _) = new_york().await;
     let new_york = both(db).await;
     // No job charged twice, the same outcome line by line, the same total.
     assert_eq!(utc.2, 0);
     assert_eq!(new_york, utc);
     assert!(utc.0.contains("replayed:    10"), "{}", utc.0);
     // Job 1 started at 08:48:00 UTC, as jobcomp said ("@start":"2026-11-30T08:48:00").
-    assert_eq!(new_york.4.to_rfc3339(), "2026-11-30T08:48:00+00:00");
+    assert_eq!(new_york.4, "2026-11-30T08:48:00+00:00");
 }
 
 /// A jobcomp document of a run recorded before 2026-12-06, when jobcomp's
@@ -1514,25 +1528,14 @@ async fn jobcomp_times_are_utc_on_a_cluster_in_another_zone() {
 /// read.
 #[tokio::test]
 async fn a_jobcomp_run_recorded_in_the_cluster_zone_is_read_that_way_again() {
-    let db = crate::harness::TestDb::new().await;
-    let center = crate::fixtures::CENTER.replace(
-        "name = \"testclu\"\nscheduler = \"slurm\"\n",
-        "name = \"testclu\"\nscheduler = \"slurm\"\ntime_zone = \"America/New_York\"\n",
-    );
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
+    let (db, _) = new_york().await;
     let jobcomp = crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl");
     // Recorded as before: read options without `jobcomp_utc`.
     let then = import_file(&db.pool, &jobcomp, "es.jsonl", Format::Jobcomp, None).await;
     assert_eq!((then.recorded, then.rejected_total()), (15, 0), "{then:#?}");
-    let start: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = '1' AND array_index IS NULL")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let start = started(&db.pool, "1").await;
     // 08:48:00 read as New York's time: 13:48:00 UTC.
-    assert_eq!(start.to_rfc3339(), "2026-11-30T13:48:00+00:00");
+    assert_eq!(start, "2026-11-30T13:48:00+00:00");
     // The ledger as the readings of 2026-12-06 found it: holding records
     // (migration 0049 notes it; a new ledger has none to look for).
     sqlx::query("UPDATE reading_change SET records_before = true, migrated_at = now()")
@@ -1591,12 +1594,8 @@ async fn a_jobcomp_run_recorded_in_the_cluster_zone_is_read_that_way_again() {
     std::fs::write(&new, format!("{fresh}\n")).unwrap();
     let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", new.to_str().unwrap()]));
     assert!(out.contains("recorded:    1"), "{out}");
-    let start: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = '991'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-    assert_eq!(start.to_rfc3339(), "2026-11-30T08:48:00+00:00");
+    let start = started(&db.pool, "991").await;
+    assert_eq!(start, "2026-11-30T08:48:00+00:00");
 }
 
 /// A jobcomp document rejected before 2026-12-06 (read then in its
@@ -1604,14 +1603,7 @@ async fn a_jobcomp_run_recorded_in_the_cluster_zone_is_read_that_way_again() {
 /// documents are read now, its times in UTC.
 #[tokio::test]
 async fn a_jobcomp_rejection_of_before_is_retried_in_utc() {
-    let db = crate::harness::TestDb::new().await;
-    let center = crate::fixtures::CENTER.replace(
-        "name = \"testclu\"\nscheduler = \"slurm\"\n",
-        "name = \"testclu\"\nscheduler = \"slurm\"\ntime_zone = \"America/New_York\"\n",
-    );
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
+    let (db, center) = new_york().await;
     let doc = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl")).unwrap();
     let line = doc.lines().find(|l| l.contains("\"jobid\":1,")).unwrap();
     assert!(line.contains("\"account\":\"pas1234\""), "{line}");
@@ -1634,12 +1626,8 @@ async fn a_jobcomp_rejection_of_before_is_retried_in_utc() {
         .unwrap();
     let out = crate::harness::stdout(&db.cli(&["import", "--retry-rejected"]));
     assert!(out.contains("recorded:    1"), "{out}");
-    let start: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("SELECT started_at FROM job WHERE scheduler_job_id = '1'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-    assert_eq!(start.to_rfc3339(), "2026-11-30T08:48:00+00:00");
+    let start = started(&db.pool, "1").await;
+    assert_eq!(start, "2026-11-30T08:48:00+00:00");
     // And it reads again so (`audit --deep`): its options say UTC.
     let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
     assert_eq!(

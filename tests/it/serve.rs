@@ -148,6 +148,17 @@ async fn ledger(pool: &PgPool) -> BTreeMap<String, Vec<(String, String, String)>
     out
 }
 
+/// The jobcomp records whose read options say their times were read in UTC
+/// (for `audit --deep` to read them again so).
+async fn read_in_utc(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM job_record r JOIN record_read_options o ON o.id = r.read_options_id
+          WHERE r.source_format = 'jobcomp' AND (o.options ->> 'jobcomp_utc')::boolean",
+    )
+    .await
+}
+
 async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
@@ -195,17 +206,8 @@ async fn slurms_real_pushes_charge_what_importing_sacct_charges() {
     }
     assert_eq!(count(&db.pool, "SELECT count(*) FROM ledger_entry").await, entries);
     assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 15);
-    // Read as Slurm writes jobcomp's times: UTC (docs/rules.md), which the
-    // records' read options say, for `audit --deep` to read them again so.
-    assert_eq!(
-        count(
-            &db.pool,
-            "SELECT count(*) FROM job_record r JOIN record_read_options o ON o.id = r.read_options_id
-              WHERE r.source_format = 'jobcomp' AND (o.options ->> 'jobcomp_utc')::boolean"
-        )
-        .await,
-        15
-    );
+    // Read as Slurm writes jobcomp's times: UTC (docs/rules.md).
+    assert_eq!(read_in_utc(&db.pool).await, 15);
 
     // The other path: sacct's output of the same run, into a second ledger.
     let other = fixture_db().await;
@@ -1046,17 +1048,8 @@ async fn with_intake_real_posts_are_answered_when_stored_and_charged_as_without(
     );
     drained(&db.pool).await;
     assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 16);
-    // Read as Slurm writes jobcomp's times: UTC (docs/rules.md), which the
-    // records' read options say, for `audit --deep` to read them again so.
-    assert_eq!(
-        count(
-            &db.pool,
-            "SELECT count(*) FROM job_record r JOIN record_read_options o ON o.id = r.read_options_id
-              WHERE r.source_format = 'jobcomp' AND (o.options ->> 'jobcomp_utc')::boolean"
-        )
-        .await,
-        16
-    );
+    // Read as Slurm writes jobcomp's times: UTC (docs/rules.md).
+    assert_eq!(read_in_utc(&db.pool).await, 16);
     assert_eq!(counted(16, || vec![server.metrics.jobs("recorded")]).await, [16]);
     let m = client::get(server.addr, "/metrics").await.unwrap();
     assert!(
