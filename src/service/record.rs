@@ -363,10 +363,11 @@ impl Recorder {
                 }
             }
         }
-        // A jobcomp document of a run recorded when jobcomp's times were
-        // read in the cluster's zone (before 2026-12-06) is read that way
-        // again, so that a document sent or imported again is what it was
-        // then (a replay, a revision), not a second run hours away.
+        // A record of a run recorded under a reading of before 2026-12-06
+        // (jobcomp's times in the cluster's zone, PBS Pro's nodect) is read
+        // that way again, so that one sent or imported again is what it was
+        // then (a replay, a revision), not a second run; a sacct record of
+        // a run jobcomp recorded hours off is kept as a conflict.
         let earlier = match self.readings_changed.flatten() {
             Some(changed) => {
                 self.earlier_readings(&mut *tx, jobs, &pending, catalog, now, changed)
@@ -447,6 +448,10 @@ impl Recorder {
     /// records that can read otherwise are looked up (a cluster whose zone
     /// is not UTC at that instant; a PBS record whose node count is not its
     /// `nodect`), in one query per batch, and read again only when found.
+    /// Not caught: a jobcomp document whose start reads the same both ways
+    /// but whose end does not (a zone at UTC+0 in winter, a job running into
+    /// its summer time): a conflict of its run, kept (superseded with
+    /// `--supersede`), never a second run.
     async fn earlier_readings(
         &self,
         conn: &mut PgConnection,
