@@ -211,9 +211,11 @@ fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>, hosts: bool
             .map_err(|_| format!("Resource_List.nodect={v:?} is not a number of nodes"))?,
         None => shape.nodes,
     };
-    // PBS Pro's nodect counts the select's chunks; packed chunks share a host.
+    // PBS Pro's nodect counts the select's chunks; packed chunks share a
+    // host. Never more than that: a site's vnode names need not name hosts
+    // (`gpu01-s0`, `gpu01-s1`), and packing only lowers the count.
     let nodes = match ran_on(attrs) {
-        Ok(Some(ran)) if hosts && ran.hosts > 0 => ran.hosts,
+        Ok(Some(ran)) if hosts && ran.hosts > 0 => ran.hosts.min(nodes),
         _ => nodes,
     };
     Ok(Size {
@@ -567,6 +569,27 @@ mod tests {
         assert_eq!(
             job(parse(&unplaced, &ReadOptions::default().now(SourceFormat::Pbs))).nodes,
             Some(2)
+        );
+        // Vnodes named freely (one host's two sockets): never more nodes than
+        // the chunks PBS counted.
+        let vnodes = line
+            .replace("exec_host=torque2/0+torque2/1 ", "")
+            .replace(
+                "exec_vnode=(torque2:ncpus=1:mem=307200kb)+(torque2:ncpus=1:mem=307200kb)",
+                "exec_vnode=(gpu01-s0:ncpus=1+gpu01-s1:ncpus=1)",
+            )
+            .replace("Resource_List.nodect=2", "Resource_List.nodect=1")
+            .replace("select=2:ncpus=1:mem=300mb", "select=1:ncpus=2:mem=600mb");
+        assert_eq!(
+            job(parse(&vnodes, &ReadOptions::default().now(SourceFormat::Pbs))).nodes,
+            Some(1)
+        );
+        // Without nodect: the chunks (as before), or the hosts now.
+        let no_nodect = line.replace("Resource_List.nodect=2 ", "");
+        assert_eq!(job(parse(&no_nodect, &ReadOptions::default())).nodes, Some(2));
+        assert_eq!(
+            job(parse(&no_nodect, &ReadOptions::default().now(SourceFormat::Pbs))).nodes,
+            Some(1)
         );
     }
 

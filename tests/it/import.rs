@@ -1470,6 +1470,15 @@ async fn new_york() -> (crate::harness::TestDb, String) {
     (db, center)
 }
 
+/// The ledger as the readings of 2026-12-06 found it: holding records
+/// (migration 0049 notes it; a new ledger has none to look for).
+async fn upgraded_holding_records(pool: &PgPool) {
+    sqlx::query("UPDATE reading_change SET records_before = true, migrated_at = now()")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
 /// When job `id` (not an array task) started, as recorded.
 async fn started(pool: &PgPool, id: &str) -> String {
     let start: chrono::DateTime<chrono::Utc> =
@@ -1536,12 +1545,7 @@ async fn a_jobcomp_run_recorded_in_the_cluster_zone_is_read_that_way_again() {
     let start = started(&db.pool, "1").await;
     // 08:48:00 read as New York's time: 13:48:00 UTC.
     assert_eq!(start, "2026-11-30T13:48:00+00:00");
-    // The ledger as the readings of 2026-12-06 found it: holding records
-    // (migration 0049 notes it; a new ledger has none to look for).
-    sqlx::query("UPDATE reading_change SET records_before = true, migrated_at = now()")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    upgraded_holding_records(&db.pool).await;
     // The same documents imported again now: replays, nothing recorded.
     let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", jobcomp.to_str().unwrap()]));
     assert!(out.contains("recorded:    0"), "{out}");
@@ -1656,6 +1660,16 @@ async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
             "06/01/2024 10:00:00;E;{id}.casper-pbs;user=u group=g account=\"SCSG0001\" queue=htc ctime=1717236000 start=1717236001 exec_host=crhtc67/0+crhtc67/1 exec_vnode=(crhtc67:ncpus=1:mem=307200kb)+(crhtc67:ncpus=1:mem=307200kb) Resource_List.mem=600mb Resource_List.ncpus=2 Resource_List.nodect=2 Resource_List.place=free Resource_List.select=2:ncpus=1:mem=300mb end=1717236605 Exit_status=0\n"
         )
     };
+    let import_casper = |path: &std::path::Path| {
+        crate::harness::stdout(&db.cli(&[
+            "import",
+            "--format",
+            "pbs",
+            "--cluster",
+            "casper",
+            path.to_str().unwrap(),
+        ]))
+    };
     let before = dir.join("before.log");
     std::fs::write(&before, packed(1)).unwrap();
     // Recorded as before (read options without `pbs_hosts`): 2 whole nodes.
@@ -1676,34 +1690,15 @@ async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
     };
     // 72 cores × 604 s × 0.01 ÷ 3600 = 0.1208.
     assert_eq!(charged("1.casper-pbs").await, [(2, "0.12".to_owned())]);
-    // The ledger as the readings of 2026-12-06 found it: holding records
-    // (migration 0049 notes it; a new ledger has none to look for).
-    sqlx::query("UPDATE reading_change SET records_before = true, migrated_at = now()")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    upgraded_holding_records(&db.pool).await;
     // The same file imported again now: a replay of that run, not a conflict.
-    let out = crate::harness::stdout(&db.cli(&[
-        "import",
-        "--format",
-        "pbs",
-        "--cluster",
-        "casper",
-        before.to_str().unwrap(),
-    ]));
+    let out = import_casper(&before);
     assert!(out.contains("replayed:    1"), "{out}");
     assert!(out.contains("rejected:    0"), "{out}");
     // A job recorded now: one host, 2 cores × 604 s × 0.01 ÷ 3600 = 0.0034.
     let now = dir.join("now.log");
     std::fs::write(&now, packed(2)).unwrap();
-    let out = crate::harness::stdout(&db.cli(&[
-        "import",
-        "--format",
-        "pbs",
-        "--cluster",
-        "casper",
-        now.to_str().unwrap(),
-    ]));
+    let out = import_casper(&now);
     assert!(out.contains("recorded:    1"), "{out}");
     assert_eq!(charged("2.casper-pbs").await, [(1, "0.00".to_owned())]);
     let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
