@@ -1642,6 +1642,116 @@ async fn a_jobcomp_rejection_of_before_is_retried_in_utc() {
     );
 }
 
+/// A record of a run recorded before 2026-12-06 that no longer reads the
+/// way records were read then is kept as a conflict of that run, never
+/// charged as a second run: here a jobcomp document sent again with a new
+/// end that, read as New York's time as jobcomp was then, falls in the hour
+/// skipped when summer time began (2026-03-08, 02:00–03:00).
+#[tokio::test]
+async fn a_run_of_before_whose_record_no_longer_reads_so_is_a_conflict_not_a_second_run() {
+    let (db, _) = new_york().await;
+    let doc = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl")).unwrap();
+    let line = doc.lines().find(|l| l.contains("\"jobid\":1,")).unwrap();
+    let ending = |end: &str, elapsed: i64| {
+        let mut d: serde_json::Value = serde_json::from_str(line).unwrap();
+        for (k, v) in [
+            ("@submit", "2026-03-07T20:00:00"),
+            ("@eligible", "2026-03-07T20:00:00"),
+            ("@start", "2026-03-07T20:00:00"),
+            ("@end", end),
+        ] {
+            d[k] = serde_json::json!(v);
+        }
+        d["elapsed"] = serde_json::json!(elapsed);
+        format!("{d}\n")
+    };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reads-no-more-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let then = dir.join("then.jsonl");
+    std::fs::write(&then, ending("2026-03-08T01:50:00", 21_000)).unwrap();
+    // Recorded as before (without `jobcomp_utc`): 20:00 in New York, 01:00 UTC.
+    let s = import_file(&db.pool, &then, "es.jsonl", Format::Jobcomp, None).await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    assert_eq!(started(&db.pool, "1").await, "2026-03-08T01:00:00+00:00");
+    upgraded_holding_records(&db.pool).await;
+    // Sent again ending 40 minutes later: in UTC a fine record (a second
+    // run at 20:00 UTC, were it read only so); read as then, it ends at
+    // 02:30 in New York on a night that had no 02:30.
+    let again = dir.join("again.jsonl");
+    std::fs::write(&again, ending("2026-03-08T02:30:00", 23_400)).unwrap();
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", again.to_str().unwrap()]));
+    assert!(out.contains("recorded:    0"), "{out}");
+    assert!(out.contains("rejected:    1"), "{out}");
+    let (runs, entries): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM ledger_entry)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((runs, entries), (1, 1));
+    let (kind, why): (String, String) = sqlx::query_as(
+        "SELECT kind::text, reason FROM rejected_record WHERE resolved_at IS NULL AND job_key = 'testclu/1'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(kind, "conflict");
+    assert!(
+        why.contains("read as records were read before migration 0049") && why.contains("not charged as a second run"),
+        "{why}"
+    );
+}
+
+/// A rejected line of a run (another account of the same job) is resolved
+/// when its run is recorded, compared under the reading the run was
+/// recorded by: a jobcomp run recorded before 2026-12-06 (times in the
+/// cluster's zone) and revised since matches a line kept then.
+#[tokio::test]
+async fn a_rejection_of_before_is_resolved_by_its_run_read_as_before() {
+    let (db, _) = new_york().await;
+    let doc = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl")).unwrap();
+    let line = doc.lines().find(|l| l.contains("\"jobid\":1,")).unwrap();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("resolved-before-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("{text}\n")).unwrap();
+        path
+    };
+    // Before: the job recorded, and a line of it naming an unknown account
+    // kept as rejected; both read in New York's time.
+    let recorded = write("recorded.jsonl", line.to_owned());
+    let s = import_file(&db.pool, &recorded, "es.jsonl", Format::Jobcomp, None).await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    let other = write(
+        "other.jsonl",
+        line.replace("\"account\":\"pas1234\"", "\"account\":\"pzs7778\""),
+    );
+    let s = import_file(&db.pool, &other, "other.jsonl", Format::Jobcomp, None).await;
+    assert_eq!((s.recorded, s.rejected_total()), (0, 1), "{s:#?}");
+    upgraded_holding_records(&db.pool).await;
+    // Now the job is sent again with another exit code: a revision of the
+    // run recorded then, which resolves the line kept then.
+    let mut again: serde_json::Value = serde_json::from_str(line).unwrap();
+    again["exit_code"] = serde_json::json!("0:15");
+    let resent = write("resent.jsonl", again.to_string());
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", resent.to_str().unwrap()]));
+    assert!(out.contains("revised:     1"), "{out}");
+    let (resolution, record): (Option<String>, Option<i64>) = sqlx::query_as(
+        "SELECT resolution::text, resolved_record_id FROM rejected_record WHERE source_ref LIKE 'other.jsonl%'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let latest: i64 = sqlx::query_scalar("SELECT max(id) FROM job_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (resolution.as_deref(), record),
+        (Some("recorded_elsewhere"), Some(latest))
+    );
+}
+
 /// A PBS Pro job whose `select` chunks were packed onto one host is one
 /// host's job (R3), not `nodect` nodes: read so since 2026-12-06. A run
 /// recorded before, from `nodect`, is read that way again when its record
