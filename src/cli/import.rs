@@ -28,7 +28,7 @@ pub enum InputFormat {
     Jsonl,
     /// Slurm jobcomp/elasticsearch documents, one per line (see docs/slurm.md).
     Jobcomp,
-    /// `sacct --json` output of Slurm 22.05 (or slurmrestd's v0.0.38 jobs), read as a stream.
+    /// `sacct --json` output of Slurm 22.05 to 25.05 (or slurmrestd's /slurmdb jobs), read as a stream.
     SacctJson,
 }
 

@@ -33,7 +33,7 @@ pub enum Format {
     Jsonl,
     /// Slurm jobcomp/elasticsearch documents, one per line.
     Jobcomp,
-    /// `sacct --json` (Slurm 22.05's layout): one document, read as a stream of jobs.
+    /// `sacct --json` (Slurm 22.05 to 25.05): one document, read as a stream of jobs.
     #[serde(rename = "sacct-json")]
     SacctJson,
 }

@@ -1,5 +1,5 @@
 //! Slurm `sacct --json` output, and the same `jobs` array as slurmrestd's
-//! `GET /slurmdb/v0.0.38/jobs` returns it.
+//! `GET /slurmdb/v0.0.3x|4x/jobs` returns it.
 //!
 //! The document is `{"meta": …, "errors": […], "jobs": [ {job}, … ]}`. It is
 //! read as a stream ([`stream`]): one job object at a time, so memory stays
@@ -7,11 +7,19 @@
 //! which do not change the charge and can be large) is then one record: it
 //! is what is stored and what [`SacctJsonParser`] reads again on a retry.
 //!
-//! Only the layout this reader was tested on is read: Slurm 22.05's
-//! (`meta.plugin.type` = `openapi/dbv0.0.38`). Later versions changed the
-//! layout (states as lists, times and counts as `{set, infinite, number}`);
-//! a document of another layout is refused at once with the layout it
-//! carries, and nothing is recorded.
+//! The layouts read are those of [`LAYOUTS`], each tested on real output:
+//! Slurm 22.05's (`meta.plugin.type` = `openapi/dbv0.0.38`) and the
+//! `data_parser` layouts v0.0.39 (23.02) to v0.0.43 (25.05), named by
+//! `meta.plugins.data_parser` or `meta.plugin.data_parser`. What they changed
+//! in the fields read here: counts such as `array.task_id` became `{set,
+//! infinite, number}` (v0.0.39), the state a list of the base state and its
+//! flags, and the exit code's `return_code` and `signal.id` such objects
+//! (v0.0.40). A state list is read as sacct prints it (`job_state_string`:
+//! the first of its shown flags, `REQUEUED` before the base state), so a job
+//! reads the same in every layout. A document of another layout is refused
+//! with the layout it carries, and nothing is recorded. Since Slurm 23.11
+//! `meta` comes after `jobs`: the jobs are then kept in an unlinked
+//! temporary file until `meta` names the layout, and only then given.
 //!
 //! What a job held is read as the parsable reader reads it (docs/rules.md D3):
 //! `tres.allocated` is AllocTRES (memory in MiB), GPUs fall back to
@@ -30,8 +38,17 @@ use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::request::parse_alloc_tres;
 
-/// The layouts read (`meta.plugin.type`), with the Slurm version that writes each.
-pub const LAYOUTS: &[(&str, &str)] = &[("openapi/dbv0.0.38", "Slurm 22.05")];
+/// The layouts read (`meta.plugin.data_parser`, or `meta.plugin.type` for
+/// 22.05), with the Slurm versions that write each (a release serves more
+/// than one of them through slurmrestd).
+pub const LAYOUTS: &[(&str, &str)] = &[
+    ("openapi/dbv0.0.38", "Slurm 22.05"),
+    ("data_parser/v0.0.39", "Slurm 23.02"),
+    ("data_parser/v0.0.40", "Slurm 23.11, 24.05"),
+    ("data_parser/v0.0.41", "Slurm 24.05, 24.11, 25.05"),
+    ("data_parser/v0.0.42", "Slurm 24.11, 25.05"),
+    ("data_parser/v0.0.43", "Slurm 25.05"),
+];
 
 /// Why a document cannot be streamed.
 #[derive(Debug, thiserror::Error)]
@@ -49,14 +66,15 @@ const STOPPED: &str = "\u{0}stopped";
 
 /// Read the jobs of a `sacct --json` document one at a time: `on_job(index,
 /// job)` gets each job object as compact JSON without its steps, and returns
-/// `false` to stop. The layout is checked (from `meta`, which must come
-/// before `jobs`) before any job is given.
+/// `false` to stop. The layout is checked (from `meta`) before any job is
+/// given: jobs that come before `meta` wait in a temporary file.
 pub fn stream<R: Read>(input: R, mut on_job: impl FnMut(usize, String) -> bool) -> Result<usize, StreamError> {
     let mut de = serde_json::Deserializer::from_reader(input);
     let mut top = Top {
         on_job: &mut on_job,
         layout_ok: false,
         jobs: 0,
+        waiting: None,
     };
     let result = (&mut top).deserialize(&mut de).and_then(|()| de.end());
     match result {
@@ -71,6 +89,62 @@ struct Top<'f, F> {
     on_job: &'f mut F,
     layout_ok: bool,
     jobs: usize,
+    /// Jobs read before `meta`, one compact object a line.
+    waiting: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl<F: FnMut(usize, String) -> bool> Top<'_, F> {
+    /// Give a job, or keep it until `meta` has named the layout.
+    fn job(&mut self, job: String) -> Result<bool, String> {
+        if let Some(w) = self.waiting.as_mut() {
+            use std::io::Write;
+            w.write_all(job.as_bytes())
+                .and_then(|()| w.write_all(b"\n"))
+                .map_err(|e| format!("keeping the jobs read before `meta` in a temporary file: {e}"))?;
+            return Ok(true);
+        }
+        let index = self.jobs;
+        self.jobs += 1;
+        Ok((self.on_job)(index, job))
+    }
+
+    /// Give the jobs kept until `meta` named the layout.
+    fn give_waiting(&mut self) -> Result<bool, String> {
+        use std::io::{BufRead, Seek};
+        let Some(w) = self.waiting.take() else {
+            return Ok(true);
+        };
+        let why = |e: std::io::Error| format!("reading back the jobs read before `meta`: {e}");
+        let mut file = w.into_inner().map_err(|e| why(e.into_error()))?;
+        file.rewind().map_err(why)?;
+        for line in std::io::BufReader::new(file).lines() {
+            if !self.job(line.map_err(why)?)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// An unlinked temporary file (gone when closed, whatever happens) for the
+/// jobs a document lists before its `meta`.
+fn waiting_file() -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "hpc-ledger-sacct-json-{}-{n}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(file)
 }
 
 impl<'de, F: FnMut(usize, String) -> bool> DeserializeSeed<'de> for &mut Top<'_, F> {
@@ -95,16 +169,26 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, F> {
                     let meta: Value = map.next_value()?;
                     check_layout(&meta).map_err(de::Error::custom)?;
                     self.layout_ok = true;
+                    if !self.give_waiting().map_err(de::Error::custom)? {
+                        return Err(de::Error::custom(STOPPED));
+                    }
                 }
-                "jobs" => {
+                "jobs" if !saw_jobs => {
+                    // Slurm 23.11 and later write `jobs` first: they wait
+                    // until `meta` says which layout they are in.
                     if !self.layout_ok {
-                        return Err(de::Error::custom(
-                            "`jobs` comes before `meta`, as Slurm 23.11 and later write it (layouts data_parser/v0.0.40 and after), which hpc-ledger does not read — export with `sacct --parsable2` (--format slurm) instead; nothing was recorded",
-                        ));
+                        let file = waiting_file().map_err(|e| {
+                            de::Error::custom(format!(
+                                "`jobs` comes before `meta` and must wait for it in a temporary file, which could not be made in {}: {e}",
+                                std::env::temp_dir().display()
+                            ))
+                        })?;
+                        self.waiting = Some(std::io::BufWriter::new(file));
                     }
                     saw_jobs = true;
                     map.next_value_seed(Jobs { top: &mut *self })?;
                 }
+                "jobs" => return Err(de::Error::custom("the document has two `jobs` arrays")),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -112,6 +196,13 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, F> {
         }
         if !saw_jobs {
             return Err(de::Error::custom("the document has no `jobs` array"));
+        }
+        if !self.layout_ok {
+            let known: Vec<String> = LAYOUTS.iter().map(|(l, v)| format!("{l} ({v})")).collect();
+            return Err(de::Error::custom(format!(
+                "the document has no `meta` naming its layout; hpc-ledger reads {}; nothing was recorded",
+                known.join(", ")
+            )));
         }
         Ok(())
     }
@@ -140,9 +231,7 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for Jobs<'_, '_, F> {
             if let Some(o) = job.as_object_mut() {
                 o.remove("steps");
             }
-            let index = self.top.jobs;
-            self.top.jobs += 1;
-            if !(self.top.on_job)(index, job.to_string()) {
+            if !self.top.job(job.to_string()).map_err(de::Error::custom)? {
                 return Err(de::Error::custom(STOPPED));
             }
         }
@@ -153,7 +242,8 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for Jobs<'_, '_, F> {
 /// The layout a `meta` object names, if it is one this reader reads.
 fn check_layout(meta: &Value) -> Result<(), String> {
     // Where each Slurm names it: 22.05 `plugin.type`; 23.02 `plugins.data_parser`
-    // and `Slurm.release`; 23.11 an empty `plugin.type`, `plugin.data_parser`
+    // and `Slurm.release`; 23.11 and later `plugin.data_parser` (sacct leaves
+    // `plugin.type` empty, slurmrestd names itself there: `openapi/slurmdbd`)
     // and `slurm.release`.
     let named = |paths: &[&str]| {
         paths
@@ -161,7 +251,7 @@ fn check_layout(meta: &Value) -> Result<(), String> {
             .filter_map(|p| meta.pointer(p).and_then(Value::as_str))
             .find(|s| !s.trim().is_empty())
     };
-    let layout = named(&["/plugin/type", "/plugin/data_parser", "/plugins/data_parser"]);
+    let layout = named(&["/plugin/data_parser", "/plugins/data_parser", "/plugin/type"]);
     let release = named(&["/Slurm/release", "/slurm/release"]).unwrap_or("?");
     let known: Vec<String> = LAYOUTS.iter().map(|(l, v)| format!("{l} ({v})")).collect();
     match layout {
@@ -190,9 +280,19 @@ impl SacctJsonParser {
     }
 }
 
+/// A whole number, written plainly or (data_parser v0.0.39 and later) as
+/// `{"set": …, "infinite": …, "number": …}`, which is no number when not set.
 fn int(v: Option<&Value>, what: &str) -> Result<Option<i64>, String> {
     match v {
         None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(o)) if o.contains_key("set") && o.contains_key("number") => {
+            match (o.get("set"), o.get("infinite")) {
+                (Some(Value::Bool(false)), _) => Ok(None),
+                (Some(Value::Bool(true)), Some(Value::Bool(true))) => Err(format!("{what} is infinite")),
+                (Some(Value::Bool(true)), None | Some(Value::Bool(false))) => int(o.get("number"), what),
+                _ => Err(format!("{what} {} is not a number", Value::Object(o.clone()))),
+            }
+        }
         Some(Value::Number(n)) => n
             .as_i64()
             .map(Some)
@@ -254,6 +354,69 @@ fn tres_string(list: Option<&Value>, what: &str) -> Result<String, String> {
     Ok(parts.join(","))
 }
 
+/// The job state flags sacct shows instead of the base state, in the order
+/// it looks for them (Slurm's `job_state_string`); a state list of
+/// data_parser v0.0.40 and later holds the base state and the flags set.
+const SHOWN_FLAGS: &[&str] = &[
+    "COMPLETING",
+    "STAGE_OUT",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "REVOKED",
+    "RESV_DEL_HOLD",
+    "SIGNALING",
+];
+
+/// A state list (`["CANCELLED"]`, `["PENDING", "REQUEUED"]`) as the one
+/// word sacct prints for it: the first shown flag set, else the base state
+/// (the list's one word that is not a flag; flags sacct never shows, such as
+/// `LAUNCH_FAILED`, are passed over as it passes them).
+fn shown_state(words: &[Value]) -> Result<String, String> {
+    let mut list = Vec::new();
+    for w in words {
+        match w.as_str() {
+            Some(s) => list.push(s.trim().to_uppercase()),
+            None => return Err(format!("state.current has {w}, which is not a text")),
+        }
+    }
+    if let Some(flag) = SHOWN_FLAGS.iter().find(|f| list.iter().any(|w| w == *f)) {
+        return Ok((*flag).to_owned());
+    }
+    let bases: Vec<&String> = list.iter().filter(|w| BASE_STATES.contains(&w.as_str())).collect();
+    let known = list
+        .iter()
+        .all(|w| BASE_STATES.contains(&w.as_str()) || UNSHOWN_FLAGS.contains(&w.as_str()));
+    match bases.as_slice() {
+        [base] if known => Ok((*base).clone()),
+        [] if list.is_empty() => Ok(String::new()),
+        _ => Err(format!("unknown job state {list:?}")),
+    }
+}
+
+/// Slurm's base job states (`job_state_codes.html`).
+const BASE_STATES: &[&str] = &[
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+];
+
+/// The job state flags sacct does not show (it shows the base state).
+const UNSHOWN_FLAGS: &[&str] = &["LAUNCH_FAILED", "UPDATE_DB", "RECONFIG_FAIL", "POWER_UP_NODE"];
+
 impl SacctJsonParser {
     fn job(&self, job: &Value) -> Result<Item, String> {
         if !job.is_object() {
@@ -265,11 +428,8 @@ impl SacctJsonParser {
         let state = match job.pointer("/state/current") {
             Some(Value::String(s)) => s.trim().to_owned(),
             None | Some(Value::Null) => String::new(),
-            Some(other) => {
-                return Err(format!(
-                    "state.current {other} is not a text (a layout other than Slurm 22.05's?)"
-                ));
-            }
+            Some(Value::Array(words)) => shown_state(words)?,
+            Some(other) => return Err(format!("state.current {other} is neither a text nor a list of texts")),
         };
         let state_word = state.split_whitespace().next().unwrap_or("").to_uppercase();
         if NOT_ENDED.contains(&state_word.as_str()) {
@@ -322,7 +482,11 @@ impl SacctJsonParser {
         let exit_code = match job.get("exit_code") {
             Some(e) if e.is_object() => {
                 let rc = int(e.get("return_code"), "exit_code.return_code")?.unwrap_or(0);
-                let sig = int(e.pointer("/signal/signal_id"), "exit_code.signal.signal_id")?.unwrap_or(0);
+                let sig = match e.pointer("/signal/signal_id") {
+                    Some(s) => int(Some(s), "exit_code.signal.signal_id")?,
+                    None => int(e.pointer("/signal/id"), "exit_code.signal.id")?,
+                }
+                .unwrap_or(0);
                 Some(format!("{rc}:{sig}"))
             }
             _ => None,
@@ -471,37 +635,28 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("--parsable2"), "{m}");
-        let e = stream(r#"{"jobs": [], "meta": {}}"#.as_bytes(), |_, _| true).unwrap_err();
-        assert!(
-            e.to_string().contains("`jobs` comes before `meta`, as Slurm 23.11"),
-            "{e}"
-        );
-        assert!(e.to_string().contains("--parsable2"), "{e}");
-        // How Slurm 23.02 (SARC's sacct_outputs) and 23.11 name theirs.
-        let e = stream(
-            r#"{"meta": {"plugins": {"data_parser": "data_parser/v0.0.39", "accounting_storage": "accounting_storage/slurmdbd"},
-                "Slurm": {"version": {"major": 23, "micro": 6, "minor": 2}, "release": "23.02.6"}}, "jobs": []}"#
-                .as_bytes(),
-            |_, _| true,
-        )
+        // A layout after the ones read, its jobs before its `meta` (as Slurm
+        // 23.11 and later write them): refused before any job is given.
+        let later = fixture(include_str!(
+            "../../tests/fixtures/accounting/slurm_2505_slurmweb_jobs.json"
+        ))
+        .replace("data_parser/v0.0.43", "data_parser/v0.0.44")
+        .replace("25.05.4", "25.11.0");
+        let mut given = 0;
+        let e = stream(later.as_bytes(), |_, _| {
+            given += 1;
+            true
+        })
         .unwrap_err();
+        assert_eq!(given, 0);
         assert!(
-            e.to_string()
-                .contains("this is the layout data_parser/v0.0.39 (Slurm 23.02.6); hpc-ledger reads openapi/dbv0.0.38"),
+            e.to_string().contains("this is the layout data_parser/v0.0.44 (Slurm 25.11.0); hpc-ledger reads openapi/dbv0.0.38 (Slurm 22.05), data_parser/v0.0.39 (Slurm 23.02)"),
             "{e}"
         );
-        let e = stream(
-            r#"{"meta": {"plugin": {"type": "", "name": "", "data_parser": "data_parser/v0.0.40"},
-                "slurm": {"release": "23.11.5"}}, "jobs": []}"#
-                .as_bytes(),
-            |_, _| true,
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("this is the layout data_parser/v0.0.40 (Slurm 23.11.5)"),
-            "{e}"
-        );
+        let e = stream(r#"{"jobs": [{"job_id": 1}], "meta": {}}"#.as_bytes(), |_, _| true).unwrap_err();
+        assert!(e.to_string().contains("`meta` names no layout"), "{e}");
+        let e = stream(r#"{"jobs": [{"job_id": 1}]}"#.as_bytes(), |_, _| panic!("given")).unwrap_err();
+        assert!(e.to_string().contains("no `meta` naming its layout"), "{e}");
         let e = stream(
             r#"{"meta": {"plugin": {"type": "openapi/dbv0.0.38"}}}"#.as_bytes(),
             |_, _| true,
@@ -510,6 +665,118 @@ mod tests {
         assert!(e.to_string().contains("no `jobs` array"), "{e}");
         let e = stream("[1, 2]".as_bytes(), |_, _| true).unwrap_err();
         assert!(e.to_string().starts_with("sacct --json: "), "{e}");
+    }
+
+    fn fixture(text: &str) -> String {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Real documents of each data_parser layout (Slurm 23.02 to 25.05):
+    /// sacct's own output (SARC's), slurmrestd's (Slurm-web's).
+    #[test]
+    fn the_data_parser_layouts_read_as_the_first_one_does() {
+        let read = |doc: &str| read_all(&fixture(doc)).unwrap();
+        let at = |s: i64| Stamp::At(DateTime::from_timestamp(s, 0).unwrap());
+        // 23.02.6 (v0.0.39, `meta` first) and 23.11.5 (v0.0.40, `jobs`
+        // first): a job still running.
+        assert_eq!(
+            read(include_str!(
+                "../../tests/fixtures/accounting/slurm_2302_sarc_sacct.json"
+            )),
+            [Item::Skip(Skip::NotEnded)]
+        );
+        assert_eq!(
+            read(include_str!(
+                "../../tests/fixtures/accounting/slurm_2311_sarc_sacct.json"
+            )),
+            [Item::Skip(Skip::NotEnded)]
+        );
+        let items = read(include_str!(
+            "../../tests/fixtures/accounting/slurm_2311_slurmweb_job.json"
+        ));
+        let j = job(&items[0]);
+        assert_eq!(
+            (
+                j.cluster.as_deref(),
+                j.job_id.as_str(),
+                j.array_index,
+                j.project.as_deref(),
+                j.user.as_str(),
+                j.queue.as_deref()
+            ),
+            (Some("hpc"), "509", None, Some("admin"), "tmcgrath", Some("standard"))
+        );
+        assert_eq!(
+            (j.submit, j.start, j.end),
+            (Some(at(1746621138)), at(1746621139), at(1746621140))
+        );
+        assert_eq!(
+            (
+                j.nodes,
+                j.cores,
+                j.memory,
+                j.gpus,
+                j.state.as_str(),
+                j.exit_code.as_deref()
+            ),
+            (Some(1), 1, Some(Bytes(512 * MIB)), None, "COMPLETED", Some("0:0"))
+        );
+        // 24.05.3 (v0.0.41): submitted with --gpus 4 on a cluster that does
+        // not account gres/gpu; its record holds none (as sacct's AllocTRES).
+        let items = read(include_str!(
+            "../../tests/fixtures/accounting/slurm_2405_slurmweb_job_gpus.json"
+        ));
+        let j = job(&items[0]);
+        assert_eq!(
+            (j.job_id.as_str(), j.queue.as_deref(), j.cores, j.gpus, j.end),
+            ("10", Some("gpu"), 1, None, at(1762529685))
+        );
+        // 24.11.5 (v0.0.42): 32 CPUs, 16384 MB.
+        let items = read(include_str!(
+            "../../tests/fixtures/accounting/slurm_2411_slurmweb_job.json"
+        ));
+        let j = job(&items[0]);
+        assert_eq!(
+            (j.job_id.as_str(), j.nodes, j.cores, j.memory, j.end),
+            ("6362", Some(1), 32, Some(Bytes(16 * GIB)), at(1762788837))
+        );
+        // 25.05.4 (v0.0.43): a node failure, signal 46, no return code.
+        let items = read(include_str!(
+            "../../tests/fixtures/accounting/slurm_2505_slurmweb_jobs.json"
+        ));
+        let j = job(&items[0]);
+        assert_eq!(
+            (
+                j.job_id.as_str(),
+                j.state.as_str(),
+                j.exit_code.as_deref(),
+                j.cores,
+                j.start,
+                j.end
+            ),
+            ("13826", "NODE_FAIL", Some("0:46"), 2, at(1779954174), at(1779954174))
+        );
+        // A GPU listed as `gres/gpu` and as `gres/gpu:h100` is one GPU
+        // (docs/rules.md, D3). The job was running; read as if it had ended.
+        let doc = read(include_str!(
+            "../../tests/fixtures/accounting/slurm_2505_slurmweb_job_gpu_types.json"
+        ));
+        assert_eq!(doc, [Item::Skip(Skip::NotEnded)]);
+        let mut gpu: Value = serde_json::from_str(&fixture(include_str!(
+            "../../tests/fixtures/accounting/slurm_2505_slurmweb_job_gpu_types.json"
+        )))
+        .unwrap();
+        let mut gpu = gpu["jobs"][0].take();
+        gpu["state"]["current"] = serde_json::json!(["COMPLETED"]);
+        gpu["time"]["end"] = serde_json::json!(1780146030);
+        let mut p = SacctJsonParser::new(&ReadOptions::default());
+        let Some(Item::Job(j)) = p.parse(&gpu.to_string()) else {
+            panic!("{gpu}")
+        };
+        assert_eq!((j.job_id.as_str(), j.cores, j.gpus), ("14243", 1, Some(1)));
     }
 
     #[test]
@@ -523,6 +790,20 @@ mod tests {
         });
         assert!(matches!(r, Err(StreamError::Stopped)));
         assert_eq!(seen, vec![0, 1, 2]);
+        // Jobs before `meta` (Slurm 23.11 and later) wait for it, then come
+        // in their order, and stop when told.
+        let first = r#"{"jobs": [{"job_id": 1, "steps": [{"x": 1}]}, {"job_id": 2}, {"job_id": 3}],
+            "meta": {"plugin": {"type": "", "data_parser": "data_parser/v0.0.40"}}}"#;
+        let mut seen = Vec::new();
+        let r = stream(first.as_bytes(), |i, job| {
+            seen.push((i, job));
+            i < 1
+        });
+        assert!(matches!(r, Err(StreamError::Stopped)));
+        assert_eq!(
+            seen,
+            [(0, r#"{"job_id":1}"#.to_owned()), (1, r#"{"job_id":2}"#.to_owned())]
+        );
     }
 
     #[test]
@@ -561,8 +842,46 @@ mod tests {
             r#"{"type": "mem", "name": null, "count": 4}"#,
         );
         assert_eq!(p.parse(&no_cpu), Some(Item::Bad("tres.allocated: no cpu count".into())));
-        let later = with("COMPLETED").replace(r#""current": "COMPLETED""#, r#""current": ["COMPLETED"]"#);
-        assert!(matches!(p.parse(&later), Some(Item::Bad(r)) if r.contains("not a text")));
+        // State lists (data_parser v0.0.40 and later): read as sacct prints them.
+        let listed = |list: &str| with("X").replace(r#""X""#, list);
+        let state = |list: &str| match SacctJsonParser::new(&ReadOptions::default()).parse(&listed(list)) {
+            Some(Item::Job(j)) => j.state,
+            other => format!("{other:?}"),
+        };
+        assert_eq!(state(r#"["COMPLETED"]"#), "COMPLETED");
+        assert_eq!(state(r#"["PENDING", "REQUEUED"]"#), "REQUEUED");
+        assert_eq!(state(r#"["FAILED", "LAUNCH_FAILED"]"#), "FAILED");
+        assert_eq!(state(r#"["CANCELLED", "UPDATE_DB"]"#), "CANCELLED");
+        assert_eq!(
+            p.parse(&listed(r#"["COMPLETING", "COMPLETED"]"#)),
+            Some(Item::Skip(Skip::NotEnded))
+        );
+        assert!(state(r#"["COMPLETED", "FAILED"]"#).contains(r#"unknown job state [\"COMPLETED\", \"FAILED\"]"#));
+        assert!(state(r#"[1]"#).contains("state.current has 1, which is not a text"));
+        assert!(state(r#"["COMPLETED", "NEW_FLAG"]"#).contains("unknown job state"));
+        assert!(state(r#"{"a": 1}"#).contains("neither a text nor a list of texts"));
+        // Counts as {set, infinite, number} (data_parser v0.0.39 and later).
+        let task = with("COMPLETED")
+            .replace(
+                r#""task_id": null"#,
+                r#""task_id": {"set": true, "infinite": false, "number": 2}"#,
+            )
+            .replace(r#""job_id": 0, "task"#, r#""job_id": 39, "task"#);
+        let Some(Item::Job(j)) = p.parse(&task) else {
+            panic!("{task}")
+        };
+        assert_eq!((j.job_id.as_str(), j.array_index), ("39", Some(2)));
+        let endless = task.replace(r#""infinite": false, "number": 2"#, r#""infinite": true, "number": 0"#);
+        assert_eq!(p.parse(&endless), Some(Item::Bad("array.task_id is infinite".into())));
+        let signalled = with("COMPLETED").replace(
+            r#""exit_code": {"status": "SUCCESS", "return_code": 0}"#,
+            r#""exit_code": {"status": ["SIGNALED"], "return_code": {"set": false, "infinite": false, "number": 0},
+                "signal": {"id": {"set": true, "infinite": false, "number": 9}, "name": "KILL"}}"#,
+        );
+        let Some(Item::Job(j)) = p.parse(&signalled) else {
+            panic!()
+        };
+        assert_eq!(j.exit_code.as_deref(), Some("0:9"));
         assert!(matches!(p.parse("{"), Some(Item::Bad(r)) if r.starts_with("not a job object of sacct --json")));
         assert_eq!(p.job_key(&with("COMPLETED")), Some("c/40".into()));
     }

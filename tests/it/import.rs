@@ -1343,6 +1343,136 @@ async fn a_file_of_another_format_is_refused_at_once_and_nothing_is_kept() {
     assert_eq!((jobs, kept), (0, 0));
 }
 
+/// `sacct --json` of every data_parser layout (Slurm 23.02 to 25.05) is
+/// recorded as 22.05's is: real documents of sacct (SARC's, a job still
+/// running) and of slurmrestd (Slurm-web's test clusters), their jobs
+/// before their `meta` from 23.11 on. Each charge is the rules' and the
+/// audit finds nothing; a document of a later layout records nothing.
+#[tokio::test]
+async fn sacct_json_of_slurm_23_to_25_is_recorded() {
+    let db = crate::harness::TestDb::new().await;
+    // Slurm-web's cluster `hpc`, priced so that a core-second is a
+    // thousandth: cores × seconds ÷ 1000.
+    let center = format!(
+        "{}\n{}",
+        crate::fixtures::CENTER,
+        r#"
+[[cluster]]
+name = "hpc"
+scheduler = "slurm"
+[[cluster.node_type]]
+name = "cpu"
+cores_per_node = 64
+[[cluster.node_type]]
+name = "gpu"
+cores_per_node = 64
+gpus_per_node = 4
+[cluster.queues]
+standard = "cpu"
+normal = "cpu"
+gpu = "gpu"
+[[cluster.rate_card]]
+node_type = "cpu"
+from = 2000-01-01
+core_hour = 3.60
+memory_per_core = "4GB"
+[[cluster.rate_card]]
+node_type = "gpu"
+from = 2000-01-01
+core_hour = 3.60
+gpu_hour = 36.00
+memory_per_core = "4GB"
+[[project]]
+code = "admin"
+[[project]]
+code = "acoustic"
+[[project]]
+code = "biology"
+[[project]]
+code = "optic"
+"#
+    );
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let import = |name: &str| {
+        let path = crate::fixtures::stripped(name);
+        crate::harness::stdout(&db.cli(&["import", "--format", "sacct-json", path.to_str().unwrap()]))
+    };
+    for (name, recorded, skipped, rejected) in [
+        ("slurm_2302_sarc_sacct.json", 0, 1, 0),
+        ("slurm_2311_sarc_sacct.json", 0, 1, 0),
+        ("slurm_2311_slurmweb_job.json", 1, 0, 0),
+        // Submitted with --gpus 4 to a GPU queue of a cluster that does not
+        // account gres/gpu: its record gives no GPU count, and a GPU node
+        // type's job is never charged as if it had none.
+        ("slurm_2405_slurmweb_job_gpus.json", 0, 0, 1),
+        ("slurm_2411_slurmweb_job.json", 1, 0, 0),
+        ("slurm_2505_slurmweb_job_gpu_types.json", 0, 1, 0),
+        ("slurm_2505_slurmweb_jobs.json", 1, 0, 0),
+    ] {
+        let out = import(name);
+        assert!(out.contains(&format!("recorded:    {recorded} ")), "{name}: {out}");
+        assert!(out.contains(&format!("skipped:     {skipped}\n")), "{name}: {out}");
+        assert!(out.contains(&format!("rejected:    {rejected}")), "{name}: {out}");
+    }
+    let why: String = sqlx::query_scalar("SELECT reason FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(why.contains("gives no GPU count at all"), "{why}");
+    let charged: Vec<(String, String, i32, String)> = sqlx::query_as(
+        "SELECT j.scheduler_job_id, p.code, r.cores, e.amount::text
+           FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+           JOIN project p ON p.id = e.project_id
+          WHERE e.kind = 'job' ORDER BY j.scheduler_job_id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        charged,
+        [
+            // 2 cores, start = end: a node failure at once.
+            ("13826".into(), "optic".into(), 2, "0.00".into()),
+            // 1 core × 1 s.
+            ("509".into(), "admin".into(), 1, "0.00".into()),
+            // 32 cores × 61 s = 1.952.
+            ("6362".into(), "biology".into(), 32, "1.95".into()),
+        ]
+    );
+    // Importing the same documents again records nothing new.
+    let out = import("slurm_2411_slurmweb_job.json");
+    assert!(out.contains("replayed:    1"), "{out}");
+    let audit = db.cli(&["audit"]);
+    assert!(
+        audit.status.success(),
+        "{}{}",
+        crate::harness::stdout(&audit),
+        crate::harness::stderr(&audit)
+    );
+    // A layout after the ones read, its jobs first: nothing recorded.
+    let later = std::fs::read_to_string(crate::fixtures::stripped("slurm_2505_slurmweb_jobs.json"))
+        .unwrap()
+        .replace("data_parser/v0.0.43", "data_parser/v0.0.44")
+        .replace("\"job_id\": 13826", "\"job_id\": 13827");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("later-{}.json", std::process::id()));
+    std::fs::write(&path, later).unwrap();
+    let o = db.cli(&["import", "--format", "sacct-json", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        crate::harness::stderr(&o).contains("this is the layout data_parser/v0.0.44 (Slurm 25.05.4)"),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+    let (runs, kept): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM rejected_record)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((runs, kept), (3, 1));
+}
+
 #[tokio::test]
 async fn a_rejected_sacct_json_job_is_read_again_by_its_own_reader() {
     let db = fixture_db().await;
