@@ -419,11 +419,15 @@ fn fuzz_sacct_json_streams_of_damaged_documents() {
             use crate::ingest::Parser as _;
             let mut p = crate::ingest::sacct_json::SacctJsonParser::new(&ReadOptions::default());
             // Whatever it reads, each job it gives is one object it can parse (or refuse) on its own.
-            let _ = crate::ingest::sacct_json::stream(std::io::Cursor::new(bytes), |_, job| {
-                assert!(serde_json::from_str::<serde_json::Value>(&job).is_ok(), "{job}");
-                let _ = p.parse(&job);
-                true
-            });
+            let _ = crate::ingest::sacct_json::stream(
+                std::io::Cursor::new(bytes),
+                &mut || Ok(Box::new(std::io::Cursor::new(Vec::new())) as Box<dyn crate::ingest::sacct_json::Waiting>),
+                |_, job| {
+                    assert!(serde_json::from_str::<serde_json::Value>(&job).is_ok(), "{job}");
+                    let _ = p.parse(&job);
+                    true
+                },
+            );
         },
     );
 }

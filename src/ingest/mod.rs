@@ -106,6 +106,13 @@ pub struct ReadOptions {
     /// record read since 2026-12-06; one read before keeps `nodect`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pbs_hosts: bool,
+    /// PBS: the end record of a job array itself (`123[].server`, PBS Pro
+    /// writes one when the whole array is done, beside each subjob's
+    /// `123[4].server`) is skipped: its subjobs are the runs, it held
+    /// nothing of its own. Set for every record read since 2026-12-06 (the
+    /// afternoon); one read before was a job and is read so again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pbs_array_parents: bool,
 }
 
 impl ReadOptions {
@@ -123,7 +130,10 @@ impl ReadOptions {
     pub fn now(mut self, format: SourceFormat) -> ReadOptions {
         match format {
             SourceFormat::Jobcomp => self.jobcomp_utc = true,
-            SourceFormat::Pbs => self.pbs_hosts = true,
+            SourceFormat::Pbs => {
+                self.pbs_hosts = true;
+                self.pbs_array_parents = true;
+            }
             _ => {}
         }
         self
@@ -135,6 +145,7 @@ impl ReadOptions {
         ReadOptions {
             jobcomp_utc: false,
             pbs_hosts: false,
+            pbs_array_parents: false,
             ..self.clone()
         }
     }
@@ -227,6 +238,8 @@ pub enum Skip {
     NeverStarted,
     /// PBS records other than E (job end).
     OtherRecord,
+    /// A PBS job array's own end record: its subjobs are charged.
+    ArrayParent,
 }
 
 impl fmt::Display for Skip {
@@ -236,6 +249,7 @@ impl fmt::Display for Skip {
             Skip::NotEnded => "jobs not ended yet (charged once they end)",
             Skip::NeverStarted => "jobs that never started (nothing to charge)",
             Skip::OtherRecord => "records other than job ends",
+            Skip::ArrayParent => "job arrays' own end records (their subjobs are charged)",
         })
     }
 }

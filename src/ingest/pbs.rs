@@ -115,6 +115,19 @@ fn array_id(id: &str) -> (String, Option<u32>) {
     (id.to_owned(), None)
 }
 
+/// A job array's own record, not a subjob's: `123[].server` (no index), or
+/// one that lists the array's indices (`array_indices=1-2`) without being
+/// one of them. PBS Pro writes its E record when the whole array is done,
+/// with the subjobs' request and the span of their runs; the subjobs
+/// (`123[4].server`) each have their own.
+fn array_parent(id: &str, attrs: &HashMap<String, String>) -> bool {
+    let empty_index = id.find("[]").is_some_and(|at| {
+        let base = &id[..at];
+        !base.is_empty() && base.chars().all(|c| c.is_ascii_digit())
+    });
+    empty_index || (attrs.contains_key("array_indices") && array_id(id).1.is_none())
+}
+
 /// What a job held, as far as its record says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Size {
@@ -418,6 +431,9 @@ fn exec_vnode(value: &str) -> Result<Placement, String> {
 
 impl PbsParser {
     fn job(&self, kind: &str, id: &str, attrs: &HashMap<String, String>) -> Result<Item, String> {
+        if self.options.pbs_array_parents && array_parent(id.trim(), attrs) {
+            return Ok(Item::Skip(Skip::ArrayParent));
+        }
         let start = attrs.get("start").map(String::as_str).unwrap_or("0");
         // TORQUE writes bare R records (a rerun was requested): no run to charge.
         if kind == "R" && !attrs.contains_key("start") {
@@ -531,6 +547,33 @@ mod tests {
             Item::Job(j) => *j,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// PBS Pro writes an E record for a job array itself when all its
+    /// subjobs are done; the subjobs are the runs. The record is OpenPBS's
+    /// own (openpbs/openpbs pull request #451, 2017), written with
+    /// `start=0` by the version that PR fixed; since then `start` is the
+    /// array's first start (its test `test_arrayjob_Erecord_startval`).
+    #[test]
+    fn a_job_arrays_own_end_record_is_not_a_run() {
+        let real = "11/15/2017 01:23:58;E;4[].pbspro;user=ravi group=wheel project=_pbs_project_default jobname=STDIN queue=workq ctime=1510709028 qtime=1510709028 etime=1510709028 start=0 array_indices=1-2 Resource_List.ncpus=1 Resource_List.nodect=1 Resource_List.place=pack Resource_List.select=1:ncpus=1 session=0 end=1510709038 Exit_status=0 run_count=0";
+        let now = ReadOptions::default().now(SourceFormat::Pbs);
+        assert_eq!(parse(real, &now), Item::Skip(Skip::ArrayParent));
+        // As the fixed versions write it: still not a run.
+        let started = real.replace(" start=0 ", " start=1510709030 ");
+        assert_eq!(parse(&started, &now), Item::Skip(Skip::ArrayParent));
+        // A subjob of it is (its own id; PBS Pro names the array beside it).
+        let subjob = started
+            .replace(";4[].pbspro;", ";4[1].pbspro;")
+            .replace(" array_indices=1-2 ", " array_id=4[].pbspro array_index=1 ");
+        let j = job(parse(&subjob, &now));
+        assert_eq!((j.job_id.as_str(), j.array_index, j.cores), ("4[].pbspro", Some(1), 1));
+        // A record listing the array's indices under another id form is the array too.
+        let listed = started.replace(";4[].pbspro;", ";4.pbspro;");
+        assert_eq!(parse(&listed, &now), Item::Skip(Skip::ArrayParent));
+        // Read as before (a record kept without `pbs_array_parents`): a job, as it was charged.
+        let before = job(parse(&started, &now.before()));
+        assert_eq!((before.job_id.as_str(), before.array_index), ("4[].pbspro", None));
     }
 
     #[test]

@@ -64,16 +64,31 @@ pub enum StreamError {
 
 const STOPPED: &str = "\u{0}stopped";
 
+/// Where the jobs a document lists before its `meta` wait until `meta` has
+/// named the layout: made by the caller when first needed (the import, an
+/// unlinked temporary file: memory stays flat), written a job a line, then
+/// read back from its start.
+pub trait Waiting: Read + std::io::Write + std::io::Seek {}
+impl<T: Read + std::io::Write + std::io::Seek> Waiting for T {}
+
+/// Makes a [`Waiting`] place, when a document's jobs come before its `meta`.
+pub type MakeWaiting<'a> = dyn FnMut() -> std::io::Result<Box<dyn Waiting>> + 'a;
+
 /// Read the jobs of a `sacct --json` document one at a time: `on_job(index,
 /// job)` gets each job object as compact JSON without its steps, and returns
 /// `false` to stop. The layout is checked (from `meta`) before any job is
-/// given: jobs that come before `meta` wait in a temporary file.
-pub fn stream<R: Read>(input: R, mut on_job: impl FnMut(usize, String) -> bool) -> Result<usize, StreamError> {
+/// given: jobs that come before `meta` wait in what `waiting` makes.
+pub fn stream<R: Read>(
+    input: R,
+    waiting: &mut MakeWaiting<'_>,
+    mut on_job: impl FnMut(usize, String) -> bool,
+) -> Result<usize, StreamError> {
     let mut de = serde_json::Deserializer::from_reader(input);
     let mut top = Top {
         on_job: &mut on_job,
         layout_ok: false,
         jobs: 0,
+        make_waiting: waiting,
         waiting: None,
     };
     let result = (&mut top).deserialize(&mut de).and_then(|()| de.end());
@@ -85,22 +100,23 @@ pub fn stream<R: Read>(input: R, mut on_job: impl FnMut(usize, String) -> bool) 
     }
 }
 
-struct Top<'f, F> {
+struct Top<'f, 'w, F> {
     on_job: &'f mut F,
     layout_ok: bool,
     jobs: usize,
+    make_waiting: &'f mut MakeWaiting<'w>,
     /// Jobs read before `meta`, one compact object a line.
-    waiting: Option<std::io::BufWriter<std::fs::File>>,
+    waiting: Option<std::io::BufWriter<Box<dyn Waiting>>>,
 }
 
-impl<F: FnMut(usize, String) -> bool> Top<'_, F> {
+impl<F: FnMut(usize, String) -> bool> Top<'_, '_, F> {
     /// Give a job, or keep it until `meta` has named the layout.
     fn job(&mut self, job: String) -> Result<bool, String> {
         if let Some(w) = self.waiting.as_mut() {
             use std::io::Write;
             w.write_all(job.as_bytes())
                 .and_then(|()| w.write_all(b"\n"))
-                .map_err(|e| format!("keeping the jobs read before `meta` in a temporary file: {e}"))?;
+                .map_err(|e| format!("keeping the jobs read before `meta` until it comes: {e}"))?;
             return Ok(true);
         }
         let index = self.jobs;
@@ -126,35 +142,14 @@ impl<F: FnMut(usize, String) -> bool> Top<'_, F> {
     }
 }
 
-/// An unlinked temporary file (gone when closed, whatever happens) for the
-/// jobs a document lists before its `meta`.
-fn waiting_file() -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!(
-        "hpc-ledger-sacct-json-{}-{n}-{}",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple()
-    ));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    std::fs::remove_file(&path)?;
-    Ok(file)
-}
-
-impl<'de, F: FnMut(usize, String) -> bool> DeserializeSeed<'de> for &mut Top<'_, F> {
+impl<'de, F: FnMut(usize, String) -> bool> DeserializeSeed<'de> for &mut Top<'_, '_, F> {
     type Value = ();
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, F> {
+impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, '_, F> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -165,6 +160,7 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, F> {
         let mut saw_jobs = false;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
+                "meta" if self.layout_ok => return Err(de::Error::custom("the document has two `meta` objects")),
                 "meta" => {
                     let meta: Value = map.next_value()?;
                     check_layout(&meta).map_err(de::Error::custom)?;
@@ -177,13 +173,12 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, F> {
                     // Slurm 23.11 and later write `jobs` first: they wait
                     // until `meta` says which layout they are in.
                     if !self.layout_ok {
-                        let file = waiting_file().map_err(|e| {
+                        let place = (self.make_waiting)().map_err(|e| {
                             de::Error::custom(format!(
-                                "`jobs` comes before `meta` and must wait for it in a temporary file, which could not be made in {}: {e}",
-                                std::env::temp_dir().display()
+                                "`jobs` comes before `meta` and must wait for it, but no place to keep them could be made: {e}"
                             ))
                         })?;
-                        self.waiting = Some(std::io::BufWriter::new(file));
+                        self.waiting = Some(std::io::BufWriter::new(place));
                     }
                     saw_jobs = true;
                     map.next_value_seed(Jobs { top: &mut *self })?;
@@ -208,18 +203,18 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, F> {
     }
 }
 
-struct Jobs<'t, 'f, F> {
-    top: &'t mut Top<'f, F>,
+struct Jobs<'t, 'f, 'w, F> {
+    top: &'t mut Top<'f, 'w, F>,
 }
 
-impl<'de, F: FnMut(usize, String) -> bool> DeserializeSeed<'de> for Jobs<'_, '_, F> {
+impl<'de, F: FnMut(usize, String) -> bool> DeserializeSeed<'de> for Jobs<'_, '_, '_, F> {
     type Value = ();
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_seq(self)
     }
 }
 
-impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for Jobs<'_, '_, F> {
+impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for Jobs<'_, '_, '_, F> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -251,7 +246,15 @@ fn check_layout(meta: &Value) -> Result<(), String> {
             .filter_map(|p| meta.pointer(p).and_then(Value::as_str))
             .find(|s| !s.trim().is_empty())
     };
-    let layout = named(&["/plugin/data_parser", "/plugins/data_parser", "/plugin/type"]);
+    // 23.02's slurmrestd (`openapi/dbv0.0.39`) names its data_parser bare
+    // (`v0.0.39`): the same layout as sacct's `data_parser/v0.0.39`.
+    let layout = named(&["/plugin/data_parser", "/plugins/data_parser", "/plugin/type"]).map(|l| {
+        if l.starts_with('v') && l[1..].chars().all(|c| c.is_ascii_digit() || c == '.') {
+            std::borrow::Cow::Owned(format!("data_parser/{l}"))
+        } else {
+            std::borrow::Cow::Borrowed(l)
+        }
+    });
     let release = named(&["/Slurm/release", "/slurm/release"]).unwrap_or("?");
     let known: Vec<String> = LAYOUTS.iter().map(|(l, v)| format!("{l} ({v})")).collect();
     match layout {
@@ -286,10 +289,11 @@ fn int(v: Option<&Value>, what: &str) -> Result<Option<i64>, String> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(o)) if o.contains_key("set") && o.contains_key("number") => {
-            match (o.get("set"), o.get("infinite")) {
-                (Some(Value::Bool(false)), _) => Ok(None),
-                (Some(Value::Bool(true)), Some(Value::Bool(true))) => Err(format!("{what} is infinite")),
-                (Some(Value::Bool(true)), None | Some(Value::Bool(false))) => int(o.get("number"), what),
+            // Slurm writes INFINITE as `{"set": false, "infinite": true}`.
+            match (o.get("infinite"), o.get("set")) {
+                (Some(Value::Bool(true)), _) => Err(format!("{what} is infinite")),
+                (None | Some(Value::Bool(false)), Some(Value::Bool(false))) => Ok(None),
+                (None | Some(Value::Bool(false)), Some(Value::Bool(true))) => int(o.get("number"), what),
                 _ => Err(format!("{what} {} is not a number", Value::Object(o.clone()))),
             }
         }
@@ -439,6 +443,12 @@ impl SacctJsonParser {
             return Ok(Item::Skip(Skip::NeverStarted));
         };
         let Some(end) = epoch(job.pointer("/time/end"), "time.end")? else {
+            // Ended, but its end was lost (as the parsable reader).
+            if ENDED.contains(&state_word.as_str()) {
+                return Err(format!(
+                    "the job ended ({state}) but its time.end is 0: it cannot be charged without the time it ended; kept so that it is not lost (fix the record, or dismiss it)"
+                ));
+            }
             return Ok(Item::Skip(Skip::NotEnded));
         };
         let alloc = tres_string(job.pointer("/tres/allocated"), "tres.allocated")?;
@@ -548,6 +558,15 @@ mod tests {
             .join("\n")
     }
 
+    /// [`super::stream`], its waiting jobs kept in memory.
+    fn stream<R: Read>(input: R, on_job: impl FnMut(usize, String) -> bool) -> Result<usize, StreamError> {
+        super::stream(
+            input,
+            &mut || Ok(Box::new(std::io::Cursor::new(Vec::new())) as Box<dyn Waiting>),
+            on_job,
+        )
+    }
+
     fn read_all(doc: &str) -> Result<Vec<Item>, StreamError> {
         let mut p = SacctJsonParser::new(&ReadOptions::default());
         let mut items = Vec::new();
@@ -653,6 +672,10 @@ mod tests {
             e.to_string().contains("this is the layout data_parser/v0.0.44 (Slurm 25.11.0); hpc-ledger reads openapi/dbv0.0.38 (Slurm 22.05), data_parser/v0.0.39 (Slurm 23.02)"),
             "{e}"
         );
+        let two = r#"{"meta": {"plugin": {"type": "openapi/dbv0.0.38"}}, "jobs": [],
+            "meta": {"plugin": {"type": "openapi/dbv0.0.44"}}}"#;
+        let e = stream(two.as_bytes(), |_, _| true).unwrap_err();
+        assert!(e.to_string().contains("two `meta` objects"), "{e}");
         let e = stream(r#"{"jobs": [{"job_id": 1}], "meta": {}}"#.as_bytes(), |_, _| true).unwrap_err();
         assert!(e.to_string().contains("`meta` names no layout"), "{e}");
         let e = stream(r#"{"jobs": [{"job_id": 1}]}"#.as_bytes(), |_, _| panic!("given")).unwrap_err();
@@ -681,19 +704,58 @@ mod tests {
         let read = |doc: &str| read_all(&fixture(doc)).unwrap();
         let at = |s: i64| Stamp::At(DateTime::from_timestamp(s, 0).unwrap());
         // 23.02.6 (v0.0.39, `meta` first) and 23.11.5 (v0.0.40, `jobs`
-        // first): a job still running.
-        assert_eq!(
-            read(include_str!(
-                "../../tests/fixtures/accounting/slurm_2302_sarc_sacct.json"
-            )),
-            [Item::Skip(Skip::NotEnded)]
-        );
-        assert_eq!(
-            read(include_str!(
-                "../../tests/fixtures/accounting/slurm_2311_sarc_sacct.json"
-            )),
-            [Item::Skip(Skip::NotEnded)]
-        );
+        // first): sacct's own output, a job still running; read as if it had
+        // ended (state and end changed, nothing else), the same job in both.
+        let sarc_2302 = include_str!("../../tests/fixtures/accounting/slurm_2302_sarc_sacct.json");
+        let sarc_2311 = include_str!("../../tests/fixtures/accounting/slurm_2311_sarc_sacct.json");
+        assert_eq!(read(sarc_2302), [Item::Skip(Skip::NotEnded)]);
+        assert_eq!(read(sarc_2311), [Item::Skip(Skip::NotEnded)]);
+        for (doc, state) in [
+            (sarc_2302, serde_json::json!("COMPLETED")),
+            (sarc_2311, serde_json::json!(["COMPLETED"])),
+        ] {
+            let mut d: Value = serde_json::from_str(&fixture(doc)).unwrap();
+            d["jobs"][0]["state"]["current"] = state;
+            d["jobs"][0]["time"]["end"] = serde_json::json!(1613728809);
+            let items = read(&d.to_string());
+            let j = job(&items[0]);
+            assert_eq!(
+                (
+                    j.cluster.as_deref(),
+                    j.job_id.as_str(),
+                    j.array_index,
+                    j.project.as_deref(),
+                    j.queue.as_deref()
+                ),
+                (Some("mila"), "4", None, Some("mila"), Some("main"))
+            );
+            assert_eq!(
+                (
+                    j.nodes,
+                    j.cores,
+                    j.memory,
+                    j.gpus,
+                    j.start,
+                    j.end,
+                    j.exit_code.as_deref()
+                ),
+                (
+                    Some(1),
+                    4,
+                    Some(Bytes(32 * GIB)),
+                    Some(2),
+                    at(1613725209),
+                    at(1613728809),
+                    Some("0:0")
+                )
+            );
+        }
+        // 23.02's slurmrestd names its layout `openapi/dbv0.0.39` with a
+        // bare `v0.0.39` (its api.c): the same jobs as sacct's v0.0.39.
+        let mut d: Value = serde_json::from_str(&fixture(sarc_2302)).unwrap();
+        d["meta"] = serde_json::json!({"plugin": {"type": "openapi/dbv0.0.39", "name": "Slurm OpenAPI DB v0.0.39", "data_parser": "v0.0.39"},
+            "Slurm": {"version": {"major": 23, "micro": 6, "minor": 2}, "release": "23.02.6"}});
+        assert_eq!(read(&d.to_string()), [Item::Skip(Skip::NotEnded)]);
         let items = read(include_str!(
             "../../tests/fixtures/accounting/slurm_2311_slurmweb_job.json"
         ));
@@ -871,7 +933,10 @@ mod tests {
             panic!("{task}")
         };
         assert_eq!((j.job_id.as_str(), j.array_index), ("39", Some(2)));
-        let endless = task.replace(r#""infinite": false, "number": 2"#, r#""infinite": true, "number": 0"#);
+        let endless = task.replace(
+            r#"{"set": true, "infinite": false, "number": 2}"#,
+            r#"{"set": false, "infinite": true, "number": 0}"#,
+        );
         assert_eq!(p.parse(&endless), Some(Item::Bad("array.task_id is infinite".into())));
         let signalled = with("COMPLETED").replace(
             r#""exit_code": {"status": "SUCCESS", "return_code": 0}"#,

@@ -288,6 +288,15 @@ impl SlurmParser {
             return Err("the input has no End field".into());
         };
         if missing(end) {
+            // A job in a state that has ended whose end Slurm lost (its end
+            // record never reached slurmdbd): no later dump will give it, so
+            // it is kept as a rejection, never skipped as if still running.
+            if ENDED.contains(&state.as_str()) {
+                return Err(format!(
+                    "the job ended ({state_text}) but its End is {:?}: it cannot be charged without the time it ended; kept so that it is not lost (fix the record, or dismiss it)",
+                    end.trim()
+                ));
+            }
             return Ok(Item::Skip(Skip::NotEnded));
         }
         // Cancelled before it ran (e.g. before its --begin time): Slurm 22.05
@@ -448,6 +457,49 @@ fn is_xdmod_layout(cols: &[&str]) -> bool {
 mod tests {
     use super::*;
     use crate::domain::units::GIB;
+
+    /// A job that ended (CANCELLED) whose End Slurm never recorded
+    /// (`Unknown`): no later dump gives it, so it is rejected (kept), not
+    /// skipped as if still running. Real Triton records (slurm2sql's).
+    #[test]
+    fn an_ended_job_without_its_end_is_kept_not_skipped() {
+        let text = include_str!("../../tests/fixtures/accounting/slurm2sql_triton_sacct_unknown_end.txt");
+        let mut p = SlurmParser::new(&ReadOptions {
+            delimiter: Some(";|;".into()),
+            cluster: Some("triton".into()),
+            ..ReadOptions::default()
+        })
+        .unwrap();
+        let items: Vec<Item> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| p.parse(l))
+            .collect();
+        assert_eq!(items.len(), 5, "{items:#?}");
+        let Item::Job(j) = &items[0] else {
+            panic!("{:?}", items[0])
+        };
+        assert_eq!(
+            (j.job_id.as_str(), j.cores, j.state.as_str()),
+            ("43974388", 2, "CANCELLED by 1300204")
+        );
+        assert_eq!(items[1..3], [Item::Skip(Skip::Step), Item::Skip(Skip::Step)]);
+        assert_eq!(
+            items[3],
+            Item::Bad(
+                "the job ended (CANCELLED by 1300204) but its End is \"Unknown\": it cannot be charged without the time it ended; kept so that it is not lost (fix the record, or dismiss it)"
+                    .into()
+            )
+        );
+        assert_eq!(items[4], Item::Skip(Skip::Step));
+        // Still running: skipped until it ends, as before.
+        let running = text
+            .lines()
+            .find(|l| l.starts_with("43977780;"))
+            .unwrap()
+            .replace("CANCELLED by 1300204", "RUNNING");
+        assert_eq!(p.parse(&running), Some(Item::Skip(Skip::NotEnded)));
+    }
 
     #[test]
     fn the_options_records_keep_carry_the_header_they_were_read_under() {

@@ -512,7 +512,7 @@ impl Reader {
         };
         let bytes = counted.bytes.clone();
         let mut failed = None;
-        let streamed = sacct_json::stream(counted, |index, job| {
+        let streamed = sacct_json::stream(counted, &mut waiting_file, |index, job| {
             let at = bytes.load(std::sync::atomic::Ordering::Relaxed);
             match self.record(format!("{}:jobs[{index}]", self.file), RawLine::Text(job), at) {
                 Ok(()) => true,
@@ -536,6 +536,43 @@ impl Reader {
             }
         }
     }
+}
+
+/// Where the jobs of a `sacct --json` document that lists them before its
+/// `meta` (Slurm 23.11 and later) wait until `meta` names the layout: a
+/// file in the temporary directory (`TMPDIR`), readable by its owner only
+/// and nameless (or unlinked at once), so it is gone when the import ends,
+/// however it ends, and memory stays flat whatever the document's size
+/// (the directory needs room for the document's jobs; on a tmpfs that room
+/// is memory).
+fn waiting_file() -> std::io::Result<Box<dyn sacct_json::Waiting>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir();
+    // A file with no name at all where the kernel and file system allow it
+    // (Linux's O_TMPFILE): nothing can be left behind, even by a crash.
+    if let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o600)
+        .open(&dir)
+    {
+        return Ok(Box::new(file));
+    }
+    let path = dir.join(format!(
+        "hpc-ledger-sacct-json-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|file| std::fs::remove_file(&path).map(|()| file))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("a temporary file in {}: {e}", dir.display())))?;
+    Ok(Box::new(file))
 }
 
 /// A reader that counts the bytes read through it (for progress).

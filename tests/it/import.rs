@@ -1395,10 +1395,19 @@ code = "optic"
     hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
         .await
         .unwrap();
-    let import = |name: &str| {
+    // The jobs listed before `meta` wait in a temporary file of TMPDIR,
+    // unlinked at once: nothing is left there.
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sacct-json-tmp-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let import_in = |name: &str, tmp: &std::path::Path| {
         let path = crate::fixtures::stripped(name);
-        crate::harness::stdout(&db.cli(&["import", "--format", "sacct-json", path.to_str().unwrap()]))
+        crate::harness::cli_with_env(
+            &["import", "--format", "sacct-json", path.to_str().unwrap()],
+            &[("DATABASE_URL", db.url.as_str()), ("TMPDIR", tmp.to_str().unwrap())],
+            None,
+        )
     };
+    let import = |name: &str| crate::harness::stdout(&import_in(name, &tmp));
     for (name, recorded, skipped, rejected) in [
         ("slurm_2302_sarc_sacct.json", 0, 1, 0),
         ("slurm_2311_sarc_sacct.json", 0, 1, 0),
@@ -1421,6 +1430,15 @@ code = "optic"
         .await
         .unwrap();
     assert!(why.contains("gives no GPU count at all"), "{why}");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+    // No temporary directory to wait in: refused, saying where, nothing recorded.
+    let o = import_in("slurm_2311_slurmweb_job.json", &tmp.join("gone"));
+    assert_eq!(o.status.code(), Some(1));
+    let err = crate::harness::stderr(&o);
+    assert!(
+        err.contains("`jobs` comes before `meta` and must wait for it") && err.contains("gone"),
+        "{err}"
+    );
     let charged: Vec<(String, String, i32, String)> = sqlx::query_as(
         "SELECT j.scheduler_job_id, p.code, r.cores, e.amount::text
            FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
@@ -1444,7 +1462,45 @@ code = "optic"
     // Importing the same documents again records nothing new.
     let out = import("slurm_2411_slurmweb_job.json");
     assert!(out.contains("replayed:    1"), "{out}");
-    let audit = db.cli(&["audit"]);
+    // The same jobs as `sacct --parsable2` prints them (their fields written
+    // from the JSON: times in the cluster's zone, UTC; AllocTRES as sacct
+    // prints it): the same runs, charged the same, nothing new.
+    let entries = || async {
+        sqlx::query_as::<_, (i64, String)>("SELECT count(*), sum(amount)::text FROM ledger_entry")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    let before = entries().await;
+    let at = |s: i64| {
+        chrono::DateTime::from_timestamp(s, 0)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    let parsable = format!(
+        "JobID|Cluster|Account|User|Partition|State|Submit|Start|End|NNodes|AllocTRES|ExitCode|JobName\n\
+         509|hpc|admin|tmcgrath|standard|COMPLETED|{}|{}|{}|1|billing=1,cpu=1,mem=512M,node=1|0:0|wrap\n\
+         6362|hpc|biology|jbeck|standard|COMPLETED|{}|{}|{}|1|billing=32,cpu=32,mem=16G,node=1|0:0|wrap\n\
+         13826|hpc|optic|jhayes|normal|NODE_FAIL|{}|{}|{}|1|billing=2,cpu=2,mem=1G,node=1|0:46|allocation\n",
+        at(1746621138),
+        at(1746621139),
+        at(1746621140),
+        at(1762788774),
+        at(1762788776),
+        at(1762788837),
+        at(1779954173),
+        at(1779954174),
+        at(1779954174)
+    );
+    let path =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("hpc-parsable-{}.txt", std::process::id()));
+    std::fs::write(&path, parsable).unwrap();
+    let out = crate::harness::ok(&db.cli(&["import", "--format", "slurm", path.to_str().unwrap()]));
+    assert!(out.contains("recorded:    0 "), "{out}");
+    assert!(out.contains("replayed:    3"), "{out}");
+    assert_eq!(entries().await, before);
+    let audit = db.cli(&["audit", "--deep"]);
     assert!(
         audit.status.success(),
         "{}{}",
@@ -1879,6 +1935,80 @@ async fn a_rejection_of_before_is_resolved_by_its_run_read_as_before() {
     assert_eq!(
         (resolution.as_deref(), record),
         (Some("recorded_elsewhere"), Some(latest))
+    );
+}
+
+/// PBS Pro writes an end record for a job array itself once all its
+/// subjobs are done (`4[].server`, beside `4[1].server`, `4[2].server`):
+/// since 2026-12-06 it is skipped, not charged as one more run on top of its
+/// subjobs. One charged before stays as it was (a rule change re-prices
+/// nothing), and imported again it is skipped, not charged a second time.
+#[tokio::test]
+async fn a_pbs_job_arrays_own_end_record_is_not_charged() {
+    let db = fixture_db().await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pbs-array-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // OpenPBS's own record of array 4 (pull request #451), with a start as
+    // PBS Pro writes it since, the fixtures' casper queue and project.
+    let parent = |id: u32| {
+        format!(
+            "11/15/2017 01:23:58;E;{id}[].pbspro;user=ravi group=wheel account=\"SCSG0001\" jobname=STDIN queue=htc ctime=1510709028 qtime=1510709028 etime=1510709028 start=1510709030 array_indices=1-2 Resource_List.ncpus=1 Resource_List.nodect=1 Resource_List.place=pack Resource_List.select=1:ncpus=1 session=0 end=1510709038 Exit_status=0 run_count=1\n"
+        )
+    };
+    let before = dir.join("before.log");
+    std::fs::write(&before, parent(4)).unwrap();
+    // Recorded as before (read options without `pbs_array_parents`): a job.
+    let s = import_file(&db.pool, &before, "before.log", Format::Pbs, Some("casper")).await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    let entries = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM ledger_entry")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(entries().await, 1);
+    let import = |path: &std::path::Path| {
+        crate::harness::ok(&db.cli(&[
+            "import",
+            "--format",
+            "pbs",
+            "--cluster",
+            "casper",
+            path.to_str().unwrap(),
+        ]))
+    };
+    // The same file imported now: skipped, nothing charged again or reversed.
+    let out = import(&before);
+    assert!(out.contains("recorded:    0 "), "{out}");
+    assert!(
+        out.contains("job arrays' own end records (their subjobs are charged)"),
+        "{out}"
+    );
+    assert_eq!(entries().await, 1);
+    // A new array: its subjob is a run, the array's own record is not.
+    let subjob = parent(5)
+        .replace(";5[].pbspro;", ";5[1].pbspro;")
+        .replace(" array_indices=1-2 ", " array_id=5[].pbspro array_index=1 ");
+    let now = dir.join("now.log");
+    std::fs::write(&now, format!("{subjob}{}", parent(5))).unwrap();
+    let out = import(&now);
+    assert!(out.contains("recorded:    1 "), "{out}");
+    assert!(out.contains("skipped:     1"), "{out}");
+    let runs: Vec<(String, Option<i32>)> = sqlx::query_as("SELECT scheduler_job_id, array_index FROM job ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        runs,
+        [("4[].pbspro".to_owned(), None), ("5[].pbspro".to_owned(), Some(1))]
+    );
+    // Each record reads again as it was read.
+    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
+    assert_eq!(
+        (report.records, report.differences.len()),
+        (2, 0),
+        "{:#?}",
+        report.differences
     );
 }
 
