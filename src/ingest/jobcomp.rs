@@ -179,8 +179,12 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
         state = "REQUEUED".to_owned();
         state_word = state.clone();
     }
-    // The states sacct's reader knows: a record of a job not ended (Slurm
-    // logs RESIZING when a job shrinks) charges nothing yet.
+    // The states sacct's reader knows: a record of a job not ended charges
+    // nothing yet. At a resize Slurm posts the job as RESIZING with @start =
+    // @end = the resize (22.05.8, tests/fixtures/accounting/
+    // slurm_2205_resize_jobcomp.jsonl): nothing to charge; the part before
+    // the resize is in sacct's RESIZING record, the part after is the job's
+    // next document, from the resize.
     if NOT_ENDED.contains(&state_word.as_str()) {
         return Ok(Item::Skip(Skip::NotEnded));
     }

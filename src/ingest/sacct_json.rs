@@ -436,7 +436,9 @@ impl SacctJsonParser {
             Some(other) => return Err(format!("state.current {other} is neither a text nor a list of texts")),
         };
         let state_word = state.split_whitespace().next().unwrap_or("").to_uppercase();
-        if NOT_ENDED.contains(&state_word.as_str()) {
+        // A resized job's part before a resize (as the parsable reader).
+        let resizing = state_word == "RESIZING";
+        if NOT_ENDED.contains(&state_word.as_str()) && !resizing {
             return Ok(Item::Skip(Skip::NotEnded));
         }
         let Some(start) = epoch(job.pointer("/time/start"), "time.start")? else {
@@ -456,10 +458,11 @@ impl SacctJsonParser {
         if !alloc.split(',').any(|p| p.starts_with("cpu=")) && start == end {
             return Ok(Item::Skip(Skip::NeverStarted));
         }
-        if !state_word.is_empty() && !ENDED.contains(&state_word.as_str()) {
+        if !state_word.is_empty() && !ENDED.contains(&state_word.as_str()) && !resizing {
             return Err(format!("unknown job state {state:?}"));
         }
         let submit = epoch(job.pointer("/time/submission"), "time.submission")?;
+        let (start, submit) = crate::ingest::slurm::resized_start(start, submit);
         let array_job = int(job.pointer("/array/job_id"), "array.job_id")?.filter(|&j| j != 0);
         let array_task = small(job.pointer("/array/task_id"), "array.task_id")?;
         let het_job = int(job.pointer("/het/job_id"), "het.job_id")?.filter(|&j| j != 0);
@@ -839,6 +842,31 @@ mod tests {
             panic!("{gpu}")
         };
         assert_eq!((j.job_id.as_str(), j.cores, j.gpus), ("14243", 1, Some(1)));
+    }
+
+    /// The lab's real resize (see slurm.rs): `sacct --json` reads as
+    /// `--parsable2` does.
+    #[test]
+    fn a_resized_job_is_read_as_its_parts() {
+        let doc = fixture(include_str!(
+            "../../tests/fixtures/accounting/slurm_2205_resize_sacct.json"
+        ));
+        let at = |s: i64| Stamp::At(DateTime::from_timestamp(s, 0).unwrap());
+        let parts: Vec<_> = read_all(&doc)
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let j = job(i);
+                (j.state.clone(), j.nodes, j.cores, j.start, j.end)
+            })
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                ("RESIZING".to_owned(), Some(2), 2, at(1796579779), at(1796579787)),
+                ("COMPLETED".to_owned(), Some(1), 1, at(1796579787), at(1796579819)),
+            ]
+        );
     }
 
     #[test]

@@ -263,6 +263,29 @@ fn display_name(field: &str) -> &'static str {
     }
 }
 
+/// When a record starts, and when its job was submitted. A job resized
+/// while it ran (`scontrol update JobId=… NumNodes=…`) leaves its part
+/// before the resize as a `RESIZING` record, ended at the resize, with the
+/// allocation it had until then (a run of its own); and slurmdbd keeps the
+/// job's first `Start` on its record from the resize on, with the resize as
+/// its `Submit` (Slurm 22.05.8, tests/fixtures/accounting/
+/// slurm_2205_resize_*). That part starts at the resize, as jobcomp's
+/// document of it does, so that the two are one run and the time before the
+/// resize is not charged twice; when the job was submitted that record does
+/// not say (jobcomp's does). No other record is submitted after it starts
+/// (the recorder refuses one as invalid), so the earlier reading differs
+/// only on records it never stored.
+pub(crate) fn resized_start(start: Stamp, submit: Option<Stamp>) -> (Stamp, Option<Stamp>) {
+    let naive = |s: &Stamp| match s {
+        Stamp::At(t) => t.naive_utc(),
+        Stamp::Local(t) => *t,
+    };
+    match submit {
+        Some(s) if naive(&s) > naive(&start) => (s, None),
+        _ => (start, submit),
+    }
+}
+
 impl SlurmParser {
     fn job(&self, cols: &[&str], fields: &Fields) -> Result<Item, String> {
         let get = |name: &str| fields.index.get(name).map(|&i| cols[i]);
@@ -275,7 +298,10 @@ impl SlurmParser {
         }
         let state_text = get("state").unwrap_or("").trim();
         let state = state_text.split_whitespace().next().unwrap_or("").to_uppercase();
-        if NOT_ENDED.contains(&state.as_str()) {
+        // The part of a resized job before a resize (its end is the resize):
+        // a run that ended ([`resized_start`]).
+        let resizing = state == "RESIZING";
+        if NOT_ENDED.contains(&state.as_str()) && !resizing {
             return Ok(Item::Skip(Skip::NotEnded));
         }
         let Some(start) = get("start") else {
@@ -306,7 +332,7 @@ impl SlurmParser {
         {
             return Ok(Item::Skip(Skip::NeverStarted));
         }
-        if !state.is_empty() && !ENDED.contains(&state.as_str()) {
+        if !state.is_empty() && !ENDED.contains(&state.as_str()) && !resizing {
             return Err(format!("unknown job state {state_text:?}"));
         }
         let (job_id, array_index) = match jobid.split_once('_') {
@@ -329,6 +355,7 @@ impl SlurmParser {
             Some(s) if !missing(s) => Some(time("Submit", s)?),
             _ => None,
         };
+        let (start, submit) = resized_start(start, submit);
         let nnodes = get("nnodes")
             .filter(|v| !v.trim().is_empty())
             .map(|v| number("NNodes", v))
@@ -457,6 +484,45 @@ fn is_xdmod_layout(cols: &[&str]) -> bool {
 mod tests {
     use super::*;
     use crate::domain::units::GIB;
+
+    /// A real resize (Slurm 22.05.8, the lab): job 1 ran on 2 nodes from
+    /// 17:56:19, was shrunk to 1 at 17:56:27 and ended at 17:56:59: its two
+    /// parts, each a run (read before 2026-12-06: the first skipped, the
+    /// second refused as submitted after it started).
+    #[test]
+    fn a_resized_job_is_read_as_its_parts() {
+        let text = include_str!("../../tests/fixtures/accounting/slurm_2205_resize_sacct.txt");
+        let mut p = SlurmParser::new(&ReadOptions::default()).unwrap();
+        let parts: Vec<_> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| p.parse(l))
+            .filter_map(|i| match i {
+                Item::Job(j) => Some((j.state, j.nodes, j.cores, j.start.to_string(), j.end.to_string())),
+                Item::Skip(Skip::Step) => None,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                (
+                    "RESIZING".to_owned(),
+                    Some(2),
+                    2,
+                    "2026-12-06T17:56:19".to_owned(),
+                    "2026-12-06T17:56:27".to_owned()
+                ),
+                (
+                    "COMPLETED".to_owned(),
+                    Some(1),
+                    1,
+                    "2026-12-06T17:56:27".to_owned(),
+                    "2026-12-06T17:56:59".to_owned()
+                ),
+            ]
+        );
+    }
 
     /// A job that ended (CANCELLED) whose End Slurm never recorded
     /// (`Unknown`): no later dump gives it, so it is rejected (kept), not

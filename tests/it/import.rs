@@ -2012,6 +2012,66 @@ async fn a_pbs_job_arrays_own_end_record_is_not_charged() {
     );
 }
 
+/// A job resized while it ran (the lab's real Slurm 22.05: 2 nodes from
+/// 17:56:19, shrunk to 1 at 17:56:27, ended 17:56:59) is charged as its two
+/// parts, whichever way it arrives: jobcomp's documents (the part after the
+/// resize; its RESIZING document is the instant of the resize), then sacct's
+/// records (the part before, RESIZING; the part after, a replay), or
+/// `sacct --json` alone. Read before 2026-12-06 the part before was skipped
+/// and sacct's part after refused (submitted after it started).
+#[tokio::test]
+async fn a_resized_job_is_charged_as_its_parts() {
+    let parts = |db: &crate::harness::TestDb| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, String, i32, i32)>(
+                "SELECT to_char(r.started_at AT TIME ZONE 'UTC', 'HH24:MI:SS'), to_char(r.ended_at AT TIME ZONE 'UTC', 'HH24:MI:SS'),
+                        r.nodes, r.cores
+                   FROM job_record r JOIN job j ON j.id = r.job_id
+                  WHERE j.scheduler_job_id = '1' AND r.id = (SELECT max(id) FROM job_record x WHERE x.job_id = j.id)
+                  ORDER BY r.started_at",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let want = [
+        ("17:56:19".to_owned(), "17:56:27".to_owned(), 2, 2),
+        ("17:56:27".to_owned(), "17:56:59".to_owned(), 1, 1),
+    ];
+    let import = |db: &crate::harness::TestDb, format: &str, name: &str| {
+        let path = crate::fixtures::stripped(name);
+        crate::harness::stdout(&db.cli(&["import", "--format", format, path.to_str().unwrap()]))
+    };
+    let db = fixture_db().await;
+    let out = import(&db, "jobcomp", "slurm_2205_resize_jobcomp.jsonl");
+    assert!(out.contains("recorded:    1 "), "{out}");
+    assert!(out.contains("skipped:     1"), "{out}");
+    // sacct's record of the part after (its Submit is the resize, not when
+    // the job was submitted: read as unknown) is jobcomp's run again.
+    let out = import(&db, "slurm", "slurm_2205_resize_sacct.txt");
+    assert!(out.contains("recorded:    1 "), "{out}");
+    assert!(out.contains("replayed:    1"), "{out}");
+    assert!(out.contains("rejected:    0"), "{out}");
+    assert_eq!(parts(&db).await, want);
+    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM job")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(runs, 2);
+    // Imported again: nothing new.
+    let out = import(&db, "slurm", "slurm_2205_resize_sacct.txt");
+    assert!(out.contains("recorded:    0 "), "{out}");
+    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
+    assert!(report.differences.is_empty(), "{:#?}", report.differences);
+    // sacct --json alone, into another ledger: the same parts.
+    let other = fixture_db().await;
+    let out = import(&other, "sacct-json", "slurm_2205_resize_sacct.json");
+    assert!(out.contains("recorded:    2 "), "{out}");
+    assert_eq!(parts(&other).await, want);
+}
+
 /// A PBS Pro job whose `select` chunks were packed onto one host is one
 /// host's job (R3), not `nodect` nodes: read so since 2026-12-06. A run
 /// recorded before, from `nodect`, is read that way again when its record
