@@ -445,12 +445,6 @@ impl SacctJsonParser {
             return Ok(Item::Skip(Skip::NeverStarted));
         };
         let Some(end) = epoch(job.pointer("/time/end"), "time.end")? else {
-            // Ended, but its end was lost (as the parsable reader).
-            if ENDED.contains(&state_word.as_str()) {
-                return Err(format!(
-                    "the job ended ({state}) but its time.end is 0: it cannot be charged without the time it ended; kept so that it is not lost (fix the record, or dismiss it)"
-                ));
-            }
             return Ok(Item::Skip(Skip::NotEnded));
         };
         let alloc = tres_string(job.pointer("/tres/allocated"), "tres.allocated")?;
@@ -463,6 +457,10 @@ impl SacctJsonParser {
         }
         let submit = epoch(job.pointer("/time/submission"), "time.submission")?;
         let (start, submit) = crate::ingest::slurm::resized_start(start, submit);
+        // A resize in the part's first second: a part that held nothing.
+        if resizing && start == end {
+            return Ok(Item::Skip(Skip::NeverStarted));
+        }
         let array_job = int(job.pointer("/array/job_id"), "array.job_id")?.filter(|&j| j != 0);
         let array_task = small(job.pointer("/array/task_id"), "array.task_id")?;
         let het_job = int(job.pointer("/het/job_id"), "het.job_id")?.filter(|&j| j != 0);

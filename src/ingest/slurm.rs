@@ -314,15 +314,9 @@ impl SlurmParser {
             return Err("the input has no End field".into());
         };
         if missing(end) {
-            // A job in a state that has ended whose end Slurm lost (its end
-            // record never reached slurmdbd): no later dump will give it, so
-            // it is kept as a rejection, never skipped as if still running.
-            if ENDED.contains(&state.as_str()) {
-                return Err(format!(
-                    "the job ended ({state_text}) but its End is {:?}: it cannot be charged without the time it ended; kept so that it is not lost (fix the record, or dismiss it)",
-                    end.trim()
-                ));
-            }
+            // Also a job whose state says it ended: slurmdbd records the state
+            // before the end (a dump taken in between shows `CANCELLED`,
+            // `End` Unknown, Elapsed counting); the next dump has the end.
             return Ok(Item::Skip(Skip::NotEnded));
         }
         // Cancelled before it ran (e.g. before its --begin time): Slurm 22.05
@@ -356,6 +350,11 @@ impl SlurmParser {
             _ => None,
         };
         let (start, submit) = resized_start(start, submit);
+        // A resize in the part's first second (a script that shrinks its job
+        // at once): a part that held nothing, which would take the run's key.
+        if resizing && start == end {
+            return Ok(Item::Skip(Skip::NeverStarted));
+        }
         let nnodes = get("nnodes")
             .filter(|v| !v.trim().is_empty())
             .map(|v| number("NNodes", v))
@@ -492,19 +491,36 @@ mod tests {
     #[test]
     fn a_resized_job_is_read_as_its_parts() {
         let text = include_str!("../../tests/fixtures/accounting/slurm_2205_resize_sacct.txt");
-        let mut p = SlurmParser::new(&ReadOptions::default()).unwrap();
-        let parts: Vec<_> = text
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| p.parse(l))
-            .filter_map(|i| match i {
-                Item::Job(j) => Some((j.state, j.nodes, j.cores, j.start.to_string(), j.end.to_string())),
-                Item::Skip(Skip::Step) => None,
-                other => panic!("{other:?}"),
-            })
-            .collect();
+        let read = |text: &str| -> Vec<_> {
+            let mut p = SlurmParser::new(&ReadOptions::default()).unwrap();
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| p.parse(l))
+                .filter_map(|i| match i {
+                    Item::Job(j) => Some((j.state, j.nodes, j.cores, j.start.to_string(), j.end.to_string())),
+                    Item::Skip(Skip::Step) => None,
+                    other => Some((format!("{other:?}"), None, 0, String::new(), String::new())),
+                })
+                .collect()
+        };
+        // Shrunk in its first second (the same records, the resize moved to
+        // the start, as a script that shrinks its job at once does): the
+        // part before held nothing and does not take the run's key.
         assert_eq!(
-            parts,
+            read(&text.replace("17:56:27", "17:56:19")),
+            [
+                ("Skip(NeverStarted)".to_owned(), None, 0, String::new(), String::new()),
+                (
+                    "COMPLETED".to_owned(),
+                    Some(1),
+                    1,
+                    "2026-12-06T17:56:19".to_owned(),
+                    "2026-12-06T17:56:59".to_owned()
+                ),
+            ]
+        );
+        assert_eq!(
+            read(text),
             [
                 (
                     "RESIZING".to_owned(),
@@ -524,11 +540,12 @@ mod tests {
         );
     }
 
-    /// A job that ended (CANCELLED) whose End Slurm never recorded
-    /// (`Unknown`): no later dump gives it, so it is rejected (kept), not
-    /// skipped as if still running. Real Triton records (slurm2sql's).
+    /// A job whose state says it ended (CANCELLED) but whose End is not
+    /// recorded yet (`Unknown`; Elapsed still counting: the dump was taken
+    /// between slurmdbd's two updates) is skipped until a dump has its end,
+    /// like a running one. Real Triton records (slurm2sql's).
     #[test]
-    fn an_ended_job_without_its_end_is_kept_not_skipped() {
+    fn an_ended_job_without_its_end_yet_is_skipped_until_it_has_one() {
         let text = include_str!("../../tests/fixtures/accounting/slurm2sql_triton_sacct_unknown_end.txt");
         let mut p = SlurmParser::new(&ReadOptions {
             delimiter: Some(";|;".into()),
@@ -550,13 +567,7 @@ mod tests {
             ("43974388", 2, "CANCELLED by 1300204")
         );
         assert_eq!(items[1..3], [Item::Skip(Skip::Step), Item::Skip(Skip::Step)]);
-        assert_eq!(
-            items[3],
-            Item::Bad(
-                "the job ended (CANCELLED by 1300204) but its End is \"Unknown\": it cannot be charged without the time it ended; kept so that it is not lost (fix the record, or dismiss it)"
-                    .into()
-            )
-        );
+        assert_eq!(items[3], Item::Skip(Skip::NotEnded));
         assert_eq!(items[4], Item::Skip(Skip::Step));
         // Still running: skipped until it ends, as before.
         let running = text

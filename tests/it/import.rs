@@ -2070,6 +2070,13 @@ async fn a_resized_job_is_charged_as_its_parts() {
     let out = import(&other, "sacct-json", "slurm_2205_resize_sacct.json");
     assert!(out.contains("recorded:    2 "), "{out}");
     assert_eq!(parts(&other).await, want);
+    let report = hpc_ledger::service::deep::deep_audit(&other.pool).await.unwrap();
+    assert_eq!(
+        (report.records, report.differences.len()),
+        (2, 0),
+        "{:#?}",
+        report.differences
+    );
 }
 
 /// A PBS Pro job whose `select` chunks were packed onto one host is one
