@@ -113,6 +113,13 @@ pub struct ReadOptions {
     /// afternoon); one read before was a job and is read so again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pbs_array_parents: bool,
+    /// TORQUE 6: the memory of a `-L` request (`Resource_Request_2.0=-L
+    /// tasks=N:…:memory=M [-L …]`, `memory` per task) is the job's memory
+    /// when it has no `Resource_List.mem`. Set for every record read since
+    /// 2026-12-06 (evening); one read before was charged by its cores alone
+    /// and is read so again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub torque_requests: bool,
 }
 
 impl ReadOptions {
@@ -133,6 +140,7 @@ impl ReadOptions {
             SourceFormat::Pbs => {
                 self.pbs_hosts = true;
                 self.pbs_array_parents = true;
+                self.torque_requests = true;
             }
             _ => {}
         }
@@ -146,6 +154,7 @@ impl ReadOptions {
             jobcomp_utc: false,
             pbs_hosts: false,
             pbs_array_parents: false,
+            torque_requests: false,
             ..self.clone()
         }
     }

@@ -21,7 +21,7 @@ use chrono::DateTime;
 use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
 use crate::domain::request::{parse_nodes_spec, parse_pbs};
-use crate::domain::units::Bytes;
+use crate::domain::units::{Bytes, KIB};
 
 pub struct PbsParser {
     options: KeptOptions,
@@ -113,6 +113,45 @@ fn array_id(id: &str) -> (String, Option<u32>) {
         }
     }
     (id.to_owned(), None)
+}
+
+/// The memory a TORQUE 6 `-L` request asks for
+/// (`Resource_Request_2.0=-L tasks=N[:lprocs=…][:memory=M]… [-L tasks=…]`):
+/// `memory` is per task (TORQUE's `req::get_memory_for_host`: memory × its
+/// tasks), in kilobytes without a unit; summed over the requests. Read from
+/// the attribute text, since a request of several `-L` is split on its spaces.
+fn request_memory(text: &str) -> Result<Option<Bytes>, String> {
+    const KEY: &str = "Resource_Request_2.0=";
+    let Some(at) = text.find(KEY) else {
+        return Ok(None);
+    };
+    let mut total: Option<u64> = None;
+    for word in text[at + KEY.len()..].split_whitespace() {
+        if word == "-L" {
+            continue;
+        }
+        // The next attribute ends the requests.
+        let Some(request) = word.strip_prefix("tasks=") else {
+            break;
+        };
+        let bad = |why: String| format!("Resource_Request_2.0 -L tasks={request}: {why}");
+        let mut fields = request.split(':');
+        let tasks: u64 = fields
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| bad("the task count is not a whole number".into()))?;
+        if let Some(memory) = fields.filter_map(|f| f.strip_prefix("memory=")).next_back() {
+            let per_task = Bytes::parse(memory, KIB).map_err(|e| bad(format!("memory: {e}")))?;
+            let all = per_task
+                .0
+                .checked_mul(tasks)
+                .and_then(|m| m.checked_add(total.unwrap_or(0)))
+                .ok_or_else(|| bad("too much memory".into()))?;
+            total = Some(all);
+        }
+    }
+    Ok(total.map(Bytes))
 }
 
 /// A job array's own record, not a subjob's: `123[].server` (no index), or
@@ -510,7 +549,17 @@ impl Parser for PbsParser {
         if parts[2].trim().is_empty() {
             return Some(Item::Bad("the record has no job id".into()));
         }
-        let attrs = attributes(parts.get(3).copied().unwrap_or(""));
+        let text = parts.get(3).copied().unwrap_or("");
+        let mut attrs = attributes(text);
+        if self.options.torque_requests && !attrs.contains_key("Resource_List.mem") {
+            match request_memory(text) {
+                Ok(Some(m)) => {
+                    attrs.insert("Resource_List.mem".into(), format!("{}b", m.0));
+                }
+                Ok(None) => {}
+                Err(e) => return Some(Item::Bad(e)),
+            }
+        }
         Some(self.job(kind, parts[2], &attrs).unwrap_or_else(Item::Bad))
     }
 
@@ -547,6 +596,77 @@ mod tests {
             Item::Job(j) => *j,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// TORQUE 6's `-L` requests (real OSC records): memory per task, summed
+    /// over the requests, is the job's memory; the cores are where it ran.
+    /// Read before 2026-12-06 (without `torque_requests`), it had none.
+    #[test]
+    fn a_torque_6_request_gives_the_jobs_memory() {
+        let text = include_str!("../../tests/fixtures/accounting/torque6_osc_pitzer_resource_request.log");
+        let read = |options: &ReadOptions| -> Vec<_> {
+            let mut p = PbsParser::new(&ReadOptions {
+                cluster: Some("pitzer".into()),
+                ..options.clone()
+            });
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| p.parse(l))
+                .filter_map(|i| match i {
+                    Item::Job(j) => Some((j.job_id, j.nodes, j.cores, j.memory)),
+                    Item::Skip(Skip::OtherRecord) => None,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let now = ReadOptions::default().now(SourceFormat::Pbs);
+        assert_eq!(
+            read(&now),
+            [
+                (
+                    "13512.pitzer-batch.ten.osc.edu".to_owned(),
+                    Some(1),
+                    80,
+                    Some(Bytes(100 * GIB))
+                ),
+                (
+                    "16057.pitzer-batch.ten.osc.edu".to_owned(),
+                    Some(2),
+                    2,
+                    Some(Bytes(8 * GIB))
+                ),
+            ]
+        );
+        assert_eq!(
+            read(&now.before()),
+            [
+                ("13512.pitzer-batch.ten.osc.edu".to_owned(), Some(1), 80, None),
+                ("16057.pitzer-batch.ten.osc.edu".to_owned(), Some(2), 2, None),
+            ]
+        );
+        // kilobytes without a unit; a Resource_List.mem wins; damage is named.
+        assert_eq!(
+            request_memory("Resource_Request_2.0=-L tasks=3:memory=1024 session=1"),
+            Ok(Some(Bytes(3 * MIB)))
+        );
+        assert_eq!(request_memory("queue=q end=2"), Ok(None));
+        assert_eq!(request_memory("Resource_Request_2.0=-L tasks=2:lprocs=4"), Ok(None));
+        let mem = text
+            .lines()
+            .find(|l| l.contains(";E;16057"))
+            .unwrap()
+            .replace(" session=", " Resource_List.mem=1gb session=");
+        let j = job(PbsParser::new(&now).parse(&mem).unwrap());
+        assert_eq!(j.memory, Some(Bytes(GIB)));
+        let bad = text
+            .lines()
+            .find(|l| l.contains(";E;16057"))
+            .unwrap()
+            .replace("memory=4GB -L", "memory=4XB -L");
+        assert!(
+            matches!(PbsParser::new(&now).parse(&bad), Some(Item::Bad(r)) if r.starts_with("Resource_Request_2.0 -L tasks=1:lprocs=1:usecores:memory=4XB: memory:")),
+            "{bad}"
+        );
     }
 
     /// PBS Pro writes an E record for a job array itself when all its
