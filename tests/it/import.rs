@@ -1397,8 +1397,7 @@ code = "optic"
         .unwrap();
     // The jobs listed before `meta` wait in a temporary file of TMPDIR,
     // unlinked at once: nothing is left there.
-    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sacct-json-tmp-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
+    let tmp = scratch_dir("sacct-json-tmp");
     let import_in = |name: &str, tmp: &std::path::Path| {
         let path = crate::fixtures::stripped(name);
         crate::harness::cli_with_env(
@@ -1641,6 +1640,26 @@ async fn a_nul_escaped_in_a_json_field_is_rejected_and_the_rest_recorded() {
     assert_eq!(kept, text.lines().skip(1).take(3).collect::<Vec<_>>());
 }
 
+/// A directory of this test process's own under the target's scratch space.
+fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `hpc-ledger import --format pbs --cluster casper PATH` (the fixtures'
+/// NCAR cluster).
+fn import_casper(db: &crate::harness::TestDb, path: &std::path::Path) -> std::process::Output {
+    db.cli(&[
+        "import",
+        "--format",
+        "pbs",
+        "--cluster",
+        "casper",
+        path.to_str().unwrap(),
+    ])
+}
+
 /// The fixtures' ledger with the lab's cluster `testclu` in New York's
 /// zone (the lab's own is UTC), and that configuration.
 async fn new_york() -> (crate::harness::TestDb, String) {
@@ -1851,8 +1870,7 @@ async fn a_run_of_before_whose_record_no_longer_reads_so_is_a_conflict_not_a_sec
         d["elapsed"] = serde_json::json!(elapsed);
         format!("{d}\n")
     };
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reads-no-more-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("reads-no-more");
     let then = dir.join("then.jsonl");
     std::fs::write(&then, ending("2026-03-08T01:50:00", 21_000)).unwrap();
     // Recorded as before (without `jobcomp_utc`): 20:00 in New York, 01:00 UTC.
@@ -1896,8 +1914,7 @@ async fn a_rejection_of_before_is_resolved_by_its_run_read_as_before() {
     let (db, _) = new_york().await;
     let doc = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_lab_jobcomp.jsonl")).unwrap();
     let line = doc.lines().find(|l| l.contains("\"jobid\":1,")).unwrap();
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("resolved-before-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("resolved-before");
     let write = |name: &str, text: String| {
         let path = dir.join(name);
         std::fs::write(&path, format!("{text}\n")).unwrap();
@@ -1946,8 +1963,7 @@ async fn a_rejection_of_before_is_resolved_by_its_run_read_as_before() {
 #[tokio::test]
 async fn a_pbs_job_arrays_own_end_record_is_not_charged() {
     let db = fixture_db().await;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pbs-array-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("pbs-array");
     // OpenPBS's own record of array 4 (pull request #451), with a start as
     // PBS Pro writes it since, the fixtures' casper queue and project.
     let parent = |id: u32| {
@@ -1967,16 +1983,7 @@ async fn a_pbs_job_arrays_own_end_record_is_not_charged() {
             .unwrap()
     };
     assert_eq!(entries().await, 1);
-    let import = |path: &std::path::Path| {
-        crate::harness::ok(&db.cli(&[
-            "import",
-            "--format",
-            "pbs",
-            "--cluster",
-            "casper",
-            path.to_str().unwrap(),
-        ]))
-    };
+    let import = |path: &std::path::Path| crate::harness::ok(&import_casper(&db, path));
     // The same file imported now: skipped, nothing charged again or reversed.
     let out = import(&before);
     assert!(out.contains("recorded:    0 "), "{out}");
@@ -2087,8 +2094,7 @@ async fn a_resized_job_is_charged_as_its_parts() {
 #[tokio::test]
 async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
     let db = fixture_db().await;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pbs-hosts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("pbs-hosts");
     // Two chunks of one core placed freely, both on crhtc67 (the shape of
     // a real OpenPBS record; NCAR's casper cluster of the fixtures, 36
     // cores a node at 0.01 a core-hour). 604 s.
@@ -2097,16 +2103,7 @@ async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
             "06/01/2024 10:00:00;E;{id}.casper-pbs;user=u group=g account=\"SCSG0001\" queue=htc ctime=1717236000 start=1717236001 exec_host=crhtc67/0+crhtc67/1 exec_vnode=(crhtc67:ncpus=1:mem=307200kb)+(crhtc67:ncpus=1:mem=307200kb) Resource_List.mem=600mb Resource_List.ncpus=2 Resource_List.nodect=2 Resource_List.place=free Resource_List.select=2:ncpus=1:mem=300mb end=1717236605 Exit_status=0\n"
         )
     };
-    let import_casper = |path: &std::path::Path| {
-        crate::harness::stdout(&db.cli(&[
-            "import",
-            "--format",
-            "pbs",
-            "--cluster",
-            "casper",
-            path.to_str().unwrap(),
-        ]))
-    };
+    let import_casper = |path: &std::path::Path| crate::harness::stdout(&import_casper(&db, path));
     let before = dir.join("before.log");
     std::fs::write(&before, packed(1)).unwrap();
     // Recorded as before (read options without `pbs_hosts`): 2 whole nodes.
