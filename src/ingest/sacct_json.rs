@@ -17,9 +17,13 @@
 //! (v0.0.40). A state list is read as sacct prints it (`job_state_string`:
 //! the first of its shown flags, `REQUEUED` before the base state), so a job
 //! reads the same in every layout. A document of another layout is refused
-//! with the layout it carries, and nothing is recorded. Since Slurm 23.11
-//! `meta` comes after `jobs`: the jobs are then kept in an unlinked
-//! temporary file until `meta` names the layout, and only then given.
+//! with the layout it carries, and nothing is recorded. A document whose
+//! `errors` list any (slurmrestd answers a query slurmdbd failed with
+//! `jobs: []` and the error) is refused too, nothing recorded: its jobs may
+//! be incomplete. Jobs are given once `meta` and `errors` have both been
+//! read: Slurm 22.05 writes them before `jobs`, 23.02 writes `errors` after
+//! them and 23.11 and later `meta` too; until then the jobs are kept in an
+//! unlinked temporary file.
 //!
 //! What a job held is read as the parsable reader reads it (docs/rules.md D3):
 //! `tres.allocated` is AllocTRES (memory in MiB), GPUs fall back to
@@ -64,20 +68,23 @@ pub enum StreamError {
 
 const STOPPED: &str = "\u{0}stopped";
 
-/// Where the jobs a document lists before its `meta` wait until `meta` has
-/// named the layout: made by the caller when first needed (the import, an
+/// Where the jobs a document lists before its `meta` or its `errors` wait
+/// until `meta` has named the layout and `errors` listed none: made by the caller when first needed (the import, an
 /// unlinked temporary file: memory stays flat), written a job a line, then
 /// read back from its start.
 pub trait Waiting: Read + std::io::Write + std::io::Seek {}
 impl<T: Read + std::io::Write + std::io::Seek> Waiting for T {}
 
-/// Makes a [`Waiting`] place, when a document's jobs come before its `meta`.
+/// Makes a [`Waiting`] place, when a document's jobs come before its `meta`
+/// or its `errors`.
 pub type MakeWaiting<'a> = dyn FnMut() -> std::io::Result<Box<dyn Waiting>> + 'a;
 
 /// Read the jobs of a `sacct --json` document one at a time: `on_job(index,
 /// job)` gets each job object as compact JSON without its steps, and returns
-/// `false` to stop. The layout is checked (from `meta`) before any job is
-/// given: jobs that come before `meta` wait in what `waiting` makes.
+/// `false` to stop. The layout is checked (from `meta`) and the document's
+/// `errors` (none) before any job is given: jobs that come before either
+/// wait in what `waiting` makes (a document without `errors` gives its jobs
+/// at its end).
 pub fn stream<R: Read>(
     input: R,
     waiting: &mut MakeWaiting<'_>,
@@ -87,6 +94,7 @@ pub fn stream<R: Read>(
     let mut top = Top {
         on_job: &mut on_job,
         layout_ok: false,
+        errors_read: false,
         jobs: 0,
         make_waiting: waiting,
         waiting: None,
@@ -103,9 +111,11 @@ pub fn stream<R: Read>(
 struct Top<'f, 'w, F> {
     on_job: &'f mut F,
     layout_ok: bool,
+    /// The document's `errors` were read, and there were none.
+    errors_read: bool,
     jobs: usize,
     make_waiting: &'f mut MakeWaiting<'w>,
-    /// Jobs read before `meta`, one compact object a line.
+    /// Jobs read before `meta` or `errors`, one compact object a line.
     waiting: Option<std::io::BufWriter<Box<dyn Waiting>>>,
 }
 
@@ -116,7 +126,7 @@ impl<F: FnMut(usize, String) -> bool> Top<'_, '_, F> {
             use std::io::Write;
             w.write_all(job.as_bytes())
                 .and_then(|()| w.write_all(b"\n"))
-                .map_err(|e| format!("keeping the jobs read before `meta` until it comes: {e}"))?;
+                .map_err(|e| format!("keeping the jobs read before `meta` and `errors` until they come: {e}"))?;
             return Ok(true);
         }
         let index = self.jobs;
@@ -130,7 +140,7 @@ impl<F: FnMut(usize, String) -> bool> Top<'_, '_, F> {
         let Some(w) = self.waiting.take() else {
             return Ok(true);
         };
-        let why = |e: std::io::Error| format!("reading back the jobs read before `meta`: {e}");
+        let why = |e: std::io::Error| format!("reading back the jobs read before `meta` and `errors`: {e}");
         let mut file = w.into_inner().map_err(|e| why(e.into_error()))?;
         file.rewind().map_err(why)?;
         for line in std::io::BufReader::new(file).lines() {
@@ -165,17 +175,27 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, '_, F> 
                     let meta: Value = map.next_value()?;
                     check_layout(&meta).map_err(de::Error::custom)?;
                     self.layout_ok = true;
-                    if !self.give_waiting().map_err(de::Error::custom)? {
+                    if self.errors_read && !self.give_waiting().map_err(de::Error::custom)? {
+                        return Err(de::Error::custom(STOPPED));
+                    }
+                }
+                "errors" => {
+                    let errors: Value = map.next_value()?;
+                    reported_errors(&errors).map_err(de::Error::custom)?;
+                    self.errors_read = true;
+                    if self.layout_ok && !self.give_waiting().map_err(de::Error::custom)? {
                         return Err(de::Error::custom(STOPPED));
                     }
                 }
                 "jobs" if !saw_jobs => {
-                    // Slurm 23.11 and later write `jobs` first: they wait
-                    // until `meta` says which layout they are in.
-                    if !self.layout_ok {
+                    // Jobs wait until `meta` has said which layout they are
+                    // in and `errors` that sacct had none: Slurm 22.05
+                    // writes both first, 23.02 writes `errors` last and
+                    // 23.11 and later `jobs` first.
+                    if !(self.layout_ok && self.errors_read) {
                         let place = (self.make_waiting)().map_err(|e| {
                             de::Error::custom(format!(
-                                "`jobs` comes before `meta` and must wait for it, but no place to keep them could be made: {e}"
+                                "`jobs` comes before `meta` or `errors` and must wait for them, but no place to keep them could be made: {e}"
                             ))
                         })?;
                         self.waiting = Some(std::io::BufWriter::new(place));
@@ -198,6 +218,10 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for &mut Top<'_, '_, F> 
                 "the document has no `meta` naming its layout; hpc-ledger reads {}; nothing was recorded",
                 known.join(", ")
             )));
+        }
+        // A document without `errors`: its jobs are given at its end.
+        if !self.give_waiting().map_err(de::Error::custom)? {
+            return Err(de::Error::custom(STOPPED));
         }
         Ok(())
     }
@@ -232,6 +256,53 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for Jobs<'_, '_, '_, F> 
         }
         Ok(())
     }
+}
+
+/// The document's `errors` (sacct's or slurmrestd's): none, or what they
+/// say. A document with errors may be missing jobs (slurmrestd answers a
+/// query slurmdbd failed with `jobs: []` and the error; a field that could
+/// not be dumped is an error), so none of its jobs is recorded.
+fn reported_errors(errors: &Value) -> Result<(), String> {
+    let listed = match errors {
+        Value::Null => return Ok(()),
+        Value::Array(a) if a.is_empty() => return Ok(()),
+        Value::Array(a) => a.as_slice(),
+        other => std::slice::from_ref(other),
+    };
+    let said: Vec<String> = listed
+        .iter()
+        .map(|e| {
+            let field = |k: &str| {
+                e.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+            };
+            let mut parts: Vec<String> = [field("description"), field("error")]
+                .into_iter()
+                .flatten()
+                .map(|s| format!("\"{s}\""))
+                .collect();
+            parts.dedup();
+            if let Some(n) = e.get("error_number").and_then(Value::as_i64) {
+                parts.push(format!("error number {n}"));
+            }
+            if let Some(s) = field("source") {
+                parts.push(format!("in {s}"));
+            }
+            match (parts.is_empty(), e.as_str()) {
+                (false, _) => parts.join(", "),
+                (true, Some(s)) => format!("\"{s}\""),
+                (true, None) => e.to_string(),
+            }
+        })
+        .collect();
+    Err(format!(
+        "the document reports {} error{} from Slurm, so its jobs may be incomplete: {}; nothing was recorded (run sacct again once the cause is fixed)",
+        said.len(),
+        if said.len() == 1 { "" } else { "s" },
+        said.join("; ")
+    ))
 }
 
 /// The layout a `meta` object names, if it is one this reader reads.
@@ -865,6 +936,82 @@ mod tests {
                 ("COMPLETED".to_owned(), Some(1), 1, at(1796579787), at(1796579819)),
             ]
         );
+    }
+
+    #[test]
+    fn a_document_reporting_errors_records_nothing() {
+        // Real documents of each order of `meta`, `errors` and `jobs`: 22.05
+        // (meta, errors, jobs), 23.02 (meta, jobs, warnings, errors), 23.11
+        // and later (jobs, meta, errors, warnings); each with an error as
+        // slurmrestd reports one (OpenAPI's error: description, error
+        // number, error, source).
+        let error = r#"[{"description": "Unable to query jobs", "error_number": 7000,
+            "error": "Unable to contact slurm controller (connect failure)", "source": "slurmdb_jobs_get"}]"#;
+        for (name, doc, jobs) in [
+            ("22.05", lab(), 17),
+            (
+                "23.02",
+                fixture(include_str!(
+                    "../../tests/fixtures/accounting/slurm_2302_sarc_sacct.json"
+                )),
+                1,
+            ),
+            (
+                "23.11",
+                fixture(include_str!(
+                    "../../tests/fixtures/accounting/slurm_2311_sarc_sacct.json"
+                )),
+                1,
+            ),
+        ] {
+            let mut given = 0;
+            let n = stream(doc.as_bytes(), |_, _| {
+                given += 1;
+                true
+            })
+            .unwrap();
+            assert_eq!((n, given), (jobs, jobs), "{name}");
+            let v: Value = serde_json::from_str(&doc).unwrap();
+            assert_eq!(v["errors"], serde_json::json!([]), "{name}");
+            // The same document with the error: its `errors` are replaced in
+            // place, so the order of its members stays Slurm's.
+            let at = doc.find(r#""errors""#).unwrap();
+            let open = at + doc[at..].find('[').unwrap();
+            let close = open + doc[open..].find(']').unwrap();
+            let erred = format!("{}{error}{}", &doc[..open], &doc[close + 1..]);
+            let mut given = 0;
+            let e = stream(erred.as_bytes(), |_, _| {
+                given += 1;
+                true
+            })
+            .unwrap_err();
+            assert_eq!(given, 0, "{name}: no job is given");
+            // serde_json adds where in the document it was.
+            let m = e.to_string();
+            assert_eq!(
+                m.split(" at line ").next().unwrap(),
+                "sacct --json: the document reports 1 error from Slurm, so its jobs may be incomplete: \
+                 \"Unable to query jobs\", \"Unable to contact slurm controller (connect failure)\", \
+                 error number 7000, in slurmdb_jobs_get; nothing was recorded (run sacct again once the cause is fixed)",
+                "{name}"
+            );
+        }
+        // slurmrestd's answer when slurmdbd failed: no jobs, one error.
+        let failed = r#"{"meta": {"plugin": {"type": "openapi/dbv0.0.38"}}, "errors": [{"error": "Unable to connect to database", "error_number": 1}], "jobs": []}"#;
+        let e = stream(failed.as_bytes(), |_, _| true).unwrap_err();
+        assert!(e.to_string().contains(r#"1 error from Slurm, so its jobs may be incomplete: "Unable to connect to database", error number 1; nothing was recorded"#), "{e}");
+        // A document without `errors` gives its jobs at its end.
+        let none = r#"{"meta": {"plugin": {"type": "", "data_parser": "data_parser/v0.0.40"}}, "jobs": [{"job_id": 1}, {"job_id": 2}]}"#;
+        let mut seen = Vec::new();
+        assert_eq!(
+            stream(none.as_bytes(), |i, _| {
+                seen.push(i);
+                true
+            })
+            .unwrap(),
+            2
+        );
+        assert_eq!(seen, [0, 1]);
     }
 
     #[test]

@@ -539,7 +539,8 @@ impl Reader {
 }
 
 /// Where the jobs of a `sacct --json` document that lists them before its
-/// `meta` (Slurm 23.11 and later) wait until `meta` names the layout: a
+/// `meta` or its `errors` (Slurm 23.02 and later) wait until `meta` names
+/// the layout and `errors` none: a
 /// file in the temporary directory (`TMPDIR`), readable by its owner only
 /// and nameless (or unlinked at once), so it is gone when the import ends,
 /// however it ends, and memory stays flat whatever the document's size

@@ -1435,7 +1435,7 @@ code = "optic"
     assert_eq!(o.status.code(), Some(1));
     let err = crate::harness::stderr(&o);
     assert!(
-        err.contains("`jobs` comes before `meta` and must wait for it") && err.contains("gone"),
+        err.contains("`jobs` comes before `meta` or `errors` and must wait for them") && err.contains("gone"),
         "{err}"
     );
     let charged: Vec<(String, String, i32, String)> = sqlx::query_as(
@@ -1517,6 +1517,33 @@ code = "optic"
     assert_eq!(o.status.code(), Some(1));
     assert!(
         crate::harness::stderr(&o).contains("this is the layout data_parser/v0.0.44 (Slurm 25.05.4)"),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+    let (runs, kept): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM rejected_record)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((runs, kept), (3, 1));
+    // A document whose `errors` report one (the jobs of 25.05 come before
+    // them, so they would be recorded first): nothing recorded, the error
+    // named.
+    let erred = std::fs::read_to_string(crate::fixtures::stripped("slurm_2505_slurmweb_jobs.json"))
+        .unwrap()
+        .replace("\"job_id\": 13826", "\"job_id\": 13828")
+        .replace(
+            "\"errors\": []",
+            r#""errors": [{"description": "Failed to dump field tres.allocated", "error_number": 9201}]"#,
+        );
+    assert!(erred.contains("9201"), "the fixture's errors were replaced");
+    std::fs::write(&path, erred).unwrap();
+    let o = db.cli(&["import", "--format", "sacct-json", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        crate::harness::stderr(&o).contains(
+            "the document reports 1 error from Slurm, so its jobs may be incomplete: \"Failed to dump field tres.allocated\", error number 9201; nothing was recorded"
+        ),
         "{}",
         crate::harness::stderr(&o)
     );
