@@ -67,21 +67,24 @@ pub async fn readings_changed(conn: &mut PgConnection) -> Result<Option<DateTime
 }
 
 /// Which of `keys` name a run recorded from a record of the given format
-/// read before the readings added on 2026-12-06: a jobcomp record without
-/// `jobcomp_utc` in its read options (its times read in its cluster's
-/// zone), a PBS record without `pbs_hosts` (its nodes its `nodect`).
-/// Positions in `keys`; each key looked up by `job_run_key`, as [`find`].
+/// read without the given reading of 2026-12-06 (a read option's name): a
+/// jobcomp record without `jobcomp_utc` in its read options (its times read
+/// in its cluster's zone), a PBS record without `pbs_hosts` (its nodes its
+/// `nodect`) or without `torque_requests` (its memory not read from a `-L`
+/// request). Positions in `keys`; each key looked up by `job_run_key`, as
+/// [`find`].
 pub async fn recorded_before(
     conn: &mut PgConnection,
-    keys: &[(&JobKey, SourceFormat)],
+    keys: &[(&JobKey, SourceFormat, &str)],
 ) -> Result<Vec<usize>, sqlx::Error> {
-    let just: Vec<&JobKey> = keys.iter().map(|(k, _)| *k).collect();
+    let just: Vec<&JobKey> = keys.iter().map(|(k, _, _)| *k).collect();
     let c = key_columns(&just);
-    let formats: Vec<String> = keys.iter().map(|(_, f)| f.as_str().to_owned()).collect();
+    let formats: Vec<String> = keys.iter().map(|(_, f, _)| f.as_str().to_owned()).collect();
+    let readings: Vec<String> = keys.iter().map(|(_, _, r)| (*r).to_owned()).collect();
     let rows = sqlx::query_scalar!(
         r#"SELECT u.i AS "i!"
-             FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[])
-                  WITH ORDINALITY AS u(cluster_id, job_id, array_index, started_at, source_format, i)
+             FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::text[])
+                  WITH ORDINALITY AS u(cluster_id, job_id, array_index, started_at, source_format, reading, i)
             CROSS JOIN LATERAL (
                   SELECT j.id FROM job j
                    WHERE j.cluster_id = u.cluster_id AND j.scheduler_job_id = u.job_id
@@ -92,14 +95,13 @@ pub async fn recorded_before(
                   SELECT 1 FROM job_record r
                     LEFT JOIN record_read_options o ON o.id = r.read_options_id
                    WHERE r.job_id = j.id AND r.source_format = u.source_format
-                     AND NOT coalesce((coalesce(o.options, r.read_options)
-                                       ->> CASE u.source_format WHEN 'jobcomp' THEN 'jobcomp_utc' ELSE 'pbs_hosts' END)::boolean,
-                                      false))"#,
+                     AND NOT coalesce((coalesce(o.options, r.read_options) ->> u.reading)::boolean, false))"#,
         &c.cluster,
         &c.job,
         &c.index as &[Option<i32>],
         &c.started,
         &formats,
+        &readings,
     )
     .fetch_all(&mut *conn)
     .await?;

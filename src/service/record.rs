@@ -461,7 +461,9 @@ impl Recorder {
         now: chrono::DateTime<Utc>,
         changed: chrono::DateTime<Utc>,
     ) -> Result<Earlier, sqlx::Error> {
-        let mut candidates: Vec<(usize, &ResolvedJob, JobKey, SourceFormat)> = Vec::new();
+        // Each with the reading (a read option) its run's record lacked if it
+        // was recorded the earlier way.
+        let mut candidates: Vec<(usize, &ResolvedJob, JobKey, SourceFormat, &str)> = Vec::new();
         for (i, resolved) in pending {
             let job = &jobs[*i];
             // Recorded before the change, whatever its reading (a day is
@@ -486,12 +488,12 @@ impl Recorder {
             match job.source.format {
                 SourceFormat::Jobcomp if options.jobcomp_utc => {
                     if let Some(key) = in_zone() {
-                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp));
+                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp, "jobcomp_utc"));
                     }
                 }
                 SourceFormat::Slurm | SourceFormat::SacctJson => {
                     if let Some(key) = in_zone() {
-                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp));
+                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp, "jobcomp_utc"));
                     }
                 }
                 // Sized by a select, its nodes not its nodect (or it has none:
@@ -501,7 +503,17 @@ impl Recorder {
                         && job.source.raw.contains("Resource_List.select=")
                         && nodect(&job.source.raw) != Some(resolved.charge.nodes) =>
                 {
-                    candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs));
+                    candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs, "pbs_hosts"));
+                }
+                // Its memory from a TORQUE 6 `-L` request (it has no
+                // Resource_List.mem).
+                SourceFormat::Pbs
+                    if options.torque_requests
+                        && resolved.charge.memory.is_some()
+                        && job.source.raw.contains("Resource_Request_2.0=")
+                        && !job.source.raw.contains("Resource_List.mem=") =>
+                {
+                    candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs, "torque_requests"));
                 }
                 _ => {}
             }
@@ -510,9 +522,9 @@ impl Recorder {
         if candidates.is_empty() {
             return Ok(earlier);
         }
-        let keys: Vec<(&JobKey, SourceFormat)> = candidates.iter().map(|(_, _, k, f)| (k, *f)).collect();
+        let keys: Vec<(&JobKey, SourceFormat, &str)> = candidates.iter().map(|(_, _, k, f, r)| (k, *f, *r)).collect();
         let found: HashSet<usize> = jobs::recorded_before(&mut *conn, &keys).await?.into_iter().collect();
-        for (pos, (i, resolved, _, _)) in candidates.into_iter().enumerate() {
+        for (pos, (i, resolved, _, _, _)) in candidates.into_iter().enumerate() {
             if !found.contains(&pos) {
                 continue;
             }

@@ -2170,3 +2170,106 @@ async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
         report.differences
     );
 }
+
+/// A TORQUE 6 job whose memory was requested with `-L` (OSC's real Pitzer
+/// record of job 16057: two tasks of one core and 4 GB each, here on one
+/// host) is charged by
+/// that memory since 2026-12-06; a run recorded before, by its cores
+/// alone, is read that way again when its record comes again (a replay,
+/// not a conflict), and `audit --deep` reads each record as it was read.
+#[tokio::test]
+async fn a_torque_job_of_before_with_its_memory_in_a_request_is_replayed_not_a_conflict() {
+    let db = crate::harness::TestDb::new().await;
+    // A card where memory outweighs cores: 1 GB a core, a core-second a
+    // thousandth.
+    let center = format!(
+        "{}\n{}",
+        crate::fixtures::CENTER,
+        r#"
+[[cluster]]
+name = "osc"
+scheduler = "pbs"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 80
+[cluster.queues]
+newsyntax = "regular"
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2000-01-01
+core_hour = 3.60
+memory_per_core = "1GB"
+[[project]]
+code = "PZS0708"
+"#
+    );
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let dir = scratch_dir("torque-requests");
+    let log = crate::fixtures::stripped("torque6_osc_pitzer_resource_request.log");
+    let job = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(";E;16057."))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        // Its two tasks on one host (they ran on two, which is two whole
+        // nodes whatever the memory: R3), so that the memory counts.
+        .replace("exec_host=p0034/0+p0070/0", "exec_host=p0034/0-1")
+        .replace("unique_node_count=2", "unique_node_count=1");
+    assert_eq!(job.lines().count(), 1);
+    assert!(job.contains("exec_host=p0034/0-1 "), "{job}");
+    let before = dir.join("before.log");
+    std::fs::write(&before, &job).unwrap();
+    // Recorded as before (read options without `torque_requests`): 2 cores.
+    let s = import_file(&db.pool, &before, "before.log", Format::Pbs, Some("osc")).await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    let charged = || async {
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT j.scheduler_job_id, e.amount::text FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+               JOIN job j ON j.id = r.job_id WHERE e.kind = 'job' ORDER BY j.scheduler_job_id",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    // Ran 1541167467 → 1541167558: 91 s; 2 cores × 91 s ÷ 1000 = 0.182.
+    let ran = job.split("start=").nth(1).unwrap();
+    assert!(
+        ran.starts_with("1541167467 ") && job.contains(" end=1541167558 "),
+        "{job}"
+    );
+    assert_eq!(
+        charged().await,
+        [("16057.pitzer-batch.ten.osc.edu".to_owned(), "0.18".to_owned())]
+    );
+    upgraded_holding_records(&db.pool).await;
+    let import = |path: &std::path::Path| {
+        crate::harness::stdout(&db.cli(&["import", "--format", "pbs", "--cluster", "osc", path.to_str().unwrap()]))
+    };
+    // The same record imported again now: a replay of that run.
+    let out = import(&before);
+    assert!(out.contains("replayed:    1"), "{out}");
+    assert!(out.contains("rejected:    0"), "{out}");
+    // The same job under another id, recorded now: 8 GB on a 1 GB card is
+    // 8 cores' worth: 8 × 91 s ÷ 1000 = 0.728.
+    let now = dir.join("now.log");
+    std::fs::write(&now, job.replace(";E;16057.", ";E;16058.")).unwrap();
+    let out = import(&now);
+    assert!(out.contains("recorded:    1"), "{out}");
+    assert_eq!(
+        charged().await,
+        [
+            ("16057.pitzer-batch.ten.osc.edu".to_owned(), "0.18".to_owned()),
+            ("16058.pitzer-batch.ten.osc.edu".to_owned(), "0.73".to_owned())
+        ]
+    );
+    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
+    assert_eq!(
+        (report.records, report.differences.len()),
+        (2, 0),
+        "{:#?}",
+        report.differences
+    );
+}
