@@ -538,7 +538,13 @@ impl Parser for PbsParser {
             ));
         }
         let kind = parts[1].trim();
-        if kind.len() != 1 || !kind.chars().all(|c| c.is_ascii_uppercase()) {
+        // Upper case: every type of PBS and TORQUE. Lower case: PBS Pro's
+        // (OpenPBS `acct.h`): s started with its resources pruned, u c e a
+        // phased job's update, next and last records (node ramp-down), a
+        // an attribute altered (`qalter`), z r suspended and resumed, k a
+        // reservation deleted by its owner, p provisioning ended.
+        let known = |c: char| c.is_ascii_uppercase() || "sucearzkp".contains(c);
+        if kind.len() != 1 || !kind.chars().all(known) {
             return Some(Item::Bad(format!("{kind:?} is not a PBS record type")));
         }
         // E: the job ended. R: a run ended because the job is rerun (it held
@@ -815,6 +821,55 @@ mod tests {
 
     #[test]
     fn other_records_and_broken_ones() {
+        // NCAR's real records: a `qalter`'s `a` record is skipped like the
+        // other records that end no run (D, A, Y, C); E and R are runs.
+        let real = include_str!("../../tests/fixtures/accounting/ncar_pbsparse_casper_records.log");
+        let kinds: Vec<(String, &str)> = real
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let item = match parse(l, &ReadOptions::default().now(SourceFormat::Pbs)) {
+                    Item::Job(_) => "job",
+                    Item::Skip(Skip::OtherRecord) => "other",
+                    other => panic!("{l}: {other:?}"),
+                };
+                (l.split(';').nth(1).unwrap().to_owned(), item)
+            })
+            .collect();
+        let of = |k: &str| {
+            kinds
+                .iter()
+                .filter(|(t, _)| t == k)
+                .map(|(_, i)| *i)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of("E"), ["job", "job", "job"]);
+        assert_eq!(of("R"), ["job"]);
+        assert_eq!(
+            (of("a"), of("D"), of("C")),
+            (vec!["other"], vec!["other"], vec!["other"])
+        );
+        // PBS Pro's other lower-case types (OpenPBS acct.h): skipped too.
+        for kind in ["s", "u", "c", "e", "z", "r", "k", "p"] {
+            assert_eq!(
+                parse(
+                    &format!("04/02/2025 21:36:23;{kind};4237334.casper-pbs;Resource_List.select=1:mem=1GB"),
+                    &ReadOptions::default()
+                ),
+                Item::Skip(Skip::OtherRecord),
+                "{kind}"
+            );
+        }
+        for kind in ["x", "Ee", "", "e1"] {
+            assert_eq!(
+                parse(
+                    &format!("04/02/2025 21:36:23;{kind};1.casper-pbs;a=b"),
+                    &ReadOptions::default()
+                ),
+                Item::Bad(format!("{kind:?} is not a PBS record type")),
+                "{kind}"
+            );
+        }
         assert_eq!(
             parse(
                 "04/05/2017 13:06:53;Q;80.mymaster;queue=default",

@@ -46,7 +46,7 @@ fn check(name: &str, s: &Summary, want: Counts) {
 async fn every_real_fixture_imports_with_the_expected_counts() {
     use RejectKind::*;
     use Skip::*;
-    let cases: [(&str, Counts); 17] = [
+    let cases: [(&str, Counts); 18] = [
         // 4 jobs; the last has no partition, 0 nodes, 0 CPUs and an AllocTRES of only `gres/gpu=2`.
         (
             "xdmod_slurm_sacct_parsable2_unit.log",
@@ -204,14 +204,25 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
             },
         ),
         // 5 records sized only by exec_host, DiRAC's Torque 6 record, and a
-        // record of type `z`.
+        // record of type `z` (PBS Pro's job suspended: no run ends).
         (
             "safe_pbs_no_resource_list.log",
             Counts {
                 headers: 0,
                 recorded: 6,
-                skipped: &[],
-                rejected: &[(Malformed, 1)],
+                skipped: &[(OtherRecord, 1)],
+                rejected: &[],
+            },
+        ),
+        // 3 E records and an R record; a D, an A, a reservation's Y, a
+        // qalter's `a` and a C.
+        (
+            "ncar_pbsparse_casper_records.log",
+            Counts {
+                headers: 0,
+                recorded: 4,
+                skipped: &[(OtherRecord, 5)],
+                rejected: &[],
             },
         ),
         // 3 E records, an R record (a run ended for a rerun: charged), a D and an A.
@@ -1205,14 +1216,13 @@ async fn other_sites_records_are_charged_by_the_documented_fallbacks() {
         charges(p, "hector", "3710.master.cm.cluster", None).await,
         lines(&[("core_hours", "0.035555555556", "0.00")])
     );
-    // The record of type `z` is kept with its job's name.
-    let (key, reason): (Option<String>, String) =
-        sqlx::query_as("SELECT job_key, reason FROM rejected_record WHERE kind = 'malformed'")
-            .fetch_one(p)
-            .await
-            .unwrap();
-    assert_eq!(key.as_deref(), Some("hector/100559.sdb"));
-    assert_eq!(reason, "\"z\" is not a PBS record type");
+    // The record of type `z` (PBS Pro's "job suspended") is skipped, not
+    // kept as malformed: nothing of these files is rejected.
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(kept, 0);
 }
 
 #[tokio::test]
