@@ -290,6 +290,14 @@ impl SlurmParser {
     fn job(&self, cols: &[&str], fields: &Fields) -> Result<Item, String> {
         let get = |name: &str| fields.index.get(name).map(|&i| cols[i]);
         let Some(jobid) = get("jobid") else {
+            if fields.index.contains_key("jobidraw") {
+                return Err(
+                    "the input has JobIDRaw but no JobID field: export JobID too (sacct --format JobID,…): \
+                            an array task or a heterogeneous job's part is known by its JobID (123_4, 123+1), and \
+                            JobIDRaw alone would make it another job"
+                        .into(),
+                );
+            }
             return Err("the input has no JobID field".into());
         };
         let jobid = jobid.trim();
@@ -406,13 +414,31 @@ impl SlurmParser {
     }
 }
 
+/// Whether a line is sacct's header: it names a JobID (or JobIDRaw) field,
+/// whatever its place (`--format` puts the fields in any order), and no
+/// field is a value (a record's job id starts with a digit; its times, sizes
+/// and states are not all plain words).
+fn is_header(cols: &[&str]) -> bool {
+    let name = |c: &str| {
+        let c = c.trim();
+        c.starts_with(|ch: char| ch.is_ascii_alphabetic())
+            && c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+    };
+    cols.iter()
+        .any(|c| c.trim().eq_ignore_ascii_case("jobid") || c.trim().eq_ignore_ascii_case("jobidraw"))
+        && cols
+            .iter()
+            .enumerate()
+            .all(|(i, c)| name(c) || (i + 1 == cols.len() && c.is_empty()))
+}
+
 impl Parser for SlurmParser {
     fn parse(&mut self, line: &str) -> Option<Item> {
         if line.trim().is_empty() {
             return None;
         }
         let mut cols = self.columns(line);
-        if cols[0].trim().eq_ignore_ascii_case("jobid") {
+        if is_header(&cols) {
             // A header: it names the fields of the lines after it.
             if cols.last() == Some(&"") {
                 cols.pop();
@@ -728,6 +754,51 @@ mod tests {
         );
         assert_eq!(req_mem("48000Mn", 3, 36), Ok(Some(Bytes(48000 * MIB * 3))));
         assert_eq!(req_mem("0n", 1, 1), Ok(None));
+    }
+
+    #[test]
+    fn a_header_is_found_whatever_its_first_field() {
+        // The lab's real dump with its fields in another order (as sacct
+        // prints `--format User,JobName,…,JobID`): the same jobs.
+        let real: Vec<&str> = include_str!("../../tests/fixtures/accounting/slurm_2205_lab_sacct_header.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect();
+        let reordered = |keep: &dyn Fn(&str) -> bool| {
+            real.iter()
+                .map(|l| {
+                    let mut cols: Vec<&str> = l.split('|').collect();
+                    cols.rotate_left(8);
+                    let mut names: Vec<&str> = real[0].split('|').collect();
+                    names.rotate_left(8);
+                    cols.iter()
+                        .zip(names)
+                        .filter(|(_, n)| keep(n))
+                        .map(|(c, _)| *c)
+                        .collect::<Vec<_>>()
+                        .join("|")
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let as_written = parse_all(&real.join("\n"), &ReadOptions::default());
+        let moved = reordered(&|_| true);
+        assert!(moved.starts_with("User|UID|Submit|"), "{moved}");
+        let items = parse_all(&moved, &ReadOptions::default());
+        assert_eq!(items.len(), real.len() - 1);
+        assert_eq!(items, as_written);
+        assert!(items.iter().filter(|i| matches!(i, Item::Job(_))).count() >= 10);
+        // JobIDRaw alone: refused, saying why.
+        let raw = parse_all(&reordered(&|n| n != "JobID"), &ReadOptions::default());
+        assert!(
+            matches!(&raw[0], Item::Bad(r) if r.starts_with("the input has JobIDRaw but no JobID field")),
+            "{:?}",
+            raw[0]
+        );
+        // A record whose job is named like a field is not a header.
+        assert!(!is_header(&["1", "JobID", "COMPLETED"]));
+        assert!(is_header(&["User", "JobID", "State", ""]));
+        assert!(!is_header(&["User", "Account", "State"]));
     }
 
     #[test]
