@@ -120,6 +120,14 @@ pub struct ReadOptions {
     /// and is read so again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub torque_requests: bool,
+    /// Slurm, a record without AllocTRES: `AllocNodes` is its node count
+    /// when there is no `NNodes` (it was taken as 1 node), and a `ReqMem`
+    /// without an `n` or `c` suffix (Slurm 21.08 and later print the job's
+    /// requested TRES memory so) is the job's total (it was taken as per
+    /// node). Set for every record read since 2026-12-06 (night); one read
+    /// before is read so again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slurm_totals: bool,
 }
 
 impl ReadOptions {
@@ -142,6 +150,7 @@ impl ReadOptions {
                 self.pbs_array_parents = true;
                 self.torque_requests = true;
             }
+            SourceFormat::Slurm => self.slurm_totals = true,
             _ => {}
         }
         self
@@ -155,6 +164,7 @@ impl ReadOptions {
             pbs_hosts: false,
             pbs_array_parents: false,
             torque_requests: false,
+            slurm_totals: false,
             ..self.clone()
         }
     }

@@ -193,12 +193,16 @@ fn number(field: &str, value: &str) -> Result<u32, String> {
         .map_err(|_| format!("{field} {value:?} is not a whole number"))
 }
 
-/// `ReqMem` of old Slurm: `3000Mc` per CPU, `48000Mn` per node, plain per node.
-fn req_mem(value: &str, nodes: u32, cores: u32) -> Result<Option<Bytes>, String> {
+/// `ReqMem`: `3000Mc` per CPU, `48000Mn` per node (Slurm before 21.08);
+/// plain, the job's total (21.08 and later print the memory of the job's
+/// requested TRES, `job_get_tres_mem`: what it asked for on all its nodes),
+/// or per node as records read before `slurm_totals` were read.
+fn req_mem(value: &str, nodes: u32, cores: u32, plain_total: bool) -> Result<Option<Bytes>, String> {
     let v = value.trim();
-    let (size, times) = match v.strip_suffix('c') {
-        Some(s) => (s, cores),
-        None => (v.strip_suffix('n').unwrap_or(v), nodes),
+    let (size, times) = match (v.strip_suffix('c'), v.strip_suffix('n')) {
+        (Some(s), _) => (s, cores),
+        (None, Some(s)) => (s, nodes),
+        (None, None) => (v, if plain_total { 1 } else { nodes }),
     };
     let b = Bytes::parse(size, MIB).map_err(|e| format!("ReqMem: {e}"))?;
     if b.0 == 0 {
@@ -363,9 +367,15 @@ impl SlurmParser {
         if resizing && start == end {
             return Ok(Item::Skip(Skip::NeverStarted));
         }
-        let nnodes = get("nnodes")
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| number("NNodes", v))
+        // AllocNodes is what sacct prints as NNodes for a job that ran.
+        let nodes_field = match get("nnodes") {
+            Some(v) => Some(("NNodes", v)),
+            None if self.options.slurm_totals => get("allocnodes").map(|v| ("AllocNodes", v)),
+            None => None,
+        };
+        let nnodes = nodes_field
+            .filter(|(_, v)| !v.trim().is_empty())
+            .map(|(name, v)| number(name, v))
             .transpose()?;
         let alloc = get("alloctres").map(str::trim).filter(|v| !v.is_empty());
         let (nodes, cores, memory, alloc_gpus) = match alloc {
@@ -380,7 +390,7 @@ impl SlurmParser {
                 let cores = number("NCPUS", ncpus)?;
                 let nodes = nnodes.unwrap_or(1);
                 let memory = match get("reqmem").filter(|v| !v.trim().is_empty()) {
-                    Some(v) => req_mem(v, nodes, cores)?,
+                    Some(v) => req_mem(v, nodes, cores, self.options.slurm_totals)?,
                     None => None,
                 };
                 (nodes, cores, memory, None)
@@ -508,6 +518,7 @@ fn is_xdmod_layout(cols: &[&str]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::kinds::SourceFormat;
     use crate::domain::units::GIB;
 
     /// A real resize (Slurm 22.05.8, the lab): job 1 ran on 2 nodes from
@@ -752,8 +763,53 @@ mod tests {
             (j.nodes, j.cores, j.memory),
             (Some(32), 256, Some(Bytes(3000 * MIB * 256)))
         );
-        assert_eq!(req_mem("48000Mn", 3, 36), Ok(Some(Bytes(48000 * MIB * 3))));
-        assert_eq!(req_mem("0n", 1, 1), Ok(None));
+        assert_eq!(req_mem("48000Mn", 3, 36, true), Ok(Some(Bytes(48000 * MIB * 3))));
+        assert_eq!(req_mem("0n", 1, 1, true), Ok(None));
+        // Plain (Slurm 21.08 and later): the job's total; per node as read
+        // before `slurm_totals`.
+        assert_eq!(req_mem("30512M", 4, 4, true), Ok(Some(Bytes(30512 * MIB))));
+        assert_eq!(req_mem("30512M", 4, 4, false), Ok(Some(Bytes(30512 * MIB * 4))));
+        assert_eq!(req_mem("3000Mc", 4, 4, false), Ok(Some(Bytes(3000 * MIB * 4))));
+    }
+
+    #[test]
+    fn alloc_nodes_and_a_plain_req_mem_are_the_jobs_totals() {
+        // AWS ParallelCluster's real records (hpc-cost-simulator): job 845
+        // ran 4 tasks on 4 nodes with all of each node's 7628M (`--mem 0`);
+        // its export has AllocNodes, no NNodes and no AllocTRES.
+        let text = include_str!("../../tests/fixtures/accounting/awssamples_hcs_sacct_allocnodes.txt");
+        let fields: Vec<String> = text
+            .lines()
+            .find(|l| l.starts_with("# State,JobID"))
+            .unwrap()
+            .trim_start_matches("# ")
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(fields.len(), 25);
+        let lines: String = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let read = |options: ReadOptions| {
+            let options = ReadOptions {
+                fields: Some(fields.clone()),
+                ..options
+            };
+            parse_all(&lines, &options)
+                .into_iter()
+                .filter_map(|i| match i {
+                    Item::Job(j) if j.job_id == "845" => Some((j.nodes, j.cores, j.memory)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let now = ReadOptions::default().now(SourceFormat::Slurm);
+        assert!(now.slurm_totals);
+        assert_eq!(read(now), [(Some(4), 4, Some(Bytes(30512 * MIB)))]);
+        // Read as before: 1 node (no NNodes), its memory per node.
+        assert_eq!(read(ReadOptions::default()), [(Some(1), 4, Some(Bytes(30512 * MIB)))]);
     }
 
     #[test]

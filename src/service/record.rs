@@ -492,6 +492,11 @@ impl Recorder {
                     }
                 }
                 SourceFormat::Slurm | SourceFormat::SacctJson => {
+                    // Its size read otherwise before `slurm_totals` (AllocNodes,
+                    // a plain ReqMem): its run may have been recorded so.
+                    if job.source.format == SourceFormat::Slurm && options.slurm_totals && sized_otherwise_before(job) {
+                        candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Slurm, "slurm_totals"));
+                    }
                     if let Some(key) = in_zone() {
                         candidates.push((*i, resolved, key, SourceFormat::Jobcomp, "jobcomp_utc"));
                     }
@@ -524,12 +529,15 @@ impl Recorder {
         }
         let keys: Vec<(&JobKey, SourceFormat, &str)> = candidates.iter().map(|(_, _, k, f, r)| (k, *f, *r)).collect();
         let found: HashSet<usize> = jobs::recorded_before(&mut *conn, &keys).await?.into_iter().collect();
-        for (pos, (i, resolved, _, _, _)) in candidates.into_iter().enumerate() {
-            if !found.contains(&pos) {
+        // A job with two candidates (a sacct record sized otherwise before,
+        // and a jobcomp run hours off) is settled by the first found.
+        let mut settled = HashSet::new();
+        for (pos, (i, resolved, _, _, reading)) in candidates.into_iter().enumerate() {
+            if !found.contains(&pos) || !settled.insert(i) {
                 continue;
             }
             let job = &jobs[i];
-            if matches!(job.source.format, SourceFormat::Slurm | SourceFormat::SacctJson) {
+            if reading == "jobcomp_utc" && job.source.format != SourceFormat::Jobcomp {
                 earlier.refused.push((
                     i,
                     Rejection {
@@ -633,6 +641,22 @@ impl Recorder {
 struct Earlier {
     replaced: Vec<(usize, Submission, ResolvedJob)>,
     refused: Vec<(usize, Rejection)>,
+}
+
+/// Whether a sacct record reads to another size (nodes, memory) without
+/// `slurm_totals`, as records were read before it; or does not read so at
+/// all (then only a run recorded so could say more).
+fn sized_otherwise_before(job: &Submission) -> bool {
+    let before = KeptOptions::new(job.source.options.before());
+    match crate::ingest::reread(
+        job.source.format,
+        &before,
+        &job.source.raw,
+        job.source.raw_bytes.as_deref(),
+    ) {
+        Ok(crate::ingest::Item::Job(old)) => (old.nodes, old.memory) != (job.input.nodes, job.input.memory),
+        _ => true,
+    }
 }
 
 /// A PBS record's `Resource_List.nodect`, as written.

@@ -2283,3 +2283,107 @@ code = "PZS0708"
         report.differences
     );
 }
+
+/// A sacct export without NNodes or AllocTRES (AWS ParallelCluster's real
+/// records, hpc-cost-simulator): job 845 ran on 4 nodes, which only its
+/// AllocNodes says, and its plain ReqMem (Slurm 21.08 and later) is the
+/// job's total. Read so since 2026-12-06; a run recorded before (1 node)
+/// is read that way again when its record comes again: a replay.
+#[tokio::test]
+async fn alloc_nodes_size_a_sacct_job_and_a_run_of_before_is_replayed() {
+    let db = crate::harness::TestDb::new().await;
+    // 4-core nodes of 32 GB; a core-second a thousandth.
+    let center = format!(
+        "{}\n{}",
+        crate::fixtures::CENTER,
+        r#"
+[[cluster]]
+name = "pcluster"
+scheduler = "slurm"
+[[cluster.node_type]]
+name = "t3"
+cores_per_node = 4
+memory_per_node = "32GB"
+[cluster.queues]
+batch = "t3"
+[[cluster.rate_card]]
+node_type = "t3"
+from = 2000-01-01
+core_hour = 3.60
+memory_per_core = "8GB"
+[[project]]
+code = "aws"
+"#
+    );
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(crate::fixtures::stripped("awssamples_hcs_sacct_allocnodes.txt")).unwrap();
+    let raw = include_str!("../fixtures/accounting/awssamples_hcs_sacct_allocnodes.txt");
+    let fields = raw
+        .lines()
+        .find(|l| l.starts_with("# State,JobID"))
+        .unwrap()
+        .trim_start_matches("# ");
+    // The header sacct prints for those fields, with a Partition and an
+    // Account (the export names neither) added to it and to the job's lines.
+    let job = |id: &str| {
+        let lines: String = text
+            .lines()
+            .filter(|l| l.split('|').nth(1).is_some_and(|j| j == "845" || j == "845.batch"))
+            .map(|l| format!("{}|batch|aws\n", l.replacen("|845", &format!("|{id}"), 1)))
+            .collect();
+        format!("{}|Partition|Account\n{lines}", fields.replace(',', "|"))
+    };
+    let dir = scratch_dir("alloc-nodes");
+    let before = dir.join("before.txt");
+    std::fs::write(&before, job("845")).unwrap();
+    // Recorded as before (without `slurm_totals`): 1 node, 4 cores, 301 s.
+    let s = import_file(&db.pool, &before, "before.txt", Format::Slurm, Some("pcluster")).await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    let charged = || async {
+        sqlx::query_as::<_, (String, i32, String)>(
+            "SELECT j.scheduler_job_id, r.nodes, e.amount::text FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+               JOIN job j ON j.id = r.job_id WHERE e.kind = 'job' ORDER BY j.scheduler_job_id",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    // 4 cores × 301 s ÷ 1000 = 1.204.
+    assert_eq!(charged().await, [("845".to_owned(), 1, "1.20".to_owned())]);
+    upgraded_holding_records(&db.pool).await;
+    let import = |path: &std::path::Path| {
+        crate::harness::stdout(&db.cli(&[
+            "import",
+            "--format",
+            "slurm",
+            "--cluster",
+            "pcluster",
+            path.to_str().unwrap(),
+        ]))
+    };
+    let out = import(&before);
+    assert!(out.contains("replayed:    1"), "{out}");
+    assert!(out.contains("rejected:    0"), "{out}");
+    // The same job under another id, recorded now: 4 whole nodes (R3),
+    // 16 cores × 301 s ÷ 1000 = 4.816.
+    let now = dir.join("now.txt");
+    std::fs::write(&now, job("847")).unwrap();
+    let out = import(&now);
+    assert!(out.contains("recorded:    1"), "{out}");
+    assert_eq!(
+        charged().await,
+        [
+            ("845".to_owned(), 1, "1.20".to_owned()),
+            ("847".to_owned(), 4, "4.82".to_owned())
+        ]
+    );
+    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
+    assert_eq!(
+        (report.records, report.differences.len()),
+        (2, 0),
+        "{:#?}",
+        report.differences
+    );
+}
