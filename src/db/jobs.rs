@@ -66,25 +66,37 @@ pub async fn readings_changed(conn: &mut PgConnection) -> Result<Option<DateTime
         .await
 }
 
+/// A run to look for: recorded from a record of `format` read without
+/// `reading` (a read option's name).
+pub struct ReadBefore<'a> {
+    pub key: &'a JobKey,
+    pub format: SourceFormat,
+    pub reading: &'a str,
+    /// The charge fingerprint of the record as read now: a run charged so is
+    /// not looked for (`None`: any).
+    pub unless_charged: Option<[u8; 32]>,
+}
+
 /// Which of `keys` name a run recorded from a record of the given format
 /// read without the given reading of 2026-12-06 (a read option's name): a
 /// jobcomp record without `jobcomp_utc` in its read options (its times read
 /// in its cluster's zone), a PBS record without `pbs_hosts` (its nodes its
 /// `nodect`) or without `torque_requests` (its memory not read from a `-L`
-/// request). Positions in `keys`; each key looked up by `job_run_key`, as
-/// [`find`].
-pub async fn recorded_before(
-    conn: &mut PgConnection,
-    keys: &[(&JobKey, SourceFormat, &str)],
-) -> Result<Vec<usize>, sqlx::Error> {
-    let just: Vec<&JobKey> = keys.iter().map(|(k, _, _)| *k).collect();
+/// request), a sacct record without `slurm_totals` (no AllocNodes, a plain
+/// ReqMem per node). With `unless_charged`, a run whose charging record
+/// (its latest) has that charge fingerprint is not one: it is charged as
+/// the record reads now. Positions in `keys`; each key looked up by
+/// `job_run_key`, as [`find`].
+pub async fn recorded_before(conn: &mut PgConnection, keys: &[ReadBefore<'_>]) -> Result<Vec<usize>, sqlx::Error> {
+    let just: Vec<&JobKey> = keys.iter().map(|k| k.key).collect();
     let c = key_columns(&just);
-    let formats: Vec<String> = keys.iter().map(|(_, f, _)| f.as_str().to_owned()).collect();
-    let readings: Vec<String> = keys.iter().map(|(_, _, r)| (*r).to_owned()).collect();
+    let formats: Vec<String> = keys.iter().map(|k| k.format.as_str().to_owned()).collect();
+    let readings: Vec<String> = keys.iter().map(|k| k.reading.to_owned()).collect();
+    let charged: Vec<Option<Vec<u8>>> = keys.iter().map(|k| k.unless_charged.map(|f| f.to_vec())).collect();
     let rows = sqlx::query_scalar!(
         r#"SELECT u.i AS "i!"
-             FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::text[])
-                  WITH ORDINALITY AS u(cluster_id, job_id, array_index, started_at, source_format, reading, i)
+             FROM UNNEST($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::text[], $7::bytea[])
+                  WITH ORDINALITY AS u(cluster_id, job_id, array_index, started_at, source_format, reading, charged, i)
             CROSS JOIN LATERAL (
                   SELECT j.id FROM job j
                    WHERE j.cluster_id = u.cluster_id AND j.scheduler_job_id = u.job_id
@@ -95,13 +107,17 @@ pub async fn recorded_before(
                   SELECT 1 FROM job_record r
                     LEFT JOIN record_read_options o ON o.id = r.read_options_id
                    WHERE r.job_id = j.id AND r.source_format = u.source_format
-                     AND NOT coalesce((coalesce(o.options, r.read_options) ->> u.reading)::boolean, false))"#,
+                     AND NOT coalesce((coalesce(o.options, r.read_options) ->> u.reading)::boolean, false))
+              AND (u.charged IS NULL
+                   OR (SELECT r.charge_fingerprint FROM job_record r WHERE r.job_id = j.id
+                        ORDER BY r.revision DESC LIMIT 1) IS DISTINCT FROM u.charged)"#,
         &c.cluster,
         &c.job,
         &c.index as &[Option<i32>],
         &c.started,
         &formats,
         &readings,
+        &charged as &[Option<Vec<u8>>],
     )
     .fetch_all(&mut *conn)
     .await?;

@@ -258,6 +258,24 @@ pub fn parse_document(body: &str, options: &ReadOptions) -> Result<(Map<String, 
     Ok((doc, item))
 }
 
+/// An exported line: the document itself, or Elasticsearch's hit around it
+/// (`{"_index": …, "_id": …, "_source": {document}}`, as `elasticdump` and
+/// the search API give each document). The line is what is kept; reading
+/// it again unwraps it again.
+fn parse_exported(line: &str, options: &ReadOptions) -> Result<Item, String> {
+    let doc = members(line)?;
+    match doc.get("_source") {
+        Some(Value::Object(source)) if !doc.contains_key("jobid") => {
+            let mut inner = source.clone();
+            for k in DROPPED {
+                inner.remove(*k);
+            }
+            read_document(&inner, options).map_err(|e| format!("_source: {e}"))
+        }
+        _ => read_document(&doc, options),
+    }
+}
+
 /// One document per line.
 pub struct JobcompParser {
     options: KeptOptions,
@@ -276,7 +294,7 @@ impl Parser for JobcompParser {
         if line.trim().is_empty() {
             return None;
         }
-        Some(parse_document(line, &self.options).map_or_else(Item::Bad, |(_, item)| item))
+        Some(parse_exported(line, &self.options).unwrap_or_else(Item::Bad))
     }
 
     fn options(&self) -> KeptOptions {
@@ -284,8 +302,13 @@ impl Parser for JobcompParser {
     }
 
     fn job_key(&self, line: &str) -> Option<String> {
-        // Slurm's own job id (an array task's differs from the array's).
-        super::json_job_key(line, "jobid", None, self.options.cluster.as_deref())
+        // Slurm's own job id (an array task's differs from the array's), in
+        // the document or in Elasticsearch's hit around it.
+        let cluster = self.options.cluster.as_deref();
+        super::json_job_key(line, "jobid", None, cluster).or_else(|| {
+            let hit: Value = serde_json::from_str(line).ok()?;
+            super::json_job_key(&hit.get("_source")?.to_string(), "jobid", None, cluster)
+        })
     }
 }
 
@@ -479,6 +502,24 @@ mod tests {
         assert!(bad("{").starts_with("not JSON"), "{}", bad("{"));
         assert_eq!(bad("[1]"), "not a JSON object");
         assert_eq!(bad(r#"{"state":"COMPLETED"}"#), "missing `jobid`");
+        // An export's line as Elasticsearch gives it (elasticdump, the
+        // search API): the lab's real documents inside their hits read as
+        // the documents do.
+        let lab = include_str!("../../tests/fixtures/accounting/slurm_2205_lab_jobcomp.jsonl");
+        let mut p = JobcompParser::new(&ReadOptions::jobcomp());
+        let mut read = 0;
+        for (n, doc) in lab.lines().filter(|l| !l.starts_with('#')).enumerate() {
+            let hit = format!(r#"{{"_index":"slurm","_type":"jobcomp","_id":"id{n}","_score":1.0,"_source":{doc}}}"#);
+            assert_eq!(p.parse(&hit), p.parse(doc), "{hit}");
+            assert_eq!(p.job_key(&hit), p.job_key(doc));
+            assert!(p.job_key(&hit).is_some());
+            read += 1;
+        }
+        assert!(read >= 10, "{read}");
+        assert_eq!(
+            p.parse(r#"{"_index":"slurm","_source":{"state":"COMPLETED"}}"#),
+            Some(Item::Bad("_source: missing `jobid`".into()))
+        );
         assert_eq!(bad(r#"{"jobid":-3}"#), "`jobid` -3 is not a whole number ≥ 0");
         let e = bad(r#"{"jobid":1,"@start":"yesterday","@end":"2026-11-30T08:48:13","total_cpus":1,"nodes":"c01"}"#);
         assert_eq!(

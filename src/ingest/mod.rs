@@ -120,8 +120,9 @@ pub struct ReadOptions {
     /// and is read so again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub torque_requests: bool,
-    /// Slurm, a record without AllocTRES: `AllocNodes` is its node count
-    /// when there is no `NNodes` (it was taken as 1 node), and a `ReqMem`
+    /// Slurm: `AllocNodes` is a record's node count when neither AllocTRES
+    /// `node=` nor `NNodes` gives it (it was taken as 1 node), and a `ReqMem`
+    /// (read without AllocTRES)
     /// without an `n` or `c` suffix (Slurm 21.08 and later print the job's
     /// requested TRES memory so) is the job's total (it was taken as per
     /// node). Set for every record read since 2026-12-06 (night); one read
@@ -349,7 +350,7 @@ pub fn sniff(line: &str) -> Option<Format> {
     }
     let first = t.split('|').next().unwrap_or_default();
     if t.contains('|')
-        && (first.eq_ignore_ascii_case("jobid")
+        && (slurm::is_header(&t.split('|').collect::<Vec<_>>())
             || (!first.is_empty()
                 && first.starts_with(|c: char| c.is_ascii_digit())
                 && first

@@ -258,19 +258,31 @@ impl<'de, F: FnMut(usize, String) -> bool> Visitor<'de> for Jobs<'_, '_, '_, F> 
     }
 }
 
+/// Slurm's `ESLURM_REST_EMPTY_RESULT` ("Nothing found").
+const ESLURM_REST_EMPTY_RESULT: i64 = 9003;
+
 /// The document's `errors` (sacct's or slurmrestd's): none, or what they
 /// say. A document with errors may be missing jobs (slurmrestd answers a
-/// query slurmdbd failed with `jobs: []` and the error; a field that could
-/// not be dumped is an error), so none of its jobs is recorded.
+/// query slurmdbd failed with `jobs: []` and the error; from 23.02 a field
+/// that could not be dumped is an error), so none of its jobs is recorded.
+/// Slurm 22.05's "Nothing found" for the jobs query is no error.
 fn reported_errors(errors: &Value) -> Result<(), String> {
     let listed = match errors {
         Value::Null => return Ok(()),
-        Value::Array(a) if a.is_empty() => return Ok(()),
         Value::Array(a) => a.as_slice(),
         other => std::slice::from_ref(other),
     };
+    // Slurm 22.05 reports a query that found no job as an error ("Nothing
+    // found", ESLURM_REST_EMPTY_RESULT, from slurmdb_jobs_get; 23.02 and
+    // later as a warning): a quiet day, not a failure. The same error from
+    // another query (associations, QOS) means jobs were left out.
+    let nothing_found = |e: &Value| {
+        e.get("error_number").and_then(Value::as_i64) == Some(ESLURM_REST_EMPTY_RESULT)
+            && e.get("source").and_then(Value::as_str) == Some("slurmdb_jobs_get")
+    };
     let said: Vec<String> = listed
         .iter()
+        .filter(|e| !nothing_found(e))
         .map(|e| {
             let field = |k: &str| {
                 e.get(k)
@@ -297,6 +309,9 @@ fn reported_errors(errors: &Value) -> Result<(), String> {
             }
         })
         .collect();
+    if said.is_empty() {
+        return Ok(());
+    }
     Err(format!(
         "the document reports {} error{} from Slurm, so its jobs may be incomplete: {}; nothing was recorded (run sacct again once the cause is fixed)",
         said.len(),
@@ -996,6 +1011,18 @@ mod tests {
                 "{name}"
             );
         }
+        // Slurm 22.05's answer for a query that found no job (sacct --json
+        // and slurmrestd alike): no jobs and this error, which is none.
+        let quiet = r#"{"meta": {"plugin": {"type": "openapi/dbv0.0.38"}},
+            "errors": [{"description": "Nothing found", "error_number": 9003, "error": "Nothing found", "source": "slurmdb_jobs_get"}], "jobs": []}"#;
+        assert_eq!(stream(quiet.as_bytes(), |_, _| true).unwrap(), 0);
+        // The same from another query (the associations) left jobs out.
+        let e = stream(
+            quiet.replace("slurmdb_jobs_get", "slurmdb_associations_get").as_bytes(),
+            |_, _| true,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("in slurmdb_associations_get"), "{e}");
         // slurmrestd's answer when slurmdbd failed: no jobs, one error.
         let failed = r#"{"meta": {"plugin": {"type": "openapi/dbv0.0.38"}}, "errors": [{"error": "Unable to connect to database", "error_number": 1}], "jobs": []}"#;
         let e = stream(failed.as_bytes(), |_, _| true).unwrap_err();

@@ -193,6 +193,30 @@ fn number(field: &str, value: &str) -> Result<u32, String> {
         .map_err(|_| format!("{field} {value:?} is not a whole number"))
 }
 
+/// `AllocNodes` as sacct prints it: a count, from 1024 on with a unit when
+/// it is a multiple of 512 (`convert_num_unit`: 1024 is `1K`, 1536
+/// `1.50K`); `NNodes` is always plain.
+fn node_count(field: &str, value: &str) -> Result<u32, String> {
+    let v = value.trim();
+    let (digits, unit) = match v.strip_suffix(['K', 'k']) {
+        Some(d) => (d, 1024u32),
+        None => match v.strip_suffix(['M', 'm']) {
+            Some(d) => (d, 1024 * 1024),
+            None => return number(field, v),
+        },
+    };
+    let n: rust_decimal::Decimal = digits
+        .parse()
+        .map_err(|_| format!("{field} {value:?} is not a number of nodes"))?;
+    let total = n * rust_decimal::Decimal::from(unit);
+    if total.fract().is_zero() && total >= rust_decimal::Decimal::ONE {
+        use rust_decimal::prelude::ToPrimitive;
+        total.to_u32().ok_or_else(|| format!("{field} {value:?} is too large"))
+    } else {
+        Err(format!("{field} {value:?} is not a whole number of nodes"))
+    }
+}
+
 /// `ReqMem`: `3000Mc` per CPU, `48000Mn` per node (Slurm before 21.08);
 /// plain, the job's total (21.08 and later print the memory of the job's
 /// requested TRES, `job_get_tres_mem`: what it asked for on all its nodes),
@@ -375,7 +399,7 @@ impl SlurmParser {
         };
         let nnodes = nodes_field
             .filter(|(_, v)| !v.trim().is_empty())
-            .map(|(name, v)| number(name, v))
+            .map(|(name, v)| node_count(name, v))
             .transpose()?;
         let alloc = get("alloctres").map(str::trim).filter(|v| !v.is_empty());
         let (nodes, cores, memory, alloc_gpus) = match alloc {
@@ -428,7 +452,7 @@ impl SlurmParser {
 /// whatever its place (`--format` puts the fields in any order), and no
 /// field is a value (a record's job id starts with a digit; its times, sizes
 /// and states are not all plain words).
-fn is_header(cols: &[&str]) -> bool {
+pub(crate) fn is_header(cols: &[&str]) -> bool {
     let name = |c: &str| {
         let c = c.trim();
         c.starts_with(|ch: char| ch.is_ascii_alphabetic())
@@ -810,6 +834,12 @@ mod tests {
         assert_eq!(read(now), [(Some(4), 4, Some(Bytes(30512 * MIB)))]);
         // Read as before: 1 node (no NNodes), its memory per node.
         assert_eq!(read(ReadOptions::default()), [(Some(1), 4, Some(Bytes(30512 * MIB)))]);
+        // From 1024 nodes on, sacct prints AllocNodes with a unit.
+        assert_eq!(node_count("AllocNodes", "1K"), Ok(1024));
+        assert_eq!(node_count("AllocNodes", "1.50K"), Ok(1536));
+        assert_eq!(node_count("AllocNodes", "4"), Ok(4));
+        assert!(node_count("AllocNodes", "1.0001K").is_err());
+        assert!(node_count("AllocNodes", "xK").is_err());
     }
 
     #[test]

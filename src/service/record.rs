@@ -434,8 +434,12 @@ impl Recorder {
 
     /// The records among `pending` whose run may be recorded under a reading
     /// of before 2026-12-06, and what to do with them (docs/rules.md):
-    /// - a jobcomp document (read with `jobcomp_utc`) or a PBS record (read
-    ///   with `pbs_hosts`) of such a run is read as it was then: replaced;
+    /// - a jobcomp document (read with `jobcomp_utc`), a PBS record (read
+    ///   with `pbs_hosts` or `torque_requests`) or a sacct record (read with
+    ///   `slurm_totals`) of such a run is read as it was then: replaced;
+    ///   unless its run (same key) is charged as the record reads now (its
+    ///   charging record has the same charge fingerprint: another export of
+    ///   the job that reads alike both ways);
     /// - a `sacct` record of a run recorded from jobcomp then, its times read
     ///   in the cluster's zone (hours off), is refused as that run's record
     ///   rather than charged as a second run.
@@ -444,10 +448,14 @@ impl Recorder {
     /// (`changed`, migration 0049) can hold such runs, and only of jobs that
     /// ended before then. Where each would be: its key with its start read as jobcomp's was
     /// then (the UTC wall-clock time taken as the cluster's local time); a
-    /// PBS record's own key (its node count changed, not its times). Only
+    /// PBS or sacct record's own key (its size changed, not its times). Only
     /// records that can read otherwise are looked up (a cluster whose zone
     /// is not UTC at that instant; a PBS record whose node count is not its
-    /// `nodect`), in one query per batch, and read again only when found.
+    /// `nodect`, or whose memory is a `-L` request's; a sacct record whose
+    /// size reads otherwise without `slurm_totals`), in one query per batch,
+    /// and read again only when found. A record whose reading now is refused
+    /// (a `-L` memory larger than its node's) is not looked at: it is kept
+    /// as rejected, not replayed.
     /// Not caught: a jobcomp document whose start reads the same both ways
     /// but whose end does not (a zone at UTC+0 in winter, a job running into
     /// its summer time): a conflict of its run, kept (superseded with
@@ -527,7 +535,17 @@ impl Recorder {
         if candidates.is_empty() {
             return Ok(earlier);
         }
-        let keys: Vec<(&JobKey, SourceFormat, &str)> = candidates.iter().map(|(_, _, k, f, r)| (k, *f, *r)).collect();
+        // A run already charged as a record of its own key reads now (another
+        // export of the job, read alike both ways) is not substituted.
+        let keys: Vec<jobs::ReadBefore> = candidates
+            .iter()
+            .map(|(_, resolved, key, format, reading)| jobs::ReadBefore {
+                key,
+                format: *format,
+                reading,
+                unless_charged: (*key == resolved.key).then_some(resolved.charge_fingerprint),
+            })
+            .collect();
         let found: HashSet<usize> = jobs::recorded_before(&mut *conn, &keys).await?.into_iter().collect();
         // A job with two candidates (a sacct record sized otherwise before,
         // and a jobcomp run hours off) is settled by the first found.
@@ -647,6 +665,13 @@ struct Earlier {
 /// `slurm_totals`, as records were read before it; or does not read so at
 /// all (then only a run recorded so could say more).
 fn sized_otherwise_before(job: &Submission) -> bool {
+    // Neither field these readings changed: nothing to read again.
+    if let Some(fields) = &job.source.options.fields {
+        let has = |name: &str| fields.iter().any(|f| f.trim().eq_ignore_ascii_case(name));
+        if !has("allocnodes") && !has("reqmem") {
+            return false;
+        }
+    }
     let before = KeptOptions::new(job.source.options.before());
     match crate::ingest::reread(
         job.source.format,

@@ -2327,14 +2327,22 @@ code = "aws"
         .trim_start_matches("# ");
     // The header sacct prints for those fields, with a Partition and an
     // Account (the export names neither) added to it and to the job's lines.
-    let job = |id: &str| {
+    let export = |id: &str, more: &str| {
         let lines: String = text
             .lines()
             .filter(|l| l.split('|').nth(1).is_some_and(|j| j == "845" || j == "845.batch"))
-            .map(|l| format!("{}|batch|aws\n", l.replacen("|845", &format!("|{id}"), 1)))
+            .map(|l| {
+                let l = l.replacen("|845", &format!("|{id}"), 1);
+                match more {
+                    // As a Slurm before 21.08 printed it: 4 nodes of 7628M.
+                    "" => format!("{l}|batch|aws\n"),
+                    _ => format!("{}|batch|aws|4\n", l.replacen("|30512M|", "|7628Mn|", 1)),
+                }
+            })
             .collect();
-        format!("{}|Partition|Account\n{lines}", fields.replace(',', "|"))
+        format!("{}|Partition|Account{more}\n{lines}", fields.replace(',', "|"))
     };
+    let job = |id: &str| export(id, "");
     let dir = scratch_dir("alloc-nodes");
     let before = dir.join("before.txt");
     std::fs::write(&before, job("845")).unwrap();
@@ -2379,10 +2387,31 @@ code = "aws"
             ("847".to_owned(), 4, "4.82".to_owned())
         ]
     );
+    // Job 849 recorded before from an export with NNodes and a per-node
+    // ReqMem (4 nodes of 7628M, read alike both ways), then from this one:
+    // charged as it reads now, so it is not read the old way (1 node),
+    // which would be a conflict.
+    let with_nnodes = dir.join("with-nnodes.txt");
+    std::fs::write(&with_nnodes, export("849", "|NNodes")).unwrap();
+    let s = import_file(
+        &db.pool,
+        &with_nnodes,
+        "with-nnodes.txt",
+        Format::Slurm,
+        Some("pcluster"),
+    )
+    .await;
+    assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    let without = dir.join("without.txt");
+    std::fs::write(&without, job("849")).unwrap();
+    let out = import(&without);
+    assert!(out.contains("rejected:    0"), "{out}");
+    assert!(out.contains("recorded:    0"), "{out}");
+    assert_eq!(charged().await[2], ("849".to_owned(), 4, "4.82".to_owned()));
     let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
     assert_eq!(
         (report.records, report.differences.len()),
-        (2, 0),
+        (3, 0),
         "{:#?}",
         report.differences
     );
