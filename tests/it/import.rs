@@ -1363,9 +1363,8 @@ async fn sacct_json_of_slurm_23_to_25_is_recorded() {
     let db = crate::harness::TestDb::new().await;
     // Slurm-web's cluster `hpc`, priced so that a core-second is a
     // thousandth: cores × seconds ÷ 1000.
-    let center = format!(
-        "{}\n{}",
-        crate::fixtures::CENTER,
+    fixture_center_with(
+        &db.pool,
         r#"
 [[cluster]]
 name = "hpc"
@@ -1400,11 +1399,9 @@ code = "acoustic"
 code = "biology"
 [[project]]
 code = "optic"
-"#
-    );
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
+"#,
+    )
+    .await;
     // The jobs listed before `meta` wait in a temporary file of TMPDIR,
     // unlinked at once: nothing is left there.
     let tmp = scratch_dir("sacct-json-tmp");
@@ -1712,6 +1709,26 @@ async fn new_york() -> (crate::harness::TestDb, String) {
     (db, center)
 }
 
+/// `audit --deep` read each of the ledger's `records` job records again
+/// and found them as they are stored.
+async fn deep_audit_reads_alike(pool: &PgPool, records: u64) {
+    let report = hpc_ledger::service::deep::deep_audit(pool).await.unwrap();
+    assert_eq!(
+        (report.records, report.differences.len()),
+        (records, 0),
+        "{:#?}",
+        report.differences
+    );
+}
+
+/// The fixtures' center with `more` (TOML: clusters, projects) applied.
+async fn fixture_center_with(pool: &PgPool, more: &str) {
+    let center = format!("{}\n{more}", crate::fixtures::CENTER);
+    hpc_ledger::service::config::apply(pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+}
+
 /// The ledger as the readings of 2026-12-06 found it: holding records
 /// (migration 0049 notes it; a new ledger has none to look for).
 async fn upgraded_holding_records(pool: &PgPool) {
@@ -1875,13 +1892,7 @@ async fn a_jobcomp_rejection_of_before_is_retried_in_utc() {
     let start = started(&db.pool, "1").await;
     assert_eq!(start, "2026-11-30T08:48:00+00:00");
     // And it reads again so (`audit --deep`): its options say UTC.
-    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
-    assert_eq!(
-        (report.records, report.differences.len()),
-        (1, 0),
-        "{:#?}",
-        report.differences
-    );
+    deep_audit_reads_alike(&db.pool, 1).await;
 }
 
 /// A record of a run recorded before 2026-12-06 that no longer reads the
@@ -2047,13 +2058,7 @@ async fn a_pbs_job_arrays_own_end_record_is_not_charged() {
         [("4[].pbspro".to_owned(), None), ("5[].pbspro".to_owned(), Some(1))]
     );
     // Each record reads again as it was read.
-    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
-    assert_eq!(
-        (report.records, report.differences.len()),
-        (2, 0),
-        "{:#?}",
-        report.differences
-    );
+    deep_audit_reads_alike(&db.pool, 2).await;
 }
 
 /// A job resized while it ran (the lab's real Slurm 22.05: 2 nodes from
@@ -2172,13 +2177,7 @@ async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
     let out = import_casper(&now);
     assert!(out.contains("recorded:    1"), "{out}");
     assert_eq!(charged("2.casper-pbs").await, [(1, "0.00".to_owned())]);
-    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
-    assert_eq!(
-        (report.records, report.differences.len()),
-        (2, 0),
-        "{:#?}",
-        report.differences
-    );
+    deep_audit_reads_alike(&db.pool, 2).await;
 }
 
 /// A TORQUE 6 job whose memory was requested with `-L` (OSC's real Pitzer
@@ -2192,9 +2191,8 @@ async fn a_torque_job_of_before_with_its_memory_in_a_request_is_replayed_not_a_c
     let db = crate::harness::TestDb::new().await;
     // A card where memory outweighs cores: 1 GB a core, a core-second a
     // thousandth.
-    let center = format!(
-        "{}\n{}",
-        crate::fixtures::CENTER,
+    fixture_center_with(
+        &db.pool,
         r#"
 [[cluster]]
 name = "osc"
@@ -2211,11 +2209,9 @@ core_hour = 3.60
 memory_per_core = "1GB"
 [[project]]
 code = "PZS0708"
-"#
-    );
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
+"#,
+    )
+    .await;
     let dir = scratch_dir("torque-requests");
     let log = crate::fixtures::stripped("torque6_osc_pitzer_resource_request.log");
     let job = std::fs::read_to_string(&log)
@@ -2275,13 +2271,7 @@ code = "PZS0708"
             ("16058.pitzer-batch.ten.osc.edu".to_owned(), "0.73".to_owned())
         ]
     );
-    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
-    assert_eq!(
-        (report.records, report.differences.len()),
-        (2, 0),
-        "{:#?}",
-        report.differences
-    );
+    deep_audit_reads_alike(&db.pool, 2).await;
 }
 
 /// A sacct export without NNodes or AllocTRES (AWS ParallelCluster's real
@@ -2293,9 +2283,8 @@ code = "PZS0708"
 async fn alloc_nodes_size_a_sacct_job_and_a_run_of_before_is_replayed() {
     let db = crate::harness::TestDb::new().await;
     // 4-core nodes of 32 GB; a core-second a thousandth.
-    let center = format!(
-        "{}\n{}",
-        crate::fixtures::CENTER,
+    fixture_center_with(
+        &db.pool,
         r#"
 [[cluster]]
 name = "pcluster"
@@ -2313,11 +2302,9 @@ core_hour = 3.60
 memory_per_core = "8GB"
 [[project]]
 code = "aws"
-"#
-    );
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
+"#,
+    )
+    .await;
     let text = std::fs::read_to_string(crate::fixtures::stripped("awssamples_hcs_sacct_allocnodes.txt")).unwrap();
     let raw = include_str!("../fixtures/accounting/awssamples_hcs_sacct_allocnodes.txt");
     let fields = raw
@@ -2408,11 +2395,5 @@ code = "aws"
     assert!(out.contains("rejected:    0"), "{out}");
     assert!(out.contains("recorded:    0"), "{out}");
     assert_eq!(charged().await[2], ("849".to_owned(), 4, "4.82".to_owned()));
-    let report = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
-    assert_eq!(
-        (report.records, report.differences.len()),
-        (3, 0),
-        "{:#?}",
-        report.differences
-    );
+    deep_audit_reads_alike(&db.pool, 3).await;
 }
