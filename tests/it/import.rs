@@ -2182,10 +2182,10 @@ async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
 
 /// A TORQUE 6 job whose memory was requested with `-L` (OSC's real Pitzer
 /// record of job 16057: two tasks of one core and 4 GB each, here on one
-/// host) is charged by
-/// that memory since 2026-12-06; a run recorded before, by its cores
-/// alone, is read that way again when its record comes again (a replay,
-/// not a conflict), and `audit --deep` reads each record as it was read.
+/// host) is charged by that memory since 2026-12-06; a run recorded
+/// before, by its cores alone, is read that way again when its record
+/// comes again (a replay, not a conflict), and `audit --deep` reads each
+/// record as it was read.
 #[tokio::test]
 async fn a_torque_job_of_before_with_its_memory_in_a_request_is_replayed_not_a_conflict() {
     let db = crate::harness::TestDb::new().await;
