@@ -138,6 +138,10 @@ fn mutated(base: Vec<String>) -> impl Strategy<Value = String> {
         "9",
         "0",
         "99999999999999999999",
+        // Counts with sacct's units (AllocNodes, NNodes of old Slurm).
+        "K",
+        "1.50M",
+        "79228162514264337593543950335K",
         "\u{0}",
         "\u{2603}",
         "é",

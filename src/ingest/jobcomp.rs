@@ -42,6 +42,12 @@ pub fn stored_document(mut doc: Map<String, Value>) -> String {
     for k in DROPPED {
         doc.remove(*k);
     }
+    // An Elasticsearch hit's document.
+    if let Some(Value::Object(source)) = doc.get_mut("_source") {
+        for k in DROPPED {
+            source.remove(*k);
+        }
+    }
     Value::Object(doc).to_string()
 }
 
@@ -251,29 +257,21 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
     })))
 }
 
-/// Parse one document's text.
+/// Parse one document's text: the document itself, or Elasticsearch's hit
+/// around it (`{"_index": …, "_id": …, "_source": {document}}`, as
+/// `elasticdump` and the search API give each document of an export), read
+/// through its `_source`. The same whoever reads it (`serve`, an import, a
+/// retry, `audit --deep`); what is kept is the text as given, less the
+/// [`DROPPED`] fields (`serve`).
 pub fn parse_document(body: &str, options: &ReadOptions) -> Result<(Map<String, Value>, Item), String> {
     let doc = members(body)?;
-    let item = read_document(&doc, options)?;
-    Ok((doc, item))
-}
-
-/// An exported line: the document itself, or Elasticsearch's hit around it
-/// (`{"_index": …, "_id": …, "_source": {document}}`, as `elasticdump` and
-/// the search API give each document). The line is what is kept; reading
-/// it again unwraps it again.
-fn parse_exported(line: &str, options: &ReadOptions) -> Result<Item, String> {
-    let doc = members(line)?;
-    match doc.get("_source") {
+    let item = match doc.get("_source") {
         Some(Value::Object(source)) if !doc.contains_key("jobid") => {
-            let mut inner = source.clone();
-            for k in DROPPED {
-                inner.remove(*k);
-            }
-            read_document(&inner, options).map_err(|e| format!("_source: {e}"))
+            read_document(source, options).map_err(|e| format!("_source: {e}"))?
         }
-        _ => read_document(&doc, options),
-    }
+        _ => read_document(&doc, options)?,
+    };
+    Ok((doc, item))
 }
 
 /// One document per line.
@@ -294,7 +292,7 @@ impl Parser for JobcompParser {
         if line.trim().is_empty() {
             return None;
         }
-        Some(parse_exported(line, &self.options).unwrap_or_else(Item::Bad))
+        Some(parse_document(line, &self.options).map_or_else(Item::Bad, |(_, item)| item))
     }
 
     fn options(&self) -> KeptOptions {
@@ -520,6 +518,15 @@ mod tests {
             p.parse(r#"{"_index":"slurm","_source":{"state":"COMPLETED"}}"#),
             Some(Item::Bad("_source: missing `jobid`".into()))
         );
+        // `serve` reads a hit alike, and keeps it without its script.
+        let doc = lab.lines().find(|l| !l.starts_with('#')).unwrap();
+        let mut with_script: Map<String, Value> = serde_json::from_str(doc).unwrap();
+        with_script.insert("script".into(), Value::String("#!/bin/sh\nsecret\n".into()));
+        let hit = format!(r#"{{"_id":"x","_source":{}}}"#, Value::Object(with_script));
+        let (kept, item) = parse_document(&hit, &ReadOptions::jobcomp()).unwrap();
+        assert_eq!(Some(item), p.parse(doc));
+        let kept = stored_document(kept);
+        assert!(!kept.contains("secret") && kept.contains("\"_source\""), "{kept}");
         assert_eq!(bad(r#"{"jobid":-3}"#), "`jobid` -3 is not a whole number ≥ 0");
         let e = bad(r#"{"jobid":1,"@start":"yesterday","@end":"2026-11-30T08:48:13","total_cpus":1,"nodes":"c01"}"#);
         assert_eq!(

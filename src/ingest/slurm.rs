@@ -193,28 +193,37 @@ fn number(field: &str, value: &str) -> Result<u32, String> {
         .map_err(|_| format!("{field} {value:?} is not a whole number"))
 }
 
-/// `AllocNodes` as sacct prints it: a count, from 1024 on with a unit when
-/// it is a multiple of 512 (`convert_num_unit`: 1024 is `1K`, 1536
-/// `1.50K`); `NNodes` is always plain.
+/// A node count as sacct prints it: plain, or from 1024 on with a unit
+/// when it is a multiple of 512 (`convert_num_unit`: 1024 is `1K`, 1536
+/// `1.50K`; `AllocNodes` of every version, `NNodes` of old ones). Only
+/// digits, a decimal point with up to two places, and `K` or `M`; the
+/// count must come out whole.
 fn node_count(field: &str, value: &str) -> Result<u32, String> {
     let v = value.trim();
-    let (digits, unit) = match v.strip_suffix(['K', 'k']) {
-        Some(d) => (d, 1024u32),
-        None => match v.strip_suffix(['M', 'm']) {
-            Some(d) => (d, 1024 * 1024),
-            None => return number(field, v),
-        },
+    let Some((count, unit)) = v
+        .strip_suffix('K')
+        .map(|n| (n, 1024u64))
+        .or_else(|| v.strip_suffix('M').map(|n| (n, 1024 * 1024)))
+    else {
+        return number(field, v);
     };
-    let n: rust_decimal::Decimal = digits
-        .parse()
-        .map_err(|_| format!("{field} {value:?} is not a number of nodes"))?;
-    let total = n * rust_decimal::Decimal::from(unit);
-    if total.fract().is_zero() && total >= rust_decimal::Decimal::ONE {
-        use rust_decimal::prelude::ToPrimitive;
-        total.to_u32().ok_or_else(|| format!("{field} {value:?} is too large"))
-    } else {
-        Err(format!("{field} {value:?} is not a whole number of nodes"))
+    let bad = || format!("{field} {value:?} is not a number of nodes");
+    let (whole, places) = match count.split_once('.') {
+        Some((whole, places)) => (whole, Some(places)),
+        None => (count, None),
+    };
+    let digits = |d: &str| !d.is_empty() && d.len() <= 9 && d.chars().all(|c| c.is_ascii_digit());
+    if !digits(whole) || places.is_some_and(|p| p.len() > 2 || !digits(p)) {
+        return Err(bad());
     }
+    let places = places.unwrap_or("");
+    let scale = 10u64.pow(places.len() as u32);
+    let scaled = whole.parse::<u64>().map_err(|_| bad())? * scale + places.parse::<u64>().unwrap_or(0);
+    let nodes = scaled.checked_mul(unit).ok_or_else(bad)?;
+    if nodes % scale != 0 {
+        return Err(format!("{field} {value:?} is not a whole number of nodes"));
+    }
+    u32::try_from(nodes / scale).map_err(|_| format!("{field} {value:?} is too large"))
 }
 
 /// `ReqMem`: `3000Mc` per CPU, `48000Mn` per node (Slurm before 21.08);
@@ -839,7 +848,34 @@ mod tests {
         assert_eq!(node_count("AllocNodes", "1.50K"), Ok(1536));
         assert_eq!(node_count("AllocNodes", "4"), Ok(4));
         assert!(node_count("AllocNodes", "1.0001K").is_err());
-        assert!(node_count("AllocNodes", "xK").is_err());
+        assert_eq!(
+            node_count("AllocNodes", "1.01K"),
+            Err("AllocNodes \"1.01K\" is not a whole number of nodes".into())
+        );
+        assert_eq!(node_count("AllocNodes", "2M"), Ok(2 * 1024 * 1024));
+        assert_eq!(
+            node_count("AllocNodes", "5000M"),
+            Err("AllocNodes \"5000M\" is too large".into())
+        );
+        // What sacct never prints is refused, never read as some size.
+        for odd in [
+            "xK",
+            "1e3K",
+            "9e2K",
+            ".5K",
+            "1_0K",
+            "+1K",
+            "1.K",
+            "-1K",
+            "79228162514264337593543950335K",
+            "1 K",
+        ] {
+            assert_eq!(
+                node_count("AllocNodes", odd),
+                Err(format!("AllocNodes {odd:?} is not a number of nodes")),
+                "{odd}"
+            );
+        }
     }
 
     #[test]
