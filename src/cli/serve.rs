@@ -37,6 +37,12 @@ pub struct Args {
     #[arg(long, default_value_t = serve::conn::Limits::default().max_connections,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     max_connections: usize,
+    /// Of those, the most one client address may hold (default: half of
+    /// --max-connections), so that one client cannot take them all.
+    /// Behind a proxy every connection comes from the proxy's address: set
+    /// it to --max-connections there, and bound clients at the proxy.
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    max_per_peer: Option<usize>,
 }
 
 pub async fn run(args: Args, target: &Target, readers: &Readers, author: &str) -> anyhow::Result<ExitCode> {
@@ -79,6 +85,7 @@ pub async fn run(args: Args, target: &Target, readers: &Readers, author: &str) -
         author: author.to_owned(),
         limits: serve::conn::Limits {
             max_connections: args.max_connections,
+            max_per_peer: args.max_per_peer.unwrap_or((args.max_connections / 2).max(1)),
             overflow: (args.max_connections / 4).clamp(8, 256),
             ..serve::conn::Limits::default()
         }

@@ -139,7 +139,9 @@ pub(super) async fn guard(
     next: axum::middleware::Next,
 ) -> Response {
     let started = Instant::now();
-    let response = if app.credentials.allows(request.headers()) {
+    let response = if from_a_web_page(request.headers()) {
+        refused_from_a_web_page()
+    } else if app.credentials.allows(request.headers()) {
         next.run(request).await
     } else {
         unauthorized()
@@ -148,11 +150,40 @@ pub(super) async fn guard(
     response
 }
 
+/// A 401, and the connection closed after it: a client without the
+/// credential cannot hold a connection by asking again and again.
 pub(super) fn unauthorized() -> Response {
     (
         StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Basic realm=\"hpc-ledger\"")],
+        [
+            (header::WWW_AUTHENTICATE, "Basic realm=\"hpc-ledger\""),
+            (header::CONNECTION, "close"),
+        ],
         "credentials required\n",
+    )
+        .into_response()
+}
+
+/// Whether a request was sent by a browser for a web page (it names the
+/// page's origin, or says how it relates to it): schedulers, hooks, scripts
+/// and Prometheus never do. The posting, `/check` and budget routes refuse
+/// those, so that a page opened on a machine that can reach `serve` (a
+/// loopback `serve` without credentials, or one behind a proxy that adds
+/// them) can neither record charges (a form or `fetch` needs no permission
+/// to POST across sites) nor read budgets through DNS rebinding. Typing
+/// the address in the browser (`Sec-Fetch-Site: none`) is not refused.
+pub(super) fn from_a_web_page(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::ORIGIN)
+        || headers
+            .get("sec-fetch-site")
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"none"))
+}
+
+fn refused_from_a_web_page() -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        [(header::CONNECTION, "close")],
+        "requests from a web page are refused here: this route is for schedulers, hooks and scripts\n",
     )
         .into_response()
 }
@@ -195,6 +226,22 @@ mod tests {
         assert!(Credentials::none().with_basic("nocolon").is_err());
         assert!(Credentials::none().with_token("two words").is_err());
         assert!(!format!("{c:?}").contains("tok123"));
+    }
+
+    #[test]
+    fn requests_from_web_pages_are_told_apart() {
+        let with = |name: &'static str, v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_str(v).unwrap());
+            h
+        };
+        assert!(from_a_web_page(&with("origin", "http://evil.example")));
+        assert!(from_a_web_page(&with("origin", "null")));
+        assert!(from_a_web_page(&with("sec-fetch-site", "cross-site")));
+        assert!(from_a_web_page(&with("sec-fetch-site", "same-origin")));
+        assert!(!from_a_web_page(&with("sec-fetch-site", "none")));
+        assert!(!from_a_web_page(&with("user-agent", "curl/8.5.0")));
+        assert!(!from_a_web_page(&HeaderMap::new()));
     }
 
     #[test]

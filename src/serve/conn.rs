@@ -4,7 +4,10 @@
 //! every one of them is bounded:
 //!
 //! - **How many**: at most [`Limits::max_connections`] are served in full
-//!   (also kept under the process's open-file limit). Past that, up to
+//!   (also kept under the process's open-file limit), and at most
+//!   [`Limits::max_per_peer`] of them for one client address, so that one
+//!   client (or one attacker, without any credential) cannot hold them all
+//!   and leave Slurm's posts and the budget checks answered 503. Past that, up to
 //!   [`Limits::overflow`] more are answered at once — `/healthz` as usual,
 //!   anything else 503 with `Retry-After` — and closed; past both, a
 //!   connection is closed as soon as it is accepted. So `/healthz` answers
@@ -17,8 +20,10 @@
 //! - **Shutdown**: the listener stops accepting; requests in flight are
 //!   finished and answered; idle connections are closed.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -33,6 +38,9 @@ use tokio::sync::Semaphore;
 pub struct Limits {
     /// Connections served in full at once.
     pub max_connections: usize,
+    /// Of those, the most one client address may hold (a connection over
+    /// it is treated as over the cap: `/healthz`, else 503).
+    pub max_per_peer: usize,
     /// Connections beyond those answered 503 (or `/healthz`) and closed.
     pub overflow: usize,
     /// Time to send a request's headers; also how long an idle keep-alive
@@ -48,6 +56,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 512,
+            max_per_peer: 256,
             overflow: 128,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
@@ -95,6 +104,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let served = Arc::new(Semaphore::new(limits.max_connections));
     let overflow = Arc::new(Semaphore::new(limits.overflow));
+    let peers = Arc::new(Mutex::new(HashMap::<IpAddr, usize>::new()));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -115,14 +125,20 @@ pub async fn run(
         let peer = stream
             .peer_addr()
             .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
-        let (router, keep_alive, header_timeout, permit) = match served.clone().try_acquire_owned() {
-            Ok(p) => (full.clone(), true, limits.header_timeout, p),
-            Err(_) => match overflow.clone().try_acquire_owned() {
+        let slot = PeerSlot::take(&peers, peer.ip(), limits.max_per_peer);
+        let full_permit = match &slot {
+            Some(_) => served.clone().try_acquire_owned().ok(),
+            None => None,
+        };
+        let (router, keep_alive, header_timeout, permit, slot) = match full_permit {
+            Some(p) => (full.clone(), true, limits.header_timeout, p, slot),
+            None => match overflow.clone().try_acquire_owned() {
                 Ok(p) => (
                     busy.clone(),
                     false,
                     limits.header_timeout.min(Duration::from_secs(5)),
                     p,
+                    None,
                 ),
                 Err(_) => {
                     drop(stream);
@@ -149,9 +165,67 @@ pub async fn run(
             // A client that went away or timed out is not an error of ours.
             let _ = conn.await;
             drop(permit);
+            drop(slot);
         });
     }
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// One of a client address's connections served in full; given back when
+/// dropped.
+struct PeerSlot {
+    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PeerSlot {
+    /// A slot for `ip`, unless it holds `max` already.
+    fn take(peers: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut held = peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = held.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: peers.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut held = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_address_holds_at_most_its_share() {
+        let peers = Arc::new(Mutex::new(HashMap::new()));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let first = PeerSlot::take(&peers, a, 2).unwrap();
+        let second = PeerSlot::take(&peers, a, 2).unwrap();
+        assert!(PeerSlot::take(&peers, a, 2).is_none());
+        let other = PeerSlot::take(&peers, b, 2);
+        assert!(other.is_some());
+        drop(first);
+        let third = PeerSlot::take(&peers, a, 2);
+        assert!(third.is_some());
+        drop((second, third, other));
+        assert!(peers.lock().unwrap().is_empty());
+    }
 }

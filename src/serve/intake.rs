@@ -243,7 +243,8 @@ impl Intake {
         for outcome in &outcomes {
             self.metrics.outcome(outcome.name());
             if let Outcome::Rejected { job, reason, .. } = outcome {
-                tracing::warn!("kept, not charged: {}: {reason}", job.as_deref().unwrap_or("?"));
+                // Quoted: a job id or reason cannot forge a log line of its own.
+                tracing::warn!("kept, not charged: {:?}: {reason:?}", job.as_deref().unwrap_or("?"));
             }
         }
         for _ in &malformed {

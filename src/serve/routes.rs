@@ -72,7 +72,8 @@ impl App {
     fn settle(&self, outcome: &Outcome) -> (StatusCode, Value) {
         self.metrics.outcome(outcome.name());
         if let Outcome::Rejected { job, reason, .. } = outcome {
-            tracing::warn!("kept, not charged: {}: {reason}", job.as_deref().unwrap_or("?"));
+            // Quoted: a job id or reason cannot forge a log line of its own.
+            tracing::warn!("kept, not charged: {:?}: {reason:?}", job.as_deref().unwrap_or("?"));
         }
         outcome_reply(outcome)
     }

@@ -55,6 +55,7 @@ fn unauthorized() -> Response {
         [
             (header::WWW_AUTHENTICATE, "Basic realm=\"hpc-ledger web\""),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CONNECTION, "close"),
         ],
         "credentials required\n",
     )

@@ -532,7 +532,13 @@ async fn serve_folds_a_closed_months_rollups() {
 #[tokio::test]
 async fn concurrent_posts_share_transactions_and_a_stop_loses_no_accepted_job() {
     let db = fixture_db().await;
-    let server = start(&db.pool, Credentials::none()).await;
+    // 300 connections at once from this one address: more than its share
+    // by default (half of them), so it may hold them all here.
+    let limits = hpc_ledger::serve::conn::Limits {
+        max_per_peer: 512,
+        ..Default::default()
+    };
+    let server = start_limited(&db.pool, Credentials::none(), false, limits, false).await;
     let n = 300u32;
     let posts = burst(server.addr, 1000, n);
     let mut created = 0;
@@ -1481,4 +1487,82 @@ async fn a_refused_post_is_kept_as_rejected_and_leaves_the_intake_together() {
     assert_eq!(times, 1, "kept once: {reason}");
     assert!(reason.contains("test: the disk is full"), "{reason}");
     assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 0);
+}
+
+/// What a client without credentials, or a web page, can make `serve` do:
+/// a browser's request to the posting routes is refused (403) and records
+/// nothing, even on a loopback `serve` without credentials; a 401 closes
+/// its connection; one client address holds at most `max_per_peer` of the
+/// connections served in full, so another client is still served.
+#[tokio::test]
+async fn web_pages_and_one_greedy_client_cannot_shut_out_the_schedulers() {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = fixture_db().await;
+    let limits = hpc_ledger::serve::conn::Limits {
+        max_connections: 6,
+        max_per_peer: 2,
+        overflow: 4,
+        header_timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let server = start_limited(&db.pool, Credentials::none(), false, limits, false).await;
+    let addr = server.addr;
+    async fn send(stream: &mut tokio::net::TcpStream, request: String) -> String {
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut reply = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut reply))
+            .await
+            .expect("the server closed the connection")
+            .unwrap();
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+    let post = |id: u32, headers: &str| {
+        let body = json_job(id, "pas1234").to_string();
+        format!(
+            "POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Type: text/plain;charset=UTF-8\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    // A page's cross-site POST (text/plain needs no permission), and a
+    // DNS-rebound one: refused, and the connection closed.
+    for headers in [
+        "Origin: http://evil.example\r\n",
+        "Sec-Fetch-Site: same-origin\r\nConnection: keep-alive\r\n",
+    ] {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let reply = send(&mut s, post(901, headers)).await;
+        assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+        assert!(reply.contains("requests from a web page are refused"), "{reply}");
+    }
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 0);
+    // The address typed in the browser, or curl: served.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let reply = send(&mut s, post(902, "Sec-Fetch-Site: none\r\nConnection: close\r\n")).await;
+    assert!(reply.starts_with("HTTP/1.1 201"), "{reply}");
+    // 127.0.0.1 holds two connections (its share): its third is answered
+    // as over the cap, while 127.0.0.2 is served in full.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let reply = send(&mut third, post(903, "Connection: close\r\n")).await;
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(addr).await.unwrap();
+    let reply = send(&mut other, post(904, "Connection: close\r\n")).await;
+    assert!(reply.starts_with("HTTP/1.1 201"), "{reply}");
+    drop(held);
+    server.stop().await;
+    // With credentials: a request without them is answered 401 and its
+    // connection closed, though it asked to keep it.
+    let server = start(&db.pool, Credentials::none().with_token("t0ken").unwrap()).await;
+    let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let reply = send(&mut s, post(905, "Connection: keep-alive\r\n")).await;
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 2);
+    server.stop().await;
 }
