@@ -12,9 +12,13 @@ use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
 /// A transaction for posting, with the posting locks held: closing a month
 /// waits for it, and it waits for a month being closed (and for a
-/// configuration being applied). The locks are taken in the round trip of
-/// its `BEGIN` (a recording transaction of one job is a handful of round
-/// trips: each counts at Slurm's pace).
+/// configuration being applied). The locks are taken in the statement
+/// right after `BEGIN`, inside the transaction: were they taken in the
+/// `BEGIN`'s own round trip, a lock wait that failed (cancelled, a
+/// `lock_timeout`) would leave the connection in an aborted transaction
+/// that sqlx 0.8 neither rolls back nor keeps out of the pool, and every
+/// posting that took it next failed ("current transaction is aborted"):
+/// good jobs kept as rejected.
 ///
 /// Also turns JIT compilation off for the transaction: a posting runs a
 /// handful of statements over one batch, and right after a large import,
@@ -23,12 +27,17 @@ use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 /// of 2,000 against ≈ 8 ms of work (auto_explain; a re-import of 20,000
 /// jobs 1.1 s against 0.34 s).
 pub async fn begin_posting(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
-    pool.begin_with(format!(
-        "BEGIN; SELECT set_config('jit', 'off', true), pg_advisory_xact_lock_shared(hl_period_lock_key()), \
-         pg_advisory_xact_lock_shared({})",
-        crate::db::RULES_LOCK
-    ))
-    .await
+    let mut tx = pool.begin().await?;
+    // Dropped on failure, the transaction is rolled back before its
+    // connection goes back to the pool.
+    sqlx::query(
+        "SELECT set_config('jit', 'off', true), pg_advisory_xact_lock_shared(hl_period_lock_key()), \
+         pg_advisory_xact_lock_shared($1)",
+    )
+    .bind(crate::db::RULES_LOCK)
+    .execute(&mut *tx)
+    .await?;
+    Ok(tx)
 }
 
 /// What a recording transaction reads once its locks are held (one round

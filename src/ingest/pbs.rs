@@ -484,6 +484,15 @@ impl PbsParser {
             if attrs.contains_key("exec_host") || attrs.contains_key("resources_used.walltime") {
                 return Err("the record has no start= attribute, yet names where the job ran".into());
             }
+            // An end record always says how the job ended: one with neither
+            // its end nor its exit status was cut short (a line of a log
+            // its server crashed in), not a job that never started.
+            if !attrs.contains_key("end") && !attrs.contains_key("Exit_status") {
+                return Err(
+                    "the record has no start=, end= or Exit_status: it was cut short, not a job that never started"
+                        .into(),
+                );
+            }
             return Ok(Item::Skip(Skip::NeverStarted));
         }
         let start = epoch("start", start)?;
@@ -908,6 +917,15 @@ mod tests {
         assert_eq!(
             parse("x;E;1;start=5 end=soon", &ReadOptions::default()),
             Item::Bad("end=\"soon\" is not a time in epoch seconds".into())
+        );
+        assert_eq!(
+            parse(
+                "04/05/2017 13:06:53;E;5002.pitzer;user=u group=g account=PZS0708 jobname=x queue=batch ctime=1",
+                &ReadOptions::default()
+            ),
+            Item::Bad(
+                "the record has no start=, end= or Exit_status: it was cut short, not a job that never started".into()
+            )
         );
         assert_eq!(
             parse("x;E;1;user=a Exit_status=-3", &ReadOptions::default()),

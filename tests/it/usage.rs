@@ -558,3 +558,34 @@ async fn the_reports_transaction_plans_for_its_parameters_without_jit() {
     .unwrap();
     assert_eq!(after, format!("{server} off"));
 }
+
+/// A posting whose wait for the period's lock fails (a close holds it; the
+/// wait times out, or an operator cancels it) leaves its connection usable:
+/// the pool's next posting and query on it work. The locks were taken in
+/// `BEGIN`'s own round trip, where a failure left the connection in an
+/// aborted transaction that went back to the pool, and every posting that
+/// took it next failed ("current transaction is aborted").
+#[tokio::test]
+async fn a_failed_wait_for_the_posting_lock_leaves_the_connection_usable() {
+    let db = crate::harness::TestDb::new().await;
+    // One connection, its lock waits cut at 100 ms.
+    let options: sqlx::postgres::PgConnectOptions = db.url.parse().unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.options([("lock_timeout", "100ms")]))
+        .await
+        .unwrap();
+    // As a close does: the period's lock held exclusively.
+    let mut close = db.pool.begin().await.unwrap();
+    sqlx::raw_sql("SELECT pg_advisory_xact_lock(hl_period_lock_key())")
+        .execute(&mut *close)
+        .await
+        .unwrap();
+    let refused = hpc_ledger::db::ledger::begin_posting(&pool).await.unwrap_err();
+    assert!(refused.to_string().contains("lock timeout"), "{refused}");
+    close.rollback().await.unwrap();
+    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await.unwrap();
+    assert_eq!(one, 1);
+    let posting = hpc_ledger::db::ledger::begin_posting(&pool).await.unwrap();
+    posting.rollback().await.unwrap();
+}
