@@ -131,6 +131,28 @@ pub struct ReadOptions {
     pub slurm_totals: bool,
 }
 
+/// A reading added on 2026-12-06, by the read option that marks the records
+/// read with it: a record kept without it was read the earlier way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    JobcompUtc,
+    PbsHosts,
+    TorqueRequests,
+    SlurmTotals,
+}
+
+impl Reading {
+    /// The option's name in a record's kept read options (its JSON key).
+    pub fn option(self) -> &'static str {
+        match self {
+            Reading::JobcompUtc => "jobcomp_utc",
+            Reading::PbsHosts => "pbs_hosts",
+            Reading::TorqueRequests => "torque_requests",
+            Reading::SlurmTotals => "slurm_totals",
+        }
+    }
+}
+
 impl ReadOptions {
     /// How a jobcomp document is read now: its zone-less times are UTC.
     pub fn jobcomp() -> ReadOptions {
@@ -694,6 +716,29 @@ mod fuzz_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_reading_names_a_read_option_set_now() {
+        use crate::domain::kinds::SourceFormat;
+        let mut now = ReadOptions::default();
+        for f in [SourceFormat::Jobcomp, SourceFormat::Pbs, SourceFormat::Slurm] {
+            now = now.now(f);
+        }
+        let kept = serde_json::to_value(&now).unwrap();
+        for r in [
+            Reading::JobcompUtc,
+            Reading::PbsHosts,
+            Reading::TorqueRequests,
+            Reading::SlurmTotals,
+        ] {
+            assert_eq!(kept.get(r.option()), Some(&serde_json::Value::Bool(true)), "{r:?}");
+            assert_eq!(
+                serde_json::to_value(now.before()).unwrap().get(r.option()),
+                None,
+                "{r:?}"
+            );
+        }
+    }
 
     #[test]
     fn lines_are_numbered_bounded_and_checked() {

@@ -26,7 +26,7 @@ use crate::domain::posting::{
     discount_entries, posting_period, resolve,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
-use crate::ingest::{KeptOptions, ReadOptions};
+use crate::ingest::{KeptOptions, ReadOptions, Reading};
 
 /// Where a job came from: enough to show it, store it and read it again.
 #[derive(Debug, Clone)]
@@ -471,7 +471,7 @@ impl Recorder {
     ) -> Result<Earlier, sqlx::Error> {
         // Each with the reading (a read option) its run's record lacked if it
         // was recorded the earlier way.
-        let mut candidates: Vec<(usize, &ResolvedJob, JobKey, SourceFormat, &str)> = Vec::new();
+        let mut candidates: Vec<(usize, &ResolvedJob, JobKey, SourceFormat, Reading)> = Vec::new();
         for (i, resolved) in pending {
             let job = &jobs[*i];
             // Recorded before the change, whatever its reading (a day is
@@ -496,17 +496,23 @@ impl Recorder {
             match job.source.format {
                 SourceFormat::Jobcomp if options.jobcomp_utc => {
                     if let Some(key) = in_zone() {
-                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp, "jobcomp_utc"));
+                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp, Reading::JobcompUtc));
                     }
                 }
                 SourceFormat::Slurm | SourceFormat::SacctJson => {
                     // Its size read otherwise before `slurm_totals` (AllocNodes,
                     // a plain ReqMem): its run may have been recorded so.
                     if job.source.format == SourceFormat::Slurm && options.slurm_totals && sized_otherwise_before(job) {
-                        candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Slurm, "slurm_totals"));
+                        candidates.push((
+                            *i,
+                            resolved,
+                            resolved.key.clone(),
+                            SourceFormat::Slurm,
+                            Reading::SlurmTotals,
+                        ));
                     }
                     if let Some(key) = in_zone() {
-                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp, "jobcomp_utc"));
+                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp, Reading::JobcompUtc));
                     }
                 }
                 // Sized by a select, its nodes not its nodect (or it has none:
@@ -516,7 +522,7 @@ impl Recorder {
                         && job.source.raw.contains("Resource_List.select=")
                         && nodect(&job.source.raw) != Some(resolved.charge.nodes) =>
                 {
-                    candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs, "pbs_hosts"));
+                    candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs, Reading::PbsHosts));
                 }
                 // Its memory from a TORQUE 6 `-L` request (it has no
                 // Resource_List.mem).
@@ -526,7 +532,13 @@ impl Recorder {
                         && job.source.raw.contains("Resource_Request_2.0=")
                         && !job.source.raw.contains("Resource_List.mem=") =>
                 {
-                    candidates.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs, "torque_requests"));
+                    candidates.push((
+                        *i,
+                        resolved,
+                        resolved.key.clone(),
+                        SourceFormat::Pbs,
+                        Reading::TorqueRequests,
+                    ));
                 }
                 _ => {}
             }
@@ -542,7 +554,7 @@ impl Recorder {
             .map(|(_, resolved, key, format, reading)| jobs::ReadBefore {
                 key,
                 format: *format,
-                reading,
+                reading: reading.option(),
                 unless_charged: (*key == resolved.key).then_some(resolved.charge_fingerprint),
             })
             .collect();
@@ -555,7 +567,7 @@ impl Recorder {
                 continue;
             }
             let job = &jobs[i];
-            if reading == "jobcomp_utc" && job.source.format != SourceFormat::Jobcomp {
+            if reading == Reading::JobcompUtc && job.source.format != SourceFormat::Jobcomp {
                 earlier.refused.push((
                     i,
                     Rejection {
