@@ -9,7 +9,7 @@ use super::{Format, print_json, table};
 use crate::db::{Readers, Target};
 use crate::domain::period::Month;
 use crate::service::close::{
-    Anchor, AuditReport, CloseOutcome, anchors, audit_of, close, close_through, verify, verify_against,
+    Anchor, AuditReport, CloseOutcome, anchors, audit_of, close, first_to_close, verify, verify_against,
 };
 
 /// Exit code of `verify` and `audit` when they find something.
@@ -125,32 +125,91 @@ fn run_with_input(cmd: &mut std::process::Command, input: &str) -> std::io::Resu
     child.wait_with_output()
 }
 
+/// Append to the anchor file the seal of every closed month it holds no
+/// seal of, oldest first: months closed by a `close` that was stopped
+/// between a month's commit and its anchor, or before the file was kept.
+/// Returns the months appended.
+fn catch_up_anchor_file(path: &std::path::Path, closed: &[Anchor]) -> anyhow::Result<Vec<Month>> {
+    use std::io::Write;
+    let held: std::collections::HashSet<Month> = match std::fs::read_to_string(path) {
+        Ok(text) => text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Anchor>(l).ok())
+            .map(|a| a.month)
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+        Err(e) => anyhow::bail!("reading the anchor file {}: {e}", path.display()),
+    };
+    let missing: Vec<&Anchor> = closed.iter().filter(|a| !held.contains(&a.month)).collect();
+    if missing.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut text = String::new();
+    for a in &missing {
+        text.push_str(&serde_json::to_string(a)?);
+        text.push('\n');
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("opening the anchor file {}: {e}", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    Ok(missing.iter().map(|a| a.month).collect())
+}
+
+/// Keep `o`'s seal outside the database, as `args` asks.
+async fn keep_anchor(args: &CloseArgs, o: &CloseOutcome) -> anyhow::Result<()> {
+    // The month is closed now, whatever happens to its anchor: say how to
+    // anchor it again if that fails (closing again is harmless).
+    let again = || {
+        format!(
+            "{} is closed; its seal was not kept outside the database: run `hpc-ledger close --month {}` again with the anchor option",
+            o.month, o.month
+        )
+    };
+    if let Some(path) = &args.anchor_file {
+        append_anchor(path, &o.anchor()).map_err(|e| e.context(again()))?;
+    }
+    if let Some(url) = &args.anchor_url {
+        post_anchor(url, &o.anchor()).await.map_err(|e| e.context(again()))?;
+    }
+    Ok(())
+}
+
 pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open_configured().await?;
+    if let Some(path) = &args.anchor_file {
+        let added = catch_up_anchor_file(path, &anchors(&pool).await?)?;
+        if !added.is_empty() {
+            let months: Vec<String> = added.iter().map(ToString::to_string).collect();
+            eprintln!(
+                "note: {} held no seal of {} (closed before, not anchored there); appended",
+                path.display(),
+                months.join(", ")
+            );
+        }
+    }
+    // Each month's seal is kept outside the database as soon as it is
+    // closed, before the next month is closed: a `close --through` stopped
+    // part-way leaves no closed month unanchored but the one it was in.
+    let now = Utc::now();
+    let step = |month: Month| {
+        let (pool, args) = (&pool, &args);
+        async move {
+            let o = close(pool, month, author, now).await?;
+            keep_anchor(args, &o).await?;
+            Ok::<_, anyhow::Error>(o)
+        }
+    };
     let (done, stopped) = match (args.month, args.through) {
-        (Some(month), _) => (vec![close(&pool, month, author, Utc::now()).await?], None),
+        (Some(month), _) => (vec![step(month).await?], None),
         (None, Some(through)) => {
-            let t = close_through(&pool, through, author, Utc::now()).await?;
-            (t.months, t.stopped)
+            crate::service::month_by_month(first_to_close(&pool, through).await?, through, step).await
         }
         (None, None) => unreachable!("clap requires --month or --through"),
     };
-    for o in &done {
-        // The month is closed now, whatever happens to its anchor: say how to
-        // anchor it again if that fails (closing again is harmless).
-        let again = format!(
-            "{} is closed; its seal was not kept outside the database: run `hpc-ledger close --month {}` again with the anchor option",
-            o.month, o.month
-        );
-        if let Some(path) = &args.anchor_file {
-            append_anchor(path, &o.anchor()).map_err(|e| e.context(again.clone()))?;
-        }
-        if let Some(url) = &args.anchor_url {
-            post_anchor(url, &o.anchor())
-                .await
-                .map_err(|e| e.context(again.clone()))?;
-        }
-    }
     // Each month's rollups folded to one row per key, now that its close has
     // committed (and its anchor is kept) and postings no longer wait on it
     // (migration 0042).
@@ -160,7 +219,7 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
     match args.format {
         Format::Json if args.through.is_some() => print_json(&serde_json::json!({
             "months": done,
-            "stopped": stopped.as_ref().map(ToString::to_string),
+            "stopped": stopped.as_ref().map(|e| format!("{e:#}")),
         }))?,
         Format::Json => print_json(&done[0])?,
         Format::Text => {
@@ -172,8 +231,8 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
     }
     if let Some(e) = stopped {
         return Err(match done.last() {
-            Some(d) => anyhow::Error::from(e).context(format!("stopped after {}", d.month)),
-            None => e.into(),
+            Some(d) => e.context(format!("stopped after {}", d.month)),
+            None => e,
         });
     }
     Ok(ExitCode::SUCCESS)

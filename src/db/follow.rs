@@ -11,12 +11,17 @@ pub struct Cursor {
     pub byte_offset: i64,
     /// Lines of `file` read so far (for `file:line` references).
     pub lines: i64,
+    /// A digest of what was read of `file` before `byte_offset` (see
+    /// `service::follow`), to tell the same file grown from another one
+    /// put in its place. `None` at a file's start and in cursors saved
+    /// before migration 0050.
+    pub seen: Option<Vec<u8>>,
 }
 
 pub async fn get(conn: &mut PgConnection, source: &str) -> Result<Option<Cursor>, sqlx::Error> {
     sqlx::query_as!(
         Cursor,
-        "SELECT file, byte_offset, lines FROM follow_cursor WHERE source = $1",
+        "SELECT file, byte_offset, lines, seen FROM follow_cursor WHERE source = $1",
         source
     )
     .fetch_optional(conn)
@@ -25,13 +30,15 @@ pub async fn get(conn: &mut PgConnection, source: &str) -> Result<Option<Cursor>
 
 pub async fn set(conn: &mut PgConnection, source: &str, cursor: &Cursor) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "INSERT INTO follow_cursor (source, file, byte_offset, lines) VALUES ($1, $2, $3, $4)
+        "INSERT INTO follow_cursor (source, file, byte_offset, lines, seen) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (source) DO UPDATE
-            SET file = EXCLUDED.file, byte_offset = EXCLUDED.byte_offset, lines = EXCLUDED.lines, updated_at = now()",
+            SET file = EXCLUDED.file, byte_offset = EXCLUDED.byte_offset, lines = EXCLUDED.lines,
+                seen = EXCLUDED.seen, updated_at = now()",
         source,
         cursor.file,
         cursor.byte_offset,
-        cursor.lines
+        cursor.lines,
+        cursor.seen.as_deref()
     )
     .execute(conn)
     .await?;

@@ -129,7 +129,21 @@ pub struct ReadOptions {
     /// before is read so again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub slurm_totals: bool,
+    /// Set only in a rejection's options: the record is the last line of a
+    /// `sacct` or PBS input that ended in the middle of it (no newline: a
+    /// file cut short while it was written or copied). Read again it is
+    /// still malformed ([`CUT_SHORT`]): its end is not known, and a value cut
+    /// there (`walltime=01:0`) would be charged as if whole. The complete
+    /// line, imported, records the job and resolves the rejection.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
 }
+
+/// Why the last line of a `sacct` or PBS input without a newline after it
+/// is not charged.
+pub const CUT_SHORT: &str = "the input ends in the middle of this line (no newline after it): it was cut short while \
+     being written or copied, and a value cut there would be charged as if whole; kept, not charged: import the \
+     complete file again (the job is then recorded and this rejection resolved)";
 
 /// A reading added on 2026-12-06, by the read option that marks the records
 /// read with it: a record kept without it was read the earlier way.
@@ -230,6 +244,11 @@ impl KeptOptions {
         &self.stored().0
     }
 
+    /// The options themselves.
+    pub fn read_options(&self) -> &ReadOptions {
+        &self.0.options
+    }
+
     /// The JSON's text: equal texts are the same set.
     pub fn text(&self) -> &str {
         &self.stored().1
@@ -320,6 +339,13 @@ pub trait Parser {
 }
 
 impl Format {
+    /// Whether every record is a line a program wrote whole, newline
+    /// included (`sacct`, PBS): a last line without one was cut short. A
+    /// JSON line cut short does not parse.
+    pub fn whole_lines(self) -> bool {
+        matches!(self, Format::Slurm | Format::Pbs)
+    }
+
     /// What an input of this format is, for messages.
     pub fn describe(self) -> &'static str {
         match self {
@@ -463,6 +489,9 @@ pub fn reread(
     raw: &str,
     raw_bytes: Option<&[u8]>,
 ) -> Result<Item, String> {
+    if options.cut_short {
+        return Ok(Item::Bad(CUT_SHORT.into()));
+    }
     Ok(match Format::of(source_format) {
         Some(f) => read_kept(&mut *parser(f, options)?, raw, raw_bytes),
         None => read_json_job(raw),
@@ -525,6 +554,9 @@ impl Rereader {
         }
         let KeptSet { options, parsers } = self.sets.get_mut(options).expect("inserted above");
         let options = options.as_ref().map_err(Clone::clone)?;
+        if options.cut_short {
+            return Ok((options, Ok(Item::Bad(CUT_SHORT.into()))));
+        }
         let Some(format) = Format::of(source_format) else {
             return Ok((options, Ok(read_json_job(raw))));
         };
@@ -637,6 +669,8 @@ pub struct LineReader<R> {
     inner: R,
     number: u64,
     bytes: u64,
+    /// The last line read had no newline after it.
+    unterminated: bool,
 }
 
 impl<R: BufRead> LineReader<R> {
@@ -645,7 +679,14 @@ impl<R: BufRead> LineReader<R> {
             inner,
             number: 0,
             bytes: 0,
+            unterminated: false,
         }
+    }
+
+    /// Whether the line last returned ended the input without a newline
+    /// (for a machine-written format: cut short, [`CUT_SHORT`]).
+    pub fn unterminated(&self) -> bool {
+        self.unterminated
     }
 
     /// Bytes consumed so far (for progress).
@@ -658,6 +699,7 @@ impl<R: BufRead> LineReader<R> {
         let mut buf: Vec<u8> = Vec::new();
         let mut too_long = false;
         let mut any = false;
+        self.unterminated = true;
         loop {
             let chunk = self.inner.fill_buf()?;
             if chunk.is_empty() {
@@ -674,6 +716,7 @@ impl<R: BufRead> LineReader<R> {
             self.inner.consume(take);
             self.bytes += take as u64;
             if done {
+                self.unterminated = false;
                 break;
             }
         }

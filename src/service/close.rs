@@ -319,19 +319,24 @@ pub async fn close_through(
     author: &str,
     now: DateTime<Utc>,
 ) -> Result<CloseThrough, CloseError> {
-    let first = {
-        let mut conn = pool.acquire().await.map_err(DbError::from)?;
-        let last = ledger::last_closed(&mut conn).await?.map(Month::of_date);
-        match last {
-            Some(l) => Some(l.next()),
-            None => periods::earlier_open_month(&mut conn, through.next().first_day())
-                .await?
-                .map(Month::of_date),
-        }
-    };
+    let first = first_to_close(pool, through).await?;
     let (months, stopped) =
         crate::service::month_by_month(first, through, |month| close(pool, month, author, now)).await;
     Ok(CloseThrough { months, stopped })
+}
+
+/// The first month `close --through through` closes: the month after the
+/// last closed one; with none closed, the first month with entries (`None`:
+/// there is none through `through`).
+pub async fn first_to_close(pool: &PgPool, through: Month) -> Result<Option<Month>, CloseError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    let last = ledger::last_closed(&mut conn).await?.map(Month::of_date);
+    Ok(match last {
+        Some(l) => Some(l.next()),
+        None => periods::earlier_open_month(&mut conn, through.next().first_day())
+            .await?
+            .map(Month::of_date),
+    })
 }
 
 /// Recompute the seals (and entry counts and totals) of closed months.

@@ -11,7 +11,11 @@
 //! is read to its end once more (a last line without a newline included)
 //! and the follower moves on. A file the follower has not finished that
 //! disappears (compressed, moved) stops it with an error rather than
-//! skipping its jobs. A first start reads the directory from its
+//! skipping its jobs. A file put in place of the one being read (a
+//! copy-and-truncate rotation, a rename and create, a restore) is read
+//! again from its start, its jobs recorded or replayed: the cursor keeps a
+//! digest of what was read before its offset ([`seen`]), and a file that
+//! is shorter than the offset or differs there is another file. A first start reads the directory from its
 //! oldest file: back-filling history is the same operation, and what was
 //! imported before is replayed, not charged again.
 
@@ -124,6 +128,7 @@ pub async fn follow(
                 file: n.clone(),
                 byte_offset: 0,
                 lines: 0,
+                seen: None,
             }),
         };
         if let Some(at) = current {
@@ -142,6 +147,7 @@ pub async fn follow(
                         file: next.clone(),
                         byte_offset: 0,
                         lines: 0,
+                        seen: None,
                     };
                     save(pool, &key, &next).await?;
                     cursor = Some(next);
@@ -162,6 +168,30 @@ async fn save(pool: &PgPool, key: &str, cursor: &Cursor) -> Result<(), ImportErr
     Ok(())
 }
 
+/// Bytes of a file's start and of its end before the cursor that [`seen`]
+/// digests.
+const SEEN: u64 = 4096;
+
+/// A digest of what a follower read of `file` before `offset`: the offset,
+/// the first [`SEEN`] bytes and the last [`SEEN`] bytes before it. PBS only
+/// appends to its day files, so these never change under a follower; a
+/// file replaced under the same name by a longer one (whose jobs reading on
+/// from `offset` would skip) differs in them. A replacement that keeps both
+/// ends byte for byte is not told apart: its middle is taken as read.
+pub fn seen(file: &std::fs::File, offset: u64) -> std::io::Result<Vec<u8>> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::FileExt;
+    let n = offset.min(SEEN);
+    let mut buf = vec![0; usize::try_from(n).unwrap_or(0)];
+    let mut h = Sha256::new();
+    h.update(offset.to_be_bytes());
+    file.read_exact_at(&mut buf, 0)?;
+    h.update(&buf);
+    file.read_exact_at(&mut buf, offset - n)?;
+    h.update(&buf);
+    Ok(h.finalize().to_vec())
+}
+
 /// Read what is new in `at.file` from `at.byte_offset` and record it, batch
 /// by batch, advancing the cursor after each. `finished`: a newer file
 /// exists, so a last line without a newline is complete.
@@ -178,13 +208,28 @@ async fn read_file(
     let mut file = std::fs::File::open(&path).map_err(|e| read_error(f, &at.file, e))?;
     let len = file.metadata().map_err(|e| read_error(f, &at.file, e))?.len();
     let offset = u64::try_from(at.byte_offset).unwrap_or(0);
-    if len < offset {
+    let replaced = if len < offset {
+        Some(format!(
+            "it is shorter than where reading stopped ({len} < {offset} bytes)"
+        ))
+    } else {
+        match &at.seen {
+            Some(digest) if offset > 0 && seen(&file, offset).map_err(|e| read_error(f, &at.file, e))? != *digest => {
+                Some(format!(
+                    "its bytes before where reading stopped (byte {offset}) are not those read"
+                ))
+            }
+            _ => None,
+        }
+    };
+    if let Some(why) = replaced {
         tracing::warn!(
-            "{} is shorter than where reading stopped ({len} < {offset} bytes): it was rewritten; reading it again from the start (what was recorded is replayed)",
+            "{}: {why}: another file was put in its place; reading it again from the start (what was recorded is replayed)",
             path.display()
         );
         at.byte_offset = 0;
         at.lines = 0;
+        at.seen = None;
     }
     let base = at.byte_offset;
     file.seek(SeekFrom::Start(u64::try_from(base).unwrap_or(0)))
@@ -235,6 +280,25 @@ async fn read_file(
             let reason = format!("the line is longer than {MAX_LINE} bytes");
             summary.reject(RejectKind::Malformed, &reference, &reason);
             malformed.push((source(prefix, None, p.options()), reason));
+        } else if buf[end - 1] != b'\n' && f.format.whole_lines() && !bytes.is_empty() {
+            // The day is over and its file ends in the middle of a line
+            // (PBS writes each whole): kept, not charged, and not charged
+            // by a retry either.
+            let (text, exact) = crate::ingest::decode(bytes.to_vec());
+            let reason = crate::ingest::CUT_SHORT.to_owned();
+            summary.reject(RejectKind::Malformed, &reference, &reason);
+            let options = KeptOptions::new(ReadOptions {
+                cut_short: true,
+                ..p.options().read_options().clone()
+            });
+            let job = p.job_key(&text);
+            malformed.push((
+                Source {
+                    job,
+                    ..source(text, exact, options)
+                },
+                reason,
+            ));
         } else {
             // The byte policy of every path: bad bytes read as U+FFFD, the
             // bytes kept; a NUL byte is a damaged record.
@@ -269,6 +333,8 @@ async fn read_file(
         start = end;
         at.byte_offset = base + end as i64;
         if jobs.len() + malformed.len() >= batch || start >= whole {
+            at.seen =
+                Some(seen(&file, u64::try_from(at.byte_offset).unwrap_or(0)).map_err(|e| read_error(f, &at.file, e))?);
             let outcomes = recorder.record(&jobs, &malformed).await?;
             for (job, outcome) in jobs.iter().zip(&outcomes) {
                 summary.count(outcome, &job.source.reference);

@@ -365,6 +365,18 @@ impl Reader {
     /// One record (a line, or one job of a document): parsed into the batch,
     /// which is sent when full.
     fn record(&mut self, reference: String, line: RawLine, read_so_far: u64) -> Result<(), ReadError> {
+        self.keep(reference, line, None, read_so_far)
+    }
+
+    /// [`Reader::record`]; an unreadable line is kept with `options` when
+    /// given, else with the parser's.
+    fn keep(
+        &mut self,
+        reference: String,
+        line: RawLine,
+        options: Option<KeptOptions>,
+        read_so_far: u64,
+    ) -> Result<(), ReadError> {
         if let RawLine::Text(text) | RawLine::Lossy { text, .. } = &line
             && !self.checked
             && !text.trim().is_empty()
@@ -386,7 +398,7 @@ impl Reader {
             RawLine::Unreadable { reason, prefix, bytes } => {
                 self.checked = true;
                 let job = self.p.job_key(&prefix);
-                let s = source(prefix, bytes, self.p.options(), job);
+                let s = source(prefix, bytes, options.unwrap_or_else(|| self.p.options()), job);
                 self.batch.malformed.push((s, reason));
                 self.malformed_in_a_row(&reference)?;
                 return self.send_if_full(read_so_far);
@@ -491,8 +503,40 @@ impl Reader {
                 }
             };
             let reference = format!("{}:{number}", self.file);
-            self.record(reference, line, lines.bytes_read())?;
+            if lines.unterminated() && self.format.whole_lines() {
+                self.record_cut_short(reference, line, lines.bytes_read())?;
+            } else {
+                self.record(reference, line, lines.bytes_read())?;
+            }
         }
+    }
+
+    /// The last line of a `sacct` or PBS input that ends without a newline:
+    /// kept as malformed ([`crate::ingest::CUT_SHORT`]), with options that
+    /// say so, so that a retry does not charge it either.
+    fn record_cut_short(&mut self, reference: String, line: RawLine, read_so_far: u64) -> Result<(), ReadError> {
+        let (text, bytes) = match line {
+            RawLine::Text(text) => (text, None),
+            RawLine::Lossy { text, bytes } => (text, Some(bytes)),
+            unreadable @ RawLine::Unreadable { .. } => return self.record(reference, unreadable, read_so_far),
+        };
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        if !self.checked {
+            self.checked = true;
+            crate::ingest::check_format(self.format, &text).map_err(ReadError::WrongFormat)?;
+        }
+        let options = KeptOptions::new(ReadOptions {
+            cut_short: true,
+            ..self.p.options().read_options().clone()
+        });
+        let line = RawLine::Unreadable {
+            reason: crate::ingest::CUT_SHORT.to_owned(),
+            prefix: text,
+            bytes,
+        };
+        self.keep(reference, line, Some(options), read_so_far)
     }
 
     /// `sacct --json`: one document, its jobs streamed one at a time.

@@ -800,6 +800,21 @@ async fn resolve_rejections(
         // or as it was kept (a run recorded under an earlier reading is read
         // so: `Recorder::earlier_readings`).
         let kept = serde_json::from_value::<ReadOptions>(o.read_options.clone()).unwrap_or_default();
+        if kept.cut_short {
+            // A line cut short (`ingest::CUT_SHORT`) cannot be read: the
+            // run is the one whose whole record it begins.
+            let whole = recorded.iter().find(|(job, _)| {
+                job.input.key().eq_ignore_ascii_case(&o.job_key)
+                    && job.source.format == o.source_format
+                    && job.source.raw.len() > o.raw.len()
+                    && job.source.raw.starts_with(o.raw.as_str())
+            });
+            if let Some((_, record)) = whole {
+                ids.push(o.id);
+                proofs.push(record.0);
+            }
+            continue;
+        }
         let readings = [kept.clone().now(o.source_format), kept.before()];
         let same = readings.iter().find_map(|options| {
             let Ok(crate::ingest::Item::Job(input)) =

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hpc_ledger::domain::posting::RejectKind;
 use hpc_ledger::ingest::{Format, ReadOptions, Skip};
 use hpc_ledger::service::follow::{Follow, follow};
 use hpc_ledger::service::import::Summary;
@@ -126,7 +127,8 @@ async fn a_followed_directory_is_recorded_once_across_days_partial_lines_and_res
     assert_eq!(s1.skipped[&Skip::OtherRecord], 4);
 
     // Stopped over midnight: the next day's file appears, its last line
-    // without a newline yet, then the day after begins.
+    // without a newline, then the day after begins: that line was cut
+    // short (PBS writes whole lines), and is kept, not charged.
     let day2 = dir.join("20261102");
     append(&day2, &format!("{}{}{}{}", l[2], l[8], l[9], l[3].trim_end()));
     let day3 = dir.join("20261103");
@@ -135,7 +137,28 @@ async fn a_followed_directory_is_recorded_once_across_days_partial_lines_and_res
     until_at(&db.pool, "20261103", l[10].len() + l[11].len()).await;
     let s2 = second.stop().await;
     // Resumed where it stopped: nothing read twice.
-    assert_eq!((s2.recorded, s2.replayed, s2.lines), (2, 0, 6), "{s2:#?}");
+    assert_eq!((s2.recorded, s2.replayed, s2.lines), (1, 0, 6), "{s2:#?}");
+    assert_eq!(s2.rejected[&RejectKind::Malformed], 1, "{s2:#?}");
+    assert!(s2.examples[0].ends_with(&format!("20261102:4: {}", hpc_ledger::ingest::CUT_SHORT)));
+    // Only the newline was missing: the operator adds it and imports the
+    // day's file; the job is recorded and the rejection resolved.
+    append(&day2, "\n");
+    let mut s = Summary::default();
+    hpc_ledger::service::import::import(
+        &mut Recorder::new(db.pool.clone(), RecordOptions::by("operator")),
+        std::fs::File::open(&day2).unwrap(),
+        &hpc_ledger::service::import::Input::new("20261102", Format::Pbs, &options()),
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.recorded, s.replayed), (1, 1), "{s:#?}");
+    let open: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record WHERE resolved_at IS NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(open, 0);
 
     // The same charges as importing the whole log at once.
     let other = fixture_db().await;
@@ -202,6 +225,49 @@ async fn a_file_gone_before_it_was_finished_stops_the_follower() {
         2,
         "the next day's job is not recorded past the gap"
     );
+}
+
+#[tokio::test]
+async fn a_file_put_in_place_of_the_one_being_read_is_read_again_from_its_start() {
+    let db = fixture_db().await;
+    let dir = scratch_dir();
+    let l = fixture_lines();
+    let day = dir.join("20261101");
+    append(&day, &format!("{}{}", l[0], l[1]));
+    let first = start(&db.pool, &dir);
+    until_at(&db.pool, "20261101", l[0].len() + l[1].len()).await;
+    first.stop().await;
+    assert_eq!(jobs(&db.pool).await, 2);
+
+    // Copied and truncated while no follower ran, then written anew, and
+    // longer than where reading stopped: read from that offset on, the
+    // new first job would be lost.
+    let copied = format!("{}{}{}{}{}", l[2], l[10], l[11], l[4], l[5]);
+    assert!(copied.len() > l[0].len() + l[1].len());
+    std::fs::write(&day, &copied).unwrap();
+    let second = start(&db.pool, &dir);
+    until_at(&db.pool, "20261101", copied.len()).await;
+    assert_eq!(jobs(&db.pool).await, 3);
+
+    // Renamed away and created again while the follower runs; the new
+    // file holds two jobs recorded before and one new.
+    let renamed = format!("{}{}{}{}{}", l[3], l[0], l[1], l[7], l[8]);
+    assert!(renamed.len() > copied.len());
+    let tmp = dir.join("incoming.tmp");
+    std::fs::write(&tmp, &renamed).unwrap();
+    std::fs::rename(&tmp, &day).unwrap();
+    until_at(&db.pool, "20261101", renamed.len()).await;
+    let s = second.stop().await;
+    assert_eq!(jobs(&db.pool).await, 4, "{s:#?}");
+    assert_eq!((s.recorded, s.replayed, s.lines), (2, 2, 10), "{s:#?}");
+    assert!(s.rejected.is_empty(), "no line read from the middle: {s:#?}");
+    let refs: Vec<String> =
+        sqlx::query_scalar("SELECT r.source_ref FROM job_record r JOIN job j ON j.id = r.job_id ORDER BY r.id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let short: Vec<&str> = refs.iter().map(|r| r.rsplit('/').next().unwrap()).collect();
+    assert_eq!(short, ["20261101:1", "20261101:2", "20261101:1", "20261101:1"]);
 }
 
 #[tokio::test]

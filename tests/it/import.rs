@@ -1040,6 +1040,62 @@ async fn a_damaged_line_with_nul_bytes_is_rejected_and_the_rest_recorded() {
     assert_eq!(bytes, Some(vec![0u8; 6]));
 }
 
+/// A log copied while PBS was writing it ends in the middle of a record:
+/// cut before its memory and walltime, the record still reads as a job. It
+/// is kept, not charged; a retry does not charge it either; the complete
+/// file records the job and resolves the rejection.
+#[tokio::test]
+async fn the_last_line_of_a_file_cut_short_is_kept_until_the_whole_file_is_imported() {
+    const LOG: &str = "hnormalise_torque_accounting.log";
+    let db = fixture_db().await;
+    let whole = std::fs::read_to_string(crate::fixtures::stripped(LOG)).unwrap();
+    let lines: Vec<&str> = whole.lines().collect();
+    let cut = &lines[1][..lines[1].find(" resources_used.mem=").unwrap()];
+    let path = scratch_dir("cut-short").join("20140112");
+    std::fs::write(&path, format!("{}\n{cut}", lines[0])).unwrap();
+    let (format, options) = crate::fixtures::options(LOG);
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
+    let mut s = Summary::default();
+    import(
+        &mut recorder,
+        std::fs::File::open(&path).unwrap(),
+        &Input::new("20140112", format, &options),
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!((s.recorded, s.rejected_total()), (1, 1), "{s:#?}");
+    assert_eq!(s.rejected[&RejectKind::Malformed], 1);
+    assert_eq!(s.examples, [format!("20140112:2: {}", hpc_ledger::ingest::CUT_SHORT)]);
+    let (raw, key): (String, String) = sqlx::query_as("SELECT raw, job_key FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (raw.as_str(), key.as_str()),
+        (cut, "vsc/161299[].mymaster.somecluster.somedomain_389")
+    );
+    let entries = entry_count(&db.pool).await;
+
+    // Read again, it is still cut short.
+    let mut s = Summary::default();
+    retry_rejected(&db.pool, &mut recorder, &mut s, &[]).await.unwrap();
+    assert_eq!((s.recorded, s.rejected_total()), (0, 1), "{s:#?}");
+    assert_eq!(entry_count(&db.pool).await, entries);
+
+    // The whole log: the job is charged and the rejection resolved by it.
+    let s = import_fixture(&db, LOG, false).await;
+    assert_eq!((s.recorded, s.replayed, s.rejected_total()), (3, 1, 0), "{s:#?}");
+    let (resolution, raw): (String, String) = sqlx::query_as(
+        "SELECT x.resolution, r.raw FROM rejected_record x JOIN job_record r ON r.id = x.resolved_record_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((resolution.as_str(), raw.as_str()), ("recorded_elsewhere", lines[1]));
+}
+
 #[tokio::test]
 async fn a_cluster_time_zone_cannot_move_recorded_jobs() {
     let db = fixture_db().await;

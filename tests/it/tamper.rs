@@ -441,6 +441,49 @@ async fn a_sealed_month_keeps_its_currency_and_a_rewritten_chain_shows_outside_t
     }
 }
 
+/// A `close --through` stopped after months committed but before their
+/// seals reached the anchor file (here: closed without one): the next
+/// close with the file anchors them, in order, each once.
+#[tokio::test]
+async fn months_closed_without_their_anchor_are_anchored_by_the_next_close() {
+    let db = october().await;
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("anchors-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let anchors = dir.join("seals.jsonl");
+    let a = anchors.to_str().unwrap();
+    ok(&db.cli(&["close", "--through", "2026-08"]));
+    let out = db.cli(&["close", "--through", "2026-10", "--anchor-file", a]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("held no seal of 2026-07, 2026-08 (closed before, not anchored there); appended"),
+        "{err}"
+    );
+    ok(&out);
+    let months: Vec<String> = std::fs::read_to_string(&anchors)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["month"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(months, ["2026-07", "2026-08", "2026-09", "2026-10"]);
+    let checked = ok(&db.cli(&["verify", "--against", a]));
+    assert_eq!(
+        checked.lines().filter(|l| l.ends_with("matches its anchor")).count(),
+        4,
+        "{checked}"
+    );
+    // Again: nothing to add.
+    let out = db.cli(&["close", "--month", "2026-10", "--anchor-file", a]);
+    ok(&out);
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&anchors).unwrap().lines().count(), 4);
+}
+
 #[tokio::test]
 async fn the_audit_finds_its_own_guards_and_views_altered() {
     let db = october().await;
