@@ -45,25 +45,79 @@ pub struct CloseArgs {
     format: Format,
 }
 
-/// Append `a` to the anchor file unless that month's seal is there already.
-fn append_anchor(path: &std::path::Path, a: &Anchor) -> anyhow::Result<bool> {
+/// What an anchor file holds: its anchors in order, the lines that are not
+/// anchors (line number, why: a write cut short by a full disk, say), and
+/// whether its last line ends (an append must start on a line of its own).
+/// A file that does not exist holds nothing.
+struct AnchorFile {
+    anchors: Vec<Anchor>,
+    not_anchors: Vec<(usize, String)>,
+    ends_line: bool,
+}
+
+fn read_anchor_file(path: &std::path::Path) -> anyhow::Result<AnchorFile> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => anyhow::bail!("reading the anchor file {}: {e}", path.display()),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let mut file = AnchorFile {
+        anchors: Vec::new(),
+        not_anchors: Vec::new(),
+        ends_line: bytes.is_empty() || bytes.ends_with(b"\n"),
+    };
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match serde_json::from_str::<Anchor>(line) {
+            Ok(a) => file.anchors.push(a),
+            Err(e) => file.not_anchors.push((n + 1, e.to_string())),
+        }
+    }
+    Ok(file)
+}
+
+/// Append `lines` (each a JSON anchor) to the anchor file, on lines of their
+/// own, and sync it.
+fn append_lines(path: &std::path::Path, file: &AnchorFile, lines: &[String]) -> anyhow::Result<()> {
     use std::io::Write;
-    let line = serde_json::to_string(a)?;
-    if let Ok(text) = std::fs::read_to_string(path)
-        && text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Anchor>(l).ok())
-            .any(|k| k.month == a.month && k.seal == a.seal)
-    {
-        return Ok(false);
+    let mut text = String::new();
+    if !file.ends_line {
+        text.push('\n');
+    }
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
     }
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
         .map_err(|e| anyhow::anyhow!("opening the anchor file {}: {e}", path.display()))?;
-    writeln!(f, "{line}")?;
+    f.write_all(text.as_bytes())?;
     f.sync_all()?;
+    Ok(())
+}
+
+/// Append `a` to the anchor file unless that month's seal is there already.
+/// A file that holds another seal for the month is not appended to: the
+/// database's seal changed after it was anchored (a month's seal never
+/// does), and appending it would anchor the change.
+fn append_anchor(path: &std::path::Path, a: &Anchor) -> anyhow::Result<bool> {
+    let file = read_anchor_file(path)?;
+    if let Some(k) = file.anchors.iter().find(|k| k.month == a.month) {
+        anyhow::ensure!(
+            k.seal == a.seal,
+            "{} holds the seal {} for {}, and the database records {}: the month's seal was changed after it was \
+             anchored; nothing was appended: run `hpc-ledger verify --against {}`",
+            path.display(),
+            k.seal,
+            a.month,
+            a.seal,
+            path.display()
+        );
+        return Ok(false);
+    }
+    append_lines(path, &file, &[serde_json::to_string(a)?])?;
     Ok(true)
 }
 
@@ -130,32 +184,17 @@ fn run_with_input(cmd: &mut std::process::Command, input: &str) -> std::io::Resu
 /// between a month's commit and its anchor, or before the file was kept.
 /// Returns the months appended.
 fn catch_up_anchor_file(path: &std::path::Path, closed: &[Anchor]) -> anyhow::Result<Vec<Month>> {
-    use std::io::Write;
-    let held: std::collections::HashSet<Month> = match std::fs::read_to_string(path) {
-        Ok(text) => text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Anchor>(l).ok())
-            .map(|a| a.month)
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
-        Err(e) => anyhow::bail!("reading the anchor file {}: {e}", path.display()),
-    };
+    let file = read_anchor_file(path)?;
+    let held: std::collections::HashSet<Month> = file.anchors.iter().map(|a| a.month).collect();
     let missing: Vec<&Anchor> = closed.iter().filter(|a| !held.contains(&a.month)).collect();
     if missing.is_empty() {
         return Ok(Vec::new());
     }
-    let mut text = String::new();
-    for a in &missing {
-        text.push_str(&serde_json::to_string(a)?);
-        text.push('\n');
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("opening the anchor file {}: {e}", path.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
+    let lines = missing
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    append_lines(path, &file, &lines)?;
     Ok(missing.iter().map(|a| a.month).collect())
 }
 
@@ -309,16 +348,15 @@ pub async fn run_verify(args: VerifyArgs, readers: &Readers) -> anyhow::Result<E
         return super::archive::run_verify(&pool, path, args.since, args.format).await;
     }
     if let Some(path) = &args.against {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("reading the anchor file {}: {e}", path.display()))?;
-        let mut kept = Vec::new();
-        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            kept.push(
-                serde_json::from_str::<Anchor>(line)
-                    .map_err(|e| anyhow::anyhow!("{}:{}: not an anchor: {e}", path.display(), n + 1))?,
-            );
+        anyhow::ensure!(path.exists(), "the anchor file {} does not exist", path.display());
+        let file = read_anchor_file(path)?;
+        // A line that is not an anchor (an append cut short by a full disk)
+        // is passed over: the months are checked against the others, and a
+        // month with no anchor left is reported as such.
+        for (n, why) in &file.not_anchors {
+            eprintln!("warning: {}:{n}: not an anchor ({why}); passed over", path.display());
         }
-        let checks = verify_against(&pool, &kept).await?;
+        let checks = verify_against(&pool, &file.anchors).await?;
         let bad = checks.iter().filter(|c| !c.holds()).count();
         match args.format {
             super::ListFormat::Json => print_json(&checks)?,

@@ -131,6 +131,8 @@ pub struct OpenOfJob {
     pub raw: String,
     pub raw_bytes: Option<Vec<u8>>,
     pub job_key: String,
+    /// Where it was read (`file:line`).
+    pub source_ref: String,
 }
 
 /// The open rejections whose job key is one of `keys` (compared ignoring
@@ -141,7 +143,7 @@ pub async fn open_of_jobs(conn: &mut PgConnection, keys: &[String]) -> Result<Ve
     sqlx::query_as!(
         OpenOfJob,
         r#"SELECT id, source_format AS "source_format: SourceFormat", read_options, raw, raw_bytes,
-                  job_key AS "job_key!"
+                  job_key AS "job_key!", source_ref
              FROM rejected_record
             WHERE resolved_at IS NULL AND lower(job_key) = ANY($1) AND kind <> 'conflict'"#,
         &lower

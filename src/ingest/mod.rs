@@ -143,7 +143,32 @@ pub struct ReadOptions {
 /// is not charged.
 pub const CUT_SHORT: &str = "the input ends in the middle of this line (no newline after it): it was cut short while \
      being written or copied, and a value cut there would be charged as if whole; kept, not charged: import the \
-     complete file again (the job is then recorded and this rejection resolved)";
+     complete file again under the same name (the job is then recorded and this rejection resolved); if the record \
+     is whole and only the file's last newline is missing (a script that wrote it so), add it (`echo >> FILE`) \
+     and import the file again";
+
+/// The last line of a [`Format::whole_lines`] input without a newline after
+/// it, read: `None` when it holds nothing; a skip when it is a record never
+/// charged whatever its end (a PBS record other than a job's end, a PBS
+/// array's own end record, a Slurm step: each known from its start);
+/// otherwise malformed, [`CUT_SHORT`].
+pub fn read_cut_short(p: &mut dyn Parser, text: &str, exact: Option<&[u8]>) -> Option<Item> {
+    if let Some(s) = p.cut_skip(text) {
+        return Some(Item::Skip(s));
+    }
+    match read_record(p, text, exact)? {
+        Item::Skip(s @ (Skip::OtherRecord | Skip::ArrayParent | Skip::Step)) => Some(Item::Skip(s)),
+        _ => Some(Item::Bad(CUT_SHORT.into())),
+    }
+}
+
+/// The job a line cut short names, when its job id is whole: one more
+/// character at the end would not change it (a line cut inside its job id,
+/// `12` of `1234|…`, names no job, rather than job 12).
+pub fn cut_job_key(p: &dyn Parser, text: &str) -> Option<String> {
+    let key = p.job_key(text)?;
+    (p.job_key(&format!("{text}\u{FFFD}")).as_ref() == Some(&key)).then_some(key)
+}
 
 /// A reading added on 2026-12-06, by the read option that marks the records
 /// read with it: a record kept without it was read the earlier way.
@@ -334,6 +359,12 @@ pub trait Parser {
     /// gives it), read as far as the line allows: so a malformed record's
     /// rejection still says which job it is.
     fn job_key(&self, _line: &str) -> Option<String> {
+        None
+    }
+    /// A line cut short that is, from what it holds, a record never charged
+    /// (a Slurm step: its job id is whole and names one), where parsing it
+    /// would only say it is short of fields.
+    fn cut_skip(&self, _line: &str) -> Option<Skip> {
         None
     }
 }

@@ -517,6 +517,13 @@ impl Parser for SlurmParser {
         self.options.clone()
     }
 
+    fn cut_skip(&self, line: &str) -> Option<Skip> {
+        let cols = self.columns(line);
+        let at = *self.fields.as_ref()?.index.get("jobid")?;
+        // Whole: another field follows it.
+        (at + 1 < cols.len() && cols[at].contains('.')).then_some(Skip::Step)
+    }
+
     fn job_key(&self, line: &str) -> Option<String> {
         let cols = self.columns(line);
         let xdmod;

@@ -8,11 +8,12 @@
 //!   [`Limits::max_per_peer`] of them for one client address, so that one
 //!   client (or one attacker, without any credential) cannot hold them all
 //!   and leave Slurm's posts and the budget checks answered 503. Past that, up to
-//!   [`Limits::overflow`] more are answered at once — `/healthz` as usual,
-//!   anything else 503 with `Retry-After` — and closed; past both, a
-//!   connection is closed as soon as it is accepted. So `/healthz` answers
-//!   while the server is full, and a flood of sockets cannot exhaust
-//!   descriptors.
+//!   [`Limits::overflow`] more are answered at once — `/healthz` 503 saying
+//!   why ([`Over`]), anything else 503 with `Retry-After` — and closed; past
+//!   both, a connection is closed as soon as it is accepted. So `/healthz`
+//!   tells a monitor that the server is full (which it cannot learn from a
+//!   connection served in full), `/metrics` counts the connections refused,
+//!   and a flood of sockets cannot exhaust descriptors.
 //! - **How long**: request headers must arrive within
 //!   [`Limits::header_timeout`], which also bounds how long an idle
 //!   keep-alive connection is held; a body must arrive within
@@ -93,13 +94,25 @@ impl Limits {
     }
 }
 
+/// Why a connection is answered from the overflow: a request extension on
+/// the requests of such a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Over {
+    /// Every connection served in full is held.
+    Full,
+    /// Its client address holds [`Limits::max_per_peer`] of them.
+    ClientShare,
+}
+
 /// Serve `full` (and `busy` for connections over the cap) on `listener`
 /// until `shutdown` completes; then finish what is in flight and return.
+/// `metrics` counts the connections served and refused.
 pub async fn run(
     listener: TcpListener,
     full: Router,
     busy: Router,
     limits: Limits,
+    metrics: Arc<super::metrics::Metrics>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let served = Arc::new(Semaphore::new(limits.max_connections));
@@ -130,6 +143,11 @@ pub async fn run(
             Some(_) => served.clone().try_acquire_owned().ok(),
             None => None,
         };
+        let over = match (&slot, &full_permit) {
+            (None, _) => Some(Over::ClientShare),
+            (Some(_), None) => Some(Over::Full),
+            (Some(_), Some(_)) => None,
+        };
         let (router, keep_alive, header_timeout, permit, slot) = match full_permit {
             Some(p) => (full.clone(), true, limits.header_timeout, p, slot),
             None => match overflow.clone().try_acquire_owned() {
@@ -141,16 +159,22 @@ pub async fn run(
                     None,
                 ),
                 Err(_) => {
+                    metrics.connection(None);
                     drop(stream);
                     continue;
                 }
             },
         };
-        // Handlers may ask who is posting (`ConnectInfo`).
+        metrics.connection(Some(over));
+        // Handlers may ask who is posting (`ConnectInfo`), and why a
+        // connection is over the cap.
         let service = TowerToHyperService::new(tower::util::MapRequest::new(
             router,
             move |mut r: hyper::Request<hyper::body::Incoming>| {
                 r.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                if let Some(over) = over {
+                    r.extensions_mut().insert(over);
+                }
                 r
             },
         ));
@@ -161,11 +185,15 @@ pub async fn run(
             .max_buf_size(64 << 10)
             .serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             // A client that went away or timed out is not an error of ours.
             let _ = conn.await;
             drop(permit);
             drop(slot);
+            if over.is_none() {
+                metrics.connection_closed();
+            }
         });
     }
     drop(listener);

@@ -7,6 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::conn::Over;
+
 /// Upper bounds of the latency histogram, in seconds.
 const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
@@ -28,6 +30,13 @@ pub struct Metrics {
     intake_waiting: AtomicU64,
     intake_failed: AtomicU64,
     intake_oldest: AtomicU64,
+    /// Connections served in full now.
+    connections_open: AtomicU64,
+    /// Connections answered from the overflow, by why ([`Over`]), and
+    /// closed unanswered (past the overflow too).
+    refused_full: AtomicU64,
+    refused_client_share: AtomicU64,
+    refused_closed: AtomicU64,
 }
 
 impl Metrics {
@@ -62,6 +71,24 @@ impl Metrics {
         self.intake_waiting.store(waiting, Ordering::Relaxed);
         self.intake_failed.store(failed, Ordering::Relaxed);
         self.intake_oldest.store(oldest_unix, Ordering::Relaxed);
+    }
+
+    /// A connection accepted: `None` closed at once (past the overflow),
+    /// `Some(None)` served in full, `Some(Some(why))` answered from the
+    /// overflow.
+    pub(super) fn connection(&self, c: Option<Option<Over>>) {
+        let counter = match c {
+            None => &self.refused_closed,
+            Some(None) => &self.connections_open,
+            Some(Some(Over::Full)) => &self.refused_full,
+            Some(Some(Over::ClientShare)) => &self.refused_client_share,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection served in full closed.
+    pub(super) fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
     }
 
     pub(super) fn batch(&self, jobs: usize) {
@@ -167,6 +194,30 @@ impl Metrics {
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+        out.push_str("# HELP hpc_ledger_serve_connections Connections served in full now.\n");
+        out.push_str("# TYPE hpc_ledger_serve_connections gauge\n");
+        let _ = writeln!(
+            out,
+            "hpc_ledger_serve_connections {}",
+            self.connections_open.load(Ordering::Relaxed)
+        );
+        out.push_str(
+            "# HELP hpc_ledger_serve_connections_refused_total Connections not served in full: answered 503 because \
+             every connection was held (full) or their address held its share (client_share), or closed unanswered \
+             (closed).\n",
+        );
+        out.push_str("# TYPE hpc_ledger_serve_connections_refused_total counter\n");
+        for (why, n) in [
+            ("full", &self.refused_full),
+            ("client_share", &self.refused_client_share),
+            ("closed", &self.refused_closed),
+        ] {
+            let _ = writeln!(
+                out,
+                "hpc_ledger_serve_connections_refused_total{{why=\"{why}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
         }
         out
     }

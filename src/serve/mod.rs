@@ -191,7 +191,7 @@ pub async fn serve(
         web: options.web,
         queue,
         intake: stores,
-        metrics,
+        metrics: metrics.clone(),
         health,
         reader: options.reader.unwrap_or_else(|| pool.clone()),
         pool,
@@ -232,7 +232,7 @@ pub async fn serve(
         .with_state(app.clone());
     // Connections over the cap: /healthz, and 503 for everything else.
     let busy = Router::new()
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(routes::healthz_over))
         .fallback(busy)
         .with_state(app);
     let stop = async move {
@@ -241,7 +241,7 @@ pub async fn serve(
             _ = batcher_died => tracing::error!("the recording task stopped; stopping the server"),
         }
     };
-    let served = conn::run(listener, router, busy, options.limits, stop).await;
+    let served = conn::run(listener, router, busy, options.limits, metrics, stop).await;
     let _ = stop_watch.send(true);
     let _ = watchdog.await;
     let _ = folder.await;

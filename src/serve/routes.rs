@@ -439,6 +439,24 @@ pub(super) async fn healthz(State(app): State<Arc<App>>) -> Response {
     }
 }
 
+/// `GET /healthz` on a connection over the cap: the server is up, but it
+/// refuses this client's posts and checks until connections free up, and
+/// a monitor is told so.
+pub(super) async fn healthz_over(over: Option<axum::Extension<super::conn::Over>>) -> Response {
+    let why = match over.map(|e| e.0) {
+        Some(super::conn::Over::ClientShare) => {
+            "this client address holds as many connections as one address may (--max-per-peer)"
+        }
+        _ => "every connection the server serves in full is held (--max-connections)",
+    };
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "5")],
+        format!("full: {why}; posts and checks from here are answered 503 until connections close\n"),
+    )
+        .into_response()
+}
+
 pub(super) async fn metrics_text(State(app): State<Arc<App>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -169,7 +169,9 @@ impl AnchorCheck {
 
 /// Check the database against seals kept elsewhere: every anchored month
 /// must be closed with that seal, and recompute to it; every closed month
-/// should be anchored.
+/// should be anchored. A month anchored more than once is checked against
+/// its first anchor, the one kept when it closed: a month's seal never
+/// changes, and a later line could only anchor a change.
 pub async fn verify_against(pool: &PgPool, kept: &[Anchor]) -> Result<Vec<AnchorCheck>, DbError> {
     let mut conn = pool.acquire().await?;
     let checks = periods::seal_checks(&mut conn, None).await?;
@@ -181,7 +183,7 @@ pub async fn verify_against(pool: &PgPool, kept: &[Anchor]) -> Result<Vec<Anchor
             let check = checks.iter().find(|c| Month::of_date(c.period) == m);
             AnchorCheck {
                 month: m,
-                anchored_seal: kept.iter().rev().find(|a| a.month == m).map(|a| a.seal.clone()),
+                anchored_seal: kept.iter().find(|a| a.month == m).map(|a| a.seal.clone()),
                 recorded_seal: check.map(|c| c.recorded_seal.clone()),
                 recomputed_seal: check.map(|c| c.recomputed_seal.clone()),
             }

@@ -8,16 +8,18 @@
 //! crash between recording and advancing re-reads those lines, which are
 //! then replays. Only whole lines are read: a line PBS is still writing is
 //! left for the next look. When a newer day's file exists, the current one
-//! is read to its end once more (a last line without a newline included)
-//! and the follower moves on. A file the follower has not finished that
-//! disappears (compressed, moved) stops it with an error rather than
-//! skipping its jobs. A file put in place of the one being read (a
-//! copy-and-truncate rotation, a rename and create, a restore) is read
-//! again from its start, its jobs recorded or replayed: the cursor keeps a
-//! digest of what was read before its offset ([`seen`]), and a file that
-//! is shorter than the offset or differs there is another file. A first start reads the directory from its
-//! oldest file: back-filling history is the same operation, and what was
-//! imported before is replayed, not charged again.
+//! is read to its end once more and the follower moves on; a last line
+//! without a newline then was cut short (PBS writes each line whole) and
+//! is kept as malformed ([`crate::ingest::read_cut_short`]), not charged. A
+//! file the follower has not finished that disappears (compressed, moved)
+//! stops it with an error rather than skipping its jobs. A file put in
+//! place of the one being read (a copy-and-truncate rotation, a rename and
+//! create, a restore) is read again from its start, its jobs recorded or
+//! replayed: the cursor keeps a digest of what was read before its offset
+//! ([`seen`]), and a file that is shorter than the offset or differs there
+//! is another file. A first start reads the directory from its oldest
+//! file: back-filling history is the same operation, and what was imported
+//! before is replayed, not charged again.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -172,29 +174,52 @@ async fn save(pool: &PgPool, key: &str, cursor: &Cursor) -> Result<(), ImportErr
 /// digests.
 const SEEN: u64 = 4096;
 
-/// A digest of what a follower read of `file` before `offset`: the offset,
-/// the first [`SEEN`] bytes and the last [`SEEN`] bytes before it. PBS only
-/// appends to its day files, so these never change under a follower; a
-/// file replaced under the same name by a longer one (whose jobs reading on
-/// from `offset` would skip) differs in them. A replacement that keeps both
-/// ends byte for byte is not told apart: its middle is taken as read.
-pub fn seen(file: &std::fs::File, offset: u64) -> std::io::Result<Vec<u8>> {
+/// A digest of what a follower read of a file before `offset`: the offset,
+/// `head`, the file's first `min(offset, SEEN)` bytes, and `tail`, the
+/// `min(offset, SEEN)` bytes before `offset`. PBS only appends to its day
+/// files, so these never change under a follower; a file replaced under
+/// the same name by a longer one (whose jobs reading on from `offset` would
+/// skip) differs in them. A replacement that keeps both ends byte for byte
+/// is not told apart: its middle is taken as read. Digested from the bytes
+/// the follower read, never read again from the file for the purpose: a
+/// file replaced between reading and saving then differs at the next look.
+pub fn seen(offset: u64, head: &[u8], tail: &[u8]) -> Vec<u8> {
     use sha2::{Digest, Sha256};
-    use std::os::unix::fs::FileExt;
-    let n = offset.min(SEEN);
-    let mut buf = vec![0; usize::try_from(n).unwrap_or(0)];
     let mut h = Sha256::new();
     h.update(offset.to_be_bytes());
-    file.read_exact_at(&mut buf, 0)?;
-    h.update(&buf);
-    file.read_exact_at(&mut buf, offset - n)?;
-    h.update(&buf);
-    Ok(h.finalize().to_vec())
+    h.update(head);
+    h.update(tail);
+    h.finalize().to_vec()
+}
+
+/// `len` bytes of `file` from `at`; `None` when it ends before them (it was
+/// cut shorter meanwhile).
+fn bytes_at(file: &std::fs::File, at: u64, len: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0; usize::try_from(len).unwrap_or(0)];
+    match file.read_exact_at(&mut buf, at) {
+        Ok(()) => Ok(Some(buf)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Bytes `from..to` of `a` followed by `b`.
+fn window(a: &[u8], b: &[u8], from: usize, to: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(to - from);
+    if from < a.len() {
+        out.extend_from_slice(&a[from..to.min(a.len())]);
+    }
+    if to > a.len() {
+        out.extend_from_slice(&b[from.max(a.len()) - a.len()..to - a.len()]);
+    }
+    out
 }
 
 /// Read what is new in `at.file` from `at.byte_offset` and record it, batch
 /// by batch, advancing the cursor after each. `finished`: a newer file
-/// exists, so a last line without a newline is complete.
+/// exists, so a last line without a newline will not be finished: it was
+/// cut short.
 async fn read_file(
     pool: &PgPool,
     recorder: &mut Recorder,
@@ -208,29 +233,40 @@ async fn read_file(
     let mut file = std::fs::File::open(&path).map_err(|e| read_error(f, &at.file, e))?;
     let len = file.metadata().map_err(|e| read_error(f, &at.file, e))?.len();
     let offset = u64::try_from(at.byte_offset).unwrap_or(0);
-    let replaced = if len < offset {
-        Some(format!(
-            "it is shorter than where reading stopped ({len} < {offset} bytes)"
-        ))
+    // What was read before the offset, as the file holds it now: its first
+    // bytes and those just before the offset.
+    let n = offset.min(SEEN);
+    let ends = if len < offset {
+        None
     } else {
-        match &at.seen {
-            Some(digest) if offset > 0 && seen(&file, offset).map_err(|e| read_error(f, &at.file, e))? != *digest => {
-                Some(format!(
-                    "its bytes before where reading stopped (byte {offset}) are not those read"
-                ))
-            }
-            _ => None,
+        let head = bytes_at(&file, 0, n).map_err(|e| read_error(f, &at.file, e))?;
+        let before = bytes_at(&file, offset - n, n).map_err(|e| read_error(f, &at.file, e))?;
+        head.zip(before)
+    };
+    let replaced = match (&ends, &at.seen) {
+        (None, _) => Some(format!("it is shorter than where reading stopped (byte {offset})")),
+        (Some((head, before)), Some(digest)) if offset > 0 && seen(offset, head, before) != *digest => Some(format!(
+            "its bytes before where reading stopped (byte {offset}) are not those read"
+        )),
+        _ => None,
+    };
+    // The bytes just before `base` (`prior`) and the file's first SEEN
+    // bytes when `base` is past them (`head`), for the digest of each
+    // position saved below.
+    let (prior, head) = match (replaced, ends) {
+        (None, Some((head, before))) => (before, head),
+        (why, _) => {
+            tracing::warn!(
+                "{}: {}: another file was put in its place; reading it again from the start (what was recorded is replayed)",
+                path.display(),
+                why.unwrap_or_default()
+            );
+            at.byte_offset = 0;
+            at.lines = 0;
+            at.seen = None;
+            (Vec::new(), Vec::new())
         }
     };
-    if let Some(why) = replaced {
-        tracing::warn!(
-            "{}: {why}: another file was put in its place; reading it again from the start (what was recorded is replayed)",
-            path.display()
-        );
-        at.byte_offset = 0;
-        at.lines = 0;
-        at.seen = None;
-    }
     let base = at.byte_offset;
     file.seek(SeekFrom::Start(u64::try_from(base).unwrap_or(0)))
         .map_err(|e| read_error(f, &at.file, e))?;
@@ -239,9 +275,9 @@ async fn read_file(
         .take(CHUNK as u64)
         .read_to_end(&mut buf)
         .map_err(|e| read_error(f, &at.file, e))?;
-    // Whole lines only, unless the file is finished (then its last line is
-    // whole without a newline) or a line fills a whole chunk (reported as
-    // too long, piece by piece).
+    // Whole lines only, unless the file is finished (then a last line
+    // without a newline is read, as cut short) or a line fills a whole
+    // chunk (reported as too long, piece by piece).
     let whole = if (finished && buf.len() < CHUNK) || !buf.contains(&b'\n') && buf.len() == CHUNK {
         buf.len()
     } else {
@@ -280,25 +316,6 @@ async fn read_file(
             let reason = format!("the line is longer than {MAX_LINE} bytes");
             summary.reject(RejectKind::Malformed, &reference, &reason);
             malformed.push((source(prefix, None, p.options()), reason));
-        } else if buf[end - 1] != b'\n' && f.format.whole_lines() && !bytes.is_empty() {
-            // The day is over and its file ends in the middle of a line
-            // (PBS writes each whole): kept, not charged, and not charged
-            // by a retry either.
-            let (text, exact) = crate::ingest::decode(bytes.to_vec());
-            let reason = crate::ingest::CUT_SHORT.to_owned();
-            summary.reject(RejectKind::Malformed, &reference, &reason);
-            let options = KeptOptions::new(ReadOptions {
-                cut_short: true,
-                ..p.options().read_options().clone()
-            });
-            let job = p.job_key(&text);
-            malformed.push((
-                Source {
-                    job,
-                    ..source(text, exact, options)
-                },
-                reason,
-            ));
         } else {
             // The byte policy of every path: bad bytes read as U+FFFD, the
             // bytes kept; a NUL byte is a damaged record.
@@ -309,17 +326,34 @@ async fn read_file(
             } else {
                 (text, exact)
             };
-            match crate::ingest::read_record(&mut *p, &text, exact.as_deref()) {
+            // The day is over and its file ends in the middle of a line
+            // (PBS writes each whole): unless it is a record never charged,
+            // kept, not charged, and not charged by a retry either.
+            let cut = buf[end - 1] != b'\n' && f.format.whole_lines();
+            let item = if cut {
+                crate::ingest::read_cut_short(&mut *p, &text, exact.as_deref())
+            } else {
+                crate::ingest::read_record(&mut *p, &text, exact.as_deref())
+            };
+            match item {
                 None => {}
                 Some(Item::Skip(s)) => *summary.skipped.entry(s).or_default() += 1,
                 Some(Item::Bad(reason)) => {
                     summary.reject(RejectKind::Malformed, &reference, &reason);
-                    let job = p.job_key(&text);
+                    let (job, options) = if cut {
+                        let options = KeptOptions::new(ReadOptions {
+                            cut_short: true,
+                            ..p.options().read_options().clone()
+                        });
+                        (crate::ingest::cut_job_key(&*p, &text), options)
+                    } else {
+                        (p.job_key(&text), p.options())
+                    };
                     malformed.push((
                         Source {
                             intake: None,
                             job,
-                            ..source(text, exact, p.options())
+                            ..source(text, exact, options)
                         },
                         reason,
                     ));
@@ -333,8 +367,17 @@ async fn read_file(
         start = end;
         at.byte_offset = base + end as i64;
         if jobs.len() + malformed.len() >= batch || start >= whole {
-            at.seen =
-                Some(seen(&file, u64::try_from(at.byte_offset).unwrap_or(0)).map_err(|e| read_error(f, &at.file, e))?);
+            // The digest of what is read up to here, from `prior` and `buf`,
+            // which hold the file's bytes from `base - prior.len()` on.
+            let upto = prior.len() + end;
+            let n = (base as usize + end).min(SEEN as usize);
+            let tail = window(&prior, &buf[..end], upto - n, upto);
+            let head = if base as u64 >= SEEN {
+                head.clone()
+            } else {
+                window(&prior, &buf[..end], 0, n)
+            };
+            at.seen = Some(seen(u64::try_from(at.byte_offset).unwrap_or(0), &head, &tail));
             let outcomes = recorder.record(&jobs, &malformed).await?;
             for (job, outcome) in jobs.iter().zip(&outcomes) {
                 summary.count(outcome, &job.source.reference);

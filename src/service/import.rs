@@ -361,6 +361,12 @@ struct Reader {
     sent: bool,
 }
 
+/// How a line that is not read is kept: its options and the job it names.
+struct Kept {
+    options: KeptOptions,
+    job: Option<String>,
+}
+
 impl Reader {
     /// One record (a line, or one job of a document): parsed into the batch,
     /// which is sent when full.
@@ -368,13 +374,13 @@ impl Reader {
         self.keep(reference, line, None, read_so_far)
     }
 
-    /// [`Reader::record`]; an unreadable line is kept with `options` when
-    /// given, else with the parser's.
+    /// [`Reader::record`]; an unreadable line is kept as `kept` says when
+    /// given, else with the parser's options and the job it reads.
     fn keep(
         &mut self,
         reference: String,
         line: RawLine,
-        options: Option<KeptOptions>,
+        kept: Option<Kept>,
         read_so_far: u64,
     ) -> Result<(), ReadError> {
         if let RawLine::Text(text) | RawLine::Lossy { text, .. } = &line
@@ -397,8 +403,11 @@ impl Reader {
         let (text, exact) = match line {
             RawLine::Unreadable { reason, prefix, bytes } => {
                 self.checked = true;
-                let job = self.p.job_key(&prefix);
-                let s = source(prefix, bytes, options.unwrap_or_else(|| self.p.options()), job);
+                let (options, job) = match kept {
+                    Some(k) => (k.options, k.job),
+                    None => (self.p.options(), self.p.job_key(&prefix)),
+                };
+                let s = source(prefix, bytes, options, job);
                 self.batch.malformed.push((s, reason));
                 self.malformed_in_a_row(&reference)?;
                 return self.send_if_full(read_so_far);
@@ -520,23 +529,34 @@ impl Reader {
             RawLine::Lossy { text, bytes } => (text, Some(bytes)),
             unreadable @ RawLine::Unreadable { .. } => return self.record(reference, unreadable, read_so_far),
         };
-        if text.trim().is_empty() {
-            return Ok(());
-        }
-        if !self.checked {
+        if !self.checked && !text.trim().is_empty() {
             self.checked = true;
             crate::ingest::check_format(self.format, &text).map_err(ReadError::WrongFormat)?;
         }
-        let options = KeptOptions::new(ReadOptions {
-            cut_short: true,
-            ..self.p.options().read_options().clone()
-        });
+        let reason = match crate::ingest::read_cut_short(&mut *self.p, &text, bytes.as_deref()) {
+            None => return Ok(()),
+            Some(Item::Skip(s)) => {
+                self.batch.lines += 1;
+                self.malformed_run = 0;
+                self.batch.skipped.push(s);
+                return self.send_if_full(read_so_far);
+            }
+            Some(Item::Bad(reason)) => reason,
+            Some(Item::Job(_)) => unreachable!("read_cut_short never reads a job"),
+        };
+        let kept = Kept {
+            options: KeptOptions::new(ReadOptions {
+                cut_short: true,
+                ..self.p.options().read_options().clone()
+            }),
+            job: crate::ingest::cut_job_key(&*self.p, &text),
+        };
         let line = RawLine::Unreadable {
-            reason: crate::ingest::CUT_SHORT.to_owned(),
+            reason,
             prefix: text,
             bytes,
         };
-        self.keep(reference, line, Some(options), read_so_far)
+        self.keep(reference, line, Some(kept), read_so_far)
     }
 
     /// `sacct --json`: one document, its jobs streamed one at a time.

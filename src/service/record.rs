@@ -802,12 +802,18 @@ async fn resolve_rejections(
         let kept = serde_json::from_value::<ReadOptions>(o.read_options.clone()).unwrap_or_default();
         if kept.cut_short {
             // A line cut short (`ingest::CUT_SHORT`) cannot be read: the
-            // run is the one whose whole record it begins.
+            // run is the one whose whole record it begins, read from the
+            // same place (`file:line`: the complete file imported under its
+            // name). The job key alone would not do: every run of a
+            // requeued job begins alike up to its start. A character cut in
+            // two is read as U+FFFD at the end.
+            let cut = o.raw.trim_end_matches('\u{FFFD}');
             let whole = recorded.iter().find(|(job, _)| {
                 job.input.key().eq_ignore_ascii_case(&o.job_key)
                     && job.source.format == o.source_format
+                    && job.source.reference == o.source_ref
                     && job.source.raw.len() > o.raw.len()
-                    && job.source.raw.starts_with(o.raw.as_str())
+                    && job.source.raw.starts_with(cut)
             });
             if let Some((_, record)) = whole {
                 ids.push(o.id);

@@ -211,12 +211,21 @@ async fn statements_in(
     for l in sdb::storage_lines(&mut *conn, &ids, period).await? {
         storage.entry(l.project_id).or_default().push(l);
     }
-    // Budgets: the balance at the month's end (or now), for budgeted projects.
-    let budget_at = end.min(chrono::Utc::now());
+    // Budgets: the balance at the month's end (or now), for budgeted
+    // projects: its last instant, not the next month's first, where an
+    // allocation that ends with the month is over and the next one has begun
+    // (and a job ending at midnight is the next month's, docs/rules.md D6).
+    let budget_at = (end - chrono::Duration::microseconds(1)).min(chrono::Utc::now());
     let mut budgets: HashMap<ProjectId, Vec<crate::domain::budget::Balance>> = HashMap::new();
     for (id, _) in crate::db::budget::budgeted_projects(&mut *conn).await? {
         if ids.contains(&id) {
-            let pools = crate::service::budget::project_pools(&mut *conn, id, budget_at).await?;
+            let mut pools = crate::service::budget::project_pools(&mut *conn, id, budget_at).await?;
+            // Shown as at the month's end: the balance of its last instant.
+            if budget_at == end - chrono::Duration::microseconds(1) {
+                for b in &mut pools {
+                    b.at = end;
+                }
+            }
             budgets.insert(id, pools);
         }
     }

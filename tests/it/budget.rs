@@ -161,6 +161,30 @@ fn money(v: &Value) -> String {
     v.as_str().unwrap_or_else(|| panic!("{v}")).to_owned()
 }
 
+/// A grant that ends with the month, renewed from the next: the month's
+/// statement shows the budget of the month's last instant (the grant it
+/// drew from), not the next month's first (the renewal, nothing drawn).
+#[tokio::test]
+async fn a_statement_shows_the_budget_of_its_months_last_instant() {
+    let db = db().await;
+    for (amount, from, until) in [
+        ("100.00", "2026-07-01", "2026-11-01"),
+        ("500.00", "2026-11-01", "2027-11-01"),
+    ] {
+        ok(&db.cli(&[
+            "alloc", "grant", "P1", amount, "--from", from, "--until", until, "--reason", "award",
+        ]));
+    }
+    record(&db, "J1", "P1", 28, "2026-10-01T00:00:00Z", 100);
+    let st = ok(&db.cli(&["statement", "--project", "P1", "--month", "2026-10"]));
+    assert!(
+        st.contains(
+            "Budget at 2026-11-01 00:00 UTC: allocated 100.00, used 28.00, held 0.00, remaining 72.00 (28.0 % used)"
+        ),
+        "{st}"
+    );
+}
+
 #[tokio::test]
 async fn a_balance_is_what_was_granted_less_what_was_drawn_in_its_window_and_held() {
     let db = db().await;
@@ -453,6 +477,76 @@ async fn holds_are_released_by_the_job_they_are_for_and_never_get_stuck() {
         .await
         .unwrap();
     assert_eq!(f, [("hold".to_owned(), "released by".to_owned())]);
+}
+
+/// `balance --at` an instant a job was running counts its hold, though the
+/// job has been recorded since (and does not count its charge, which draws
+/// at its end). Before migration 0051 a hold counted only while no record
+/// of its job existed now: at that instant the job was neither held nor
+/// drawn.
+#[tokio::test]
+async fn a_past_balance_counts_the_holds_open_then() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "10.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "award",
+    ]));
+    ok(&db.cli(&[
+        "hold",
+        "--project",
+        "P1",
+        "--job-id",
+        "H5",
+        "--cluster",
+        "c1",
+        "--queue",
+        "batch",
+        "--resources",
+        "-n 28",
+        "--walltime",
+        "10:00:00",
+    ]));
+    let created: chrono::DateTime<Utc> = sqlx::query_scalar("SELECT created_at FROM hold")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // It ran an hour, ending now (its hold placed when it started... late).
+    let end = Utc::now();
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "H5",
+        "--project",
+        "P1",
+        "--queue",
+        "batch",
+        "--cores",
+        "28",
+        "--start",
+        &(end - TimeDelta::hours(1)).to_rfc3339(),
+        "--end",
+        &end.to_rfc3339(),
+    ]));
+    let running = balance(&db, "P1", &(created + TimeDelta::milliseconds(500)).to_rfc3339());
+    assert_eq!(
+        (money(&running["held"]), money(&running["used"])),
+        ("2.80".into(), "0".into())
+    );
+    let after = balance(&db, "P1", &Utc::now().to_rfc3339());
+    assert_eq!(
+        (money(&after["held"]), money(&after["used"])),
+        ("0".into(), "0.28".into())
+    );
 }
 
 // Two threads: the command line's check (a child process this thread waits

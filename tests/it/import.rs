@@ -1053,18 +1053,7 @@ async fn the_last_line_of_a_file_cut_short_is_kept_until_the_whole_file_is_impor
     let cut = &lines[1][..lines[1].find(" resources_used.mem=").unwrap()];
     let path = scratch_dir("cut-short").join("20140112");
     std::fs::write(&path, format!("{}\n{cut}", lines[0])).unwrap();
-    let (format, options) = crate::fixtures::options(LOG);
-    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
-    let mut s = Summary::default();
-    import(
-        &mut recorder,
-        std::fs::File::open(&path).unwrap(),
-        &Input::new("20140112", format, &options),
-        &mut s,
-        &|_| {},
-    )
-    .await
-    .unwrap();
+    let s = import_cut(&db, &path, "20140112", LOG).await;
     assert_eq!((s.recorded, s.rejected_total()), (1, 1), "{s:#?}");
     assert_eq!(s.rejected[&RejectKind::Malformed], 1);
     assert_eq!(s.examples, [format!("20140112:2: {}", hpc_ledger::ingest::CUT_SHORT)]);
@@ -1080,12 +1069,14 @@ async fn the_last_line_of_a_file_cut_short_is_kept_until_the_whole_file_is_impor
 
     // Read again, it is still cut short.
     let mut s = Summary::default();
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
     retry_rejected(&db.pool, &mut recorder, &mut s, &[]).await.unwrap();
     assert_eq!((s.recorded, s.rejected_total()), (0, 1), "{s:#?}");
     assert_eq!(entry_count(&db.pool).await, entries);
 
-    // The whole log: the job is charged and the rejection resolved by it.
-    let s = import_fixture(&db, LOG, false).await;
+    // The whole log, under the same name: the job is charged and the
+    // rejection resolved by it.
+    let s = import_cut(&db, &crate::fixtures::stripped(LOG), "20140112", LOG).await;
     assert_eq!((s.recorded, s.replayed, s.rejected_total()), (3, 1, 0), "{s:#?}");
     let (resolution, raw): (String, String) = sqlx::query_as(
         "SELECT x.resolution, r.raw FROM rejected_record x JOIN job_record r ON r.id = x.resolved_record_id",
@@ -1094,6 +1085,61 @@ async fn the_last_line_of_a_file_cut_short_is_kept_until_the_whole_file_is_impor
     .await
     .unwrap();
     assert_eq!((resolution.as_str(), raw.as_str()), ("recorded_elsewhere", lines[1]));
+
+    // A requeued job's last run cut inside its submit time begins like its
+    // earlier runs, recorded in the same batch: none of them resolves it.
+    // A step cut short is skipped: it is never charged, whatever its end.
+    const REQUEUE: &str = "slurm_2205_requeue_sacct.txt";
+    let whole = std::fs::read_to_string(crate::fixtures::stripped(REQUEUE)).unwrap();
+    let (body, last) = whole.trim_end().rsplit_once('\n').unwrap();
+    let body = format!("{body}\n");
+    assert!(last.starts_with("3|3|testclu|"));
+    // Cut inside its submit time: job 3's two requeued runs begin alike.
+    let cut = &last[..last.find("T19:10:29").unwrap()];
+    let path = scratch_dir("cut-short").join("requeue.txt");
+    std::fs::write(&path, format!("{body}{cut}")).unwrap();
+    let s = import_cut(&db, &path, "requeue.txt", REQUEUE).await;
+    assert_eq!((s.recorded, s.rejected_total()), (12, 1), "{s:#?}");
+    let open = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, String>("SELECT source_ref FROM rejected_record WHERE resolved_at IS NULL ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(open(db.pool.clone()).await, ["requeue.txt:14"]);
+    std::fs::write(
+        &path,
+        format!("{body}{}|", &last[..last.find('|').unwrap()].replace('3', "3.batch")),
+    )
+    .unwrap();
+    let s = import_cut(&db, &path, "requeue.txt", REQUEUE).await;
+    assert_eq!(
+        (s.replayed, s.rejected_total(), s.skipped[&Skip::Step]),
+        (12, 0, 1),
+        "{s:#?}"
+    );
+    // The complete file: resolved by the run on that line.
+    std::fs::write(&path, format!("{body}{last}\n")).unwrap();
+    let s = import_cut(&db, &path, "requeue.txt", REQUEUE).await;
+    assert_eq!((s.recorded, s.replayed), (1, 12), "{s:#?}");
+    assert!(open(db.pool.clone()).await.is_empty());
+}
+
+/// Import `path` as `name`, read as the fixture `like` is.
+async fn import_cut(db: &crate::harness::TestDb, path: &std::path::Path, name: &str, like: &str) -> Summary {
+    let (format, options) = crate::fixtures::options(like);
+    let mut recorder = Recorder::new(db.pool.clone(), RecordOptions::by("t"));
+    let mut s = Summary::default();
+    import(
+        &mut recorder,
+        std::fs::File::open(path).unwrap(),
+        &Input::new(name, format, &options),
+        &mut s,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    s
 }
 
 #[tokio::test]

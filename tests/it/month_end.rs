@@ -338,6 +338,46 @@ async fn corrections_credit_back_at_most_what_was_charged() {
     assert!(audit(&db.pool).await.unwrap().clean());
 }
 
+/// A refund not yet committed while the same charge is reversed: the
+/// reversal waits for it, then sees it and is refused. (Before migration
+/// 0051 each was checked against what was committed before either, and
+/// both were posted: the charge credited back twice.)
+#[tokio::test]
+async fn a_charge_refunded_and_reversed_at_once_is_credited_back_once() {
+    let db = october().await;
+    let (id, amount): (i64, Decimal) =
+        sqlx::query_as("SELECT id, amount_exact FROM ledger_entry WHERE kind = 'job' ORDER BY id LIMIT 1")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let mut refund = db.pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                   quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
+         SELECT period, project_id, 'refund', metric, job_record_id, rate_card_id, id, -quantity, unit_rate,
+                -amount_exact, -amount, late, 'a refund in full, not yet committed', charging_rules, 'billing'
+           FROM ledger_entry WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&mut *refund)
+    .await
+    .unwrap();
+    let pool = db.pool.clone();
+    let target = Target::Entry(hpc_ledger::ids::LedgerEntryId(id));
+    let reversal = tokio::spawn(async move { reverse(&pool, &target, &why("not run at all"), Utc::now()).await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!reversal.is_finished(), "the reversal waits for the refund");
+    refund.commit().await.unwrap();
+    let e = reversal.await.unwrap().unwrap_err().to_string();
+    assert!(e.contains("would be credited back"), "{e}");
+    let credited: Decimal = sqlx::query_scalar("SELECT -sum(amount_exact) FROM ledger_entry WHERE corrects_id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(credited, amount);
+}
+
 #[tokio::test]
 async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
     let db = october().await;

@@ -940,14 +940,16 @@ async fn slow_idle_and_surplus_connections_are_not_held() {
     let (closed, reply) = closed_within(&mut idle, Duration::from_secs(10)).await;
     assert!(closed && reply.starts_with("HTTP/1.1 200"), "{reply}");
     // Four connections that send nothing fill the server; /healthz still
-    // answers on the overflow; a post there is 503; past the overflow, closed.
+    // answers on the overflow, saying so; a post there is 503; past the
+    // overflow, closed.
     let mut held = Vec::new();
     for _ in 0..4 {
         held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let h = client::get(addr, "/healthz").await.unwrap();
-    assert_eq!(h.status, 200, "{}", h.body);
+    assert_eq!(h.status, 503, "{}", h.body);
+    assert!(h.body.starts_with("full: every connection"), "{}", h.body);
     let p = client::post(addr, "/jobs", None, b"{}").await.unwrap();
     assert_eq!(p.status, 503, "{}", p.body);
     let mut more = Vec::new();
@@ -968,6 +970,13 @@ async fn slow_idle_and_surplus_connections_are_not_held() {
         .await
         .unwrap();
     assert_eq!(r.status, 201, "{}", r.body);
+    let m = client::get(addr, "/metrics").await.unwrap();
+    assert!(
+        m.body
+            .contains("hpc_ledger_serve_connections_refused_total{why=\"closed\"} 1\n"),
+        "{}",
+        m.body
+    );
     server.stop().await;
 }
 
@@ -1550,12 +1559,51 @@ async fn web_pages_and_one_greedy_client_cannot_shut_out_the_schedulers() {
     let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
     let reply = send(&mut third, post(903, "Connection: close\r\n")).await;
     assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
-    let other = tokio::net::TcpSocket::new_v4().unwrap();
-    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-    let mut other = other.connect(addr).await.unwrap();
+    let from = |ip: &str| {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+        s.connect(addr)
+    };
+    let mut other = from("127.0.0.2").await.unwrap();
     let reply = send(&mut other, post(904, "Connection: close\r\n")).await;
     assert!(reply.starts_with("HTTP/1.1 201"), "{reply}");
+    // A monitor is told why it is refused: first 127.0.0.1's share, then,
+    // with 127.0.0.3 and 127.0.0.4 holding theirs (six in all), a full
+    // server.
+    let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_owned();
+    let mut probe = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let reply = send(&mut probe, healthz.clone()).await;
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    assert!(
+        reply.contains("full: this client address holds as many connections as one address may"),
+        "{reply}"
+    );
+    for ip in ["127.0.0.3", "127.0.0.3", "127.0.0.4", "127.0.0.4"] {
+        held.push(from(ip).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut probe = from("127.0.0.5").await.unwrap();
+    let reply = send(&mut probe, healthz.clone()).await;
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    assert!(
+        reply.contains("full: every connection the server serves in full is held"),
+        "{reply}"
+    );
     drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut s = from("127.0.0.5").await.unwrap();
+    let reply = send(&mut s, healthz.clone()).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let mut s = from("127.0.0.5").await.unwrap();
+    let metrics = send(&mut s, healthz.replace("/healthz", "/metrics")).await;
+    for line in [
+        "hpc_ledger_serve_connections_refused_total{why=\"full\"} 1\n",
+        "hpc_ledger_serve_connections_refused_total{why=\"client_share\"} 2\n",
+        "hpc_ledger_serve_connections_refused_total{why=\"closed\"} 0\n",
+        "hpc_ledger_serve_connections 1\n",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     server.stop().await;
     // With credentials: a request without them is answered 401 and its
     // connection closed, though it asked to keep it.

@@ -431,7 +431,16 @@ async fn a_sealed_month_keeps_its_currency_and_a_rewritten_chain_shows_outside_t
     assert!(ok(&db.cli(&["verify"])).lines().all(|l| l.contains("seal holds")));
     let statement = ok(&db.cli(&["statement", "--project", "PAS1234", "--month", "2026-08"]));
     assert!(statement.contains("EUR"), "{statement}");
-    // ...but not with the seals kept outside it.
+    // ...but not with the seals kept outside it, and closing August again
+    // does not anchor its new seal beside the old.
+    let again = db.cli(&["close", "--month", "2026-08", "--anchor-file", a]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("the month's seal was changed after it was anchored; nothing was appended"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&anchors).unwrap().lines().count(), 4);
     let v = db.cli(&["verify", "--against", a]);
     assert_eq!(v.status.code(), Some(5));
     let out = crate::harness::stdout(&v);
@@ -453,6 +462,8 @@ async fn months_closed_without_their_anchor_are_anchored_by_the_next_close() {
     let anchors = dir.join("seals.jsonl");
     let a = anchors.to_str().unwrap();
     ok(&db.cli(&["close", "--through", "2026-08"]));
+    // An earlier append cut short by a full disk: no newline after it.
+    std::fs::write(&anchors, "{\"month\":\"2026-06\",\"seal_alg").unwrap();
     let out = db.cli(&["close", "--through", "2026-10", "--anchor-file", a]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -463,6 +474,7 @@ async fn months_closed_without_their_anchor_are_anchored_by_the_next_close() {
     let months: Vec<String> = std::fs::read_to_string(&anchors)
         .unwrap()
         .lines()
+        .skip(1)
         .map(|l| {
             serde_json::from_str::<serde_json::Value>(l).unwrap()["month"]
                 .as_str()
@@ -471,17 +483,20 @@ async fn months_closed_without_their_anchor_are_anchored_by_the_next_close() {
         })
         .collect();
     assert_eq!(months, ["2026-07", "2026-08", "2026-09", "2026-10"]);
-    let checked = ok(&db.cli(&["verify", "--against", a]));
+    let out = db.cli(&["verify", "--against", a]);
+    let checked = ok(&out);
     assert_eq!(
         checked.lines().filter(|l| l.ends_with("matches its anchor")).count(),
         4,
         "{checked}"
     );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("seals.jsonl:1: not an anchor"), "{err}");
     // Again: nothing to add.
     let out = db.cli(&["close", "--month", "2026-10", "--anchor-file", a]);
     ok(&out);
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(&anchors).unwrap().lines().count(), 4);
+    assert_eq!(std::fs::read_to_string(&anchors).unwrap().lines().count(), 5);
 }
 
 #[tokio::test]
