@@ -233,22 +233,45 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
     // Each month's seal is kept outside the database as soon as it is
     // closed, before the next month is closed: a `close --through` stopped
     // part-way leaves no closed month unanchored but the one it was in.
+    // A month closed whose anchor failed is reported with the others (it is
+    // closed), and the run stops there.
     let now = Utc::now();
-    let step = |month: Month| {
-        let (pool, args) = (&pool, &args);
-        async move {
-            let o = close(pool, month, author, now).await?;
-            keep_anchor(args, &o).await?;
-            Ok::<_, anyhow::Error>(o)
-        }
-    };
-    let (done, stopped) = match (args.month, args.through) {
-        (Some(month), _) => (vec![step(month).await?], None),
+    let (first, last) = match (args.month, args.through) {
+        (Some(month), _) => (month, month),
         (None, Some(through)) => {
-            crate::service::month_by_month(first_to_close(&pool, through).await?, through, step).await
+            let first = first_to_close(&pool, through).await?;
+            (first.map_or(through, |f| f.min(through)), through)
         }
         (None, None) => unreachable!("clap requires --month or --through"),
     };
+    let mut done = Vec::new();
+    // The problem, its text for JSON, and whether it was the anchor of the
+    // last month done (its own message names the month).
+    let mut stopped: Option<(anyhow::Error, String, bool)> = None;
+    let mut month = first;
+    loop {
+        match close(&pool, month, author, now).await {
+            Ok(o) => {
+                let anchored = keep_anchor(&args, &o).await;
+                done.push(o);
+                if let Err(e) = anchored {
+                    let text = format!("{e:#}");
+                    stopped = Some((e, text, true));
+                    break;
+                }
+            }
+            Err(e) if args.month.is_some() => return Err(e.into()),
+            Err(e) => {
+                let text = e.to_string();
+                stopped = Some((e.into(), text, false));
+                break;
+            }
+        }
+        if month >= last {
+            break;
+        }
+        month = month.next();
+    }
     // Each month's rollups folded to one row per key, now that its close has
     // committed (and its anchor is kept) and postings no longer wait on it
     // (migration 0042).
@@ -258,7 +281,7 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
     match args.format {
         Format::Json if args.through.is_some() => print_json(&serde_json::json!({
             "months": done,
-            "stopped": stopped.as_ref().map(|e| format!("{e:#}")),
+            "stopped": stopped.as_ref().map(|(_, text, _)| text),
         }))?,
         Format::Json => print_json(&done[0])?,
         Format::Text => {
@@ -268,10 +291,10 @@ pub async fn run_close(args: CloseArgs, target: &Target, author: &str) -> anyhow
             }
         }
     }
-    if let Some(e) = stopped {
+    if let Some((e, _, anchor)) = stopped {
         return Err(match done.last() {
-            Some(d) => e.context(format!("stopped after {}", d.month)),
-            None => e,
+            Some(d) if args.through.is_some() && !anchor => e.context(format!("stopped after {}", d.month)),
+            _ => e,
         });
     }
     Ok(ExitCode::SUCCESS)

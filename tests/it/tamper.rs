@@ -499,6 +499,36 @@ async fn months_closed_without_their_anchor_are_anchored_by_the_next_close() {
     assert_eq!(std::fs::read_to_string(&anchors).unwrap().lines().count(), 5);
 }
 
+/// The anchor service down: the month just closed is reported closed (in
+/// `months`), the run stops there, and the error says how to anchor it.
+#[tokio::test]
+async fn a_month_closed_whose_anchor_failed_is_reported_closed() {
+    let db = october().await;
+    let out = db.cli(&[
+        "close",
+        "--through",
+        "2026-08",
+        "--anchor-url",
+        "http://127.0.0.1:9/anchors",
+        "--format",
+        "json",
+    ]);
+    assert!(!out.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let months: Vec<&str> = j["months"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["month"].as_str().unwrap())
+        .collect();
+    assert_eq!(months, ["2026-07"]);
+    let stopped = j["stopped"].as_str().unwrap();
+    assert!(
+        stopped.starts_with("2026-07 is closed; its seal was not kept outside the database"),
+        "{stopped}"
+    );
+}
+
 #[tokio::test]
 async fn the_audit_finds_its_own_guards_and_views_altered() {
     let db = october().await;
