@@ -139,8 +139,8 @@ pub async fn storage_lines(
                   sum(e.quantity) AS "quantity!", sum(e.amount) AS "amount!"
              FROM ledger_entry e
             WHERE e.period = $1 AND e.project_id = ANY($2) AND e.kind = 'storage'
-            GROUP BY e.project_id, e.unit_rate
-            ORDER BY e.project_id, e.unit_rate"#,
+            GROUP BY e.project_id, e.storage_rate_id, e.unit_rate
+            ORDER BY e.project_id, e.unit_rate, e.storage_rate_id"#,
         period,
         &ids
     )

@@ -567,3 +567,40 @@ async fn quota_and_bill_from_the_command_line() {
     assert_eq!(json["runs"][0]["author"], "billing");
     assert_eq!(json["runs"][0]["period"], "2026-05-01");
 }
+
+/// Two storage rate rows of one price in a month (a rate set again from
+/// the 16th): two charges, and two lines on the statement, one per rate
+/// row, as docs/month-end.md says (they were one line, grouped by price).
+#[tokio::test]
+async fn a_statement_has_a_storage_line_per_rate_row_even_at_one_price() {
+    let center = "[center]\nname = \"Rows\"\ncurrency = \"USD\"\ntime_zone = \"UTC\"\n\
+         [[storage_rate]]\nfrom = 2020-01-01\nuntil = 2026-04-16\ntb_month = 5\n\
+         [[storage_rate]]\nfrom = 2026-04-16\ntb_month = 5\n\
+         [[project]]\ncode = \"P\"\nquota = [{ from = 2026-01-01, tb = 10 }]\n";
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(center).unwrap(), "t")
+        .await
+        .unwrap();
+    hpc_ledger::service::storage::bill(&db.pool, "2026-04".parse().unwrap(), "t", false, now())
+        .await
+        .unwrap();
+    let s = hpc_ledger::service::statement::statements(
+        &db.pool,
+        "2026-04".parse().unwrap(),
+        hpc_ledger::service::statement::Which::Project("P"),
+    )
+    .await
+    .unwrap();
+    let lines: Vec<(String, String)> = s[0]
+        .storage
+        .iter()
+        .map(|l| (l.tb_days.normalize().to_string(), l.amount.to_string()))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("150".to_owned(), "25.00".to_owned()),
+            ("150".to_owned(), "25.00".to_owned())
+        ]
+    );
+}
