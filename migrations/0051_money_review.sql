@@ -6,7 +6,10 @@
 -- was committed before either, so both were posted (two psql sessions: a
 -- 100.00 charge refunded in full and reversed, -100.00 net). The guard now
 -- takes one transaction lock before that check whenever its statement
--- posts a refund or a reversal. Otherwise the function is 0031's.
+-- posts a refund or a reversal, and a check that fails after that wait
+-- raises HL008 (not 0031's HL003), which the recorder takes as a race and
+-- retries: a re-sent job superseding a charge while it was refunded reads
+-- the refund again and reverses it too. Otherwise the function is 0031's.
 --
 -- 2. A balance at a past instant left out the holds open then: a hold
 -- counted only while no charging record of its job existed now, so once
@@ -134,7 +137,7 @@ BEGIN
      LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'entry % charged %, but % would be credited back', bad.id, bad.amount_exact, bad.total
-            USING ERRCODE = 'HL003', HINT = 'Reverse its refunds and discount before reversing the entry itself.';
+            USING ERRCODE = 'HL008', HINT = 'Reverse its refunds and discount before reversing the entry itself.';
     END IF;
     RETURN NULL;
 END

@@ -2,12 +2,14 @@
 //! constraint names are matched here only.
 
 /// Errors after which the same statement may simply be run again: a
-/// serialization failure, a deadlock, or losing a race on a unique key
-/// another writer just took (a job record, a reversal).
+/// serialization failure, a deadlock, losing a race on a unique key
+/// another writer just took (a job record, a reversal), or a charge that
+/// another correction credited back meanwhile (HL008, migration 0051: run
+/// again, a supersede reads that correction and reverses it too).
 pub fn is_race(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(d) => {
-            matches!(d.code().as_deref(), Some("40001" | "40P01"))
+            matches!(d.code().as_deref(), Some("40001" | "40P01" | "HL008"))
                 || (d.code().as_deref() == Some("23505")
                     && d.constraint()
                         .is_some_and(|c| c.starts_with("job_record_") || c == "ledger_entry_one_reversal"))

@@ -219,6 +219,32 @@ pub fn resolve(
     projects: &HashMap<String, ProjectId>,
     now: DateTime<Utc>,
 ) -> Result<ResolvedJob, Rejection> {
+    resolve_priced(input, catalog, projects, now, None)
+}
+
+/// [`resolve`] a record of a run recorded before, priced as the run is:
+/// at the submit time the run keeps (that of its first record, `run_submitted_at`),
+/// or at its start when it has none (docs/rules.md D5), whatever submit
+/// time this record gives. A run first recorded without its submit time
+/// stays priced at its start when a record with one supersedes it, and the
+/// audit, which prices every charge of a run at the run's instant, agrees.
+pub fn resolve_for_run(
+    input: &JobInput,
+    catalog: &Catalog,
+    projects: &HashMap<String, ProjectId>,
+    now: DateTime<Utc>,
+    run_submitted_at: Option<DateTime<Utc>>,
+) -> Result<ResolvedJob, Rejection> {
+    resolve_priced(input, catalog, projects, now, Some(run_submitted_at))
+}
+
+fn resolve_priced(
+    input: &JobInput,
+    catalog: &Catalog,
+    projects: &HashMap<String, ProjectId>,
+    now: DateTime<Utc>,
+    run_submitted_at: Option<Option<DateTime<Utc>>>,
+) -> Result<ResolvedJob, Rejection> {
     let Some(center) = &catalog.center else {
         return reject(RejectKind::UnknownCluster, "no center configuration has been applied");
     };
@@ -316,7 +342,8 @@ pub fn resolve(
             },
             reason: e.to_string(),
         })?;
-    let at = pricing_instant(submitted_at, started_at);
+    let priced_from = run_submitted_at.unwrap_or(submitted_at);
+    let at = pricing_instant(priced_from, started_at);
     let class = catalog.class_of(project_id, at);
     let Some(card) = cluster.rate_card(node_type.id, class, at) else {
         return reject(
@@ -329,7 +356,7 @@ pub fn resolve(
                     Some(_) => format!(" and rate class {} (project {code})", catalog.class_name(class)),
                     None => String::new(),
                 },
-                if submitted_at.is_some() { "submit" } else { "start" }
+                if priced_from.is_some() { "submit" } else { "start" }
             ),
         );
     };

@@ -149,25 +149,24 @@ pub const CUT_SHORT: &str = "the input ends in the middle of this line (no newli
 
 /// The last line of a [`Format::whole_lines`] input without a newline after
 /// it, read: `None` when it holds nothing; a skip when it is a record never
-/// charged whatever its end (a PBS record other than a job's end, a PBS
-/// array's own end record, a Slurm step: each known from its start);
-/// otherwise malformed, [`CUT_SHORT`].
+/// charged whatever its end, known from its start alone
+/// ([`Parser::cut_skip`]: a PBS record whose type is neither E nor R, a
+/// Slurm step); otherwise malformed, [`CUT_SHORT`]. What the parser makes
+/// of the rest is not asked: a PBS R record cut before its `start=` reads
+/// as a bare R (skipped), though whole it is a run to charge.
 pub fn read_cut_short(p: &mut dyn Parser, text: &str, exact: Option<&[u8]>) -> Option<Item> {
     if let Some(s) = p.cut_skip(text) {
         return Some(Item::Skip(s));
     }
-    match read_record(p, text, exact)? {
-        Item::Skip(s @ (Skip::OtherRecord | Skip::ArrayParent | Skip::Step)) => Some(Item::Skip(s)),
-        _ => Some(Item::Bad(CUT_SHORT.into())),
-    }
+    read_record(p, text, exact)?;
+    Some(Item::Bad(CUT_SHORT.into()))
 }
 
 /// The job a line cut short names, when its job id is whole: one more
 /// character at the end would not change it (a line cut inside its job id,
 /// `12` of `1234|…`, names no job, rather than job 12).
 pub fn cut_job_key(p: &dyn Parser, text: &str) -> Option<String> {
-    let key = p.job_key(text)?;
-    (p.job_key(&format!("{text}\u{FFFD}")).as_ref() == Some(&key)).then_some(key)
+    p.cut_job_key(text)
 }
 
 /// A reading added on 2026-12-06, by the read option that marks the records
@@ -362,10 +361,16 @@ pub trait Parser {
         None
     }
     /// A line cut short that is, from what it holds, a record never charged
-    /// (a Slurm step: its job id is whole and names one), where parsing it
-    /// would only say it is short of fields.
+    /// (a PBS record of another type than E or R; a Slurm step: its job id
+    /// is whole and names one).
     fn cut_skip(&self, _line: &str) -> Option<Skip> {
         None
+    }
+    /// The job a line cut short names, when what names it is whole: by
+    /// default, when one more character at the end would not change it.
+    fn cut_job_key(&self, line: &str) -> Option<String> {
+        let key = self.job_key(line)?;
+        (self.job_key(&format!("{line}\u{FFFD}")).as_ref() == Some(&key)).then_some(key)
     }
 }
 
@@ -790,6 +795,47 @@ mod fuzz_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a last line cut short reads as, on real records: a PBS R
+    /// record (a run to charge) cut before its `start=` is kept, not
+    /// skipped as a bare R; a D record is skipped once its type is whole;
+    /// a line cut inside its type is kept; a Slurm line cut inside its
+    /// `Cluster` column names no job, one cut after it names the job.
+    #[test]
+    fn a_line_cut_short_is_skipped_only_for_what_its_start_says() {
+        let casper = include_str!("../../tests/fixtures/accounting/ncar_pbsparse_casper_records.log");
+        let record = |kind: &str| casper.lines().find(|l| l.contains(kind)).unwrap();
+        let options = ReadOptions {
+            cluster: Some("casper".into()),
+            ..Default::default()
+        };
+        let mut p = parser(Format::Pbs, &options).unwrap();
+        let cut = |p: &mut Box<dyn Parser + Send>, line: &str| read_cut_short(&mut **p, line, None);
+        let rerun = record(";R;4400521.");
+        let before_start = &rerun[..rerun.find(" start=").unwrap()];
+        assert_eq!(cut(&mut p, before_start), Some(Item::Bad(CUT_SHORT.into())));
+        assert_eq!(
+            cut_job_key(&*p, before_start).as_deref(),
+            Some("casper/4400521.casper-pbs")
+        );
+        let deleted = record(";D;4421332.");
+        assert_eq!(cut(&mut p, &deleted[..25]), Some(Item::Skip(Skip::OtherRecord)));
+        assert_eq!(cut(&mut p, &deleted[..20]), Some(Item::Bad(CUT_SHORT.into())));
+        let end = record(";E;2281314.");
+        assert_eq!(cut(&mut p, &end[..30]), Some(Item::Bad(CUT_SHORT.into())));
+        assert_eq!(cut_job_key(&*p, &end[..30]), None, "its job id is cut");
+
+        let requeue = include_str!("../../tests/fixtures/accounting/slurm_2205_requeue_sacct.txt");
+        let mut lines = requeue.lines().filter(|l| !l.starts_with('#'));
+        let mut s = parser(Format::Slurm, &ReadOptions::default()).unwrap();
+        assert_eq!(s.parse(lines.next().unwrap()), None, "the header");
+        let last = lines.next_back().unwrap();
+        assert_eq!(cut_job_key(&*s, &last[..9]), None, "{}", &last[..9]);
+        assert_eq!(cut_job_key(&*s, &last[..13]).as_deref(), Some("testclu/3"));
+        let step = "3.batch|3.batch|testclu|";
+        assert_eq!(cut(&mut s, step), Some(Item::Skip(Skip::Step)));
+        assert_eq!(cut(&mut s, &last[..40]), Some(Item::Bad(CUT_SHORT.into())));
+    }
 
     #[test]
     fn each_reading_names_a_read_option_set_now() {

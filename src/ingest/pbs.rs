@@ -536,6 +536,16 @@ impl PbsParser {
 }
 
 impl Parser for PbsParser {
+    fn cut_skip(&self, line: &str) -> Option<Skip> {
+        // The record type is whole once a `;` follows it: every type but E
+        // and R is never charged. (An R or E record cut short is not
+        // skipped, whatever it lacks: its end was cut off.)
+        let parts: Vec<&str> = line.splitn(3, ';').collect();
+        let kind = parts.get(1).filter(|_| parts.len() == 3)?.trim();
+        let other = |c: char| (c.is_ascii_uppercase() && c != 'E' && c != 'R') || "sucearzkp".contains(c);
+        (kind.len() == 1 && kind.chars().all(other)).then_some(Skip::OtherRecord)
+    }
+
     fn parse(&mut self, line: &str) -> Option<Item> {
         if line.trim().is_empty() {
             return None;

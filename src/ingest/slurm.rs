@@ -517,6 +517,20 @@ impl Parser for SlurmParser {
         self.options.clone()
     }
 
+    fn cut_job_key(&self, line: &str) -> Option<String> {
+        // Its job id and cluster columns whole (another column after each),
+        // or absent from the fields: a line cut before its `Cluster` would
+        // name the job on no cluster (or the --cluster one).
+        let cols = self.columns(line);
+        let fields = self.fields.as_ref()?;
+        let whole = |name: &str| fields.index.get(name).is_none_or(|&i| i + 1 < cols.len());
+        if whole("jobid") && whole("cluster") {
+            self.job_key(line)
+        } else {
+            None
+        }
+    }
+
     fn cut_skip(&self, line: &str) -> Option<Skip> {
         let cols = self.columns(line);
         let at = *self.fields.as_ref()?.index.get("jobid")?;

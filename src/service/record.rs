@@ -23,7 +23,7 @@ use crate::domain::kinds::SourceFormat;
 use crate::domain::period::Month;
 use crate::domain::posting::{
     Existing, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, charge_entries, decide,
-    discount_entries, posting_period, resolve,
+    discount_entries, posting_period, resolve, resolve_for_run,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::{KeptOptions, ReadOptions, Reading};
@@ -412,6 +412,9 @@ impl Recorder {
                 author: &self.author,
                 supersede: self.supersede,
                 last_closed,
+                catalog,
+                projects: &self.projects,
+                now,
             };
             posting
                 .round(&mut *tx, jobs, round, &mut outcomes, &mut records, &mut rejections)
@@ -860,6 +863,10 @@ struct Posting<'a> {
     author: &'a str,
     supersede: bool,
     last_closed: Option<Month>,
+    /// To price a record of a run recorded before as the run is priced.
+    catalog: &'a Catalog,
+    projects: &'a HashMap<String, ProjectId>,
+    now: chrono::DateTime<Utc>,
 }
 
 impl Posting<'_> {
@@ -929,6 +936,49 @@ impl Posting<'_> {
                 held.entry(job).or_default().push(record);
             }
         }
+
+        // A record of a run recorded before is priced as the run is: at the
+        // submit time the run keeps, else at its start. One that gives a
+        // submit time where the run has none (or none where it has one)
+        // was priced at its own instant; a supersede would then have posted
+        // a charge by another card, class or discount than the audit
+        // prices the run by. (Two known submit times that differ are a
+        // conflict no supersede mends: `classify`.)
+        let mut round = round;
+        let mut refused = Vec::new();
+        for (pos, ((index, resolved), job)) in round.iter_mut().zip(&ids).enumerate() {
+            let Some(run_submitted_at) = held.get(job).and_then(|h| h.first()).map(|e| e.job_submitted_at) else {
+                continue;
+            };
+            if run_submitted_at.is_some() == resolved.submitted_at.is_some() {
+                continue;
+            }
+            match resolve_for_run(
+                &jobs[*index].input,
+                self.catalog,
+                self.projects,
+                self.now,
+                run_submitted_at,
+            ) {
+                Ok(r) => *resolved = r,
+                Err(r) => refused.push((pos, r)),
+            }
+        }
+        let (round, ids): (Vec<_>, Vec<_>) = if refused.is_empty() {
+            (round, ids)
+        } else {
+            let skip: HashSet<usize> = refused.iter().map(|(pos, _)| *pos).collect();
+            for (pos, r) in refused {
+                self.reject(jobs, round[pos].0, r, outcomes, rejections);
+            }
+            round
+                .into_iter()
+                .zip(ids)
+                .enumerate()
+                .filter(|(pos, _)| !skip.contains(pos))
+                .map(|(_, pair)| pair)
+                .unzip()
+        };
 
         // Decide.
         struct Plan<'r> {

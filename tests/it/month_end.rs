@@ -378,6 +378,66 @@ async fn a_charge_refunded_and_reversed_at_once_is_credited_back_once() {
     assert_eq!(credited, amount);
 }
 
+/// A re-sent job superseding its charge while the charge is being
+/// refunded: the recorder waits for the refund, is refused once (HL008),
+/// and records again, reversing the refund too; the old charge nets to
+/// nothing. (Without the retry, a one-job batch was kept as a database
+/// rejection.)
+#[tokio::test]
+async fn a_resent_job_superseding_a_charge_being_refunded_is_recorded() {
+    let db = october().await;
+    let job = |cores: u32| {
+        format!(
+            r#"{{"cluster":"owens","job_id":"4101","project":"PZS0708","queue":"serial","cores":{cores},"start":"2026-10-21T08:00:00-04:00","end":"2026-10-21T18:00:00-04:00"}}"#
+        )
+    };
+    let record = |args: &'static [&'static str], text: String| {
+        let url = db.url.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut all = vec!["job", "record", "--json", "--format", "json"];
+            all.extend_from_slice(args);
+            crate::harness::cli_with_env(&all, &[("DATABASE_URL", &url)], Some(&text))
+        })
+    };
+    ok(&record(&[], job(1)).await.unwrap());
+    let id: i64 = sqlx::query_scalar(
+        "SELECT e.id FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+          WHERE j.scheduler_job_id = '4101' AND e.kind = 'job'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut refund = db.pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                   quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
+         SELECT period, project_id, 'refund', metric, job_record_id, rate_card_id, id, -quantity, unit_rate,
+                -amount_exact, -amount, late, 'a refund in full, not yet committed', charging_rules, 'billing'
+           FROM ledger_entry WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&mut *refund)
+    .await
+    .unwrap();
+    let resent = record(&["--supersede"], job(2));
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(!resent.is_finished(), "the supersede waits for the refund");
+    refund.commit().await.unwrap();
+    let o = resent.await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert_eq!(v["outcome"], "superseded", "{v}");
+    let net: Decimal = sqlx::query_scalar(
+        "SELECT sum(amount) FROM ledger_entry WHERE id = $1 OR corrects_id = $1
+            OR corrects_id IN (SELECT id FROM ledger_entry WHERE corrects_id = $1)",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(net.is_zero(), "{net}");
+    assert!(audit(&db.pool).await.unwrap().clean());
+}
+
 #[tokio::test]
 async fn the_audit_catches_what_was_changed_behind_the_ledgers_back() {
     let db = october().await;

@@ -288,3 +288,64 @@ async fn the_real_memory_of_a_node_warns_about_a_small_card_and_bounds_what_a_jo
     assert!(o.status.success(), "{}", crate::harness::stderr(&o));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A run first recorded without its submit time is priced at its start;
+/// a record of it with a submit time before a new card began, superseding
+/// it, is priced as the run is (the new card), not at its own submit time
+/// (the old card), and the audit agrees. (The supersede was priced by the
+/// old card and the audit reported its card.)
+#[tokio::test]
+async fn a_supersede_is_priced_at_the_runs_instant() {
+    let center = CENTER.replace(
+        "from = 2020-01-01\ncore_hour = 0.045\nmemory_per_core = \"4GB\"",
+        "from = 2020-01-01\nuntil = 2026-07-01\ncore_hour = 0.01\nmemory_per_core = \"4GB\"\n\
+         [[cluster.rate_card]]\nnode_type = \"regular\"\nfrom = 2026-07-01\ncore_hour = 0.02\nmemory_per_core = \"4GB\"",
+    );
+    assert!(center.contains("core_hour = 0.02"));
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let job = |end: &str, extra: &[&str]| {
+        let mut args = vec![
+            "job",
+            "record",
+            "--cluster",
+            "c1",
+            "--job-id",
+            "100",
+            "--project",
+            "P1",
+            "--queue",
+            "batch",
+            "--cores",
+            "1",
+            "--start",
+            "2026-07-01T00:30:00Z",
+            "--end",
+            end,
+        ];
+        args.extend_from_slice(extra);
+        ok(&db.cli(&args))
+    };
+    // The epilogue: no submit time, 2 h at the new card's 0.02.
+    job("2026-07-01T02:30:00Z", &[]);
+    assert_eq!(entry(&db, "100").await.4.to_string(), "0.04");
+    // sacct: submitted before the new card, and ran an hour longer.
+    job(
+        "2026-07-01T03:30:00Z",
+        &["--submit", "2026-06-30T23:50:00Z", "--supersede"],
+    );
+    let charges: Vec<(String, Decimal)> = sqlx::query_as(
+        "SELECT e.kind, e.amount FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id ORDER BY e.id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let charges: Vec<(String, String)> = charges.into_iter().map(|(k, a)| (k, a.to_string())).collect();
+    assert_eq!(
+        charges,
+        [("job", "0.04"), ("job", "0.06"), ("reversal", "-0.04")].map(|(k, a)| (k.to_owned(), a.to_owned()))
+    );
+    assert_eq!(findings(&db).await, []);
+}
