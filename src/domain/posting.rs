@@ -238,6 +238,21 @@ pub fn resolve_for_run(
     resolve_priced(input, catalog, projects, now, Some(run_submitted_at))
 }
 
+/// The run a record names (cluster, job id, array index, start), as far as
+/// its cluster and times can be read: to find the run of a record that
+/// could not be priced at its own instant.
+pub fn run_key(input: &JobInput, catalog: &Catalog) -> Option<JobKey> {
+    let center = catalog.center.as_ref()?;
+    let cluster = catalog.cluster(input.cluster.as_deref()?)?;
+    let (started_at, _, _) = instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()?;
+    Some(JobKey {
+        cluster_id: cluster.id,
+        job_id: input.job_id.clone(),
+        array_index: input.array_index,
+        started_at,
+    })
+}
+
 fn resolve_priced(
     input: &JobInput,
     catalog: &Catalog,

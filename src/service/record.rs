@@ -23,7 +23,7 @@ use crate::domain::kinds::SourceFormat;
 use crate::domain::period::Month;
 use crate::domain::posting::{
     Existing, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, charge_entries, decide,
-    discount_entries, posting_period, resolve, resolve_for_run,
+    discount_entries, posting_period, resolve, resolve_for_run, run_key,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::{KeptOptions, ReadOptions, Reading};
@@ -332,6 +332,9 @@ impl Recorder {
         }
         // A record whose unknown account was reassigned to a project
         // (`rejected reassign`, migration 0025) is charged to that project.
+        // Records charged to the project their account was reassigned to:
+        // recorded (and priced again below, if need be) with that project.
+        let mut reassigned: Vec<(usize, String)> = Vec::new();
         if !unknown_project.is_empty() {
             let formats: Vec<SourceFormat> = unknown_project.iter().map(|(i, _)| formats[*i]).collect();
             let hashes: Vec<Vec<u8>> = unknown_project.iter().map(|(i, _)| hashes[*i].clone()).collect();
@@ -357,9 +360,45 @@ impl Recorder {
                 };
                 let mut input = jobs[i].input.clone();
                 input.project = Some(code.clone());
+                reassigned.push((i, code.clone()));
                 match resolve(&input, catalog, &self.projects, now) {
                     Ok(r) => pending.push((i, r)),
                     Err(r) => refused.push((i, r)),
+                }
+            }
+        }
+        // A record with no rate card at its own instant may be of a run
+        // priced at another (its submit time where the run has none, or the
+        // reverse): priced as its run, it is recorded (a replay, a
+        // revision, a supersede); `Posting::round` does the same for those
+        // priced at their own instant.
+        if refused.iter().any(|(_, r)| r.kind == RejectKind::NoRateCard) {
+            let candidates: Vec<(usize, JobKey)> = refused
+                .iter()
+                .filter(|(_, r)| r.kind == RejectKind::NoRateCard)
+                .filter_map(|(i, _)| run_key(&jobs[*i].input, catalog).map(|k| (*i, k)))
+                .collect();
+            let keys: Vec<&JobKey> = candidates.iter().map(|(_, k)| k).collect();
+            let found = jobs::find(&mut *tx, &keys).await?;
+            let runs: Vec<crate::ids::JobId> = found.iter().map(|(_, id)| *id).collect();
+            let mut run_submitted: HashMap<crate::ids::JobId, Option<chrono::DateTime<Utc>>> = HashMap::new();
+            if !runs.is_empty() {
+                for (job, record) in jobs::records(&mut *tx, &runs).await? {
+                    run_submitted.entry(job).or_insert(record.job_submitted_at);
+                }
+            }
+            for (pos, job) in found {
+                let i = candidates[pos].0;
+                let Some(&run_submitted_at) = run_submitted.get(&job) else {
+                    continue;
+                };
+                let mut input = jobs[i].input.clone();
+                if let Some((_, code)) = reassigned.iter().find(|(at, _)| *at == i) {
+                    input.project = Some(code.clone());
+                }
+                if let Ok(r) = resolve_for_run(&input, catalog, &self.projects, now, run_submitted_at) {
+                    refused.retain(|(at, _)| *at != i);
+                    pending.push((i, r));
                 }
             }
         }
@@ -380,7 +419,7 @@ impl Recorder {
             refused.push((i, rejection));
         }
         let reread: Vec<Submission>;
-        let jobs: &[Submission] = if earlier.replaced.is_empty() {
+        let jobs: &[Submission] = if earlier.replaced.is_empty() && reassigned.is_empty() {
             jobs
         } else {
             let mut all = jobs.to_vec();
@@ -389,6 +428,9 @@ impl Recorder {
                 if let Some(p) = pending.iter_mut().find(|(at, _)| *at == i) {
                     p.1 = resolved;
                 }
+            }
+            for (i, code) in reassigned {
+                all[i].input.project = Some(code);
             }
             reread = all;
             &reread

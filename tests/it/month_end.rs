@@ -338,6 +338,23 @@ async fn corrections_credit_back_at_most_what_was_charged() {
     assert!(audit(&db.pool).await.unwrap().clean());
 }
 
+/// A refund in full of entry `id`, posted in a transaction left open.
+async fn refund_in_full_uncommitted(pool: &PgPool, id: i64) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut refund = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                   quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
+         SELECT period, project_id, 'refund', metric, job_record_id, rate_card_id, id, -quantity, unit_rate,
+                -amount_exact, -amount, late, 'a refund in full, not yet committed', charging_rules, 'billing'
+           FROM ledger_entry WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&mut *refund)
+    .await
+    .unwrap();
+    refund
+}
+
 /// A refund not yet committed while the same charge is reversed: the
 /// reversal waits for it, then sees it and is refused. (Before migration
 /// 0051 each was checked against what was committed before either, and
@@ -350,18 +367,7 @@ async fn a_charge_refunded_and_reversed_at_once_is_credited_back_once() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    let mut refund = db.pool.begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
-                                   quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
-         SELECT period, project_id, 'refund', metric, job_record_id, rate_card_id, id, -quantity, unit_rate,
-                -amount_exact, -amount, late, 'a refund in full, not yet committed', charging_rules, 'billing'
-           FROM ledger_entry WHERE id = $1",
-    )
-    .bind(id)
-    .execute(&mut *refund)
-    .await
-    .unwrap();
+    let refund = refund_in_full_uncommitted(&db.pool, id).await;
     let pool = db.pool.clone();
     let target = Target::Entry(hpc_ledger::ids::LedgerEntryId(id));
     let reversal = tokio::spawn(async move { reverse(&pool, &target, &why("not run at all"), Utc::now()).await });
@@ -407,18 +413,7 @@ async fn a_resent_job_superseding_a_charge_being_refunded_is_recorded() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let mut refund = db.pool.begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
-                                   quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
-         SELECT period, project_id, 'refund', metric, job_record_id, rate_card_id, id, -quantity, unit_rate,
-                -amount_exact, -amount, late, 'a refund in full, not yet committed', charging_rules, 'billing'
-           FROM ledger_entry WHERE id = $1",
-    )
-    .bind(id)
-    .execute(&mut *refund)
-    .await
-    .unwrap();
+    let refund = refund_in_full_uncommitted(&db.pool, id).await;
     let resent = record(&["--supersede"], job(2));
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     assert!(!resent.is_finished(), "the supersede waits for the refund");

@@ -349,3 +349,98 @@ async fn a_supersede_is_priced_at_the_runs_instant() {
     );
     assert_eq!(findings(&db).await, []);
 }
+
+/// No card is in force at a record's own submit time, but its run, first
+/// recorded without one, is priced at its start: the record is priced as
+/// the run (a supersede, a record of the same job again), not refused for
+/// want of a card. And a record of that run whose mistyped account is
+/// reassigned is priced with the project it was reassigned to.
+#[tokio::test]
+async fn a_record_without_a_card_at_its_own_instant_is_priced_as_its_run() {
+    let center = CENTER.replace("from = 2020-01-01", "from = 2026-07-01");
+    assert!(center.contains("from = 2026-07-01"));
+    let db = TestDb::new().await;
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+        .await
+        .unwrap();
+    let job = |id: &str, end: &str, extra: &[&str]| {
+        let mut args = vec![
+            "job",
+            "record",
+            "--cluster",
+            "c1",
+            "--job-id",
+            id,
+            "--project",
+            "P1",
+            "--queue",
+            "batch",
+            "--cores",
+            "1",
+            "--start",
+            "2026-07-01T00:30:00Z",
+            "--end",
+            end,
+        ];
+        args.extend_from_slice(extra);
+        db.cli(&args)
+    };
+    // 2 h at 0.045; then, submitted before any card, an hour longer: 3 h.
+    ok(&job("100", "2026-07-01T02:30:00Z", &[]));
+    let o = job(
+        "100",
+        "2026-07-01T03:30:00Z",
+        &["--submit", "2026-06-30T23:50:00Z", "--supersede"],
+    );
+    assert!(stdout(&o).contains("superseded c1/100"), "{}", stdout(&o));
+    let amounts: Vec<Decimal> = sqlx::query_scalar("SELECT amount FROM ledger_entry ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let amounts: Vec<String> = amounts.iter().map(ToString::to_string).collect();
+    assert_eq!(amounts, ["0.09", "0.14", "-0.09"]);
+
+    // A mistyped account on a record of another such run, then reassigned.
+    ok(&job("200", "2026-07-01T02:30:00Z", &[]));
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "200",
+        "--project",
+        "OLDACCT",
+        "--queue",
+        "batch",
+        "--cores",
+        "1",
+        "--start",
+        "2026-07-01T00:30:00Z",
+        "--end",
+        "2026-07-01T02:30:00Z",
+        "--submit",
+        "2026-06-30T23:50:00Z",
+    ]);
+    assert!(!o.status.success());
+    let id: i64 = sqlx::query_scalar("SELECT id FROM rejected_record WHERE resolved_at IS NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let o = db.cli(&[
+        "rejected",
+        "reassign",
+        &id.to_string(),
+        "--project",
+        "P1",
+        "--reason",
+        "account mistyped",
+    ]);
+    ok(&o);
+    let open: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record WHERE resolved_at IS NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(open, 0, "{}", stdout(&o));
+    assert_eq!(findings(&db).await, []);
+}

@@ -558,7 +558,12 @@ async fn concurrent_posts_share_transactions_and_a_stop_loses_no_accepted_job() 
     // Stop while another burst is in flight: every job answered 201 is in
     // the ledger; the others were never accepted (Slurm sends them again).
     let posts = burst(server.addr, 5000, n);
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    // Once the first of them is recorded (a fixed wait let a loaded machine
+    // stop the server before any was accepted).
+    let first = std::time::Instant::now();
+    while server.metrics.jobs("recorded") <= u64::from(n) && first.elapsed() < std::time::Duration::from_secs(10) {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
     let Running { stop, done, .. } = server;
     stop.send(()).unwrap();
     let mut accepted = 0i64;
