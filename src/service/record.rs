@@ -331,9 +331,8 @@ impl Recorder {
             }
         }
         // A record whose unknown account was reassigned to a project
-        // (`rejected reassign`, migration 0025) is charged to that project.
-        // Records charged to the project their account was reassigned to:
-        // recorded (and priced again below, if need be) with that project.
+        // (`rejected reassign`, migration 0025) is charged to that project,
+        // and recorded (and priced again below, if need be) with it.
         let mut reassigned: Vec<(usize, String)> = Vec::new();
         if !unknown_project.is_empty() {
             let formats: Vec<SourceFormat> = unknown_project.iter().map(|(i, _)| formats[*i]).collect();
