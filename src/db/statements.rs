@@ -114,7 +114,9 @@ pub async fn job_lines(
     .await
 }
 
-/// A statement's storage line: one storage rate.
+/// A statement's storage line: one price (the storage charges of the
+/// month's rate rows at that price, summed: two rows of one price shown
+/// apart read as the same line twice).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StorageLine {
     #[serde(skip)]
@@ -139,8 +141,8 @@ pub async fn storage_lines(
                   sum(e.quantity) AS "quantity!", sum(e.amount) AS "amount!"
              FROM ledger_entry e
             WHERE e.period = $1 AND e.project_id = ANY($2) AND e.kind = 'storage'
-            GROUP BY e.project_id, e.storage_rate_id, e.unit_rate
-            ORDER BY e.project_id, e.unit_rate, e.storage_rate_id"#,
+            GROUP BY e.project_id, e.unit_rate
+            ORDER BY e.project_id, e.unit_rate"#,
         period,
         &ids
     )

@@ -162,13 +162,6 @@ pub fn read_cut_short(p: &mut dyn Parser, text: &str, exact: Option<&[u8]>) -> O
     Some(Item::Bad(CUT_SHORT.into()))
 }
 
-/// The job a line cut short names, when its job id is whole: one more
-/// character at the end would not change it (a line cut inside its job id,
-/// `12` of `1234|…`, names no job, rather than job 12).
-pub fn cut_job_key(p: &dyn Parser, text: &str) -> Option<String> {
-    p.cut_job_key(text)
-}
-
 /// A reading added on 2026-12-06, by the read option that marks the records
 /// read with it: a record kept without it was read the earlier way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -367,7 +360,9 @@ pub trait Parser {
         None
     }
     /// The job a line cut short names, when what names it is whole: by
-    /// default, when one more character at the end would not change it.
+    /// default, when one more character at the end would not change it (a
+    /// line cut inside its job id, `12` of `1234|…`, names no job rather
+    /// than job 12).
     fn cut_job_key(&self, line: &str) -> Option<String> {
         let key = self.job_key(line)?;
         (self.job_key(&format!("{line}\u{FFFD}")).as_ref() == Some(&key)).then_some(key)
@@ -815,7 +810,7 @@ mod tests {
         let before_start = &rerun[..rerun.find(" start=").unwrap()];
         assert_eq!(cut(&mut p, before_start), Some(Item::Bad(CUT_SHORT.into())));
         assert_eq!(
-            cut_job_key(&*p, before_start).as_deref(),
+            p.cut_job_key(before_start).as_deref(),
             Some("casper/4400521.casper-pbs")
         );
         let deleted = record(";D;4421332.");
@@ -823,15 +818,15 @@ mod tests {
         assert_eq!(cut(&mut p, &deleted[..20]), Some(Item::Bad(CUT_SHORT.into())));
         let end = record(";E;2281314.");
         assert_eq!(cut(&mut p, &end[..30]), Some(Item::Bad(CUT_SHORT.into())));
-        assert_eq!(cut_job_key(&*p, &end[..30]), None, "its job id is cut");
+        assert_eq!(p.cut_job_key(&end[..30]), None, "its job id is cut");
 
         let requeue = include_str!("../../tests/fixtures/accounting/slurm_2205_requeue_sacct.txt");
         let mut lines = requeue.lines().filter(|l| !l.starts_with('#'));
         let mut s = parser(Format::Slurm, &ReadOptions::default()).unwrap();
         assert_eq!(s.parse(lines.next().unwrap()), None, "the header");
         let last = lines.next_back().unwrap();
-        assert_eq!(cut_job_key(&*s, &last[..9]), None, "{}", &last[..9]);
-        assert_eq!(cut_job_key(&*s, &last[..13]).as_deref(), Some("testclu/3"));
+        assert_eq!(s.cut_job_key(&last[..9]), None, "{}", &last[..9]);
+        assert_eq!(s.cut_job_key(&last[..13]).as_deref(), Some("testclu/3"));
         let step = "3.batch|3.batch|testclu|";
         assert_eq!(cut(&mut s, step), Some(Item::Skip(Skip::Step)));
         assert_eq!(cut(&mut s, &last[..40]), Some(Item::Bad(CUT_SHORT.into())));

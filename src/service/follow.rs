@@ -345,7 +345,7 @@ async fn read_file(
                             cut_short: true,
                             ..p.options().read_options().clone()
                         });
-                        (crate::ingest::cut_job_key(&*p, &text), options)
+                        (p.cut_job_key(&text), options)
                     } else {
                         (p.job_key(&text), p.options())
                     };

@@ -549,7 +549,7 @@ impl Reader {
                 cut_short: true,
                 ..self.p.options().read_options().clone()
             }),
-            job: crate::ingest::cut_job_key(&*self.p, &text),
+            job: self.p.cut_job_key(&text),
         };
         let line = RawLine::Unreadable {
             reason,

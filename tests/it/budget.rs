@@ -518,25 +518,7 @@ async fn a_past_balance_counts_the_holds_open_then() {
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     // It ran an hour, ending now (its hold placed when it started... late).
-    let end = Utc::now();
-    ok(&db.cli(&[
-        "job",
-        "record",
-        "--cluster",
-        "c1",
-        "--job-id",
-        "H5",
-        "--project",
-        "P1",
-        "--queue",
-        "batch",
-        "--cores",
-        "28",
-        "--start",
-        &(end - TimeDelta::hours(1)).to_rfc3339(),
-        "--end",
-        &end.to_rfc3339(),
-    ]));
+    record(&db, "H5", "P1", 28, &(Utc::now() - TimeDelta::hours(1)).to_rfc3339(), 1);
     let running = balance(&db, "P1", &(created + TimeDelta::milliseconds(500)).to_rfc3339());
     assert_eq!(
         (money(&running["held"]), money(&running["used"])),

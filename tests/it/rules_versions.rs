@@ -32,11 +32,40 @@ code = "P1"
 "#;
 
 async fn db() -> TestDb {
+    db_of(CENTER).await
+}
+
+async fn db_of(center: &str) -> TestDb {
     let db = TestDb::new().await;
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(CENTER).unwrap(), "t")
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(center).unwrap(), "t")
         .await
         .unwrap();
     db
+}
+
+/// `job record` of a one-core job of `project` that started on 1 July 2026
+/// at 00:30 UTC and ended at `end`.
+fn record_july(db: &TestDb, id: &str, project: &str, end: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        id,
+        "--project",
+        project,
+        "--queue",
+        "batch",
+        "--cores",
+        "1",
+        "--start",
+        "2026-07-01T00:30:00Z",
+        "--end",
+        end,
+    ];
+    args.extend_from_slice(extra);
+    db.cli(&args)
 }
 
 /// `job record` of a job ending on 5 October 2026.
@@ -302,32 +331,8 @@ async fn a_supersede_is_priced_at_the_runs_instant() {
          [[cluster.rate_card]]\nnode_type = \"regular\"\nfrom = 2026-07-01\ncore_hour = 0.02\nmemory_per_core = \"4GB\"",
     );
     assert!(center.contains("core_hour = 0.02"));
-    let db = TestDb::new().await;
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
-    let job = |end: &str, extra: &[&str]| {
-        let mut args = vec![
-            "job",
-            "record",
-            "--cluster",
-            "c1",
-            "--job-id",
-            "100",
-            "--project",
-            "P1",
-            "--queue",
-            "batch",
-            "--cores",
-            "1",
-            "--start",
-            "2026-07-01T00:30:00Z",
-            "--end",
-            end,
-        ];
-        args.extend_from_slice(extra);
-        ok(&db.cli(&args))
-    };
+    let db = db_of(&center).await;
+    let job = |end: &str, extra: &[&str]| ok(&record_july(&db, "100", "P1", end, extra));
     // The epilogue: no submit time, 2 h at the new card's 0.02.
     job("2026-07-01T02:30:00Z", &[]);
     assert_eq!(entry(&db, "100").await.4.to_string(), "0.04");
@@ -359,32 +364,8 @@ async fn a_supersede_is_priced_at_the_runs_instant() {
 async fn a_record_without_a_card_at_its_own_instant_is_priced_as_its_run() {
     let center = CENTER.replace("from = 2020-01-01", "from = 2026-07-01");
     assert!(center.contains("from = 2026-07-01"));
-    let db = TestDb::new().await;
-    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
-        .await
-        .unwrap();
-    let job = |id: &str, end: &str, extra: &[&str]| {
-        let mut args = vec![
-            "job",
-            "record",
-            "--cluster",
-            "c1",
-            "--job-id",
-            id,
-            "--project",
-            "P1",
-            "--queue",
-            "batch",
-            "--cores",
-            "1",
-            "--start",
-            "2026-07-01T00:30:00Z",
-            "--end",
-            end,
-        ];
-        args.extend_from_slice(extra);
-        db.cli(&args)
-    };
+    let db = db_of(&center).await;
+    let job = |id: &str, end: &str, extra: &[&str]| record_july(&db, id, "P1", end, extra);
     // 2 h at 0.045; then, submitted before any card, an hour longer: 3 h.
     ok(&job("100", "2026-07-01T02:30:00Z", &[]));
     let o = job(
@@ -402,26 +383,13 @@ async fn a_record_without_a_card_at_its_own_instant_is_priced_as_its_run() {
 
     // A mistyped account on a record of another such run, then reassigned.
     ok(&job("200", "2026-07-01T02:30:00Z", &[]));
-    let o = db.cli(&[
-        "job",
-        "record",
-        "--cluster",
-        "c1",
-        "--job-id",
+    let o = record_july(
+        &db,
         "200",
-        "--project",
         "OLDACCT",
-        "--queue",
-        "batch",
-        "--cores",
-        "1",
-        "--start",
-        "2026-07-01T00:30:00Z",
-        "--end",
         "2026-07-01T02:30:00Z",
-        "--submit",
-        "2026-06-30T23:50:00Z",
-    ]);
+        &["--submit", "2026-06-30T23:50:00Z"],
+    );
     assert!(!o.status.success());
     let id: i64 = sqlx::query_scalar("SELECT id FROM rejected_record WHERE resolved_at IS NULL")
         .fetch_one(&db.pool)

@@ -569,10 +569,10 @@ async fn quota_and_bill_from_the_command_line() {
 }
 
 /// Two storage rate rows of one price in a month (a rate set again from
-/// the 16th): two charges, and two lines on the statement, one per rate
-/// row, as docs/month-end.md says (they were one line, grouped by price).
+/// the 16th): two charges, one statement line for the price (two identical
+/// lines would read as a double charge).
 #[tokio::test]
-async fn a_statement_has_a_storage_line_per_rate_row_even_at_one_price() {
+async fn a_statement_has_one_storage_line_per_price() {
     let center = "[center]\nname = \"Rows\"\ncurrency = \"USD\"\ntime_zone = \"UTC\"\n\
          [[storage_rate]]\nfrom = 2020-01-01\nuntil = 2026-04-16\ntb_month = 5\n\
          [[storage_rate]]\nfrom = 2026-04-16\ntb_month = 5\n\
@@ -596,11 +596,10 @@ async fn a_statement_has_a_storage_line_per_rate_row_even_at_one_price() {
         .iter()
         .map(|l| (l.tb_days.normalize().to_string(), l.amount.to_string()))
         .collect();
-    assert_eq!(
-        lines,
-        [
-            ("150".to_owned(), "25.00".to_owned()),
-            ("150".to_owned(), "25.00".to_owned())
-        ]
-    );
+    assert_eq!(lines, [("300".to_owned(), "50.00".to_owned())]);
+    let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry WHERE kind = 'storage'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(charges, 2, "one charge per rate row");
 }
