@@ -124,9 +124,13 @@ pub async fn sums(
 ) -> Result<Sums, sqlx::Error> {
     let r = sqlx::query!(
         r#"SELECT b.allocated AS "allocated!", b.pool_from, b.used AS "used!", b.held AS "held!",
-                  -- the whole days before the instant's own (center time): day boundaries cut no day's draws
-                  hl_pool_drawn($1, $4, hl_day_end((($2 AT TIME ZONE c.time_zone)::date - $3::int - 1), c.time_zone),
-                                hl_day_end((($2 AT TIME ZONE c.time_zone)::date - 1), c.time_zone) - interval '1 microsecond')
+                  -- the whole days before the instant's own (center time): day boundaries cut no day's draws;
+                  -- at a day's last microsecond (a statement's month end) that day is whole
+                  hl_pool_drawn($1, $4,
+                                hl_day_end(((($2 + interval '1 microsecond') AT TIME ZONE c.time_zone)::date - $3::int - 1),
+                                           c.time_zone),
+                                hl_day_end(((($2 + interval '1 microsecond') AT TIME ZONE c.time_zone)::date - 1), c.time_zone)
+                                    - interval '1 microsecond')
                       AS "recent!",
                   b.begun AS "ever!"
              FROM hl_pool_balance($1, $4, $2) b, center c"#,

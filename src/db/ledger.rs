@@ -20,6 +20,8 @@ use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 /// posting that took it next failed ("current transaction is aborted"):
 /// good jobs kept as rejected.
 ///
+/// The transaction is READ COMMITTED whatever the server's default.
+///
 /// Also turns JIT compilation off for the transaction: a posting runs a
 /// handful of statements over one batch, and right after a large import,
 /// statistics not yet refreshed made PostgreSQL estimate the lookup of a
@@ -27,7 +29,7 @@ use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 /// of 2,000 against ≈ 8 ms of work (auto_explain; a re-import of 20,000
 /// jobs 1.1 s against 0.34 s).
 pub async fn begin_posting(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     // Dropped on failure, the transaction is rolled back before its
     // connection goes back to the pool.
     sqlx::query(

@@ -216,6 +216,20 @@ async fn connect_one(url: &str) -> Result<PgConnection, DbError> {
         })
 }
 
+/// Begin a READ COMMITTED transaction, whatever the server's default
+/// (`default_transaction_isolation`). Every writer relies on it: a statement
+/// sees what committed before it, so a check made after waiting for a lock
+/// (the period lock a close takes, the corrections' lock of migration 0051
+/// and the credits check after it) sees what the lock's holder committed.
+/// In a REPEATABLE READ transaction the snapshot is taken by the statement
+/// that waits, before the wait: a close would seal a month without the
+/// entries posted while it waited, a reversal pass the check against a
+/// refund committed meanwhile. In the `BEGIN` itself: no round trip more,
+/// and no startup option (which a pooler such as PgBouncer may refuse).
+pub async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await
+}
+
 /// A connection pool on `url`.
 pub async fn connect(url: &str) -> Result<PgPool, DbError> {
     let options = options(url)?;

@@ -360,7 +360,7 @@ async fn archive_records_later(
     }
     let (ids, sums) = ids_and_digests(&check.records);
     let digest = hex::decode(&check.file_sha256).expect("hex of a digest");
-    let mut tx = match pool.begin().await {
+    let mut tx = match crate::db::begin(pool).await {
         Ok(tx) => tx,
         Err(e) => {
             let _ = std::fs::remove_file(&path);
@@ -555,7 +555,7 @@ async fn archive_group(
         .iter()
         .map(|(_, c)| hex::decode(&c.file_sha256).expect("hex of a digest"))
         .collect();
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let archived = match archive_in(&mut tx, &periods, by, &names, &digests, &written).await {
         Ok(a) => a,
         Err(e) => {

@@ -84,7 +84,7 @@ pub async fn grant(
 ) -> Result<AllocationId, BudgetError> {
     check_amount(amount)?;
     check_reason(reason)?;
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = async {
         let p = project_id(&mut tx, project).await?;
         let cluster = match cluster {
@@ -119,7 +119,7 @@ pub async fn reduce(
 ) -> Result<AllocationId, BudgetError> {
     check_amount(amount)?;
     check_reason(reason)?;
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = async {
         let p = project_id(&mut tx, project).await?;
         let g = grant_of(&mut tx, p, project, from_grant).await?;
@@ -173,7 +173,7 @@ pub async fn transfer(
 ) -> Result<(AllocationId, AllocationId), BudgetError> {
     check_amount(amount)?;
     check_reason(reason)?;
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = async {
         let src = project_id(&mut tx, from).await?;
         let dst = project_id(&mut tx, to).await?;
@@ -422,7 +422,7 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
         Some(q) => q,
         None => quote_for(pool, &cache, job).await?,
     };
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = async {
         let cluster = q.cluster_id;
         let p = project_id(&mut tx, &job.project).await?;

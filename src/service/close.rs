@@ -194,7 +194,7 @@ pub async fn verify_against(pool: &PgPool, kept: &[Anchor]) -> Result<Vec<Anchor
 /// Close `month`: refused while it is not over, while an earlier month with
 /// entries is open, or while its storage is not billed.
 pub async fn close(pool: &PgPool, month: Month, author: &str, now: DateTime<Utc>) -> Result<CloseOutcome, CloseError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     let result = close_in(&mut tx, month, author, now).await;
     let outcome = crate::service::finish(tx, result).await?;
     if outcome.closed_now {
@@ -403,7 +403,7 @@ async fn seal_chain(pool: &PgPool) -> Result<Vec<SealCheck>, DbError> {
 /// One month's seal check, or the whole chain's, in a transaction of its
 /// own without JIT (each month is one pass over its entries).
 async fn checks_of(pool: &PgPool, month: Option<chrono::NaiveDate>) -> Result<Vec<SealCheck>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     crate::db::jit_off(&mut tx).await?;
     let checks = periods::seal_checks(&mut tx, month).await?;
     tx.commit().await?;

@@ -128,7 +128,7 @@ impl fmt::Display for ApplyReport {
 /// Apply a validated configuration. All or nothing: any refusal rolls
 /// everything back and lists every problem.
 pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = apply_in(&mut tx, config, author).await;
     let report = crate::service::finish(tx, result).await?;
     if report.changed() {
@@ -144,7 +144,7 @@ pub async fn apply(pool: &PgPool, config: &CenterConfig, author: &str) -> Result
 /// makes, and nothing written (`config apply --dry-run`): the same
 /// transaction as [`apply`], rolled back.
 pub async fn apply_dry_run(pool: &PgPool, config: &CenterConfig, author: &str) -> Result<ApplyReport, ApplyError> {
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = apply_in(&mut tx, config, author).await;
     let _ = tx.rollback().await;
     result
@@ -247,6 +247,38 @@ async fn apply_in(tx: &mut PgConnection, config: &CenterConfig, author: &str) ->
 /// Rate classes by name (ids of those the file names, and of those only
 /// the database holds).
 type Classes = BTreeMap<String, RateClassId>;
+
+/// What differs between a card held and the one in the file, as `field
+/// held → file`.
+fn card_changes(held: &RateCard, file: &RateCard) -> Vec<String> {
+    let mut changes = Vec::new();
+    let mut field = |name: &str, a: String, b: String| {
+        if a != b {
+            changes.push(format!("{name} {a} → {b}"));
+        }
+    };
+    field(
+        "core_hour",
+        held.core_hour.normalize().to_string(),
+        file.core_hour.normalize().to_string(),
+    );
+    field(
+        "gpu_hour",
+        held.gpu_hour.normalize().to_string(),
+        file.gpu_hour.normalize().to_string(),
+    );
+    field(
+        "memory_per_core",
+        held.memory_per_core.to_string(),
+        file.memory_per_core.to_string(),
+    );
+    field(
+        "cores_per_node",
+        held.cores_per_node.to_string(),
+        file.cores_per_node.to_string(),
+    );
+    changes
+}
 
 fn class_id(classes: &Classes, name: Option<&String>) -> Option<RateClassId> {
     name.map(|n| classes[n])
@@ -457,8 +489,19 @@ fn plan_cluster<'c>(
         if d.value != row.period.value {
             if e.used {
                 plan.refused.push(format!(
-                    "{key}: the {name} rate card from {} has priced charges; its prices and sizes cannot change (add a new dated card instead)",
-                    row.period.valid_from
+                    "{key}: the {name} rate card from {} has priced charges; its prices and sizes cannot change \
+                     ({}; add a new dated card instead{})",
+                    row.period.valid_from,
+                    card_changes(&row.period.value, &d.value).join(", "),
+                    if d.value.cores_per_node != row.period.value.cores_per_node {
+                        format!(
+                            ", or write cores_per_node = {} on this card: a card without one takes its node \
+                             type's, and a node type of other nodes is best a new node type",
+                            row.period.value.cores_per_node
+                        )
+                    } else {
+                        String::new()
+                    }
                 ));
             } else {
                 plan.delete_cards.push(row.id);

@@ -282,7 +282,7 @@ pub async fn export<W>(pool: &PgPool, month: Month, by: &str, dry_run: bool, wri
 where
     W: FnOnce(&Journal, &[Column]) -> Result<(), String>,
 {
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = async {
         let journal = export_in(&mut tx, month, by, dry_run).await?;
         let layout = layout_in(&mut tx).await?;

@@ -23,7 +23,7 @@ use crate::domain::kinds::SourceFormat;
 use crate::domain::period::Month;
 use crate::domain::posting::{
     Existing, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, charge_entries, decide,
-    discount_entries, posting_period, resolve, resolve_for_run, run_key,
+    discount_entries, held_as, posting_period, resolve, resolve_for_run, run_key,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::{KeptOptions, ReadOptions, Reading};
@@ -244,7 +244,7 @@ impl Recorder {
         // Kept as rejected and taken out of the intake in one transaction:
         // a crash between the two would have the next attempt find the
         // rejection kept and count it again.
-        let mut tx = self.pool.begin().await.map_err(RecordError::Connection)?;
+        let mut tx = crate::db::begin(&self.pool).await.map_err(RecordError::Connection)?;
         let mut first = sqlx::Connection::begin(&mut *tx).await.map_err(db_error)?;
         match rejected::upsert(&mut first, &rows).await {
             Ok(()) => first.commit().await.map_err(db_error)?,
@@ -398,6 +398,49 @@ impl Recorder {
                 if let Ok(r) = resolve_for_run(&input, catalog, &self.projects, now, run_submitted_at) {
                     refused.retain(|(at, _)| *at != i);
                     pending.push((i, r));
+                }
+            }
+        }
+        // A record refused for its queue or its card that the ledger holds
+        // already, unchanged (a record of its run has the same content):
+        // sent or imported again after its queue was removed, or mapped to
+        // a node type with no card, it is the replay it was before the
+        // change, not a rejection left open for the billing office.
+        let unpriced: Vec<(usize, JobKey, [u8; 32])> = refused
+            .iter()
+            .filter(|(_, r)| matches!(r.kind, RejectKind::UnknownQueue | RejectKind::NoRateCard))
+            .filter_map(|(i, _)| {
+                let held = match reassigned.iter().find(|(at, _)| at == i) {
+                    Some((_, code)) => {
+                        let mut input = jobs[*i].input.clone();
+                        input.project = Some(code.clone());
+                        held_as(&input, catalog)
+                    }
+                    None => held_as(&jobs[*i].input, catalog),
+                };
+                held.map(|(key, content)| (*i, key, content))
+            })
+            .collect();
+        if !unpriced.is_empty() {
+            let keys: Vec<&JobKey> = unpriced.iter().map(|(_, k, _)| k).collect();
+            let found = jobs::find(&mut *tx, &keys).await?;
+            let runs: Vec<JobId> = found.iter().map(|(_, id)| *id).collect();
+            let held = if runs.is_empty() {
+                Vec::new()
+            } else {
+                jobs::records(&mut *tx, &runs).await?
+            };
+            for (pos, job) in found {
+                let (i, _, content) = &unpriced[pos];
+                if let Some((_, record)) = held
+                    .iter()
+                    .find(|(run, record)| *run == job && record.content_fingerprint == *content)
+                {
+                    refused.retain(|(at, _)| at != i);
+                    records[*i] = Some(record.id);
+                    outcomes[*i] = Some(Outcome::Replayed {
+                        job: jobs[*i].input.key(),
+                    });
                 }
             }
         }

@@ -91,7 +91,7 @@ pub async fn dismiss(
     {
         return Err(RejectedError::UnknownSource(f.clone()));
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     let result = async {
         if !selection.ids.is_empty() {
             let missing = rejected::not_open(&mut tx, &selection.ids).await?;
@@ -134,7 +134,7 @@ pub async fn reassign(
     if reason.trim().is_empty() {
         return Err(RejectedError::NoReason);
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     let result = async {
         let r = rejected::open_one(&mut tx, id)
             .await?

@@ -134,7 +134,7 @@ pub async fn statements_with_details(
     month: Month,
     which: Which<'_>,
 ) -> Result<Vec<(Statement, Details)>, StatementError> {
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     crate::db::snapshot(&mut tx).await?;
     let list = statements_in(&mut tx, month, which).await?;
     let mut out = Vec::with_capacity(list.len());

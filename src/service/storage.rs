@@ -418,7 +418,7 @@ pub async fn waive(
             "a waiver needs a reason (--waive REASON)".into(),
         ));
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     let result = async {
         sdb::lock_billing(&mut tx).await?;
         let center = reference::load_center(&mut tx).await?.ok_or(StorageBillError::NoConfig)?;
@@ -485,7 +485,7 @@ pub async fn set_quota(
     from: DateTime<Utc>,
     author: &str,
 ) -> Result<(), StorageBillError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     let result = set_quota_in(&mut tx, code, quota_tb, from, author).await;
     crate::service::finish(tx, result).await
 }

@@ -153,7 +153,7 @@ pub struct Overview {
 /// A page of the project list (from 1), with each project's spend in
 /// `month` and its balances at `now`.
 pub async fn overview(pool: &PgPool, month: Month, page: i64, now: DateTime<Utc>) -> Result<Overview, WebError> {
-    let mut tx = pool.begin().await.map_err(DbError::from)?;
+    let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     crate::db::snapshot(&mut tx).await?;
     let center = reference::load_center(&mut tx).await?.ok_or(StatementError::NoConfig)?;
     if let Some(a) = crate::db::archive::archived(&mut tx, month.first_day()).await? {

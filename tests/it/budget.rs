@@ -176,13 +176,20 @@ async fn a_statement_shows_the_budget_of_its_months_last_instant() {
         ]));
     }
     record(&db, "J1", "P1", 28, "2026-10-01T00:00:00Z", 100);
+    // On the month's last day: 28 × 10 h = 2.80.
+    record(&db, "J2", "P1", 28, "2026-10-31T00:00:00Z", 10);
     let st = ok(&db.cli(&["statement", "--project", "P1", "--month", "2026-10"]));
     assert!(
         st.contains(
-            "Budget at 2026-11-01 00:00 UTC: allocated 100.00, used 28.00, held 0.00, remaining 72.00 (28.0 % used)"
+            "Budget at 2026-11-01 00:00 UTC: allocated 100.00, used 30.80, held 0.00, remaining 69.20 (30.8 % used)"
         ),
         "{st}"
     );
+    // Its burn rate is of the month's last 30 days, the last one included:
+    // 30.80 ÷ 30 = 1.03 a day (0.93 without 31 October's 2.80).
+    let st = json(&db.cli(&["statement", "--project", "P1", "--month", "2026-10", "--format", "json"]));
+    let budget = &st["budgets"][0];
+    assert_eq!(money(&budget["burn_per_day"]), "1.03", "{budget}");
 }
 
 #[tokio::test]

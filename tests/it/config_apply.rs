@@ -126,8 +126,26 @@ async fn a_rate_card_that_priced_a_charge_never_changes() {
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(
         p[0].contains(
-            "regular rate card from 2026-07-01 04:00:00 UTC has priced charges; its prices and sizes cannot change"
+            "regular rate card from 2026-07-01 04:00:00 UTC has priced charges; its prices and sizes cannot change \
+             (core_hour 0.012 → 0.013; add a new dated card instead)"
         ),
+        "{p:?}"
+    );
+    // The node type's cores changed: its cards without a size of their own
+    // would change with it; the refusal says so, and how to keep them.
+    let bigger = EXAMPLE.replacen(
+        "name = \"regular\"\ncores_per_node = 28",
+        "name = \"regular\"\ncores_per_node = 32",
+        1,
+    );
+    assert_ne!(bigger, EXAMPLE);
+    let p = refusals(apply_text(&db.pool, &bigger).await);
+    assert!(
+        p.iter()
+            .any(|m| m.contains("from 2026-07-01 04:00:00 UTC has priced charges")
+                && m.contains(
+                    "(cores_per_node 28 → 32; add a new dated card instead, or write cores_per_node = 28 on this card"
+                )),
         "{p:?}"
     );
 

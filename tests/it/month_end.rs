@@ -362,15 +362,47 @@ async fn refund_in_full_uncommitted(pool: &PgPool, id: i64) -> sqlx::Transaction
 #[tokio::test]
 async fn a_charge_refunded_and_reversed_at_once_is_credited_back_once() {
     let db = october().await;
+    refund_and_reverse_at_once(&db.pool).await;
+}
+
+/// The same on a server whose transactions default to REPEATABLE READ: a
+/// posting still reads what committed while it waited for the corrections'
+/// lock (`begin_posting` asks for READ COMMITTED; with the server's default,
+/// the reversal checked a snapshot taken before the refund committed and
+/// both were posted).
+#[tokio::test]
+async fn a_posting_reads_committed_whatever_the_servers_default() {
+    let db = october().await;
+    sqlx::raw_sql(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = ''repeatable read''',
+                                    current_database()); END $$",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let isolation: String = sqlx::query_scalar("SHOW transaction_isolation")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(isolation, "repeatable read");
+    refund_and_reverse_at_once(&pool).await;
+}
+
+async fn refund_and_reverse_at_once(pool: &PgPool) {
     let (id, amount): (i64, Decimal) =
         sqlx::query_as("SELECT id, amount_exact FROM ledger_entry WHERE kind = 'job' ORDER BY id LIMIT 1")
-            .fetch_one(&db.pool)
+            .fetch_one(pool)
             .await
             .unwrap();
-    let refund = refund_in_full_uncommitted(&db.pool, id).await;
-    let pool = db.pool.clone();
+    let refund = refund_in_full_uncommitted(pool, id).await;
+    let other = pool.clone();
     let target = Target::Entry(hpc_ledger::ids::LedgerEntryId(id));
-    let reversal = tokio::spawn(async move { reverse(&pool, &target, &why("not run at all"), Utc::now()).await });
+    let reversal = tokio::spawn(async move { reverse(&other, &target, &why("not run at all"), Utc::now()).await });
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(!reversal.is_finished(), "the reversal waits for the refund");
     refund.commit().await.unwrap();
@@ -378,7 +410,7 @@ async fn a_charge_refunded_and_reversed_at_once_is_credited_back_once() {
     assert!(e.contains("would be credited back"), "{e}");
     let credited: Decimal = sqlx::query_scalar("SELECT -sum(amount_exact) FROM ledger_entry WHERE corrects_id = $1")
         .bind(id)
-        .fetch_one(&db.pool)
+        .fetch_one(pool)
         .await
         .unwrap();
     assert_eq!(credited, amount);

@@ -412,3 +412,60 @@ async fn a_record_without_a_card_at_its_own_instant_is_priced_as_its_run() {
     assert_eq!(open, 0, "{}", stdout(&o));
     assert_eq!(findings(&db).await, []);
 }
+
+/// A job charged before its queue was removed, or mapped to a node type
+/// with no card, and sent again unchanged is the replay it was before the
+/// change (nothing kept for the billing office to dismiss); a new job in
+/// that queue is still refused.
+#[tokio::test]
+async fn a_record_sent_again_after_its_queue_changed_is_a_replay() {
+    let db = db().await;
+    let job = |id: &str| record_july(&db, id, "P1", "2026-07-01T02:30:00Z", &[]);
+    ok(&job("100"));
+    let open = || async {
+        sqlx::query_scalar::<_, String>("SELECT kind FROM rejected_record WHERE resolved_at IS NULL ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+    };
+    let apply = |center: String| {
+        let db = &db;
+        async move {
+            hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&center).unwrap(), "t")
+                .await
+                .unwrap()
+        }
+    };
+    // The queue mapped to a node type that has no card.
+    let remapped = CENTER.replace(
+        "[cluster.queues]\nbatch = \"regular\"",
+        "[[cluster.node_type]]\nname = \"big\"\ncores_per_node = 64\n[cluster.queues]\nbatch = \"big\"",
+    );
+    assert!(remapped.contains("batch = \"big\""));
+    apply(remapped).await;
+    let o = job("100");
+    assert!(stdout(&o).contains("replayed"), "{}", stdout(&o));
+    ok(&o);
+    assert_eq!(open().await, Vec::<String>::new());
+    // The queue removed.
+    let removed = CENTER.replace("batch = \"regular\"", "");
+    assert!(!removed.contains("batch ="));
+    apply(removed).await;
+    let o = job("100");
+    assert!(stdout(&o).contains("replayed"), "{}", stdout(&o));
+    ok(&o);
+    assert_eq!(open().await, Vec::<String>::new());
+    // A new job in it, or the same job changed, is refused as before.
+    assert!(!job("101").status.success());
+    assert!(
+        !record_july(&db, "100", "P1", "2026-07-01T03:30:00Z", &[])
+            .status
+            .success()
+    );
+    assert_eq!(open().await, ["unknown_queue", "unknown_queue"]);
+    let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(charges, 1);
+}
