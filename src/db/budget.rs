@@ -267,7 +267,9 @@ pub async fn open_hold(
         .find(|h| h.status == "open"))
 }
 
-/// Holds of a project (or of one job), newest first, with their status at `at`.
+/// Holds of a project (or of one job), newest first, with their status at
+/// `at`: released by a record of their job that ended by `at`, as balances
+/// count them (`hl_hold_release_at`, migration 0051).
 pub async fn holds(
     conn: &mut PgConnection,
     project: Option<ProjectId>,
@@ -286,7 +288,7 @@ pub async fn holds(
                        ELSE 'open' END AS "status!",
                   x.released AS released_by_job_record
              FROM hold h JOIN project p ON p.id = h.project_id JOIN cluster c ON c.id = h.cluster_id
-            CROSS JOIN LATERAL (SELECT hl_hold_release(h) AS released) x
+            CROSS JOIN LATERAL (SELECT hl_hold_release_at(h, $5) AS released) x
             WHERE ($1::bigint IS NULL OR h.project_id = $1)
               AND ($2::bigint IS NULL OR (h.cluster_id = $2 AND h.scheduler_job_id = $3
                                           AND coalesce(h.array_index, -1) = coalesce($4::int, -1)))

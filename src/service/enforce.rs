@@ -179,16 +179,20 @@ async fn sync_locked(
             // The pool this cluster's jobs draw from.
             let pool = bdb::pool_for(&mut *conn, id, cluster_id, now).await?;
             let balance = Balance::new(now, bdb::sums(&mut *conn, id, pool, now).await?);
-            if !balance.budgeted {
-                continue;
-            }
-            report.projects += 1;
-            let block = should_block(&balance, o.floor);
-            report.blocked += usize::from(block);
             // Slurm keeps account names in lower case.
             let account = code.to_lowercase();
+            // A project not budgeted on this cluster is left alone, but for
+            // a block this sync set while it was (its scoped grant since
+            // taken back whole): that is lifted, or its jobs would stay
+            // pending for good while `check` lets them start.
+            if !balance.budgeted && !ours.contains(&account) {
+                continue;
+            }
+            report.projects += usize::from(balance.budgeted);
+            let block = balance.budgeted && should_block(&balance, o.floor);
+            report.blocked += usize::from(block);
             let Some(action) = enforcement(block, current.get(&account).copied()) else {
-                if !current.contains_key(&account) {
+                if balance.budgeted && !current.contains_key(&account) {
                     report.no_account.push(code);
                 }
                 continue;

@@ -538,6 +538,95 @@ async fn a_past_balance_counts_the_holds_open_then() {
     );
 }
 
+/// A general grant entered with a wrong start and taken back whole is as if
+/// it had not been made: it starts no pool (the next grant does not pay for
+/// jobs that ended before it began) and does not make the project budgeted
+/// in between. Before migration 0052 the pool counted from its start.
+#[tokio::test]
+async fn a_grant_taken_back_whole_starts_no_pool() {
+    let db = db().await;
+    let grant = |amount: &str, from: &str, reason: &str| {
+        ok(&db.cli(&["alloc", "grant", "P1", amount, "--from", from, "--reason", reason]));
+    };
+    grant("10.00", "2026-11-01", "wrong start");
+    let list = json(&db.cli(&["alloc", "list", "--project", "P1", "--format", "json"]));
+    let wrong = list[0]["id"].as_i64().unwrap().to_string();
+    // 28 cores × 10 h on 1 December = 2.80.
+    record(&db, "W1", "P1", 28, "2026-12-01T00:00:00Z", 10);
+    ok(&db.cli(&[
+        "alloc",
+        "reduce",
+        "P1",
+        "10.00",
+        "--grant",
+        &wrong,
+        "--reason",
+        "entered with the wrong start",
+    ]));
+    let between = balance(&db, "P1", "2026-12-03T00:00:00Z");
+    assert_eq!(between["budgeted"].as_bool(), Some(false), "{between}");
+    grant("10.00", "2026-12-05", "the award, right start");
+    let after = balance(&db, "P1", "2026-12-06T00:00:00Z");
+    assert_eq!(
+        (
+            money(&after["used"]),
+            money(&after["remaining"]),
+            after["pool_from"].as_str()
+        ),
+        ("0".into(), "10.00".into(), Some("2026-12-05T00:00:00Z")),
+        "{after}"
+    );
+}
+
+/// A job recorded with an end still ahead (a scheduler's clock ahead of
+/// the database's) has not released its hold yet, as its balance counts
+/// it: the start check does not count the job's own hold against it (it
+/// did, as the hold's status said released while the balance held it).
+#[tokio::test]
+async fn a_hold_not_yet_released_is_the_jobs_own_in_the_check() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "5.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "award",
+    ]));
+    let job = |cmd: &str| {
+        db.cli(&[
+            cmd,
+            "--project",
+            "P1",
+            "--job-id",
+            "H9",
+            "--cluster",
+            "c1",
+            "--queue",
+            "batch",
+            "--resources",
+            "-n 28",
+            "--walltime",
+            "10:00:00",
+        ])
+    };
+    ok(&job("hold"));
+    // It started an hour ago and ends in an hour (2 h: 0.56).
+    record(&db, "H9", "P1", 28, &(Utc::now() - TimeDelta::hours(1)).to_rfc3339(), 2);
+    let now = balance(&db, "P1", &Utc::now().to_rfc3339());
+    assert_eq!((money(&now["held"]), money(&now["used"])), ("2.80".into(), "0".into()));
+    // 2.80 against 5.00 less the other holds (none): it may start.
+    let o = job("check");
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let status: String = sqlx::query_scalar("SELECT status FROM audit.holds")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "open");
+}
+
 // Two threads: the command line's check (a child process this thread waits
 // for) asks the server running on the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -812,6 +901,64 @@ async fn slurm_sync_blocks_a_spent_project_and_unblocks_it_once_funded_changing_
         o.contains("note: project P1 is budgeted but has no Slurm account on this cluster"),
         "{o}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A block the sync set on a cluster's pool is lifted when that pool's
+/// grant is taken back whole (the project is then not budgeted there: its
+/// jobs may start, and `check` says so). Before, the sync skipped projects
+/// not budgeted and the account stayed blocked for good.
+#[tokio::test]
+async fn slurm_sync_lifts_its_block_when_the_clusters_grant_is_taken_back() {
+    let db = db().await;
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sacctmgr-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sacctmgr = fake_sacctmgr(&dir);
+    let sync = || {
+        db.cli(&[
+            "slurm",
+            "sync",
+            "--cluster",
+            "c1",
+            "--sacctmgr",
+            sacctmgr.to_str().unwrap(),
+        ])
+    };
+    let assoc = || std::fs::read_to_string(dir.join("assoc")).unwrap();
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "1.00",
+        "--from",
+        "2026-01-01",
+        "--cluster",
+        "c1",
+        "--reason",
+        "c1 award",
+    ]));
+    let list = json(&db.cli(&["alloc", "list", "--project", "P1", "--format", "json"]));
+    let grant = list[0]["id"].as_i64().unwrap().to_string();
+    record(&db, "S1", "P1", 28, "2026-10-01T00:00:00Z", 10);
+    ok(&sync());
+    assert!(assoc().starts_with("p1||0\n"), "{}", assoc());
+    ok(&db.cli(&[
+        "alloc",
+        "reduce",
+        "P1",
+        "1.00",
+        "--grant",
+        &grant,
+        "--reason",
+        "award withdrawn",
+    ]));
+    let o = ok(&sync());
+    assert!(o.contains("unblock P1 (account p1,"), "{o}");
+    assert!(assoc().starts_with("p1||\n"), "{}", assoc());
+    // Not budgeted any more: nothing more to change, nothing reported.
+    let o = ok(&sync());
+    assert!(o.ends_with("nothing to change\n"), "{o}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

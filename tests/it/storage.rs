@@ -603,3 +603,56 @@ async fn a_statement_has_one_storage_line_per_price() {
         .unwrap();
     assert_eq!(charges, 2, "one charge per rate row");
 }
+
+/// Havana's clocks go back at midnight on 1 November 2026: 00:00 is read
+/// twice, and a day ends at the first (docs/rules.md). October's storage is
+/// billed to its first midnight; the audit recomputes it to the same
+/// instant (it read the second, an hour later: 32.00 instead of 31.00
+/// reported), and a price change from 1 November is not refused as
+/// covering October.
+#[tokio::test]
+async fn a_midnight_read_twice_ends_the_day_at_its_first() {
+    let center = r#"
+[center]
+name = "Havana"
+currency = "USD"
+time_zone = "America/Havana"
+
+[[storage_rate]]
+from = 2020-01-01
+tb_month = 3.10
+
+[[project]]
+code = "HAV1"
+quota = [{ from = 2026-10-01, tb = 10 }, { from = 2026-11-01, tb = 20 }]
+"#;
+    let db = TestDb::new().await;
+    let apply = |text: String| {
+        let pool = db.pool.clone();
+        async move { hpc_ledger::service::config::apply(&pool, &hpc_ledger::config::parse(&text).unwrap(), "t").await }
+    };
+    apply(center.to_owned()).await.unwrap();
+    let first_midnight: DateTime<Utc> = "2026-11-01T04:00:00Z".parse().unwrap();
+    let day_end: DateTime<Utc> = sqlx::query_scalar("SELECT hl_day_end(DATE '2026-10-31', 'America/Havana')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(day_end, first_midnight);
+    bill(&db.pool, "2026-10".parse().unwrap(), "t", false, now())
+        .await
+        .unwrap();
+    assert_eq!(
+        entries(&db.pool, "2026-10").await,
+        rows(&[("HAV1", "10", "3.1", "31.00")])
+    );
+    let report = hpc_ledger::service::close::audit(&db.pool).await.unwrap();
+    assert!(report.clean(), "{:#?}", report.discrepancies);
+    // A new price from 1 November: the old rate ends where October's last
+    // day ended.
+    let changed = center.replace(
+        "from = 2020-01-01\ntb_month = 3.10",
+        "from = 2020-01-01\nuntil = 2026-11-01\ntb_month = 3.10\n[[storage_rate]]\nfrom = 2026-11-01\ntb_month = 2.90",
+    );
+    assert_ne!(changed, center);
+    apply(changed).await.unwrap();
+}
