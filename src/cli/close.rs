@@ -428,6 +428,14 @@ pub async fn run_verify(args: VerifyArgs, readers: &Readers) -> anyhow::Result<E
         });
     }
     let checks = verify(&pool, args.month).await?;
+    // A month named that is not closed has no seal: saying so, not that
+    // nothing is closed, and not a success an auditor's script would take
+    // for a verified month.
+    if let (Some(m), true) = (args.month, checks.is_empty()) {
+        anyhow::bail!(
+            "{m} is not closed: it has no seal to verify (`hpc-ledger audit --month {m}` checks its entries)"
+        );
+    }
     let broken = checks.iter().filter(|c| !c.holds()).count();
     match args.format {
         super::ListFormat::Json => print_json(&checks)?,

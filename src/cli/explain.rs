@@ -122,6 +122,8 @@ fn render_job(r: &JobReport) -> String {
             }
         }
         match &run.charge {
+            // Its charges left the live ledger with their month (said below).
+            None if run.archived.is_some() => {}
             None => {
                 let _ = writeln!(
                     o,

@@ -165,6 +165,7 @@ pub async fn run(args: Args, readers: &Readers) -> anyhow::Result<ExitCode> {
 fn status_word(s: &Statement) -> String {
     match &s.status {
         Status::Final { number, .. } => format!("final, No. {number}"),
+        Status::ClosedWithoutStatement { .. } => "closed, no statement (no entries)".into(),
         Status::Provisional => "provisional".into(),
     }
 }
@@ -208,9 +209,14 @@ pub fn text(s: &Statement) -> String {
             format!(
                 "STATEMENT No. {number} — {} — final (closed {})\nMonth seal ({seal_algorithm}): {seal}",
                 s.month,
-                closed_at.format("%Y-%m-%d")
+                s.local(*closed_at).format("%Y-%m-%d")
             )
         }
+        Status::ClosedWithoutStatement { closed_at } => format!(
+            "STATEMENT — {} — CLOSED {}: no statement was issued for this project (it had no entries in the month)",
+            s.month,
+            s.local(*closed_at).format("%Y-%m-%d")
+        ),
         Status::Provisional => format!(
             "STATEMENT — {} — PROVISIONAL: the month is open and may still change",
             s.month
@@ -348,7 +354,7 @@ pub fn text(s: &Statement) -> String {
             .iter()
             .map(|c| {
                 vec![
-                    c.posted_at.format("%Y-%m-%d").to_string(),
+                    s.local(c.posted_at).format("%Y-%m-%d").to_string(),
                     c.kind.clone(),
                     c.corrects.clone().unwrap_or_default(),
                     c.reason.clone().unwrap_or_default(),
@@ -368,7 +374,7 @@ pub fn text(s: &Statement) -> String {
             o,
             "\nBudget{} at {}: allocated {:.2}, used {:.2}, held {:.2}, remaining {:.2} ({:.1} % used)",
             b.cluster.as_deref().map(|c| format!(" for {c}")).unwrap_or_default(),
-            b.at.format("%Y-%m-%d %H:%M UTC"),
+            s.local(b.at).format("%Y-%m-%d %H:%M %Z"),
             b.allocated,
             b.used,
             b.held,

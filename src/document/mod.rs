@@ -191,7 +191,15 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
         Status::Final { number, closed_at, .. } => (
             "final",
             format!("Statement No. {number}"),
-            format!("final — closed {}", closed_at.format("%Y-%m-%d")),
+            format!("final — closed {}", s.local(*closed_at).format("%Y-%m-%d")),
+        ),
+        Status::ClosedWithoutStatement { closed_at } => (
+            "final",
+            "CLOSED".to_owned(),
+            format!(
+                "closed {}: no statement was issued (no entries)",
+                s.local(*closed_at).format("%Y-%m-%d")
+            ),
         ),
         Status::Provisional => (
             "provisional",
@@ -372,7 +380,7 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
             let _ = writeln!(
                 o,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
-                c.posted_at.format("%Y-%m-%d"),
+                s.local(c.posted_at).format("%Y-%m-%d"),
                 esc(&c.kind),
                 esc(c.corrects.as_deref().unwrap_or("")),
                 esc(c.reason.as_deref().unwrap_or("")),
@@ -400,7 +408,7 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
                 o,
                 "<tr><td>{}</td><td>{}</td>{}{}{}{}<td class=\"n\">{:.1}</td></tr>",
                 esc(b.cluster.as_deref().map_or("every cluster", |c| c)),
-                b.at.format("%Y-%m-%d %H:%M UTC"),
+                s.local(b.at).format("%Y-%m-%d %H:%M %Z"),
                 amount_cell(b.allocated),
                 amount_cell(b.used),
                 amount_cell(b.held),
@@ -742,6 +750,7 @@ pub fn statement_csv(list: &[Statement]) -> String {
     for s in list {
         let (status, number) = match &s.status {
             Status::Final { number, .. } => ("final", number.to_string()),
+            Status::ClosedWithoutStatement { .. } => ("closed", String::new()),
             Status::Provisional => ("provisional", String::new()),
         };
         let mut row = |fields: [String; 9]| {

@@ -299,7 +299,15 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
     let (badge, line, color) = match &s.status {
         Status::Final { number, closed_at, .. } => (
             format!("Statement No. {number}"),
-            format!("final — closed {}", closed_at.format("%Y-%m-%d")),
+            format!("final — closed {}", s.local(*closed_at).format("%Y-%m-%d")),
+            (0.11, 0.37, 0.17),
+        ),
+        Status::ClosedWithoutStatement { closed_at } => (
+            "CLOSED".to_owned(),
+            format!(
+                "closed {}: no statement was issued (no entries)",
+                s.local(*closed_at).format("%Y-%m-%d")
+            ),
             (0.11, 0.37, 0.17),
         ),
         Status::Provisional => (
@@ -528,7 +536,7 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
             .iter()
             .map(|c| {
                 vec![
-                    c.posted_at.format("%Y-%m-%d").to_string(),
+                    s.local(c.posted_at).format("%Y-%m-%d").to_string(),
                     c.kind.clone(),
                     c.corrects.clone().unwrap_or_default(),
                     c.reason.clone().unwrap_or_default(),
@@ -567,7 +575,7 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
             .map(|b| {
                 vec![
                     b.cluster.clone().unwrap_or_else(|| "every cluster".into()),
-                    b.at.format("%Y-%m-%d %H:%M UTC").to_string(),
+                    s.local(b.at).format("%Y-%m-%d %H:%M %Z").to_string(),
                     m(b.allocated),
                     m(b.used),
                     m(b.held),

@@ -153,6 +153,7 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
         }
         h2 { (shown.first_day().format("%B %Y")) ": " @match &s.status {
             Status::Final { number, .. } => { "statement No. " (number) },
+            Status::ClosedWithoutStatement { .. } => { "closed, no statement (no entries)" },
             Status::Provisional => { "provisional" },
         } }
         table.summary {
@@ -168,7 +169,7 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
                 thead { tr { th { "Pool" } th { "At" } th.n { "Allocated" } th.n { "Used" } th.n { "Held" } th.n { "Remaining" } } }
                 tbody { @for b in &s.budgets { tr {
                     td { (b.cluster.as_deref().unwrap_or("every cluster")) }
-                    td { (b.at.format("%Y-%m-%d %H:%M UTC")) }
+                    td { (s.local(b.at).format("%Y-%m-%d %H:%M %Z")) }
                     (amount(b.allocated)) (amount(b.used)) (amount(b.held)) (amount(b.remaining))
                 } } }
             }

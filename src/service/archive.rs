@@ -1258,6 +1258,9 @@ async fn verify_records_file(
     match recorded.iter().find(|f| f.period == period) {
         None => problems.push(format!("the ledger records no records' file of {month}")),
         Some(f) => {
+            if let Some(problem) = misnamed(&file, &f.file_name, &format!("{month}'s records")) {
+                problems.push(problem);
+            }
             if f.file_sha256 != check.file_sha256 {
                 problems.push(format!(
                     "the file's SHA-256 is {}; the ledger archived {month}'s records to {} with {}",
@@ -1289,6 +1292,18 @@ async fn verify_records_file(
 /// chain to the month before, and its month against the database (archived
 /// with this file's digest and seal; every archived month from `since` on
 /// has its file in the directory).
+/// A file found under another name than the one the ledger archived it to
+/// (`what`: the month, or its records): the ledger, `job show` and the
+/// statements name the recorded file, and a retention schedule that
+/// destroys files by name would destroy the wrong month's.
+fn misnamed(file: &Path, recorded: &str, what: &str) -> Option<String> {
+    let found = file.file_name()?.to_string_lossy();
+    let recorded = Path::new(recorded)
+        .file_name()
+        .map_or(recorded.into(), |n| n.to_string_lossy());
+    (found != recorded).then(|| format!("it is named {found}; the ledger archived {what} to {recorded}"))
+}
+
 pub async fn verify_archive(
     pool: &PgPool,
     path: &Path,
@@ -1390,6 +1405,9 @@ pub async fn verify_archive(
                 }
                 match (&r.archived_to, &r.file_sha256) {
                     (Some(name), Some(digest)) => {
+                        if let Some(problem) = misnamed(&file, name, &month.to_string()) {
+                            problems.push(problem);
+                        }
                         if *digest != check.file_sha256 {
                             problems.push(format!(
                                 "the file's SHA-256 is {}; the ledger archived {month} to {name} with {digest}",

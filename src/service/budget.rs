@@ -195,10 +195,16 @@ pub async fn transfer(
         };
         let out_id = bdb::insert_allocation(&mut tx, &out, author).await?;
         let start = starting.unwrap_or_else(Utc::now).max(g_from);
-        if g_until.is_some_and(|u| start >= u) {
-            return invalid(format!(
-                "grant {from_grant} has ended: nothing of it can be transferred"
-            ));
+        if let Some(u) = g_until.filter(|u| start >= *u) {
+            return invalid(if Utc::now() >= u {
+                format!("grant {from_grant} has ended: nothing of it can be transferred")
+            } else {
+                format!(
+                    "--from {} is not before grant {from_grant} ends ({}): {to} could spend nothing of it",
+                    start.format("%Y-%m-%d %H:%M UTC"),
+                    u.format("%Y-%m-%d %H:%M UTC")
+                )
+            });
         }
         let inn = NewAllocation {
             project: dst,

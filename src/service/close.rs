@@ -43,6 +43,8 @@ pub enum CloseError {
     },
     #[error("close {first} first: months are closed in order, and {first} holds entries")]
     EarlierMonthOpen { first: Month },
+    #[error("close {first} first: months are closed one after another, from the last one closed")]
+    NotNext { first: Month },
     #[error("{0}")]
     Refused(String),
     #[error(transparent)]
@@ -271,7 +273,7 @@ async fn close_in(
     if let Some(l) = last
         && month != l.next()
     {
-        return Err(CloseError::EarlierMonthOpen { first: l.next() });
+        return Err(CloseError::NotNext { first: l.next() });
     }
     if let Some(first) = periods::earlier_open_month(&mut *tx, period).await? {
         return Err(CloseError::EarlierMonthOpen {

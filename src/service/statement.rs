@@ -62,6 +62,9 @@ pub enum Status {
         seal_algorithm: String,
         seal: String,
     },
+    /// The month is closed, and no statement was issued for the project
+    /// (it had no entries in the month): nothing can change any more.
+    ClosedWithoutStatement { closed_at: DateTime<Utc> },
 }
 
 /// Whether the month's storage has been billed (a provisional statement
@@ -96,6 +99,17 @@ pub struct Statement {
     /// A budgeted project's pools at the month's end (or now, while the
     /// month runs): docs/budgets.md. Empty for a project not budgeted.
     pub budgets: Vec<crate::domain::budget::Balance>,
+    /// The center's billing time zone: dates and times are shown in it
+    /// (instants stay UTC in JSON).
+    #[serde(skip)]
+    pub time_zone: chrono_tz::Tz,
+}
+
+impl Statement {
+    /// An instant as the center reads it.
+    pub fn local(&self, t: DateTime<Utc>) -> DateTime<chrono_tz::Tz> {
+        t.with_timezone(&self.time_zone)
+    }
 }
 
 impl Statement {
@@ -256,7 +270,8 @@ async fn statements_in(
                     seal_algorithm: c.seal_algorithm.clone(),
                     seal: hex::encode(&c.seal),
                 },
-                _ => Status::Provisional,
+                (Some(c), None) => Status::ClosedWithoutStatement { closed_at: c.closed_at },
+                (None, _) => Status::Provisional,
             };
             Statement {
                 center: center.name.clone(),
@@ -280,6 +295,7 @@ async fn statements_in(
                     .into_iter()
                     .filter(|b| b.budgeted)
                     .collect(),
+                time_zone: center.time_zone,
             }
         })
         .collect();

@@ -178,9 +178,9 @@ async fn bill_in(
     {
         return Err(StorageBillError::Closed(month));
     }
-    if let Some(run) = sdb::billing_run(&mut *tx, "storage", month.first_day()).await?
-        && !dry_run
-    {
+    // A dry run of a month billed already says so too (it showed the lines
+    // a run would post, though a run posts nothing).
+    if let Some(run) = sdb::billing_run(&mut *tx, "storage", month.first_day()).await? {
         return Ok(BillOutcome {
             month,
             project_count: run.project_count as usize,

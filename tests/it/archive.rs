@@ -248,6 +248,22 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     let _ = web.stop.send(());
     web.done.await.unwrap().unwrap();
 
+    // A job whose charges all left with their month: `job show` says where
+    // they are, not that the run never charged.
+    let gone: String = sqlx::query_scalar(
+        "SELECT c.name || '/' || j.scheduler_job_id FROM job j JOIN cluster c ON c.id = j.cluster_id
+           JOIN job_record r ON r.job_id = j.id JOIN archived_charge a ON a.job_record_id = r.id
+          WHERE NOT EXISTS (SELECT 1 FROM ledger_entry e JOIN job_record x ON x.id = e.job_record_id
+                             WHERE x.job_id = j.id)
+          ORDER BY j.id LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let shown = ok(&db.cli(&["job", "show", &gone]));
+    assert!(shown.contains("  archived: its charges of "), "{shown}");
+    assert!(!shown.contains("charge: none"), "{shown}");
+
     // verify --archive: every file holds, and says how many entries it has.
     let v = ok(&db.cli(&["verify", "--archive", dir_s]));
     assert_eq!(v.lines().filter(|l| l.contains(": seal holds from ")).count(), 8, "{v}");
@@ -278,6 +294,20 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     assert!(stdout(&o).contains("2026-08: BROKEN"), "{}", stdout(&o));
     assert!(stdout(&o).contains("its seal items recompute to "), "{}", stdout(&o));
     assert!(stdout(&o).contains("the file's SHA-256 is "), "{}", stdout(&o));
+    // The month's file, whole, under another month's name: the ledger and
+    // every document name the file it archived the month to.
+    let renamed = tampered.join("hpc-ledger-archive-2026-07.jsonl");
+    std::fs::write(&renamed, &text).unwrap();
+    let o = db.cli(&["verify", "--archive", renamed.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(
+            "it is named hpc-ledger-archive-2026-07.jsonl; the ledger archived 2026-08 to hpc-ledger-archive-2026-08.jsonl"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    std::fs::remove_file(&renamed).unwrap();
     // Cut short: the line it ends at is named.
     std::fs::write(&copy, lines[..3].join("\n")).unwrap();
     let o = db.cli(&["verify", "--archive", copy.to_str().unwrap()]);

@@ -285,6 +285,28 @@ async fn a_balance_is_what_was_granted_less_what_was_drawn_in_its_window_and_hel
         ("70.00".into(), "24.00".into())
     );
     assert_eq!(money(&balance(&db, "P2", &now)["allocated"]), "10.00");
+    // A transfer from after the grant ends (2027-07-01) gives nothing to
+    // spend: refused, saying that (not that the grant has ended).
+    let o = db.cli(&[
+        "alloc",
+        "transfer",
+        "P1",
+        "P2",
+        "1.00",
+        "--grant",
+        &grant,
+        "--from",
+        "2027-08-01",
+        "--reason",
+        "late",
+    ]);
+    assert!(
+        stderr(&o).contains(&format!(
+            "--from 2027-08-01 00:00 UTC is not before grant {grant} ends (2027-07-01 00:00 UTC): P2 could spend nothing of it"
+        )),
+        "{}",
+        stderr(&o)
+    );
     // Never more than is left of the grant; never rewritten.
     let o = db.cli(&["alloc", "reduce", "P1", "70.01", "--grant", &grant, "--reason", "x"]);
     assert!(stderr(&o).contains("has 70.00 left"), "{}", stderr(&o));

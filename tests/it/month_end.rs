@@ -191,6 +191,12 @@ async fn closing_a_month_and_what_it_refuses() {
             "2026-01", "2026-02", "2026-03", "2026-04", "2026-05", "2026-06", "2026-07", "2026-08", "2026-09"
         ]
     );
+    // After September, October comes next, whether or not it holds entries.
+    let e = close(&db.pool, m("2026-11"), "b", Utc::now()).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "close 2026-10 first: months are closed one after another, from the last one closed"
+    );
     // Storage not billed: refused, and saying so (here every month since the
     // first quota in January).
     let fresh = TestDb::with_example().await;
@@ -1006,6 +1012,14 @@ async fn statements_and_month_end_from_the_command_line() {
     assert_eq!(json["total"], "17.07");
     let out = ok(&db.cli(&["verify", "--month", "2026-10"]));
     assert!(out.starts_with("2026-10: seal holds"), "{out}");
+    // A month not closed has no seal: said so, and not a success.
+    let o = db.cli(&["verify", "--month", "2026-11"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("2026-11 is not closed: it has no seal to verify"),
+        "{}",
+        stderr(&o)
+    );
     // Clean; the sample's one rejected record is listed, not a finding.
     let audit = ok(&db.cli(&["audit"]));
     assert!(
@@ -2087,4 +2101,67 @@ async fn the_months_checked_side_by_side_are_the_chains_own_view() {
     let report = audit(&one).await.unwrap();
     assert_eq!(rows(report.seals), view().await);
     assert_eq!(rows(verify(&one, None).await.unwrap()), view().await);
+}
+
+/// A statement reads its dates in the center's time zone (New York): a
+/// credit posted at 02:00 UTC on 1 November is dated 31 October, as the
+/// billing office posted it. And a project with no entries in a closed
+/// month has no statement: its statement of that month says so, not that
+/// the month is open.
+#[tokio::test]
+async fn a_statement_dates_in_the_centers_zone_and_a_closed_month_without_entries_says_closed() {
+    let db = october().await;
+    close_through_october(&db.pool).await;
+    sqlx::query(
+        "INSERT INTO ledger_entry (period, project_id, kind, quantity, unit_rate, amount_exact, amount, reason,
+                                   author, posted_at)
+         SELECT DATE '2026-11-01', id, 'adjustment', 1, -5, -5, -5, 'outage credit', 'billing',
+                TIMESTAMPTZ '2026-11-01 02:00:00+00'
+           FROM project WHERE code = 'PZS0708'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let st = ok(&db.cli(&["statement", "--project", "PZS0708", "--month", "2026-11"]));
+    let line = st
+        .lines()
+        .find(|l| l.contains("outage credit"))
+        .unwrap_or_else(|| panic!("{st}"));
+    assert!(line.trim_start().starts_with("2026-10-31"), "{line}");
+    let html = ok(&db.cli(&[
+        "statement",
+        "--project",
+        "PZS0708",
+        "--month",
+        "2026-11",
+        "--format",
+        "html",
+    ]));
+    assert!(html.contains("<td>2026-10-31</td>"), "{html}");
+
+    let none: String = sqlx::query_scalar(
+        "SELECT code FROM project p WHERE NOT EXISTS (SELECT 1 FROM ledger_entry e
+                                                       WHERE e.project_id = p.id AND e.period = DATE '2026-10-01')
+          ORDER BY code LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let st = ok(&db.cli(&["statement", "--project", &none, "--month", "2026-10"]));
+    assert!(
+        st.contains("— 2026-10 — CLOSED ") && st.contains("no statement was issued for this project"),
+        "{st}"
+    );
+    assert!(!st.contains("PROVISIONAL"), "{st}");
+    let json: serde_json::Value = serde_json::from_str(&ok(&db.cli(&[
+        "statement",
+        "--project",
+        &none,
+        "--month",
+        "2026-10",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    assert_eq!(json["status"], "closed_without_statement", "{json}");
 }

@@ -556,6 +556,9 @@ async fn quota_and_bill_from_the_command_line() {
         again.contains("was already billed") && again.contains("by billing); nothing posted"),
         "{again}"
     );
+    // A dry run of it says so too, not the lines a run would not post.
+    let dry = ok(&db.cli(&["bill", "storage", "--month", "2026-05", "--dry-run"]));
+    assert!(dry.contains("was already billed"), "{dry}");
     // History of a billed month is not rewritten.
     let o = db.cli(&["quota", "set", "STARTS", "99TB", "--from", "2026-05-20"]);
     assert!(
