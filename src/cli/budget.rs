@@ -633,8 +633,12 @@ pub async fn run_alerts(args: AlertsArgs, target: &Target) -> anyhow::Result<Exi
         }
         for c in &run.new {
             eprintln!(
-                "new: {} crossed {} % ({:.2} of {:.2} used)",
-                c.project, c.threshold, c.used, c.allocated
+                "new: {}{} crossed {} % ({:.2} of {:.2} used)",
+                c.project,
+                c.cluster.as_deref().map(|k| format!(" on {k}")).unwrap_or_default(),
+                c.threshold,
+                c.used,
+                c.allocated
             );
         }
         for (id, channel, ok) in &run.delivered {
@@ -653,6 +657,7 @@ pub async fn run_alerts(args: AlertsArgs, target: &Target) -> anyhow::Result<Exi
     let head = [
         "alert",
         "project",
+        "pool",
         "threshold %",
         "allocated",
         "used",
@@ -666,6 +671,8 @@ pub async fn run_alerts(args: AlertsArgs, target: &Target) -> anyhow::Result<Exi
             vec![
                 c.id.to_string(),
                 c.project.clone(),
+                // A pool of one cluster's allocations, or the general one.
+                c.cluster.clone().unwrap_or_else(|| "all".into()),
                 c.threshold.to_string(),
                 format!("{:.2}", c.allocated),
                 format!("{:.2}", c.used),

@@ -98,6 +98,19 @@ fn append_lines(path: &std::path::Path, file: &AnchorFile, lines: &[String]) -> 
     Ok(())
 }
 
+/// An anchor file holding another seal for the month than the database's:
+/// closing again cannot mend it (the file or the ledger was changed).
+#[derive(Debug)]
+struct SealDiffers(String);
+
+impl std::fmt::Display for SealDiffers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SealDiffers {}
+
 /// Append `a` to the anchor file unless that month's seal is there already.
 /// A file that holds another seal for the month is not appended to: the
 /// database's seal changed after it was anchored (a month's seal never
@@ -105,16 +118,18 @@ fn append_lines(path: &std::path::Path, file: &AnchorFile, lines: &[String]) -> 
 fn append_anchor(path: &std::path::Path, a: &Anchor) -> anyhow::Result<bool> {
     let file = read_anchor_file(path)?;
     if let Some(k) = file.anchors.iter().find(|k| k.month == a.month) {
-        anyhow::ensure!(
-            k.seal == a.seal,
-            "{} holds the seal {} for {}, and the database records {}: the month's seal was changed after it was \
-             anchored; nothing was appended: run `hpc-ledger verify --against {}`",
-            path.display(),
-            k.seal,
-            a.month,
-            a.seal,
-            path.display()
-        );
+        if k.seal != a.seal {
+            return Err(SealDiffers(format!(
+                "{} holds the seal {} for {}, and the database records {}: the month's seal was changed after it \
+                 was anchored; nothing was appended: run `hpc-ledger verify --against {}`",
+                path.display(),
+                k.seal,
+                a.month,
+                a.seal,
+                path.display()
+            ))
+            .into());
+        }
         return Ok(false);
     }
     append_lines(path, &file, &[serde_json::to_string(a)?])?;
@@ -209,7 +224,14 @@ async fn keep_anchor(args: &CloseArgs, o: &CloseOutcome) -> anyhow::Result<()> {
         )
     };
     if let Some(path) = &args.anchor_file {
-        append_anchor(path, &o.anchor()).map_err(|e| e.context(again()))?;
+        append_anchor(path, &o.anchor()).map_err(|e| {
+            if e.is::<SealDiffers>() {
+                // Not worth running again: the seals differ.
+                e.context(format!("{} is closed; its seal was not anchored", o.month))
+            } else {
+                e.context(again())
+            }
+        })?;
     }
     if let Some(url) = &args.anchor_url {
         post_anchor(url, &o.anchor()).await.map_err(|e| e.context(again()))?;

@@ -304,10 +304,8 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
         ),
         Status::ClosedWithoutStatement { closed_at } => (
             "CLOSED".to_owned(),
-            format!(
-                "closed {}: no statement was issued (no entries)",
-                s.local(*closed_at).format("%Y-%m-%d")
-            ),
+            // As short as the provisional line: the title's room is left of it.
+            format!("closed {}: none issued", s.local(*closed_at).format("%Y-%m-%d")),
             (0.11, 0.37, 0.17),
         ),
         Status::Provisional => (

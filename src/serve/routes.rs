@@ -494,8 +494,6 @@ pub(super) async fn budget_metrics(State(app): State<Arc<App>>) -> Response {
             );
         }
     };
-    // Projects whose allocations have not begun have nothing to report yet.
-    let list: Vec<_> = list.into_iter().filter(|b| b.balance.budgeted).collect();
     let mut out = String::new();
     out.push_str(
         "# HELP hpc_ledger_budget_remaining What a budgeted project may still spend (allocated - used - held).\n",

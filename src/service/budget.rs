@@ -286,12 +286,18 @@ pub async fn pools(pool: &PgPool, project: &str, at: DateTime<Utc>) -> Result<Ve
         .collect())
 }
 
-/// Every pool of every project that has an allocation entry.
+/// Every budgeted pool of every project (one whose allocations have begun).
 pub async fn balances(pool: &PgPool, at: DateTime<Utc>) -> Result<Vec<ProjectBalance>, BudgetError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
     let mut out = Vec::new();
     for (id, code) in bdb::budgeted_projects(&mut conn).await? {
-        for balance in project_pools(&mut conn, id, at).await? {
+        // Every budgeted pool: not one whose allocations have not begun, or
+        // were taken back whole (docs/budgets.md).
+        for balance in project_pools(&mut conn, id, at)
+            .await?
+            .into_iter()
+            .filter(|b| b.budgeted)
+        {
             out.push(ProjectBalance {
                 project: code.clone(),
                 balance,

@@ -220,6 +220,12 @@ pub async fn quote_in(
         None => request.walltime.ok_or(QuoteError::NoWalltime)?,
     };
     check_memory_per_node(&shape)?;
+    // A request's wall time is asked for, not run: said so.
+    if wall > crate::domain::pricing::limits::MAX_WALL_SECONDS {
+        return Err(QuoteError::BadWalltime(format!(
+            "{wall} s is more than a year, longer than any job may run"
+        )));
+    }
     let price = price_job(&shape, wall, &card.period.value)?;
     let discount = match (&project, class) {
         (Some(p), _) => catalog.discount_for(p.id, class, q.at),

@@ -414,6 +414,13 @@ async fn holds_are_released_by_the_job_they_are_for_and_never_get_stuck() {
     let o = run("check", job("H1", "28", "10:00:00"), &["--format", "json"]);
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(json(&o)["allowed"], true);
+    // A wall time no job may run is refused as asked for, not as if it ran.
+    let o = run("check", job("H3", "28", "500-00:00:00"), &[]);
+    assert!(
+        stderr(&o).contains("bad --walltime: 43200000 s is more than a year, longer than any job may run"),
+        "{}",
+        stderr(&o)
+    );
     // A project without an allocation is not budgeted: its jobs may start.
     let o = db.cli(&[
         "check",
@@ -587,6 +594,9 @@ async fn a_grant_taken_back_whole_starts_no_pool() {
     ]));
     let between = balance(&db, "P1", "2026-12-03T00:00:00Z");
     assert_eq!(between["budgeted"].as_bool(), Some(false), "{between}");
+    // Nor is it among the budgeted projects.
+    let all = ok(&db.cli(&["balance", "--all", "--format", "csv"]));
+    assert_eq!(all.lines().count(), 1, "the header alone:\n{all}");
     grant("10.00", "2026-12-05", "the award, right start");
     let after = balance(&db, "P1", "2026-12-06T00:00:00Z");
     assert_eq!(
@@ -1053,11 +1063,35 @@ async fn each_threshold_crossed_is_recorded_once_and_delivered_until_it_gets_thr
     // The list, and the auditor's view.
     let list = json(&db.cli(&["alerts", "--format", "json"]));
     assert_eq!(list.as_array().unwrap().len(), 2);
+    // A pool of one cluster's grant: its crossings name it.
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P2",
+        "1.00",
+        "--from",
+        "2026-01-01",
+        "--cluster",
+        "c1",
+        "--reason",
+        "c1 award",
+    ]));
+    record(&db, "A3", "P2", 28, "2026-10-05T00:00:00Z", 2);
+    let o = db.cli(&["alerts", "--check"]);
+    assert!(
+        stderr(&o).contains("new: P2 on c1 crossed 50 % (0.56 of 1.00 used)"),
+        "{}",
+        stderr(&o)
+    );
+    let csv = ok(&db.cli(&["alerts", "--format", "csv"]));
+    assert!(csv.starts_with("alert,project,pool,threshold %,"), "{csv}");
+    assert!(csv.lines().any(|l| l.contains(",P2,c1,50,")), "{csv}");
+    assert!(csv.lines().any(|l| l.contains(",P1,all,50,")), "{csv}");
     let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM audit.alerts WHERE deliveries LIKE '%delivered%'")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(audited, 2);
+    assert_eq!(audited, 2, "the two of P1 delivered; P2's, with no channel given, not");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

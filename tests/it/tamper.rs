@@ -440,6 +440,9 @@ async fn a_sealed_month_keeps_its_currency_and_a_rewritten_chain_shows_outside_t
         err.contains("the month's seal was changed after it was anchored; nothing was appended"),
         "{err}"
     );
+    // Closing again would fail the same way: not advised.
+    assert!(err.contains("2026-08 is closed; its seal was not anchored"), "{err}");
+    assert!(!err.contains("again with the anchor option"), "{err}");
     assert_eq!(std::fs::read_to_string(&anchors).unwrap().lines().count(), 4);
     let v = db.cli(&["verify", "--against", a]);
     assert_eq!(v.status.code(), Some(5));
