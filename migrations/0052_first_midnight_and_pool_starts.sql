@@ -17,22 +17,46 @@
 -- * hl_pool_balance: a pool's draws count from the earliest start among its
 --   grants and transfers in that are in force and still hold something
 --   after what was reduced or transferred out of them (as hl_pool_start
---   does for a cluster's pool, 0028); and a project's general pool has
---   begun only with such a grant. A general grant entered with a wrong
+--   does for a cluster's pool, 0028). A general grant entered with a wrong
 --   start and reduced to nothing moved the pool's start back: the next
---   grant paid for jobs that ended before it began, and between the two
---   the project was budgeted with nothing to spend.
+--   grant paid for jobs that ended before it began. Whether the project is
+--   budgeted does not change: a general grant taken back whole still
+--   makes it budgeted (with nothing in force, its jobs are refused: an
+--   award revoked is not an unlimited one).
 -- * audit.holds: a hold's status now, by hl_hold_release_at(h, now()) as
 --   balances count it (0051): a record whose end is still ahead (a
 --   scheduler's clock) does not release it yet.
+-- * ledger_draw of a live month whose end is a repeated midnight is summed
+--   again from its entries: its storage charges were drawn at the second
+--   reading (the next month's first day, in the center's zone); the audit
+--   would report every such row. An archived month's rows stay as they are
+--   (their entries are gone), and so does archived_rule's last priced
+--   instant of a storage rate (later by the hour: such a rate cannot end
+--   at that month's first midnight).
 
 CREATE OR REPLACE FUNCTION hl_day_end(d date, tz text) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN y.b < x.a AND (y.b AT TIME ZONE tz) = (d + 1)::timestamp THEN y.b ELSE x.a END
-      FROM (SELECT (d + 1)::timestamp AT TIME ZONE tz AS a) x
-     CROSS JOIN LATERAL (
-           SELECT ((d + 1)::timestamp - (((x.a - interval '1 day') AT TIME ZONE tz)
-                                        - ((x.a - interval '1 day') AT TIME ZONE 'UTC'))) AT TIME ZONE 'UTC' AS b) y
+    -- One expression, so that PostgreSQL inlines it (the audit calls it per
+    -- storage charge and quota row): a = PostgreSQL's reading of d + 1 at
+    -- 00:00 (the later of a repeated one); b = the same wall time at the
+    -- offset in force a day before a, in UTC, naive timestamps throughout
+    -- (no session time zone in the arithmetic). b when it is earlier and
+    -- reads as that wall time too.
+    SELECT CASE
+        WHEN (((d + 1)::timestamp - ((((((d + 1)::timestamp AT TIME ZONE tz) AT TIME ZONE 'UTC') - interval '1 day')
+                                      AT TIME ZONE 'UTC' AT TIME ZONE tz)
+                                     - ((((d + 1)::timestamp AT TIME ZONE tz) AT TIME ZONE 'UTC') - interval '1 day')))
+              AT TIME ZONE 'UTC') < ((d + 1)::timestamp AT TIME ZONE tz)
+         AND ((((d + 1)::timestamp - ((((((d + 1)::timestamp AT TIME ZONE tz) AT TIME ZONE 'UTC') - interval '1 day')
+                                       AT TIME ZONE 'UTC' AT TIME ZONE tz)
+                                      - ((((d + 1)::timestamp AT TIME ZONE tz) AT TIME ZONE 'UTC') - interval '1 day')))
+               AT TIME ZONE 'UTC') AT TIME ZONE tz) = (d + 1)::timestamp
+        THEN ((d + 1)::timestamp - ((((((d + 1)::timestamp AT TIME ZONE tz) AT TIME ZONE 'UTC') - interval '1 day')
+                                    AT TIME ZONE 'UTC' AT TIME ZONE tz)
+                                   - ((((d + 1)::timestamp AT TIME ZONE tz) AT TIME ZONE 'UTC') - interval '1 day')))
+             AT TIME ZONE 'UTC'
+        ELSE (d + 1)::timestamp AT TIME ZONE tz
+    END
 $$;
 
 CREATE OR REPLACE FUNCTION hl_storage_rate_guard() RETURNS trigger
@@ -172,10 +196,7 @@ LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = public, pg_
                AND hl_hold_release_at(h, at) IS NULL),
            CASE WHEN pool IS NULL
                 THEN EXISTS (SELECT 1 FROM allocation a WHERE a.project_id = project
-                                AND a.cluster_id IS NULL AND a.valid_from <= at
-                                AND a.kind IN ('grant', 'transfer_in')
-                                AND a.amount + coalesce((SELECT sum(t.amount) FROM allocation t
-                                                          WHERE t.grant_id = a.id), 0) > 0)
+                                AND a.cluster_id IS NULL AND a.valid_from <= at)
                 ELSE coalesce(hl_pool_start(project, pool) <= at, false) END
       FROM (SELECT coalesce(sum(a.amount), 0) AS allocated
               FROM allocation a
@@ -203,3 +224,34 @@ SELECT h.id, p.code AS project, c.name AS cluster, h.scheduler_job_id AS job_id,
  CROSS JOIN LATERAL (SELECT hl_hold_release_at(h, now()) AS released_by) x
   LEFT JOIN job_record r ON r.id = x.released_by
   LEFT JOIN project rp ON rp.id = r.project_id;
+
+DO $$
+DECLARE
+    tz text := (SELECT time_zone FROM center);
+    first_month date := (SELECT min(period) FROM ledger_entry);
+    last_month date := (SELECT max(period) FROM ledger_entry);
+    m date;
+BEGIN
+    IF tz IS NULL OR first_month IS NULL THEN
+        RETURN;
+    END IF;
+    FOR m IN SELECT g::date FROM generate_series(first_month::timestamp, last_month::timestamp, interval '1 month') g
+              WHERE ((g + interval '1 month') AT TIME ZONE tz)
+                    <> hl_day_end((g + interval '1 month' - interval '1 day')::date, tz)
+                AND EXISTS (SELECT 1 FROM ledger_entry e WHERE e.period = g::date) LOOP
+        DELETE FROM ledger_draw WHERE period = m;
+        INSERT INTO ledger_draw (project_id, cluster_id, period, day, first_at, last_at, amount, entries)
+        SELECT d.project_id, d.cluster_id, d.period, (d.draw AT TIME ZONE tz)::date,
+               min(d.draw), max(d.draw), sum(d.amount), count(*)
+          FROM (SELECT e.project_id, e.period, e.amount, j.cluster_id,
+                       hl_draw_at(e, o, oo, r.ended_at, tz) AS draw
+                  FROM ledger_entry e
+                  LEFT JOIN ledger_entry o ON o.id = e.corrects_id
+                  LEFT JOIN ledger_entry oo ON oo.id = o.corrects_id
+                  LEFT JOIN job_record r ON r.id = coalesce(oo.job_record_id, o.job_record_id, e.job_record_id)
+                  LEFT JOIN job j ON j.id = r.job_id
+                 WHERE e.period = m) d
+         GROUP BY 1, 2, 3, 4;
+    END LOOP;
+END
+$$;

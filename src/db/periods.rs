@@ -38,6 +38,13 @@ pub async fn closed_period(conn: &mut PgConnection, period: NaiveDate) -> Result
     .await
 }
 
+/// The ledger's first closed month, if any.
+pub async fn first_closed(conn: &mut PgConnection) -> Result<Option<NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar("SELECT min(period) FROM closed_period")
+        .fetch_one(&mut *conn)
+        .await
+}
+
 /// The earliest month before `period` that holds entries and is not closed.
 pub async fn earlier_open_month(conn: &mut PgConnection, period: NaiveDate) -> Result<Option<NaiveDate>, sqlx::Error> {
     sqlx::query_scalar!(

@@ -253,17 +253,21 @@ pub fn run_key(input: &JobInput, catalog: &Catalog) -> Option<JobKey> {
     })
 }
 
-/// The run a record names and the content fingerprint it would be held
-/// with, read from the record alone (no queue map, node type or card): to
-/// tell a record the ledger holds already, sent again unchanged after its
-/// queue was removed or its card ended, from one that needs pricing.
-pub fn held_as(input: &JobInput, catalog: &Catalog) -> Option<(JobKey, [u8; 32])> {
+/// What [`held_as`] reads: the run, the content fingerprint, the submit time.
+pub type HeldAs = (JobKey, [u8; 32], Option<DateTime<Utc>>);
+
+/// The run a record names, the content fingerprint it would be held with
+/// and its submit time, read from the record alone (no queue map, node type
+/// or card): to tell a record the ledger holds already, sent again
+/// unchanged after its queue was removed or its card ended, from one that
+/// needs pricing.
+pub fn held_as(input: &JobInput, catalog: &Catalog) -> Option<HeldAs> {
     let key = run_key(input, catalog)?;
     let center = catalog.center.as_ref()?;
     let cluster = catalog.cluster(input.cluster.as_deref()?)?;
-    let (_, ended_at, _) = instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()?;
+    let (_, ended_at, submitted_at) = instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()?;
     let (_, content) = fingerprints(input, input.project.as_deref()?, ended_at);
-    Some((key, content))
+    Some((key, content, submitted_at))
 }
 
 fn resolve_priced(

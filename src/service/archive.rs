@@ -53,6 +53,8 @@ const BATCH: i64 = 20_000;
 pub enum ArchiveError {
     #[error("{0} is not closed: only closed months are archived (hpc-ledger close --through {0})")]
     NotClosed(Month),
+    #[error("{through} is before the ledger's first closed month, {first}: nothing to archive")]
+    BeforeFirstClosed { through: Month, first: Month },
     #[error("{0}")]
     Refused(String),
     #[error("another `hpc-ledger archive` is running on this ledger: run it again once that one has finished")]
@@ -259,6 +261,16 @@ async fn archive_locked(
         return Err(ArchiveError::Busy);
     }
     if periods::closed_period(&mut *conn, through.first_day()).await?.is_none() {
+        // A month before the first closed one is never closed (nothing can
+        // be posted into it): closing it is not the advice.
+        if let Some(first) = periods::first_closed(&mut *conn).await?
+            && through.first_day() < first
+        {
+            return Err(ArchiveError::BeforeFirstClosed {
+                through,
+                first: Month::of_date(first),
+            });
+        }
         return Err(ArchiveError::NotClosed(through));
     }
     let months = adb::archivable(&mut *conn, through.first_day()).await?;

@@ -266,6 +266,14 @@ async fn close_in(
     if let Some(l) = last
         && month < l
     {
+        if let Some(first) = periods::first_closed(&mut *tx).await?.map(Month::of_date)
+            && month < first
+        {
+            return Err(CloseError::Refused(format!(
+                "{month} is before the ledger's first closed month, {first}: it holds nothing, and nothing can be \
+                 posted into it"
+            )));
+        }
         return Err(CloseError::Refused(format!(
             "{month} is closed: months up to {l} are closed"
         )));

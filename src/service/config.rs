@@ -493,7 +493,13 @@ fn plan_cluster<'c>(
                      ({}; add a new dated card instead{})",
                     row.period.valid_from,
                     card_changes(&row.period.value, &d.value).join(", "),
-                    if d.value.cores_per_node != row.period.value.cores_per_node {
+                    // The hint is for a card that took its node type's size
+                    // (it has none of its own, or the same).
+                    if d.value.cores_per_node != row.period.value.cores_per_node
+                        && c.node_types
+                            .iter()
+                            .any(|n| n.name == node_type && n.cores_per_node == d.value.cores_per_node)
+                    {
                         format!(
                             ", or write cores_per_node = {} on this card: a card without one takes its node \
                              type's, and a node type of other nodes is best a new node type",

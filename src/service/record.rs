@@ -22,7 +22,7 @@ use crate::domain::entries::reversal;
 use crate::domain::kinds::SourceFormat;
 use crate::domain::period::Month;
 use crate::domain::posting::{
-    Existing, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, charge_entries, decide,
+    Existing, HeldAs, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, charge_entries, decide,
     discount_entries, held_as, posting_period, resolve, resolve_for_run, run_key,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
@@ -406,7 +406,7 @@ impl Recorder {
         // sent or imported again after its queue was removed, or mapped to
         // a node type with no card, it is the replay it was before the
         // change, not a rejection left open for the billing office.
-        let unpriced: Vec<(usize, JobKey, [u8; 32])> = refused
+        let unpriced: Vec<(usize, HeldAs)> = refused
             .iter()
             .filter(|(_, r)| matches!(r.kind, RejectKind::UnknownQueue | RejectKind::NoRateCard))
             .filter_map(|(i, _)| {
@@ -418,11 +418,11 @@ impl Recorder {
                     }
                     None => held_as(&jobs[*i].input, catalog),
                 };
-                held.map(|(key, content)| (*i, key, content))
+                held.map(|h| (*i, h))
             })
             .collect();
         if !unpriced.is_empty() {
-            let keys: Vec<&JobKey> = unpriced.iter().map(|(_, k, _)| k).collect();
+            let keys: Vec<&JobKey> = unpriced.iter().map(|(_, (k, _, _))| k).collect();
             let found = jobs::find(&mut *tx, &keys).await?;
             let runs: Vec<JobId> = found.iter().map(|(_, id)| *id).collect();
             let held = if runs.is_empty() {
@@ -431,7 +431,16 @@ impl Recorder {
                 jobs::records(&mut *tx, &runs).await?
             };
             for (pos, job) in found {
-                let (i, _, content) = &unpriced[pos];
+                let (i, (_, content, submitted)) = &unpriced[pos];
+                // As `classify` decides: two known submit times that differ
+                // are not the same run's record, whatever its content.
+                let run_submitted = held
+                    .iter()
+                    .find(|(run, _)| *run == job)
+                    .and_then(|(_, r)| r.job_submitted_at);
+                if submitted.zip(run_submitted).is_some_and(|(a, b)| a != b) {
+                    continue;
+                }
                 if let Some((_, record)) = held
                     .iter()
                     .find(|(run, record)| *run == job && record.content_fingerprint == *content)

@@ -121,6 +121,20 @@ async fn archived_months_leave_the_live_ledger_and_their_files_still_verify() {
     let db = through_september().await;
     let dir = archive_dir(&db);
     let dir_s = dir.to_str().unwrap();
+    // Before the first closed month: nothing to archive, and no advice to
+    // close it (which `close` refuses).
+    let o = db.cli(&["archive", "--through", "2025-06", "--to", dir_s]);
+    assert!(
+        stderr(&o).contains("2025-06 is before the ledger's first closed month, 2026-01: nothing to archive"),
+        "{}",
+        stderr(&o)
+    );
+    let o = db.cli(&["close", "--through", "2025-06"]);
+    assert!(
+        stderr(&o).contains("2025-06 is before the ledger's first closed month, 2026-01"),
+        "{}",
+        stderr(&o)
+    );
     // A September storage charge reversed in October: September cannot be
     // archived while October, which points at it, is live.
     let september = reverse_first_storage(&db, "2026-09", &[]).await;
