@@ -57,13 +57,30 @@ pub async fn find(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usiz
     Ok(rows.into_iter().map(|r| (r.i as usize - 1, r.id)).collect())
 }
 
-/// When the readings of 2026-12-06 reached this ledger, if it held job
-/// records then (migration 0049): only then can a run be recorded under an
-/// earlier reading.
-pub async fn readings_changed(conn: &mut PgConnection) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-    sqlx::query_scalar!("SELECT migrated_at FROM reading_change WHERE records_before")
-        .fetch_optional(&mut *conn)
-        .await
+/// The readings of records that changed, as they reached this ledger:
+/// when the readings of 2026-12-06 came, if it held job records then
+/// (migration 0049: only then can a run be recorded under an earlier
+/// reading); and whether it held runs of array tasks named in their job ids
+/// (`123_4`, no index) when such ids began to be read as array tasks
+/// (migration 0053: only then is a record of an array task looked for
+/// under that key too).
+#[derive(Debug, Clone, Copy)]
+pub struct Readings {
+    pub changed: Option<DateTime<Utc>>,
+    pub array_tasks_before: bool,
+}
+
+pub async fn readings(conn: &mut PgConnection) -> Result<Readings, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"SELECT (SELECT migrated_at FROM reading_change WHERE records_before) AS changed,
+                  coalesce((SELECT runs_before FROM array_task_reading), false) AS "array_tasks_before!""#
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Readings {
+        changed: r.changed,
+        array_tasks_before: r.array_tasks_before,
+    })
 }
 
 /// A run to look for: recorded from a record of `format` read without

@@ -253,6 +253,75 @@ pub fn run_key(input: &JobInput, catalog: &Catalog) -> Option<JobKey> {
     })
 }
 
+/// Slurm's name of an array task, `JOBID_INDEX` with digits on both sides
+/// (`123_4`, as `sacct` prints it and `job show` reads it): the array's job
+/// id and the task's index, as written.
+pub fn array_task_form(job_id: &str) -> Option<(&str, &str)> {
+    let (job, index) = job_id.split_once('_')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(job) && digits(index)).then_some((job, index))
+}
+
+/// A job id and array index as given (`job record --job-id`, a JSON lines
+/// record's `job_id`, `hold`, `check`, a correction's `--job-id`), read as
+/// `sacct`'s are (docs/rules.md): a job id in Slurm's array task form
+/// `123_4` without an index is array task 4 of job 123, the run a `sacct`
+/// import of the same task records, so that the same task sent both ways is
+/// one run, charged once. `Ok(None)`: nothing to read otherwise. Refused: an
+/// array task form with an index given too (which is meant is not known),
+/// or an index past the ledger's range.
+pub fn split_array_task(job_id: &str, array_index: Option<u32>) -> Result<Option<(String, u32)>, String> {
+    let Some((job, index)) = array_task_form(job_id) else {
+        return Ok(None);
+    };
+    if let Some(given) = array_index {
+        return Err(format!(
+            "the job id {job_id} names array task {index} of job {job}, and array index {given} is given too: \
+             give the array's job id ({job}) with the task's index"
+        ));
+    }
+    match index.parse::<u32>() {
+        Ok(i) if i <= i32::MAX as u32 => Ok(Some((job.to_owned(), i))),
+        _ => Err(format!(
+            "the job id {job_id} names array task {index} of job {job}, an index out of range (at most {})",
+            i32::MAX
+        )),
+    }
+}
+
+/// [`split_array_task`] of a record: the record as `sacct`'s reading of
+/// the same task would give it, or why it is refused.
+pub fn read_array_task(input: &JobInput) -> Result<Option<JobInput>, Rejection> {
+    match split_array_task(&input.job_id, input.array_index) {
+        Ok(None) => Ok(None),
+        Ok(Some((job_id, index))) => Ok(Some(JobInput {
+            job_id,
+            array_index: Some(index),
+            ..input.clone()
+        })),
+        Err(reason) => Err(Rejection {
+            kind: RejectKind::Invalid,
+            reason,
+        }),
+    }
+}
+
+/// An array task's record as it was recorded before 2026-12-07 when its
+/// task was named in its job id (`job record --job-id 123_4`, a JSON lines
+/// `"job_id": "123_4"`): job id `123_4`, no index. `None` for a record that
+/// is not an array task with a job id of digits.
+pub fn array_task_as_before(input: &JobInput) -> Option<JobInput> {
+    let index = input.array_index?;
+    if input.job_id.is_empty() || !input.job_id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(JobInput {
+        job_id: format!("{}_{index}", input.job_id),
+        array_index: None,
+        ..input.clone()
+    })
+}
+
 /// What [`held_as`] reads: the run, the content fingerprint, the submit time.
 pub type HeldAs = (JobKey, [u8; 32], Option<DateTime<Utc>>);
 

@@ -344,7 +344,26 @@ pub async fn check_with(
     job: &JobRequest,
     floor: Decimal,
 ) -> Result<CheckAnswer, BudgetError> {
-    Ok(check_quoted(pool, cache, job, floor).await?.0)
+    let job = task_read(job)?;
+    Ok(check_quoted(pool, cache, &job, floor).await?.0)
+}
+
+/// The job with an array task named in its job id (`123_4`, no index) read
+/// as the recorder reads it (`domain::posting::split_array_task`): array
+/// task 4 of job 123, so that the task's record releases its hold.
+fn task_read(job: &JobRequest) -> Result<std::borrow::Cow<'_, JobRequest>, BudgetError> {
+    let Some(id) = job.job_id.as_deref() else {
+        return Ok(std::borrow::Cow::Borrowed(job));
+    };
+    match crate::domain::posting::split_array_task(id, job.array_index) {
+        Ok(None) => Ok(std::borrow::Cow::Borrowed(job)),
+        Ok(Some((job_id, index))) => Ok(std::borrow::Cow::Owned(JobRequest {
+            job_id: Some(job_id),
+            array_index: Some(index),
+            ..job.clone()
+        })),
+        Err(why) => invalid(why),
+    }
 }
 
 /// [`check`], and the quote it made (none for a project not budgeted).
@@ -424,6 +443,7 @@ pub struct HoldAnswer {
 /// answers with the first). The hold is placed whatever the check says:
 /// whether to let the job run is the hook's decision (`check`).
 pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &str) -> Result<HoldAnswer, BudgetError> {
+    let job = &*task_read(job)?;
     let Some(job_id) = job.job_id.as_deref() else {
         return invalid("a hold needs the job's id (--job-id)");
     };

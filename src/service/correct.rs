@@ -155,7 +155,17 @@ async fn target_entries(conn: &mut PgConnection, target: &Target) -> Result<Vec<
             array_index,
             start,
         } => {
-            let runs = sdb::find_runs(conn, cluster, job_id, array_index.map(|i| i as i32)).await?;
+            // An array task named in its job id (`123_4`) is the task, as
+            // the recorder reads it; or, recorded so before 2026-12-07, the
+            // run of that job id.
+            let split = crate::domain::posting::split_array_task(job_id, *array_index).or_else(invalid)?;
+            let mut runs = match &split {
+                Some((job, index)) => sdb::find_runs(conn, cluster, job, Some(*index as i32)).await?,
+                None => sdb::find_runs(conn, cluster, job_id, array_index.map(|i| i as i32)).await?,
+            };
+            if runs.is_empty() && split.is_some() {
+                runs = sdb::find_runs(conn, cluster, job_id, None).await?;
+            }
             let key = match array_index {
                 Some(i) => format!("{cluster}/{job_id}_{i}"),
                 None => format!("{cluster}/{job_id}"),

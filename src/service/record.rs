@@ -22,8 +22,9 @@ use crate::domain::entries::reversal;
 use crate::domain::kinds::SourceFormat;
 use crate::domain::period::Month;
 use crate::domain::posting::{
-    Existing, HeldAs, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, charge_entries, decide,
-    discount_entries, held_as, posting_period, resolve, resolve_for_run, run_key,
+    Existing, HeldAs, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, array_task_as_before,
+    charge_entries, decide, discount_entries, held_as, posting_period, read_array_task, resolve, resolve_for_run,
+    run_key,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::{KeptOptions, ReadOptions, Reading};
@@ -153,9 +154,9 @@ pub struct Recorder {
     pub author: String,
     catalog: Option<(i64, Catalog)>,
     projects: HashMap<String, ProjectId>,
-    /// When the readings of 2026-12-06 reached a ledger that held records
-    /// then (`db::jobs::readings_changed`), read once.
-    readings_changed: Option<Option<chrono::DateTime<Utc>>>,
+    /// How the readings of records that changed reached this ledger
+    /// (`db::jobs::readings`), read once.
+    readings: Option<jobs::Readings>,
 }
 
 const RACE_RETRIES: usize = 5;
@@ -168,7 +169,7 @@ impl Recorder {
             author: options.author,
             catalog: None,
             projects: HashMap::new(),
-            readings_changed: None,
+            readings: None,
         }
     }
 
@@ -306,9 +307,10 @@ impl Recorder {
             self.catalog = Some((version, catalog));
         }
         self.load_projects(&mut *tx, jobs).await?;
-        if self.readings_changed.is_none() {
-            self.readings_changed = Some(jobs::readings_changed(&mut *tx).await?);
-        }
+        let readings = match self.readings {
+            Some(r) => r,
+            None => *self.readings.insert(jobs::readings(&mut *tx).await?),
+        };
         let last_closed = state.last_closed.map(Month::of_date);
         let now = Utc::now();
         let catalog = &self.catalog.as_ref().expect("loaded above").1;
@@ -323,7 +325,18 @@ impl Recorder {
         let mut pending: Vec<(usize, ResolvedJob)> = Vec::with_capacity(jobs.len());
         let mut unknown_project: Vec<(usize, Rejection)> = Vec::new();
         let mut refused: Vec<(usize, Rejection)> = Vec::new();
+        // An array task named in its job id (`123_4`, no index) is the task
+        // `sacct` names so (docs/recording.md); recorded before 2026-12-07
+        // as job `123_4`, its run keeps that key.
+        let (tasks, split_refused) = self
+            .array_tasks(&mut *tx, jobs, catalog, readings.array_tasks_before)
+            .await?;
+        let jobs: &[Submission] = tasks.as_deref().unwrap_or(jobs);
         for (i, job) in jobs.iter().enumerate() {
+            if let Some((_, rejection)) = split_refused.iter().find(|(at, _)| *at == i) {
+                refused.push((i, rejection.clone()));
+                continue;
+            }
             match resolve(&job.input, catalog, &self.projects, now) {
                 Ok(r) => pending.push((i, r)),
                 Err(r) if r.kind == RejectKind::UnknownProject => unknown_project.push((i, r)),
@@ -458,7 +471,7 @@ impl Recorder {
         // that way again, so that one sent or imported again is what it was
         // then (a replay, a revision), not a second run; a sacct record of
         // a run jobcomp recorded hours off is kept as a conflict.
-        let earlier = match self.readings_changed.flatten() {
+        let earlier = match readings.changed {
             Some(changed) => {
                 self.earlier_readings(&mut *tx, jobs, &pending, catalog, now, changed)
                     .await?
@@ -526,6 +539,60 @@ impl Recorder {
             .into_iter()
             .map(|o| o.expect("every job has an outcome"))
             .collect())
+    }
+
+    /// The batch with its array tasks named in their job ids read as
+    /// `sacct` names them (`None`: nothing to change), and the records
+    /// refused for it (an index given too, or out of range). Where the ledger
+    /// held such runs before (`before`, migration 0053), every array task
+    /// of a job id of digits is looked for as it was recorded then (job id
+    /// `123_4`, no index), in one query, and a task found so keeps that
+    /// reading: a record of it sent or imported again is that run's (a
+    /// replay, a revision, a conflict), not a second run.
+    async fn array_tasks(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &[Submission],
+        catalog: &Catalog,
+        before: bool,
+    ) -> Result<(Option<Vec<Submission>>, Vec<(usize, Rejection)>), sqlx::Error> {
+        let mut read: Vec<(usize, JobInput)> = Vec::new();
+        let mut refused = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            match read_array_task(&job.input) {
+                Ok(Some(input)) => read.push((i, input)),
+                Ok(None) => {}
+                Err(r) => refused.push((i, r)),
+            }
+        }
+        if before {
+            let input_of = |i: usize| {
+                read.iter()
+                    .find(|(at, _)| *at == i)
+                    .map_or(&jobs[i].input, |(_, input)| input)
+            };
+            let candidates: Vec<(usize, JobInput, JobKey)> = (0..jobs.len())
+                .filter(|i| !refused.iter().any(|(at, _)| at == i))
+                .filter_map(|i| array_task_as_before(input_of(i)).map(|input| (i, input)))
+                .filter_map(|(i, input)| run_key(&input, catalog).map(|k| (i, input, k)))
+                .collect();
+            if !candidates.is_empty() {
+                let keys: Vec<&JobKey> = candidates.iter().map(|(_, _, k)| k).collect();
+                for (pos, _) in jobs::find(&mut *conn, &keys).await? {
+                    let (i, input, _) = &candidates[pos];
+                    read.retain(|(at, _)| at != i);
+                    read.push((*i, input.clone()));
+                }
+            }
+        }
+        if read.is_empty() {
+            return Ok((None, refused));
+        }
+        let mut all = jobs.to_vec();
+        for (i, input) in read {
+            all[i].input = input;
+        }
+        Ok((Some(all), refused))
     }
 
     /// The records among `pending` whose run may be recorded under a reading

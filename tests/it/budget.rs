@@ -459,6 +459,32 @@ async fn holds_are_released_by_the_job_they_are_for_and_never_get_stuck() {
     ]));
     let b = balance(&db, "P1", &now());
     assert_eq!((money(&b["held"]), money(&b["used"])), ("0".into(), "0.28".into()));
+    // An array task's hook naming it as Slurm does (`51_2`) holds for the
+    // task its record names apart (job 51, index 2), which releases it.
+    json(&run("hold", job("51_2", "1", "1:00:00"), &["--format", "json"]));
+    assert_eq!(money(&balance(&db, "P1", &now())["held"]), "0.01");
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "51",
+        "--array-index",
+        "2",
+        "--project",
+        "P1",
+        "--queue",
+        "batch",
+        "--cores",
+        "1",
+        "--start",
+        &start,
+        "--end",
+        &end,
+    ]));
+    let b = balance(&db, "P1", &now());
+    assert_eq!((money(&b["held"]), money(&b["used"])), ("0".into(), "0.29".into()));
     // A hold never settled expires at its walltime plus grace.
     json(&run(
         "hold",
@@ -474,7 +500,7 @@ async fn holds_are_released_by_the_job_they_are_for_and_never_get_stuck() {
         .unwrap();
     assert_eq!(
         statuses,
-        [("H1", "released"), ("H3", "open")].map(|(a, b)| (a.to_owned(), b.to_owned()))
+        [("H1", "released"), ("51", "released"), ("H3", "open")].map(|(a, b)| (a.to_owned(), b.to_owned()))
     );
     // A hold released by a job of another project is an audit finding.
     ok(&db.cli(&[

@@ -92,6 +92,121 @@ async fn job_record_from_an_epilogue() {
     assert_eq!(v["amount"], "0.54");
 }
 
+/// The runs whose job id is LIKE `like`: (job id, array index) as recorded.
+async fn runs_of(db: &TestDb, like: &str) -> Vec<(String, Option<i32>)> {
+    sqlx::query_as("SELECT scheduler_job_id, array_index FROM job WHERE scheduler_job_id LIKE $1 ORDER BY id")
+        .bind(like)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// An epilogue that names an array task as `sacct` does (`--job-id 300_4`)
+/// records the task `sacct` reads from `300_4`: job 300, index 4, one run
+/// whichever way it comes (it was job "300_4", a second run, charged twice).
+#[tokio::test]
+async fn an_array_task_named_in_its_job_id_is_the_task_sacct_names() {
+    let db = fixture_db().await;
+    assert_eq!(
+        ok(&record(&db, &["--job-id", "300_4"])),
+        "recorded testclu/300_4: 1 entry totalling 0.08 in 2026-10\n"
+    );
+    assert_eq!(runs_of(&db, "300%").await, [("300".to_owned(), Some(4))]);
+    // The same task with its index given apart, as sacct's line reads.
+    assert_eq!(
+        ok(&record(&db, &["--job-id", "300", "--array-index", "4"])),
+        "replayed testclu/300_4: already recorded with this content\n"
+    );
+    // Both ways at once, and an index past the ledger's: refused, kept.
+    let o = record(&db, &["--job-id", "300_4", "--array-index", "5"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "the job id 300_4 names array task 4 of job 300, and array index 5 is given too: \
+             give the array's job id (300) with the task's index"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let o = record(&db, &["--job-id", "301_2147483648"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("an index out of range (at most 2147483647)"),
+        "{}",
+        stderr(&o)
+    );
+    // Corrected by the name it was recorded with.
+    ok(&db.cli(&[
+        "reverse",
+        "--cluster",
+        "testclu",
+        "--job-id",
+        "300_4",
+        "--reason",
+        "test",
+    ]));
+    let (reversals, net): (i64, rust_decimal::Decimal) =
+        sqlx::query_as("SELECT count(*) FILTER (WHERE kind = 'reversal'), sum(amount) FROM ledger_entry")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((reversals, net), (1, rust_decimal::Decimal::ZERO));
+}
+
+/// A run recorded before 2026-12-07 from `--job-id 300_4` (job "300_4",
+/// no index; migration 0053 notes that the ledger holds such runs) stays
+/// that run: the task sent again either way, or imported from sacct, is
+/// its record, not a second charge.
+#[tokio::test]
+async fn an_array_task_recorded_under_its_job_id_before_stays_that_run() {
+    let db = fixture_db().await;
+    ok(&record(&db, &["--job-id", "300_4"]));
+    // The run as it was recorded before (its records' fingerprints name no
+    // job id: they are what they were).
+    sqlx::raw_sql(
+        "ALTER TABLE job DISABLE TRIGGER job_append_only;
+         UPDATE job SET scheduler_job_id = '300_4', array_index = NULL;
+         ALTER TABLE job ENABLE ALWAYS TRIGGER job_append_only;
+         UPDATE array_task_reading SET runs_before = true;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        ok(&record(&db, &["--job-id", "300_4"])),
+        "replayed testclu/300_4: already recorded with this content\n"
+    );
+    assert_eq!(
+        ok(&record(&db, &["--job-id", "300", "--array-index", "4"])),
+        "replayed testclu/300_4: already recorded with this content\n"
+    );
+    // A revision of it too, and its correction by that name.
+    assert_eq!(
+        ok(&record(
+            &db,
+            &["--job-id", "300", "--array-index", "4", "--exit-code", "1"]
+        )),
+        "revised testclu/300_4: kept as revision 2 (the charge does not change)\n"
+    );
+    assert_eq!(runs_of(&db, "300%").await, [("300_4".to_owned(), None)]);
+    ok(&db.cli(&[
+        "refund",
+        "--cluster",
+        "testclu",
+        "--job-id",
+        "300_4",
+        "--fraction",
+        "0.5",
+        "--reason",
+        "test",
+    ]));
+    let net: rust_decimal::Decimal = sqlx::query_scalar("SELECT sum(amount) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(net.to_string(), "0.04");
+}
+
 #[tokio::test]
 async fn job_record_errors_have_their_own_exit_codes_and_are_kept() {
     let db = fixture_db().await;

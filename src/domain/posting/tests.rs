@@ -641,3 +641,46 @@ fn cores_without_a_node_count_fill_whole_nodes_of_the_node_type() {
     .unwrap();
     assert_ne!(r.charge_fingerprint, one.charge_fingerprint);
 }
+
+#[test]
+fn a_job_id_in_slurms_array_task_form_is_read_as_sacct_reads_it() {
+    let split = |id: &str, index: Option<u32>| split_array_task(id, index);
+    assert_eq!(split("300_4", None), Ok(Some(("300".to_owned(), 4))));
+    // Written as sacct writes it: leading zeros are the index's.
+    assert_eq!(split("0300_04", None), Ok(Some(("0300".to_owned(), 4))));
+    // Not Slurm's form: kept as the job id it is.
+    for id in [
+        "300",
+        "a_4",
+        "300_",
+        "_4",
+        "300_4_5",
+        "300_4.batch",
+        "123[4].pbs",
+        "300_+4",
+    ] {
+        assert_eq!(split(id, None), Ok(None), "{id}");
+        assert_eq!(split(id, Some(1)), Ok(None), "{id}");
+    }
+    assert!(
+        split("300_4", Some(4))
+            .unwrap_err()
+            .contains("and array index 4 is given too")
+    );
+    assert!(split("300_2147483648", None).unwrap_err().contains("out of range"));
+    assert_eq!(split("300_2147483647", None), Ok(Some(("300".to_owned(), 2147483647))));
+    // The key a record of the task had before 2026-12-07.
+    let task = JobInput {
+        job_id: "300".into(),
+        array_index: Some(4),
+        ..job()
+    };
+    let before = array_task_as_before(&task).unwrap();
+    assert_eq!((before.job_id.as_str(), before.array_index), ("300_4", None));
+    assert!(array_task_as_before(&job()).is_none());
+    let named = JobInput {
+        job_id: "x300".into(),
+        ..task
+    };
+    assert!(array_task_as_before(&named).is_none());
+}
