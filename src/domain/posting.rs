@@ -289,6 +289,21 @@ pub fn split_array_task(job_id: &str, array_index: Option<u32>) -> Result<Option
     }
 }
 
+/// The task a job id and index name, whichever way it was written: an
+/// array task named in its job id (`123_4`, no index) is job 123, index 4
+/// ([`split_array_task`]); anything else as written. Two records of the
+/// same task, one sent each way (or one recorded before 2026-12-07 as job
+/// `123_4`), name the same task.
+pub fn task_of(job_id: &str, array_index: Option<u32>) -> (&str, Option<u32>) {
+    match (array_task_form(job_id), array_index) {
+        (Some((job, index)), None) => match index.parse::<u32>() {
+            Ok(i) => (job, Some(i)),
+            Err(_) => (job_id, None),
+        },
+        _ => (job_id, array_index),
+    }
+}
+
 /// [`split_array_task`] of a record: the record as `sacct`'s reading of
 /// the same task would give it, or why it is refused.
 pub fn read_array_task(input: &JobInput) -> Result<Option<JobInput>, Rejection> {

@@ -157,15 +157,29 @@ async fn target_entries(conn: &mut PgConnection, target: &Target) -> Result<Vec<
         } => {
             // An array task named in its job id (`123_4`) is the task, as
             // the recorder reads it; or, recorded so before 2026-12-07, the
-            // run of that job id.
-            let split = crate::domain::posting::split_array_task(job_id, *array_index).or_else(invalid)?;
-            let mut runs = match &split {
-                Some((job, index)) => sdb::find_runs(conn, cluster, job, Some(*index as i32)).await?,
-                None => sdb::find_runs(conn, cluster, job_id, array_index.map(|i| i as i32)).await?,
+            // run of that job id as written.
+            let as_written = sdb::find_runs(conn, cluster, job_id, array_index.map(|i| i as i32)).await?;
+            let runs = match crate::domain::posting::split_array_task(job_id, *array_index) {
+                Ok(None) => as_written,
+                Err(why) if as_written.is_empty() => return invalid(why),
+                Err(_) => as_written,
+                Ok(Some((job, index))) => {
+                    let task = sdb::find_runs(conn, cluster, &job, Some(index as i32)).await?;
+                    match (task.is_empty(), as_written.is_empty()) {
+                        (_, true) => task,
+                        (true, false) => as_written,
+                        (false, false) => {
+                            let task_entries = open_entries(conn, &task).await?;
+                            let written_entries = open_entries(conn, &as_written).await?;
+                            return invalid(format!(
+                                "{cluster}/{job_id} names two runs: array task {index} of job {job} (entries \
+                                 {task_entries}), and job {job_id} as recorded before 2026-12-07 (entries \
+                                 {written_entries}): correct each by its entry (--entry)"
+                            ));
+                        }
+                    }
+                }
             };
-            if runs.is_empty() && split.is_some() {
-                runs = sdb::find_runs(conn, cluster, job_id, None).await?;
-            }
             let key = match array_index {
                 Some(i) => format!("{cluster}/{job_id}_{i}"),
                 None => format!("{cluster}/{job_id}"),
@@ -200,6 +214,27 @@ async fn target_entries(conn: &mut PgConnection, target: &Target) -> Result<Vec<
             Ok(rows)
         }
     }
+}
+
+/// The open entries of these runs, for a message: their ids, or "none".
+async fn open_entries(
+    conn: &mut PgConnection,
+    runs: &[(crate::ids::JobId, DateTime<Utc>)],
+) -> Result<String, CorrectError> {
+    let mut ids = Vec::new();
+    for (run, _) in runs {
+        ids.extend(
+            sdb::open_job_entries(conn, *run)
+                .await?
+                .iter()
+                .map(|e| e.id.to_string()),
+        );
+    }
+    Ok(if ids.is_empty() {
+        "none".to_owned()
+    } else {
+        ids.join(", ")
+    })
 }
 
 /// A correction's reversal cites the entry's own job record, with the reason given.

@@ -21,7 +21,7 @@ use sqlx::PgPool;
 
 use crate::db::DbError;
 use crate::db::deep::{self, KeptRecord};
-use crate::domain::posting::{JobInput, charged_shape, fingerprints, held_shape, instants};
+use crate::domain::posting::{JobInput, charged_shape, fingerprints, held_shape, instants, task_of};
 use crate::ingest::{Item, ReadOptions, Rereader};
 
 /// Records read per page.
@@ -551,11 +551,17 @@ fn compare_input(
     if !cluster.is_some_and(|c| c.eq_ignore_ascii_case(&r.cluster)) {
         differ("cluster", r.cluster.clone(), text(cluster));
     }
-    if input.job_id != r.scheduler_job_id {
+    // An array task named in its job id (`300_4`) is recorded as the task
+    // (job 300, index 4), or, before 2026-12-07, as job `300_4`; a record
+    // of its task either way is its run's (docs/recording.md).
+    let recorded_index = r.array_index.and_then(|i| u32::try_from(i).ok());
+    let same_task = task_of(&input.job_id, input.array_index) == task_of(&r.scheduler_job_id, recorded_index)
+        && (r.array_index.is_none() || recorded_index.is_some());
+    if !same_task && input.job_id != r.scheduler_job_id {
         differ("job id", r.scheduler_job_id.clone(), input.job_id.clone());
     }
     let index = input.array_index.map(i64::from);
-    if index != r.array_index.map(i64::from) {
+    if !same_task && index != r.array_index.map(i64::from) {
         let show = |i: Option<i64>| i.map_or_else(|| "(none)".to_owned(), |i| i.to_string());
         differ("array index", show(r.array_index.map(i64::from)), show(index));
     }

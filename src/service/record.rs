@@ -24,7 +24,7 @@ use crate::domain::period::Month;
 use crate::domain::posting::{
     Existing, HeldAs, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, array_task_as_before,
     charge_entries, decide, discount_entries, held_as, posting_period, read_array_task, resolve, resolve_for_run,
-    run_key,
+    run_key, task_of,
 };
 use crate::ids::{JobId, JobRecordId, ProjectId};
 use crate::ingest::{KeptOptions, ReadOptions, Reading};
@@ -545,10 +545,11 @@ impl Recorder {
     /// `sacct` names them (`None`: nothing to change), and the records
     /// refused for it (an index given too, or out of range). Where the ledger
     /// held such runs before (`before`, migration 0053), every array task
-    /// of a job id of digits is looked for as it was recorded then (job id
-    /// `123_4`, no index), in one query, and a task found so keeps that
-    /// reading: a record of it sent or imported again is that run's (a
-    /// replay, a revision, a conflict), not a second run.
+    /// of a job id of digits is looked for as it was recorded then (its job
+    /// id as sent, or `123_4` with no index for one whose index was given
+    /// apart), in one query, and a task found so keeps that reading: a
+    /// record of it sent or imported again is that run's (a replay, a
+    /// revision, a conflict), not a second run.
     async fn array_tasks(
         &self,
         conn: &mut PgConnection,
@@ -566,14 +567,20 @@ impl Recorder {
             }
         }
         if before {
-            let input_of = |i: usize| {
-                read.iter()
-                    .find(|(at, _)| *at == i)
-                    .map_or(&jobs[i].input, |(_, input)| input)
-            };
+            // Each array task's key as it would have been recorded then: a
+            // record that names the task in its job id, as sent (also one
+            // refused now for giving an index too); one that gives the
+            // index apart, as job `123_4`.
             let candidates: Vec<(usize, JobInput, JobKey)> = (0..jobs.len())
-                .filter(|i| !refused.iter().any(|(at, _)| at == i))
-                .filter_map(|i| array_task_as_before(input_of(i)).map(|input| (i, input)))
+                .filter_map(|i| {
+                    let split = read.iter().any(|(at, _)| *at == i) || refused.iter().any(|(at, _)| *at == i);
+                    let then = if split {
+                        Some(jobs[i].input.clone())
+                    } else {
+                        array_task_as_before(&jobs[i].input)
+                    };
+                    then.map(|input| (i, input))
+                })
                 .filter_map(|(i, input)| run_key(&input, catalog).map(|k| (i, input, k)))
                 .collect();
             if !candidates.is_empty() {
@@ -581,6 +588,7 @@ impl Recorder {
                 for (pos, _) in jobs::find(&mut *conn, &keys).await? {
                     let (i, input, _) = &candidates[pos];
                     read.retain(|(at, _)| at != i);
+                    refused.retain(|(at, _)| at != i);
                     read.push((*i, input.clone()));
                 }
             }
@@ -997,7 +1005,7 @@ async fn resolve_rejections(
             // otherwise is another account of the run, left open for a person).
             recorded.iter().find(|(job, _)| {
                 job.input.key().eq_ignore_ascii_case(&o.job_key)
-                    && job.input.array_index == input.array_index
+                    && task_of(&job.input.job_id, job.input.array_index) == task_of(&input.job_id, input.array_index)
                     && start(&job.input) == Some(started)
                     && end(&job.input).is_some()
                     && end(&job.input) == end(&input)

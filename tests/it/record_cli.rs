@@ -135,6 +135,20 @@ async fn an_array_task_named_in_its_job_id_is_the_task_sacct_names() {
         "{}",
         stderr(&o)
     );
+    // A task refused for its account, then charged when sent the other way:
+    // its rejection is resolved by that record.
+    let o = record(&db, &["--job-id", "302_4", "--project", "NOPE"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    ok(&record(&db, &["--job-id", "302", "--array-index", "4"]));
+    let open: Vec<String> =
+        sqlx::query_scalar("SELECT job_key FROM audit.rejections WHERE status = 'open' AND job_key LIKE '%302%'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(open.is_empty(), "{open:?}");
+    // Read again from their raw records, the tasks are the runs they are.
+    let deep = db.cli(&["audit", "--deep"]);
+    assert_eq!(deep.status.code(), Some(0), "{}{}", stdout(&deep), stderr(&deep));
     // Corrected by the name it was recorded with.
     ok(&db.cli(&[
         "reverse",
@@ -150,7 +164,8 @@ async fn an_array_task_named_in_its_job_id_is_the_task_sacct_names() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    assert_eq!((reversals, net), (1, rust_decimal::Decimal::ZERO));
+    // Job 302's task is left.
+    assert_eq!((reversals, net.to_string()), (1, "0.08".to_owned()));
 }
 
 /// A run recorded before 2026-12-07 from `--job-id 300_4` (job "300_4",
@@ -161,11 +176,13 @@ async fn an_array_task_named_in_its_job_id_is_the_task_sacct_names() {
 async fn an_array_task_recorded_under_its_job_id_before_stays_that_run() {
     let db = fixture_db().await;
     ok(&record(&db, &["--job-id", "300_4"]));
-    // The run as it was recorded before (its records' fingerprints name no
-    // job id: they are what they were).
+    ok(&record(&db, &["--job-id", "0303_04"]));
+    // The runs as they were recorded before (its records' fingerprints name
+    // no job id: they are what they were).
     sqlx::raw_sql(
         "ALTER TABLE job DISABLE TRIGGER job_append_only;
-         UPDATE job SET scheduler_job_id = '300_4', array_index = NULL;
+         UPDATE job SET scheduler_job_id = '300_4', array_index = NULL WHERE scheduler_job_id = '300';
+         UPDATE job SET scheduler_job_id = '0303_04', array_index = NULL WHERE scheduler_job_id = '0303';
          ALTER TABLE job ENABLE ALWAYS TRIGGER job_append_only;
          UPDATE array_task_reading SET runs_before = true;",
     )
@@ -189,6 +206,13 @@ async fn an_array_task_recorded_under_its_job_id_before_stays_that_run() {
         "revised testclu/300_4: kept as revision 2 (the charge does not change)\n"
     );
     assert_eq!(runs_of(&db, "300%").await, [("300_4".to_owned(), None)]);
+    // Sent as it was then, with leading zeros.
+    assert_eq!(
+        ok(&record(&db, &["--job-id", "0303_04"])),
+        "replayed testclu/0303_04: already recorded with this content\n"
+    );
+    let deep = db.cli(&["audit", "--deep"]);
+    assert_eq!(deep.status.code(), Some(0), "{}{}", stdout(&deep), stderr(&deep));
     ok(&db.cli(&[
         "refund",
         "--cluster",
@@ -204,7 +228,45 @@ async fn an_array_task_recorded_under_its_job_id_before_stays_that_run() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(net.to_string(), "0.04");
+    assert_eq!(net.to_string(), "0.12");
+    // A task charged twice, once each way (as before the note existed): a
+    // correction by its name says which entries are which.
+    sqlx::raw_sql("UPDATE array_task_reading SET runs_before = false")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    ok(&record(&db, &["--job-id", "300", "--array-index", "4", "--cores", "2"]));
+    let o = db.cli(&[
+        "reverse",
+        "--cluster",
+        "testclu",
+        "--job-id",
+        "300_4",
+        "--reason",
+        "twice",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("testclu/300_4 names two runs: array task 4 of job 300 (entries 4), and job 300_4 as recorded before 2026-12-07 (entries 1, 3): correct each by its entry (--entry)"),
+        "{}",
+        stderr(&o)
+    );
+    // A run whose job id in that form came with an index too (refused now)
+    // is that run's too (its raw record is not what it was: no deep audit).
+    ok(&record(&db, &["--job-id", "301", "--array-index", "5"]));
+    sqlx::raw_sql(
+        "ALTER TABLE job DISABLE TRIGGER job_append_only;
+         UPDATE job SET scheduler_job_id = '301_4' WHERE scheduler_job_id = '301';
+         ALTER TABLE job ENABLE ALWAYS TRIGGER job_append_only;
+         UPDATE array_task_reading SET runs_before = true;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        ok(&record(&db, &["--job-id", "301_4", "--array-index", "5"])),
+        "replayed testclu/301_4_5: already recorded with this content\n"
+    );
 }
 
 #[tokio::test]
