@@ -34,6 +34,21 @@ pub fn is_connection_error(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Errors that say nothing about the record: the database could not do it
+/// now. Its connection went ([`is_connection_error`]); the statement was
+/// cancelled (57014: `statement_timeout`, `pg_cancel_backend`) or waited
+/// past `lock_timeout` (55P03, as behind a month's close); the server ran
+/// out of something (class 53: disk, memory, connections) or failed an I/O
+/// (class 58); or a race ([`is_race`]) lost every time it was run again.
+/// A record that fails so is not kept as rejected (its sender is told to
+/// send it again: `serve` answers 503, Slurm retries).
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    is_connection_error(e)
+        || is_race(e)
+        || matches!(e, sqlx::Error::Database(d)
+            if d.code().is_some_and(|c| matches!(c.as_ref(), "57014" | "55P03") || c.starts_with("53") || c.starts_with("58")))
+}
+
 /// A database error raised by one of the schema's guards (SQLSTATE HLxxx),
 /// as its message; other errors are passed through.
 pub fn guard_message(e: &sqlx::Error) -> Option<String> {

@@ -397,9 +397,12 @@ fn small(v: Option<&Value>, what: &str) -> Result<Option<u32>, String> {
         .transpose()
 }
 
+/// A time in seconds since the epoch; 0 and Slurm's NO_VAL and INFINITE
+/// (4294967294, 4294967295: a pending job cancelled has the first as its
+/// start) are not set.
 fn epoch(v: Option<&Value>, what: &str) -> Result<Option<Stamp>, String> {
     match int(v, what)? {
-        None | Some(0) => Ok(None),
+        None | Some(0 | 4_294_967_294 | 4_294_967_295) => Ok(None),
         Some(s) => DateTime::from_timestamp(s, 0)
             .map(|t| Some(Stamp::At(t)))
             .ok_or_else(|| format!("{what} {s} is out of range")),

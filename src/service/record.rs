@@ -13,7 +13,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 
-use crate::db::errors::{is_connection_error, is_race};
+use crate::db::errors::{is_connection_error, is_race, is_transient};
 use crate::db::ledger;
 use crate::db::rejected::{self, NewRejection};
 use crate::db::{jobs, reference};
@@ -115,8 +115,10 @@ impl Outcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// The database could not record now (`db::errors::is_transient`): lost,
+    /// a statement cancelled or out of time for a lock, out of resources.
     #[error(
-        "lost the database while recording (some jobs were not posted; run the same command again: the jobs recorded before are then replays, the others recorded): {0}"
+        "the database could not record now (some jobs were not posted; run the same command again: the jobs recorded before are then replays, the others recorded): {0}"
     )]
     Connection(sqlx::Error),
     #[error(transparent)]
@@ -194,6 +196,10 @@ impl Recorder {
         }
         let err = last.expect("a failed attempt");
         if jobs.len() + malformed.len() <= 1 {
+            // Not the record's fault: not kept as rejected, sent again.
+            if is_transient(&err) {
+                return Err(RecordError::Connection(err));
+            }
             return self.reject_after_failure(jobs, malformed, &err).await;
         }
         tracing::debug!("batch failed ({err}); recording job by job");

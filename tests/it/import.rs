@@ -1525,6 +1525,9 @@ code = "optic"
         // type's job is never charged as if it had none.
         ("slurm_2405_slurmweb_job_gpus.json", 0, 0, 1),
         ("slurm_2411_slurmweb_job.json", 1, 0, 0),
+        // Cancelled while pending: its start is Slurm's NO_VAL (it was kept
+        // as malformed, "no cpu count", instead of skipped as never started).
+        ("slurm_2411_slurmweb_cancelled_pending.json", 0, 1, 0),
         ("slurm_2505_slurmweb_job_gpu_types.json", 0, 1, 0),
         ("slurm_2505_slurmweb_jobs.json", 1, 0, 0),
     ] {

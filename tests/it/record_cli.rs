@@ -92,6 +92,44 @@ async fn job_record_from_an_epilogue() {
     assert_eq!(v["amount"], "0.54");
 }
 
+/// A record the database could not take now (a statement cancelled, a lock
+/// waited for past `lock_timeout`, as behind a month's close) is not the
+/// record's fault: not kept as a rejection nobody retries (`serve` answered
+/// Slurm 200 for it, and the job was never charged), but an error, and
+/// recorded when sent again.
+#[tokio::test]
+async fn a_record_the_database_cannot_take_now_is_an_error_not_a_rejection() {
+    let db = fixture_db().await;
+    sqlx::raw_sql(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '200ms'); END $$",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::raw_sql("LOCK TABLE ledger_entry IN SHARE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let o = record(&db, &["--job-id", "400"]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("the database could not record now") && stderr(&o).contains("lock timeout"),
+        "{}",
+        stderr(&o)
+    );
+    holder.rollback().await.unwrap();
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 0);
+    assert_eq!(
+        ok(&record(&db, &["--job-id", "400"])),
+        "recorded testclu/400: 1 entry totalling 0.08 in 2026-10\n"
+    );
+}
+
 /// The runs whose job id is LIKE `like`: (job id, array index) as recorded.
 async fn runs_of(db: &TestDb, like: &str) -> Vec<(String, Option<i32>)> {
     sqlx::query_as("SELECT scheduler_job_id, array_index FROM job WHERE scheduler_job_id LIKE $1 ORDER BY id")

@@ -150,7 +150,7 @@ async fn postgresql_stopped_during_an_import_is_a_clear_error_and_a_rerun_comple
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("lost the database while recording") && err.contains("run the same command again"),
+        err.contains("the database could not record now") && err.contains("run the same command again"),
         "{err}"
     );
     assert!(
