@@ -340,3 +340,40 @@ fn passwords_never_appear_in_output_logs_or_help() {
         assert!(!text.contains("hunter2") && !text.contains("/secret/path"), "{text}");
     }
 }
+
+/// A login that holds none of the ledger's roles (another application's,
+/// on a shared server) may not call the functions that run with the
+/// owner's rights to read what the tables refuse it (migration 0054: a
+/// month's finance journal, a project's balance); no such function is
+/// left to PUBLIC, so a later migration cannot leave one either.
+#[tokio::test]
+async fn owner_rights_functions_are_not_public() {
+    let db = TestDb::new().await;
+    let open: Vec<String> = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'public' AND p.prosecdef AND has_function_privilege('public', p.oid, 'EXECUTE')
+          ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(open.is_empty(), "owner's rights, executable by PUBLIC: {open:?}");
+    let mut conn = db.pool.acquire().await.unwrap();
+    let nobody = format!("hl_nobody_{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    sqlx::raw_sql(&format!("CREATE ROLE {nobody}; SET ROLE {nobody}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let journal = sqlx::raw_sql("SELECT * FROM hl_journal_lines('2026-10-01')")
+        .execute(&mut *conn)
+        .await;
+    let balance = sqlx::raw_sql("SELECT hl_balance(1, now())").execute(&mut *conn).await;
+    sqlx::raw_sql(&format!("RESET ROLE; DROP ROLE {nobody}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    for refused in [journal, balance] {
+        let e = refused.expect_err("a login without the ledger's roles").to_string();
+        assert!(e.contains("permission denied for function"), "{e}");
+    }
+}
