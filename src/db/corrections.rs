@@ -5,7 +5,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
-use crate::domain::entries::{NewEntry, PostedEntry};
+use crate::domain::entries::{NewEntry, PostedEntry, RefundBasis};
 use crate::domain::kinds::EntryKind;
 use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
@@ -131,6 +131,29 @@ pub async fn discounted(conn: &mut PgConnection, entry: LedgerEntryId) -> Result
     )
     .fetch_one(&mut *conn)
     .await
+}
+
+/// An entry's unreversed discount line and refunds, as posted (each ≤ 0):
+/// what a refund of charging rules 3 settles against.
+pub async fn refund_basis(conn: &mut PgConnection, entry: LedgerEntryId) -> Result<RefundBasis, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"SELECT coalesce(sum(x.amount_exact) FILTER (WHERE x.kind = 'discount'), 0) AS "discount_exact!",
+                  coalesce(sum(x.amount) FILTER (WHERE x.kind = 'discount'), 0) AS "discount_cents!",
+                  coalesce(sum(x.amount_exact) FILTER (WHERE x.kind = 'refund'), 0) AS "refunded_exact!",
+                  coalesce(sum(x.amount) FILTER (WHERE x.kind = 'refund'), 0) AS "refunded_cents!"
+             FROM ledger_entry x
+            WHERE x.corrects_id = $1 AND x.kind IN ('discount', 'refund')
+              AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = x.id AND r.kind = 'reversal')"#,
+        entry as LedgerEntryId
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(RefundBasis {
+        discount_exact: r.discount_exact,
+        discount_cents: r.discount_cents,
+        refunded_exact: r.refunded_exact,
+        refunded_cents: r.refunded_cents,
+    })
 }
 
 /// Job runs of a cluster and job id (and array index).

@@ -8,7 +8,7 @@ use rust_decimal::Decimal;
 use super::kinds::EntryKind;
 use super::period::Month;
 use super::pricing::ChargingRules;
-use super::units::{Metric, negate};
+use super::units::{Metric, negate, round_money};
 use crate::ids::{DiscountId, JobRecordId, LedgerEntryId, ProjectId, RateCardId};
 
 /// An entry to post.
@@ -75,6 +75,39 @@ pub fn reversal(of: &PostedEntry, period: Month, late: bool, cites: Option<JobRe
     }
 }
 
+/// What a refund of exact amount `exact` (≤ 0) of a charge of charging
+/// rules 3 posts, in cents (≤ 0; docs/rules.md, "Corrections"), given the
+/// charge's exact amount and cents, and its unreversed discount line and
+/// refunds so far (each as posted, ≤ 0): the charge's refunded exact
+/// amount with this one, rounded, never more than its net in cents (its
+/// cents and its discount line's, at least 0) and all of that once the
+/// exact net is refunded, less the cents refunded before (never below
+/// zero). So a charge's refunds add up, in cents, to the cents of what they
+/// refunded, and one refunded in full nets zero. The audit's
+/// `hl_refund_cents` (migration 0054) is the same in SQL.
+pub fn refund_cents(charge_exact: Decimal, charge_cents: Decimal, credits: RefundBasis, exact: Decimal) -> Decimal {
+    let net_exact = (charge_exact + credits.discount_exact).max(Decimal::ZERO);
+    let net_cents = (charge_cents + credits.discount_cents).max(Decimal::ZERO);
+    let refunded_exact = -credits.refunded_exact;
+    let refunded_cents = -credits.refunded_cents;
+    let so_far = refunded_exact - exact;
+    let cents = if so_far >= net_exact {
+        net_cents - refunded_cents
+    } else {
+        round_money(so_far).min(net_cents) - refunded_cents
+    };
+    negate(cents.max(Decimal::ZERO))
+}
+
+/// A charge's unreversed discount line and refunds, as posted (each ≤ 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RefundBasis {
+    pub discount_exact: Decimal,
+    pub discount_cents: Decimal,
+    pub refunded_exact: Decimal,
+    pub refunded_cents: Decimal,
+}
+
 /// The discount line of a charge whose exact amount is `amount_exact`
 /// (docs/rules.md R8): minus `percent` % of it, exactly, and that rounded
 /// once, half away from zero, to cents. `(amount_exact, amount)`. A 100 %
@@ -89,6 +122,77 @@ mod tests {
     use rust_decimal::dec;
 
     use super::*;
+
+    /// Refunds of a charge, each `(exact, reversed later?)`, in order: the
+    /// cents each posts, by [`refund_cents`] against those before it that
+    /// are not reversed.
+    fn settle(charge_exact: Decimal, percent: Option<Decimal>, refunds: &[Decimal]) -> Vec<Decimal> {
+        let charge_cents = round_money(charge_exact);
+        let (discount_exact, discount_cents) =
+            percent.map_or((Decimal::ZERO, Decimal::ZERO), |p| discount_amounts(charge_exact, p));
+        let mut basis = RefundBasis {
+            discount_exact,
+            discount_cents,
+            ..RefundBasis::default()
+        };
+        refunds
+            .iter()
+            .map(|&exact| {
+                let cents = refund_cents(charge_exact, charge_cents, basis, exact);
+                basis.refunded_exact += exact;
+                basis.refunded_cents += cents;
+                cents
+            })
+            .collect()
+    }
+
+    #[test]
+    fn refunds_of_version_3_settle_in_cents() {
+        // The three cases docs/rules.md gave for versions 1 and 2: two
+        // refunds of half of 1.07 (1.08 back before), a full refund of 1.07
+        // discounted 50 % (net -0.01 before), 1.006 discounted 50 % and
+        // refunded in full (net +0.01 before).
+        assert_eq!(
+            settle(dec!(1.07), None, &[dec!(-0.535), dec!(-0.535)]),
+            [dec!(-0.54), dec!(-0.53)]
+        );
+        assert_eq!(settle(dec!(1.07), Some(dec!(50)), &[dec!(-0.535)]), [dec!(-0.53)]);
+        assert_eq!(settle(dec!(1.006), Some(dec!(50)), &[dec!(-0.503)]), [dec!(-0.51)]);
+        // Thirds of 1.00: 0.33, 0.34 (0.67 in all), 0.33: never a cent of drift.
+        let third = dec!(-0.333333333333);
+        assert_eq!(
+            settle(dec!(1.00), None, &[third, third, dec!(-0.333333333334)]),
+            [dec!(-0.33), dec!(-0.34), dec!(-0.33)]
+        );
+        // A hundred refunds of 0.005 give back 0.50, not a cent each.
+        let tiny = settle(dec!(1.00), None, &[dec!(-0.005); 100]);
+        assert_eq!(tiny.iter().sum::<Decimal>(), dec!(-0.50));
+        // An amount refund (whole cents) is that amount.
+        assert_eq!(
+            settle(dec!(1.07), None, &[dec!(-0.535), dec!(-0.10)]),
+            [dec!(-0.54), dec!(-0.10)]
+        );
+        // A 100 % discount leaves nothing to give back in cents.
+        assert_eq!(settle(dec!(1.07), Some(dec!(100)), &[dec!(0)]), [dec!(0)]);
+    }
+
+    #[test]
+    fn a_refund_never_debits_nor_gives_back_more_than_the_net() {
+        // Cents refunded ahead of their exact amount (a refund of 0.004 then
+        // one of 0.004, 0.01 back; the first reversed): the next small
+        // refund posts nothing rather than a debit.
+        let basis = RefundBasis {
+            refunded_exact: dec!(-0.004),
+            refunded_cents: dec!(-0.01),
+            ..RefundBasis::default()
+        };
+        assert_eq!(refund_cents(dec!(1.00), dec!(1.00), basis, dec!(-0.0001)), dec!(0));
+        // Its net in cents below its exact amount rounded (1.013 → 1.01,
+        // discounted 50 %: -0.5065 → -0.51; net 0.50 in cents, 0.5065
+        // exactly): 99 % of it gives back the 0.50, the rest nothing.
+        let cents = settle(dec!(1.013), Some(dec!(50)), &[dec!(-0.501435), dec!(-0.005065)]);
+        assert_eq!(cents, [dec!(-0.50), dec!(0)]);
+    }
 
     #[test]
     fn a_reversal_is_the_exact_negative_linked_to_its_entry() {

@@ -132,17 +132,23 @@ pub enum ChargingRules {
     /// The amount is the exact value rounded once to cents; a single-node
     /// job is charged at most a whole node (from migration 0021).
     V2,
+    /// Priced as version 2; a refund settles in cents: the refunds of a
+    /// charge add up, in cents, to its refunded exact amount rounded, and
+    /// all of its net once refunded in full (from migration 0054;
+    /// `entries::refund_cents`).
+    V3,
 }
 
 impl ChargingRules {
     /// The rules new charges are priced by.
-    pub const CURRENT: ChargingRules = ChargingRules::V2;
+    pub const CURRENT: ChargingRules = ChargingRules::V3;
 
     /// The number stored in `ledger_entry.charging_rules`.
     pub fn number(self) -> i16 {
         match self {
             ChargingRules::V1 => 1,
             ChargingRules::V2 => 2,
+            ChargingRules::V3 => 3,
         }
     }
 
@@ -150,6 +156,7 @@ impl ChargingRules {
         match n {
             1 => Some(ChargingRules::V1),
             2 => Some(ChargingRules::V2),
+            3 => Some(ChargingRules::V3),
             _ => None,
         }
     }
@@ -231,12 +238,18 @@ pub fn price_job_by(
 ) -> Result<JobPrice, PricingError> {
     match rules {
         ChargingRules::V1 => price_job_v1(shape, wall_seconds, card),
-        ChargingRules::V2 => price_job_v2(shape, wall_seconds, card),
+        rules @ (ChargingRules::V2 | ChargingRules::V3) => price_job_v2(rules, shape, wall_seconds, card),
     }
 }
 
-/// Version 2: the exact value of each line, rounded once.
-fn price_job_v2(shape: &JobShape, wall_seconds: i64, card: &RateCard) -> Result<JobPrice, PricingError> {
+/// Version 2 (and 3, which prices the same): the exact value of each line,
+/// rounded once.
+fn price_job_v2(
+    rules: ChargingRules,
+    shape: &JobShape,
+    wall_seconds: i64,
+    card: &RateCard,
+) -> Result<JobPrice, PricingError> {
     validate(shape, wall_seconds)?;
     let over = |n: &[Decimal], d: &[Decimal], dp, cut| ratio(n, d, dp, cut).ok_or(PricingError::Overflow);
     let mpc = card.memory_per_core.as_decimal();
@@ -305,7 +318,7 @@ fn price_job_v2(shape: &JobShape, wall_seconds: i64, card: &RateCard) -> Result<
         wall_seconds,
         hours: over(&[seconds], &[hour], QUANTITY_SCALE, Cut::Round)?,
         lines,
-        rules: ChargingRules::V2,
+        rules,
     })
 }
 

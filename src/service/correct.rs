@@ -11,6 +11,7 @@ use sqlx::{PgConnection, PgPool};
 use crate::db::corrections::{self as sdb, EntryRow};
 use crate::db::ledger::{self, NewEntry};
 use crate::db::{DbError, reference};
+use crate::domain::entries::refund_cents;
 use crate::domain::kinds::EntryKind;
 use crate::domain::period::Month;
 use crate::domain::posting::posting_period;
@@ -508,6 +509,14 @@ async fn refund_in(
                 round_money(-exact)
             )));
         }
+        // Version 3 settles in cents against the charge's refunds so far
+        // (docs/rules.md); before, each refund's own exact amount rounded.
+        let amount = if e.charging_rules >= ChargingRules::V3 {
+            let basis = sdb::refund_basis(&mut *tx, e.id).await?;
+            refund_cents(e.amount_exact, e.amount, basis, exact)
+        } else {
+            round_money(exact)
+        };
         rows.push(NewEntry {
             period: period.first_day(),
             project_id: e.project_id,
@@ -519,7 +528,7 @@ async fn refund_in(
             quantity: negate(quantity),
             unit_rate: e.unit_rate,
             amount_exact: exact,
-            amount: round_money(exact),
+            amount,
             late,
             reason: Some(why.reason.clone()),
             charging_rules: e.charging_rules,

@@ -249,7 +249,7 @@ async fn jobs_are_priced_by_their_class_and_discounted_by_rule() {
             .await
             .unwrap();
     assert_eq!(link.0, charge.0);
-    assert_eq!((link.1, link.2), (2, Decimal::ZERO));
+    assert_eq!((link.1, link.2), (3, Decimal::ZERO));
     assert_eq!(link.3, dec("-0.535"));
     assert!(discount.3.is_some());
     assert_eq!(findings(&db).await, []);

@@ -27,7 +27,7 @@ async fn a_job_shows_how_its_charge_was_reached_and_what_corrected_it() {
     // The quote-style breakdown: 512 GB at 32 GB per core is 16 effective
     // cores, for 24 h at 0.015: 5.76.
     assert!(
-        out.contains("priced by charging rules version 2 and rate card "),
+        out.contains("priced by charging rules version 3 and rate card "),
         "{out}"
     );
     assert!(out.contains("    effective cores   16\n"), "{out}");
@@ -88,7 +88,7 @@ async fn a_job_shows_how_its_charge_was_reached_and_what_corrected_it() {
     let json: serde_json::Value =
         serde_json::from_str(&ok(&db.cli(&["job", "show", "owens/1004", "--format", "json"]))).unwrap();
     assert_eq!(json["runs"][0]["net"], "2.88");
-    assert_eq!(json["runs"][0]["charge"]["charging_rules"], 2);
+    assert_eq!(json["runs"][0]["charge"]["charging_rules"], 3);
     assert_eq!(json["runs"][0]["entries"][1]["corrects_id"], charge);
 
     // An array task, named as Slurm names it; a job id that only looks like one.

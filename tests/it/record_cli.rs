@@ -609,3 +609,108 @@ async fn who_records_is_one_global_flag_or_its_variable() {
         .unwrap();
     assert_eq!(entries, ["alice", "bob", "carol"]);
 }
+
+/// Charging rules 3 (migration 0055): the refunds of a charge settle in
+/// cents. Two refunds of half of a 1.07 charge give back 0.54 and 0.53
+/// (1.08 under version 2, which a charge of version 2 keeps); the audit
+/// re-derives each refund's cents in posting order, and the database's
+/// guard checks them as they are posted.
+#[tokio::test]
+async fn refunds_of_a_charge_settle_in_cents_and_charges_before_keep_their_rules() {
+    let db = fixture_db().await;
+    // 4 cores × 26.75 h at 0.01: 1.07.
+    let job = |id: &str| {
+        [
+            "--job-id",
+            id,
+            "--submit",
+            "2026-10-04T23:00:00Z",
+            "--start",
+            "2026-10-05T00:00:00Z",
+            "--end",
+            "2026-10-06T02:45:00Z",
+        ]
+        .map(str::to_owned)
+    };
+    let refund = |id: &str| {
+        ok(&db.cli(&[
+            "refund",
+            "--cluster",
+            "testclu",
+            "--job-id",
+            id,
+            "--fraction",
+            "0.5",
+            "--reason",
+            "half the node was down",
+            "--again",
+        ]))
+    };
+    let entries = |id: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (i64, String, i16, String)>(
+                "SELECT e.id, e.kind, e.charging_rules, e.amount::text FROM ledger_entry e
+                   JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+                  WHERE j.scheduler_job_id = $1 ORDER BY e.id",
+            )
+            .bind(id)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let new = job("500");
+    assert_eq!(
+        ok(&record(&db, &new.iter().map(String::as_str).collect::<Vec<_>>())),
+        "recorded testclu/500: 1 entry totalling 1.07 in 2026-10\n"
+    );
+    refund("500");
+    refund("500");
+    let posted: Vec<(String, i16, String)> = entries("500").await.into_iter().map(|(_, k, r, a)| (k, r, a)).collect();
+    assert_eq!(
+        posted,
+        [("job", 3, "1.07"), ("refund", 3, "-0.54"), ("refund", 3, "-0.53")].map(|(k, r, a)| (
+            k.to_owned(),
+            r,
+            a.to_owned()
+        ))
+    );
+    // A charge of version 2 (posted before the migration) keeps its rules:
+    // each refund its own exact amount rounded.
+    let old = job("501");
+    ok(&record(&db, &old.iter().map(String::as_str).collect::<Vec<_>>()));
+    let charge = entries("501").await[0].0;
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER ledger_entry_append_only;
+         UPDATE ledger_entry SET charging_rules = 2 WHERE id = {charge};
+         ALTER TABLE ledger_entry ENABLE ALWAYS TRIGGER ledger_entry_append_only;"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    refund("501");
+    refund("501");
+    let amounts: Vec<String> = entries("501").await.into_iter().map(|(.., a)| a).collect();
+    assert_eq!(amounts, ["1.07", "-0.54", "-0.54"]);
+    let o = db.cli(&["audit"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    // A version 3 refund's cents changed by hand: the audit says what they
+    // settle at.
+    let second = entries("500").await[2].0;
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE ledger_entry DISABLE TRIGGER ledger_entry_append_only;
+         UPDATE ledger_entry SET amount = -0.54 WHERE id = {second};
+         ALTER TABLE ledger_entry ENABLE ALWAYS TRIGGER ledger_entry_append_only;"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let found: Vec<(i64, String, String, String)> = sqlx::query_as(
+        "SELECT entry_id, field, expected, recorded FROM audit.discrepancies WHERE kind = 'refund' ORDER BY entry_id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(found, [(second, "arithmetic".into(), "-0.53".into(), "-0.54".into())]);
+}

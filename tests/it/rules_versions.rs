@@ -130,7 +130,8 @@ async fn each_entry_is_audited_by_the_rules_that_priced_it() {
         "recorded c1/A: 1 entry totalling 750.58 in 2026-10\n"
     );
     let (a, rules, quantity, exact, amount) = entry(&db, "A").await;
-    assert_eq!(rules, 2);
+    // New charges are of version 3, which prices as version 2 does.
+    assert_eq!(rules, 3);
     assert_eq!(
         (quantity.to_string(), exact.to_string(), amount.to_string()),
         (
@@ -161,12 +162,12 @@ async fn each_entry_is_audited_by_the_rules_that_priced_it() {
         .fetch_all(&db.pool)
         .await
         .unwrap();
-    assert_eq!(v, [(a, 2), (b, 1)]);
+    assert_eq!(v, [(a, 3), (b, 1)]);
     let versions: Vec<i16> = sqlx::query_scalar("SELECT version FROM charging_rules ORDER BY version")
         .fetch_all(&db.pool)
         .await
         .unwrap();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, [1, 2, 3]);
 
     // Planted: version 1's arithmetic under version 2's name (the database
     // accepts it: version 2 does not tie the amount to the quantity), and,
@@ -186,7 +187,7 @@ async fn each_entry_is_audited_by_the_rules_that_priced_it() {
     let o = db.cli(&["audit"]);
     assert_eq!(o.status.code(), Some(5));
     assert!(
-        stdout(&o).contains("750.58 (exactly 750.575000000000) by charging rules 2")
+        stdout(&o).contains("750.58 (exactly 750.575000000000) by charging rules 3")
             && stdout(&o).contains("750.57 (exactly 750.5749999999999800000000) by charging rules 1"),
         "{}",
         stdout(&o)

@@ -118,7 +118,7 @@ async fn constraints_refuse_what_cannot_be_true() {
             "ledger_entry_exact",
         ),
         (
-            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, charging_rules, author) VALUES ('2026-03-01', 1, 'job', 'core_hours', 1, 1, 8, 0.01, 0.08, 0.08, 3, 't')",
+            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact, amount, charging_rules, author) VALUES ('2026-03-01', 1, 'job', 'core_hours', 1, 1, 8, 0.01, 0.08, 0.08, 4, 't')",
             "ledger_entry_charging_rules",
         ),
         (

@@ -671,7 +671,7 @@ async fn seal_v3_covers_the_charging_rules_version() {
     let entry = id(
         p,
         "SELECT min(id) FROM ledger_entry WHERE period = '2026-08-01' AND kind = 'storage'
-            AND amount_exact = quantity * unit_rate AND charging_rules = 2",
+            AND amount_exact = quantity * unit_rate AND charging_rules = 3",
     )
     .await;
     let edit = format!(
@@ -689,7 +689,7 @@ async fn seal_v3_covers_the_charging_rules_version() {
     // August sealed with v2 over the edited entry: its seal holds, and
     // it still holds with the version set back (v2 does not see it).
     reseal_august(p, "sha256-chain-v2").await;
-    sqlx::raw_sql(&edit.replace("charging_rules = 1", "charging_rules = 2"))
+    sqlx::raw_sql(&edit.replace("charging_rules = 1", "charging_rules = 3"))
         .execute(p)
         .await
         .unwrap();

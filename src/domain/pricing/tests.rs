@@ -564,9 +564,11 @@ proptest! {
     #[test]
     fn every_line_is_the_exact_value_rounded_once(s in any_shape(), card in any_card(), wall in 0i64..=86400 * 366) {
         // Charging rules 2 against big rationals: memory-bound, whole-node,
-        // capped and GPU jobs alike.
+        // capped and GPU jobs alike (new charges are of version 3, which
+        // prices as version 2 does, and version 2 still prices the same).
         let p = price_job(&s, wall, &card).unwrap();
-        prop_assert_eq!(p.rules, ChargingRules::V2);
+        prop_assert_eq!(p.rules, ChargingRules::V3);
+        prop_assert_eq!(&price_job_by(ChargingRules::V2, &s, wall, &card).unwrap().lines, &p.lines);
         let want = exact(&s, wall, &card);
         prop_assert_eq!(p.lines.len(), want.len());
         for (l, x) in p.lines.iter().zip(&want) {
