@@ -8,9 +8,16 @@
 //! back when it has been answered. One that cannot get its share within
 //! [`WAIT`] is answered 503 with `Retry-After` (Slurm re-sends); one whose
 //! body is larger than the route allows gets 413 before anything is read;
-//! one that does not finish sending its body in time gets 408.
+//! one that does not finish sending its body in time gets 408. One client
+//! address holds at most a quarter of the budget at once (or one body of
+//! the route's largest, if that is more): past it, 503 at once. So a client
+//! that declares large bodies and sends them slowly (or never) cannot hold
+//! the budget from Slurm's posts and the budget checks; it was one such
+//! client's for as long as the body timeout, three requests at a time.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -32,6 +39,8 @@ pub struct Budget {
     units: Arc<Semaphore>,
     total_units: u32,
     timeout: Duration,
+    /// The units each client address holds.
+    held: Arc<Mutex<HashMap<IpAddr, u32>>>,
 }
 
 impl Budget {
@@ -41,6 +50,49 @@ impl Budget {
             units: Arc::new(Semaphore::new(total_units as usize)),
             total_units,
             timeout,
+            held: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The most one client address may hold for a route taking bodies of
+    /// up to `max_units`: a quarter of the budget, or one such body.
+    fn client_share(&self, max_units: u32) -> u32 {
+        (self.total_units / 4).max(max_units).min(self.total_units)
+    }
+}
+
+/// What one client address holds of the budget, given back when dropped.
+struct ClientShare {
+    held: Arc<Mutex<HashMap<IpAddr, u32>>>,
+    peer: IpAddr,
+    units: u32,
+}
+
+impl ClientShare {
+    /// `units` more for `peer`, unless that takes it past `share`.
+    fn take(budget: &Budget, peer: IpAddr, units: u32, share: u32) -> Option<ClientShare> {
+        let mut held = budget.held.lock().unwrap_or_else(|e| e.into_inner());
+        let now = held.entry(peer).or_insert(0);
+        if now.saturating_add(units) > share {
+            return None;
+        }
+        *now += units;
+        Some(ClientShare {
+            held: budget.held.clone(),
+            peer,
+            units,
+        })
+    }
+}
+
+impl Drop for ClientShare {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.peer) {
+            *n = n.saturating_sub(self.units);
+            if *n == 0 {
+                held.remove(&self.peer);
+            }
         }
     }
 }
@@ -111,6 +163,24 @@ pub async fn buffered(State(route): State<Route>, request: Request, next: Next) 
     let units = u32::try_from(size.div_ceil(UNIT).max(1))
         .unwrap_or(u32::MAX)
         .min(route.budget.total_units);
+    let max_units = u32::try_from(route.max.div_ceil(UNIT).max(1)).unwrap_or(u32::MAX);
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let share = match peer {
+        Some(peer) => match ClientShare::take(&route.budget, peer, units, route.budget.client_share(max_units)) {
+            Some(s) => Some(s),
+            None => {
+                return refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "this client address holds its share of the request bodies the server holds; send again shortly"
+                        .into(),
+                );
+            }
+        },
+        None => None,
+    };
     let permit = match tokio::time::timeout(WAIT, route.budget.units.clone().acquire_many_owned(units)).await {
         Ok(Ok(p)) => p,
         _ => {
@@ -141,5 +211,6 @@ pub async fn buffered(State(route): State<Route>, request: Request, next: Next) 
     };
     let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
     drop(permit);
+    drop(share);
     response
 }

@@ -1619,3 +1619,61 @@ async fn web_pages_and_one_greedy_client_cannot_shut_out_the_schedulers() {
     assert_eq!(count(&db.pool, "SELECT count(*) FROM job").await, 2);
     server.stop().await;
 }
+
+/// One client address holds at most a quarter of the request-body budget
+/// (or one body of the route's largest): a sender that declares 16 MB
+/// bodies and never sends them held the whole 48 MB with three requests,
+/// for the body timeout, and every other post and budget check waited
+/// 10 s for a 503. Its further requests are refused at once; another
+/// client's post goes through.
+#[tokio::test]
+async fn one_client_cannot_hold_the_request_body_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = fixture_db().await;
+    let server = start(&db.pool, Credentials::none()).await;
+    let stalled = format!(
+        "POST /slurm/_doc HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{{",
+        hpc_ledger::serve::MAX_BODY - 1
+    );
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(stalled.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        match tokio::time::timeout(std::time::Duration::from_millis(500), s.read(&mut buf)).await {
+            Ok(n) => refused.push(String::from_utf8_lossy(&buf[..n.unwrap()]).into_owned()),
+            Err(_) => held.push(s),
+        }
+    }
+    assert_eq!((held.len(), refused.len()), (1, 2), "{refused:?}");
+    for r in &refused {
+        assert!(
+            r.starts_with("HTTP/1.1 503") && r.contains("this client address holds its share"),
+            "{r}"
+        );
+    }
+    // Another address (127.0.0.2 is this machine too) is served at once.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(server.addr).await.unwrap();
+    let body = json_job(9, "pas1234").to_string();
+    other
+        .write_all(
+            format!(
+                "POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(std::time::Duration::from_secs(5), other.read_to_string(&mut reply))
+        .await
+        .expect("answered within 5 s")
+        .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 201"), "{reply}");
+    drop(held);
+    server.stop().await;
+}
