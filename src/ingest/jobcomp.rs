@@ -36,8 +36,9 @@ const REQUEUE_STATES: &[&str] = &["PENDING", "REQUEUE_HOLD", "REQUEUE_FED", "REQ
 pub const DROPPED: &[&str] = &["script", "environment", "env"];
 
 /// The document as it is stored with the job's record: everything Slurm
-/// sent except the [`DROPPED`] fields, as one line of JSON. Reading it again
-/// gives the same job.
+/// sent except the [`DROPPED`] fields (and a member over
+/// [`KEPT_MEMBER_MAX`] that the job is not read from), as one line of JSON.
+/// Reading it again gives the same job.
 pub fn stored_document(mut doc: Map<String, Value>) -> String {
     for k in DROPPED {
         doc.remove(*k);
@@ -67,8 +68,41 @@ pub fn stored_body(body: &str) -> String {
     }
 }
 
-/// A document's members, less the [`DROPPED`] ones, read without copying
-/// them first: the batch script (up to megabytes) is only skipped.
+/// The members a job is read from ([`read_document`]).
+const READ: &[&str] = &[
+    "jobid",
+    "array_job_id",
+    "array_task_id",
+    "het_job_id",
+    "het_job_offset",
+    "state",
+    "@start",
+    "@end",
+    "@submit",
+    "tres_alloc",
+    "tres_req",
+    "total_cpus",
+    "total_nodes",
+    "nodes",
+    "cluster",
+    "account",
+    "username",
+    "job_name",
+    "partition",
+    "exit_code",
+];
+
+/// The largest member of a document that is kept when the job is not read
+/// from it. Slurm's are a few hundred bytes (its batch script and
+/// environment are not kept at all, [`DROPPED`]); a larger one (a sender's
+/// 14.7 MB `"pad": [0, 0, …]`) would stay in the append-only ledger for
+/// good, and read as JSON values it took 16 times its size in memory.
+pub const KEPT_MEMBER_MAX: usize = 64 << 10;
+
+/// A document's members, less the [`DROPPED`] ones and those the job is
+/// not read from that are larger than [`KEPT_MEMBER_MAX`], read without
+/// copying them first: the batch script (up to megabytes) is only skipped.
+/// An Elasticsearch hit's `_source` is the document, read the same way.
 fn members(body: &str) -> Result<Map<String, Value>, String> {
     let raw: std::collections::BTreeMap<String, &serde_json::value::RawValue> = match serde_json::from_str(body) {
         Ok(m) => m,
@@ -80,7 +114,13 @@ fn members(body: &str) -> Result<Map<String, Value>, String> {
         if DROPPED.contains(&k.as_str()) {
             continue;
         }
-        let value: Value = serde_json::from_str(v.get()).map_err(|e| format!("not JSON: {e}"))?;
+        let value = if k == "_source" && v.get().trim_start().starts_with('{') {
+            Value::Object(members(v.get())?)
+        } else if v.get().len() > KEPT_MEMBER_MAX && !READ.contains(&k.as_str()) {
+            continue;
+        } else {
+            serde_json::from_str(v.get()).map_err(|e| format!("not JSON: {e}"))?
+        };
         doc.insert(k, value);
     }
     Ok(doc)
@@ -346,6 +386,36 @@ mod tests {
         assert_eq!(j.end, local("2026-11-30T08:48:13"));
         assert_eq!(j.submit, Some(local("2026-11-30T08:48:00")));
         assert_eq!((j.user.as_str(), j.state.as_str()), ("bob", "COMPLETED"));
+    }
+
+    #[test]
+    fn a_large_member_the_job_is_not_read_from_is_not_kept() {
+        let doc = |pad: &str| {
+            format!(
+                r#"{{"jobid":14,"@start":"2026-11-30T08:48:11","@end":"2026-11-30T08:48:13","total_cpus":1,"total_nodes":1,
+                "nodes":"c01","tres_alloc":"cpu=1,node=1","state":"COMPLETED","job_name":"{}","pad":[{pad}0],"comment":"kept"}}"#,
+                "n".repeat(KEPT_MEMBER_MAX + 10)
+            )
+        };
+        // A pad of 64 KiB and more: left out of what is kept, and not read.
+        let big = doc(&"0,".repeat(KEPT_MEMBER_MAX / 2 + 1));
+        let (kept, item) = parse_document(&big, &ReadOptions::default()).unwrap();
+        assert!(!kept.contains_key("pad") && kept.contains_key("comment"));
+        // A member the job is read from is kept whatever its size.
+        assert_eq!(kept["job_name"].as_str().map(str::len), Some(KEPT_MEMBER_MAX + 10));
+        let stored = stored_document(kept);
+        assert!(stored.len() < big.len() - KEPT_MEMBER_MAX && !stored.contains("\"pad\""));
+        // Read again from what is kept: the same job.
+        let (_, again) = parse_document(&stored, &ReadOptions::default()).unwrap();
+        assert_eq!(again, item);
+        // A small pad is kept, as everything Slurm sends is.
+        let (kept, _) = parse_document(&doc("0,"), &ReadOptions::default()).unwrap();
+        assert!(kept.contains_key("pad"));
+        // Within an Elasticsearch hit's `_source` too.
+        let hit = format!(r#"{{"_index":"slurm","_id":"14","_source":{big}}}"#);
+        let (kept, hit_item) = parse_document(&hit, &ReadOptions::default()).unwrap();
+        assert!(!kept["_source"].as_object().unwrap().contains_key("pad"));
+        assert_eq!(hit_item, item);
     }
 
     #[test]
