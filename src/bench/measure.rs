@@ -452,9 +452,13 @@ pub(super) async fn serve_under_attack(setup: &Setup) -> Result<Attack> {
             2 => ("/slurm/_doc", junk.clone()),
             _ => ("/slurm/_doc", latin1.clone()),
         };
+        // Each from an address of its own (127.0.0.2, …): one address holds
+        // at most a quarter of the body budget, and the budget itself is
+        // what is measured.
+        let from = std::net::IpAddr::from([127, 0, 0, 2 + u8::try_from(i)?]);
         posts.push(tokio::spawn(async move {
             // A refused body is cut off while being sent: that is a reply too.
-            match crate::serve::client::post(addr, path, None, &body).await {
+            match crate::serve::client::request_from(Some(from), addr, "POST", path, None, &body).await {
                 Ok(r) => r.status.to_string(),
                 Err(_) => "cut".to_owned(),
             }

@@ -133,6 +133,20 @@ pub async fn discounted(conn: &mut PgConnection, entry: LedgerEntryId) -> Result
     .await
 }
 
+/// The lock corrections take in turn (migration 0051's, which the ledger's
+/// guard takes before its credits check), taken first by a refund or a
+/// reversal: the refunds of a charge are then posted, given their ids and
+/// committed in one order, which is the order a refund of charging rules 3
+/// settles against (migration 0055: by id). Taken only by the guard, after
+/// the insert, two refunds at once could settle against the same refunds
+/// before them, or one could be refused for the other's cents.
+pub async fn lock_corrections(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('hpc-ledger corrections', 17))")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 /// An entry's unreversed discount line and refunds, as posted (each ≤ 0):
 /// what a refund of charging rules 3 settles against.
 pub async fn refund_basis(conn: &mut PgConnection, entry: LedgerEntryId) -> Result<RefundBasis, sqlx::Error> {

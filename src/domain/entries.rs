@@ -84,7 +84,7 @@ pub fn reversal(of: &PostedEntry, period: Month, late: bool, cites: Option<JobRe
 /// exact net is refunded, less the cents refunded before (never below
 /// zero). So a charge's refunds add up, in cents, to the cents of what they
 /// refunded, and one refunded in full nets zero. The audit's
-/// `hl_refund_cents` (migration 0054) is the same in SQL.
+/// `hl_refund_cents` (migration 0055) is the same in SQL.
 pub fn refund_cents(charge_exact: Decimal, charge_cents: Decimal, credits: RefundBasis, exact: Decimal) -> Decimal {
     let net_exact = (charge_exact + credits.discount_exact).max(Decimal::ZERO);
     let net_cents = (charge_cents + credits.discount_cents).max(Decimal::ZERO);

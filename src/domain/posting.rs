@@ -413,6 +413,14 @@ fn resolve_priced(
             "the job id must be 1 to 256 characters without control characters",
         );
     }
+    // No scheduler writes one: " 970001" would be another run than the
+    // "970001" a `sacct` import records, and the job charged twice.
+    if input.job_id.trim() != input.job_id {
+        return reject(
+            RejectKind::Invalid,
+            format!("the job id {:?} has blanks around it", input.job_id),
+        );
+    }
     if let Some(i) = input.array_index
         && i > i32::MAX as u32
     {

@@ -134,7 +134,7 @@ pub enum ChargingRules {
     V2,
     /// Priced as version 2; a refund settles in cents: the refunds of a
     /// charge add up, in cents, to its refunded exact amount rounded, and
-    /// all of its net once refunded in full (from migration 0054;
+    /// all of its net once refunded in full (from migration 0055;
     /// `entries::refund_cents`).
     V3,
 }

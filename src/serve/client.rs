@@ -38,8 +38,33 @@ pub async fn request(
     authorization: Option<&str>,
     body: &[u8],
 ) -> io::Result<Reply> {
+    request_from(None, addr, method, path, authorization, body).await
+}
+
+/// [`request`] from a local address of this machine (`127.0.0.2`: to `serve`,
+/// another client than `127.0.0.1`).
+pub async fn request_from(
+    local: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: &[u8],
+) -> io::Result<Reply> {
     let stage = |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what} {addr}: {e}"));
-    let mut stream = TcpStream::connect(addr).await.map_err(stage("connecting to"))?;
+    let mut stream = match local {
+        None => TcpStream::connect(addr).await,
+        Some(ip) => {
+            let socket = if ip.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()?
+            } else {
+                tokio::net::TcpSocket::new_v6()?
+            };
+            socket.bind(SocketAddr::new(ip, 0))?;
+            socket.connect(addr).await
+        }
+    }
+    .map_err(stage("connecting to"))?;
     let request = encode(method, path, addr, authorization, body, "Connection: close\r\n");
     stream.write_all(&request).await.map_err(stage("sending to"))?;
     let mut raw = Vec::new();

@@ -374,6 +374,8 @@ async fn reverse_in(
 ) -> Result<Correction, CorrectError> {
     let request =
         serde_json::json!({ "target": target.json(), "reason": why.reason, "month": why.month.map(|m| m.to_string()) });
+    // One correction at a time, from before anything is read (sdb::lock_corrections).
+    sdb::lock_corrections(&mut *tx).await?;
     if let Some(done) = posted_before(&mut *tx, why, EntryKind::Reversal, &request).await? {
         return Ok(done);
     }
@@ -439,6 +441,9 @@ async fn refund_in(
     };
     let request = serde_json::json!({ "target": target.json(), "by": by_json, "reason": why.reason,
                                       "month": why.month.map(|m| m.to_string()) });
+    // One correction at a time, from before anything is read: a refund
+    // settles against the refunds posted before it (sdb::lock_corrections).
+    sdb::lock_corrections(&mut *tx).await?;
     if let Some(done) = posted_before(&mut *tx, why, EntryKind::Refund, &request).await? {
         return Ok(done);
     }

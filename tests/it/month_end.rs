@@ -362,9 +362,11 @@ async fn refund_in_full_uncommitted(pool: &PgPool, id: i64) -> sqlx::Transaction
 }
 
 /// A refund not yet committed while the same charge is reversed: the
-/// reversal waits for it, then sees it and is refused. (Before migration
+/// reversal waits for it, then sees it and reverses it with the charge, as
+/// a reversal after a refund does: credited back once. (Before migration
 /// 0051 each was checked against what was committed before either, and
-/// both were posted: the charge credited back twice.)
+/// both were posted: the charge credited back twice; until 2026-12-07 the
+/// reversal read the charge before it waited, and was refused.)
 #[tokio::test]
 async fn a_charge_refunded_and_reversed_at_once_is_credited_back_once() {
     let db = october().await;
@@ -412,14 +414,19 @@ async fn refund_and_reverse_at_once(pool: &PgPool) {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(!reversal.is_finished(), "the reversal waits for the refund");
     refund.commit().await.unwrap();
-    let e = reversal.await.unwrap().unwrap_err().to_string();
-    assert!(e.contains("would be credited back"), "{e}");
-    let credited: Decimal = sqlx::query_scalar("SELECT -sum(amount_exact) FROM ledger_entry WHERE corrects_id = $1")
-        .bind(id)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(credited, amount);
+    let done = reversal.await.unwrap().unwrap();
+    assert_eq!(done.entries.len(), 2, "the charge and its refund reversed");
+    // What the charge and everything correcting it net to: nothing, the
+    // charge credited back once.
+    let (credited, net): (Decimal, Decimal) = sqlx::query_as(
+        "SELECT -sum(amount_exact) FILTER (WHERE corrects_id = $1), sum(amount_exact) FROM ledger_entry
+          WHERE id = $1 OR corrects_id = $1 OR corrects_id IN (SELECT id FROM ledger_entry WHERE corrects_id = $1)",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!((credited, net), (amount + amount, Decimal::ZERO));
 }
 
 /// A re-sent job superseding its charge while the charge is being

@@ -714,3 +714,71 @@ async fn refunds_of_a_charge_settle_in_cents_and_charges_before_keep_their_rules
     .unwrap();
     assert_eq!(found, [(second, "arithmetic".into(), "-0.53".into(), "-0.54".into())]);
 }
+
+/// Refunds of one charge posted at once are posted one after the other, in
+/// the order of their ids: each settles against the refunds before it,
+/// none is refused for another's cents, and the audit finds them as posted
+/// (the ledger's lock was taken only after the insert had drawn the id: two
+/// could settle against the same refunds, 1.08 back of 1.07, for good).
+#[tokio::test]
+async fn refunds_posted_at_once_settle_one_after_the_other() {
+    use hpc_ledger::service::correct::{RefundBy, Target, Why, refund};
+    let db = fixture_db().await;
+    // 4 cores × 26.75 h at 0.01: 1.07.
+    ok(&record(
+        &db,
+        &[
+            "--job-id",
+            "600",
+            "--submit",
+            "2026-10-04T23:00:00Z",
+            "--start",
+            "2026-10-05T00:00:00Z",
+            "--end",
+            "2026-10-06T02:45:00Z",
+        ],
+    ));
+    let charge: i64 = sqlx::query_scalar("SELECT id FROM ledger_entry WHERE kind = 'job'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..24)
+        .map(|i| {
+            let pool = db.pool.clone();
+            tokio::spawn(async move {
+                let why = Why {
+                    author: "test".into(),
+                    reason: format!("refund {i}"),
+                    month: None,
+                    again: true,
+                    key: None,
+                };
+                refund(
+                    &pool,
+                    &Target::Entry(hpc_ledger::ids::LedgerEntryId(charge)),
+                    RefundBy::Fraction(rust_decimal::Decimal::new(4, 2)),
+                    &why,
+                    chrono::Utc::now(),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    // 24 × 4 % of 1.07 = 1.0272 exactly: 1.03 in cents, whatever the order.
+    let (n, cents): (i64, rust_decimal::Decimal) =
+        sqlx::query_as("SELECT count(*), sum(amount) FROM ledger_entry WHERE kind = 'refund'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((n, cents.to_string()), (24, "-1.03".to_owned()));
+    let found: Vec<(i64, String)> = sqlx::query_as("SELECT entry_id, field FROM audit.discrepancies")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(found, []);
+}

@@ -684,3 +684,23 @@ fn a_job_id_in_slurms_array_task_form_is_read_as_sacct_reads_it() {
     };
     assert!(array_task_as_before(&named).is_none());
 }
+
+#[test]
+fn a_job_id_with_blanks_around_it_is_refused() {
+    for id in [" 1001", "1001 ", "\u{a0}1001"] {
+        let r = resolve_job(&JobInput {
+            job_id: id.into(),
+            ..job()
+        })
+        .unwrap_err();
+        assert_eq!(r.kind, RejectKind::Invalid, "{id:?}");
+        assert!(r.reason.contains("has blanks around it"), "{}", r.reason);
+    }
+    assert!(
+        resolve_job(&JobInput {
+            job_id: "1001".into(),
+            ..job()
+        })
+        .is_ok()
+    );
+}
