@@ -8,11 +8,11 @@
 -- discount line (net -0.01); a charge of exact 1.006 (posted 1.01)
 -- discounted 50 % and refunded in full netted +0.01. Charges posted from
 -- this migration on are of charging rules 3: priced as version 2, and a
--- refund of one posts, in cents, its charge's refunded exact amount so far
--- (its own included) rounded, never more than the charge's net in cents and
--- all of it once the exact net is refunded, less the cents refunded before
--- it (never below zero): the refunds of a charge add up, in cents, to the
--- cents of what they refunded, and a charge refunded in full nets zero.
+-- refund of one posts, in cents, what the charge still charges in cents
+-- less what the net it leaves unrefunded exactly comes to, rounded (never
+-- more than the charge's net in cents; never a debit): what a charge's
+-- refunds leave charged, in cents, is the exact net they leave, rounded,
+-- and a charge refunded in full nets zero.
 -- Charges of versions 1 and 2, and their refunds, keep their rules.
 --
 -- So a refund's cents (and those of its reversal, which mirrors it) are no
@@ -23,7 +23,7 @@
 -- each version 3 refund's cents in posting order.
 
 INSERT INTO charging_rules (version, in_force_from, summary) VALUES
-    (3, now(), 'Priced as version 2. A refund settles in cents: it gives back its charge''s refunded exact amount so far (its own included) rounded, never more than the charge''s net in cents (its cents and its discount line''s) and all of that once the exact net is refunded, less the cents refunded before it; a charge''s refunds add up, in cents, to the cents of what they refunded.');
+    (3, now(), 'Priced as version 2. A refund settles in cents: it gives back what its charge still charges in cents (its cents and its discount line''s, less the cents refunded) less what the net it leaves unrefunded exactly comes to, rounded; what a charge''s refunds leave charged, in cents, is the exact net they leave, rounded.');
 ALTER TABLE ledger_entry DROP CONSTRAINT ledger_entry_charging_rules;
 ALTER TABLE ledger_entry ADD CONSTRAINT ledger_entry_charging_rules CHECK (charging_rules IN (1, 2, 3));
 -- Entries written without naming a version (by hand) follow the current one.
@@ -36,14 +36,17 @@ COMMENT ON TABLE ledger_entry IS
 
 -- What a refund `e` of a charge of charging rules 3 posts, in cents (a
 -- credit: at most 0), given the entries of its charge posted before it
--- (lower ids) and not reversed before it: the charge's net (its exact
--- amount and its discount line's; in cents, its cents and the line's; at
--- least 0) and its refunds so far.
+-- (lower ids: refunds and reversals take the corrections' lock before they
+-- insert) and not reversed before it: what the charge still charges in
+-- cents (its net in cents, its cents and its discount line's, at least 0,
+-- less the cents refunded) less what its net still unrefunded exactly
+-- (its exact amount and its discount line's, at least 0, less what was
+-- refunded and this refund) comes to, rounded, never more than its net in
+-- cents; never a debit.
 CREATE FUNCTION hl_refund_cents(e ledger_entry) RETURNS numeric
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = public, pg_temp AS $$
-    SELECT -(CASE WHEN s.refunded_exact - e.amount_exact >= s.net_exact THEN greatest(s.net_cents - s.refunded_cents, 0)
-                  ELSE greatest(least(round(s.refunded_exact - e.amount_exact, 2), s.net_cents) - s.refunded_cents, 0)
-             END)
+    SELECT -greatest(s.net_cents - s.refunded_cents
+                     - least(round(greatest(s.net_exact - s.refunded_exact + e.amount_exact, 0), 2), s.net_cents), 0)
       FROM (SELECT greatest(o.amount_exact + coalesce(c.discount_exact, 0), 0) AS net_exact,
                    greatest(o.amount + coalesce(c.discount_cents, 0), 0) AS net_cents,
                    -coalesce(c.refunded_exact, 0) AS refunded_exact,
@@ -190,7 +193,7 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION 'refund % posts %, but its charge''s refunds settle it at %', bad.id, bad.amount, bad.want
             USING ERRCODE = 'HL008',
-                  DETAIL = 'A refund of a charge of charging rules 3 gives back, in cents, its charge''s refunded exact amount so far rounded (never more than the charge''s net in cents, all of it once the exact net is refunded) less the cents refunded before it (docs/rules.md).';
+                  DETAIL = 'A refund of a charge of charging rules 3 gives back, in cents, what its charge still charges in cents less what the net it leaves unrefunded exactly comes to, rounded (docs/rules.md).';
     END IF;
     -- Credits of a charge (refunds, reversal, discount, less their
     -- reversals) never exceed it.

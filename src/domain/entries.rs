@@ -78,25 +78,21 @@ pub fn reversal(of: &PostedEntry, period: Month, late: bool, cites: Option<JobRe
 /// What a refund of exact amount `exact` (≤ 0) of a charge of charging
 /// rules 3 posts, in cents (≤ 0; docs/rules.md, "Corrections"), given the
 /// charge's exact amount and cents, and its unreversed discount line and
-/// refunds so far (each as posted, ≤ 0): the charge's refunded exact
-/// amount with this one, rounded, never more than its net in cents (its
-/// cents and its discount line's, at least 0) and all of that once the
-/// exact net is refunded, less the cents refunded before (never below
-/// zero). So a charge's refunds add up, in cents, to the cents of what they
-/// refunded, and one refunded in full nets zero. The audit's
-/// `hl_refund_cents` (migration 0055) is the same in SQL.
+/// refunds so far (each as posted, ≤ 0): what the charge still charges in
+/// cents (its net in cents, its cents and its discount line's, at least 0,
+/// less the cents refunded) less what its net still unrefunded exactly comes
+/// to, rounded (never more than its net in cents), and never a debit. So
+/// what a charge's refunds leave charged, in cents, is the exact net they
+/// leave, rounded; a charge refunded in full (or to within half a cent, as a
+/// full refund's exact amount truncated to 12 places is) nets zero. The
+/// audit's `hl_refund_cents` (migration 0055) is the same in SQL.
 pub fn refund_cents(charge_exact: Decimal, charge_cents: Decimal, credits: RefundBasis, exact: Decimal) -> Decimal {
     let net_exact = (charge_exact + credits.discount_exact).max(Decimal::ZERO);
     let net_cents = (charge_cents + credits.discount_cents).max(Decimal::ZERO);
-    let refunded_exact = -credits.refunded_exact;
-    let refunded_cents = -credits.refunded_cents;
-    let so_far = refunded_exact - exact;
-    let cents = if so_far >= net_exact {
-        net_cents - refunded_cents
-    } else {
-        round_money(so_far).min(net_cents) - refunded_cents
-    };
-    negate(cents.max(Decimal::ZERO))
+    // What is left of the net, exactly, once this refund (exact ≤ 0) is given.
+    let left = (net_exact + credits.refunded_exact + exact).max(Decimal::ZERO);
+    let keep = round_money(left).min(net_cents);
+    negate((net_cents + credits.refunded_cents - keep).max(Decimal::ZERO))
 }
 
 /// A charge's unreversed discount line and refunds, as posted (each ≤ 0).
@@ -154,7 +150,7 @@ mod tests {
         // refunded in full (net +0.01 before).
         assert_eq!(
             settle(dec!(1.07), None, &[dec!(-0.535), dec!(-0.535)]),
-            [dec!(-0.54), dec!(-0.53)]
+            [dec!(-0.53), dec!(-0.54)]
         );
         assert_eq!(settle(dec!(1.07), Some(dec!(50)), &[dec!(-0.535)]), [dec!(-0.53)]);
         assert_eq!(settle(dec!(1.006), Some(dec!(50)), &[dec!(-0.503)]), [dec!(-0.51)]);
@@ -170,17 +166,24 @@ mod tests {
         // An amount refund (whole cents) is that amount.
         assert_eq!(
             settle(dec!(1.07), None, &[dec!(-0.535), dec!(-0.10)]),
-            [dec!(-0.54), dec!(-0.10)]
+            [dec!(-0.53), dec!(-0.10)]
         );
+        // A full refund whose exact amount was truncated to 12 places (a
+        // 10 % discount gives the net 13): the net, to the cent.
+        let charge = dec!(0.105011111111);
+        let (line, _) = discount_amounts(charge, dec!(10));
+        let full = -(charge + line).trunc_with_scale(12);
+        assert!(-full < charge + line);
+        assert_eq!(settle(charge, Some(dec!(10)), &[full]), [dec!(-0.10)]);
         // A 100 % discount leaves nothing to give back in cents.
         assert_eq!(settle(dec!(1.07), Some(dec!(100)), &[dec!(0)]), [dec!(0)]);
     }
 
     #[test]
     fn a_refund_never_debits_nor_gives_back_more_than_the_net() {
-        // Cents refunded ahead of their exact amount (a refund of 0.004 then
-        // one of 0.004, 0.01 back; the first reversed): the next small
-        // refund posts nothing rather than a debit.
+        // Cents refunded ahead of their exact amount (a refund that gave a
+        // cent for 0.004, the others reversed): the next small refund posts
+        // nothing rather than a debit.
         let basis = RefundBasis {
             refunded_exact: dec!(-0.004),
             refunded_cents: dec!(-0.01),
@@ -189,9 +192,9 @@ mod tests {
         assert_eq!(refund_cents(dec!(1.00), dec!(1.00), basis, dec!(-0.0001)), dec!(0));
         // Its net in cents below its exact amount rounded (1.013 → 1.01,
         // discounted 50 %: -0.5065 → -0.51; net 0.50 in cents, 0.5065
-        // exactly): 99 % of it gives back the 0.50, the rest nothing.
+        // exactly): 99 % of it leaves 0.005065, a cent; the rest gives it.
         let cents = settle(dec!(1.013), Some(dec!(50)), &[dec!(-0.501435), dec!(-0.005065)]);
-        assert_eq!(cents, [dec!(-0.50), dec!(0)]);
+        assert_eq!(cents, [dec!(-0.49), dec!(-0.01)]);
     }
 
     #[test]

@@ -132,9 +132,9 @@ pub enum ChargingRules {
     /// The amount is the exact value rounded once to cents; a single-node
     /// job is charged at most a whole node (from migration 0021).
     V2,
-    /// Priced as version 2; a refund settles in cents: the refunds of a
-    /// charge add up, in cents, to its refunded exact amount rounded, and
-    /// all of its net once refunded in full (from migration 0055;
+    /// Priced as version 2; a refund settles in cents: what a charge's
+    /// refunds leave charged, in cents, is the exact net they leave,
+    /// rounded, and nothing once refunded in full (from migration 0055;
     /// `entries::refund_cents`).
     V3,
 }

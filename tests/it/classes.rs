@@ -638,14 +638,15 @@ async fn a_refunded_job_can_be_superseded() {
     ]));
     let o = ok(&record(&db, "A1", "ACAD", 10, &["--cores", "50", "--supersede"]));
     assert!(o.contains("2 entries reversed"), "{o}");
+    // Half of 1.07 under charging rules 3: -0.53 (0.535 left, 0.54 still charged).
     assert_eq!(
         amounts(&entries(&db, "A1").await),
         pairs(&[
             ("job", "1.07"),
-            ("refund", "-0.54"),
+            ("refund", "-0.53"),
             ("job", "2.14"),
             ("reversal", "-1.07"),
-            ("reversal", "0.54"),
+            ("reversal", "0.53"),
         ])
     );
     assert_eq!(findings(&db).await, []);
@@ -735,5 +736,54 @@ async fn a_full_discount_nets_zero_even_when_the_charge_rounds_up_and_goes_only_
     ]));
     let net: Decimal = entries(&db, "F1").await.iter().map(|(_, _, a, _)| *a).sum();
     assert_eq!(net, Decimal::ZERO);
+    assert_eq!(findings(&db).await, []);
+}
+
+/// A full refund of a discounted charge of charging rules 3 nets zero when
+/// the net has more places than a refund keeps: 1 core for 7,561 s at 0.05
+/// is 0.105013888888 (0.11), its 10 % line −0.0105013888888 (−0.01); the
+/// net, 0.0945124999992, refunded as 0.094512499999 (12 places) rounds to
+/// 0.09, and a refund that gave back that left a cent charged that nothing
+/// could refund.
+#[tokio::test]
+async fn a_discounted_charge_refunded_in_full_nets_zero() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "F1",
+        "--project",
+        "IND",
+        "--queue",
+        "batch",
+        "--cores",
+        "1",
+        "--start",
+        "2026-04-10T00:00:00Z",
+        "--end",
+        "2026-04-10T02:06:01Z",
+    ]));
+    assert_eq!(
+        amounts(&entries(&db, "F1").await),
+        pairs(&[("job", "0.11"), ("discount", "-0.01")])
+    );
+    ok(&db.cli(&[
+        "refund",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "F1",
+        "--fraction",
+        "1",
+        "--reason",
+        "never ran",
+    ]));
+    assert_eq!(
+        amounts(&entries(&db, "F1").await),
+        pairs(&[("job", "0.11"), ("discount", "-0.01"), ("refund", "-0.10")])
+    );
     assert_eq!(findings(&db).await, []);
 }

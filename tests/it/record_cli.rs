@@ -611,7 +611,7 @@ async fn who_records_is_one_global_flag_or_its_variable() {
 }
 
 /// Charging rules 3 (migration 0055): the refunds of a charge settle in
-/// cents. Two refunds of half of a 1.07 charge give back 0.54 and 0.53
+/// cents. Two refunds of half of a 1.07 charge give back 0.53 and 0.54
 /// (1.08 under version 2, which a charge of version 2 keeps); the audit
 /// re-derives each refund's cents in posting order, and the database's
 /// guard checks them as they are posted.
@@ -670,7 +670,7 @@ async fn refunds_of_a_charge_settle_in_cents_and_charges_before_keep_their_rules
     let posted: Vec<(String, i16, String)> = entries("500").await.into_iter().map(|(_, k, r, a)| (k, r, a)).collect();
     assert_eq!(
         posted,
-        [("job", 3, "1.07"), ("refund", 3, "-0.54"), ("refund", 3, "-0.53")].map(|(k, r, a)| (
+        [("job", 3, "1.07"), ("refund", 3, "-0.53"), ("refund", 3, "-0.54")].map(|(k, r, a)| (
             k.to_owned(),
             r,
             a.to_owned()
@@ -700,7 +700,7 @@ async fn refunds_of_a_charge_settle_in_cents_and_charges_before_keep_their_rules
     let second = entries("500").await[2].0;
     sqlx::raw_sql(&format!(
         "ALTER TABLE ledger_entry DISABLE TRIGGER ledger_entry_append_only;
-         UPDATE ledger_entry SET amount = -0.54 WHERE id = {second};
+         UPDATE ledger_entry SET amount = -0.53 WHERE id = {second};
          ALTER TABLE ledger_entry ENABLE ALWAYS TRIGGER ledger_entry_append_only;"
     ))
     .execute(&db.pool)
@@ -712,7 +712,7 @@ async fn refunds_of_a_charge_settle_in_cents_and_charges_before_keep_their_rules
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert_eq!(found, [(second, "arithmetic".into(), "-0.53".into(), "-0.54".into())]);
+    assert_eq!(found, [(second, "arithmetic".into(), "-0.54".into(), "-0.53".into())]);
 }
 
 /// Refunds of one charge posted at once are posted one after the other, in
