@@ -8,12 +8,16 @@
 //! back when it has been answered. One that cannot get its share within
 //! [`WAIT`] is answered 503 with `Retry-After` (Slurm re-sends); one whose
 //! body is larger than the route allows gets 413 before anything is read;
-//! one that does not finish sending its body in time gets 408. One client
-//! address holds at most a quarter of the budget at once (or one body of
-//! the route's largest, if that is more): past it, 503 at once. So a client
-//! that declares large bodies and sends them slowly (or never) cannot hold
-//! the budget from Slurm's posts and the budget checks; it was one such
-//! client's for as long as the body timeout, three requests at a time.
+//! one that does not finish sending its body in time gets 408. Bodies over
+//! [`SMALL`] (declared, or a route's limit for one sent in chunks) are
+//! also counted for their client address: one holding some may take more
+//! only up to a quarter of the budget in all, else 503 at once (one holding
+//! none may always take one). So a client that declares large bodies and
+//! sends them slowly (or never) cannot hold the budget from Slurm's posts
+//! (it was one such client's for as long as the body timeout, three
+//! requests at a time), and small ones, as every budget check and job post
+//! is, never wait on what their address holds (a reverse proxy gives every
+//! client one address; Slurm's controller posts and checks from one).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -29,6 +33,11 @@ use tokio::sync::Semaphore;
 
 /// The budget is counted in units of this many bytes.
 const UNIT: usize = 1 << 10;
+
+/// Bodies up to this size are not counted for their client address (a
+/// budget check's route takes no more; a job's jobcomp document is a few
+/// kilobytes, its batch script aside).
+pub const SMALL: usize = 64 << 10;
 
 /// How long a request waits for its share of the budget.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -54,10 +63,10 @@ impl Budget {
         }
     }
 
-    /// The most one client address may hold for a route taking bodies of
-    /// up to `max_units`: a quarter of the budget, or one such body.
-    fn client_share(&self, max_units: u32) -> u32 {
-        (self.total_units / 4).max(max_units).min(self.total_units)
+    /// The most one client address may hold in large bodies once it holds
+    /// one: a quarter of the budget.
+    fn client_share(&self) -> u32 {
+        self.total_units / 4
     }
 }
 
@@ -69,11 +78,12 @@ struct ClientShare {
 }
 
 impl ClientShare {
-    /// `units` more for `peer`, unless that takes it past `share`.
+    /// `units` more for `peer`, unless it holds some already and that takes
+    /// it past `share`.
     fn take(budget: &Budget, peer: IpAddr, units: u32, share: u32) -> Option<ClientShare> {
         let mut held = budget.held.lock().unwrap_or_else(|e| e.into_inner());
         let now = held.entry(peer).or_insert(0);
-        if now.saturating_add(units) > share {
+        if *now > 0 && now.saturating_add(units) > share {
             return None;
         }
         *now += units;
@@ -163,13 +173,13 @@ pub async fn buffered(State(route): State<Route>, request: Request, next: Next) 
     let units = u32::try_from(size.div_ceil(UNIT).max(1))
         .unwrap_or(u32::MAX)
         .min(route.budget.total_units);
-    let max_units = u32::try_from(route.max.div_ceil(UNIT).max(1)).unwrap_or(u32::MAX);
     let peer = request
         .extensions()
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+        .map(|c| c.0.ip())
+        .filter(|_| size > SMALL);
     let share = match peer {
-        Some(peer) => match ClientShare::take(&route.budget, peer, units, route.budget.client_share(max_units)) {
+        Some(peer) => match ClientShare::take(&route.budget, peer, units, route.budget.client_share()) {
             Some(s) => Some(s),
             None => {
                 return refuse(
