@@ -92,15 +92,39 @@ const READ: &[&str] = &[
     "exit_code",
 ];
 
-/// The largest member of a document that is kept when the job is not read
-/// from it. Slurm's are a few hundred bytes (its batch script and
-/// environment are not kept at all, [`DROPPED`]); a larger one (a sender's
-/// 14.7 MB `"pad": [0, 0, …]`) would stay in the append-only ledger for
-/// good, and read as JSON values it took 16 times its size in memory.
+/// The largest member of a document that is kept unless it is a text the
+/// job is read from. Slurm's are mostly a few hundred bytes (its batch
+/// script and environment are not kept at all, [`DROPPED`]; the longest it
+/// may send, a dependency list, excluded nodes, features, paths, are not
+/// read for the charge); a larger one (a sender's 14.7 MB `"pad": [0, 0,
+/// …]`, or the same as a `job_name`) would stay in the append-only ledger
+/// for good, and read as JSON values it took 16 times its size in memory.
 pub const KEPT_MEMBER_MAX: usize = 64 << 10;
 
-/// A document's members, less the [`DROPPED`] ones and those the job is
-/// not read from that are larger than [`KEPT_MEMBER_MAX`], read without
+/// Whether a member of a document is left out of what is read and kept:
+/// [`DROPPED`], or over [`KEPT_MEMBER_MAX`] unless a text the job is read
+/// from.
+fn left_out(key: &str, value: &serde_json::value::RawValue) -> bool {
+    DROPPED.contains(&key)
+        || (value.get().len() > KEPT_MEMBER_MAX && !(READ.contains(&key) && value.get().starts_with('"')))
+}
+
+/// The top-level members of a document left out of what is read and kept
+/// ([`left_out`]; not `_source`, read member by member): to leave them out
+/// of the exact bytes kept of a body that is not UTF-8 too.
+pub fn left_out_members(body: &str) -> Vec<String> {
+    serde_json::from_str::<std::collections::BTreeMap<String, &serde_json::value::RawValue>>(body)
+        .map(|m| {
+            m.into_iter()
+                .filter(|(k, v)| k != "_source" && left_out(k, v))
+                .map(|(k, _)| k)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A document's members, less those [`left_out`] ([`DROPPED`], and those
+/// over [`KEPT_MEMBER_MAX`] but a text the job is read from), read without
 /// copying them first: the batch script (up to megabytes) is only skipped.
 /// An Elasticsearch hit's `_source` is the document, read the same way.
 fn members(body: &str) -> Result<Map<String, Value>, String> {
@@ -111,12 +135,9 @@ fn members(body: &str) -> Result<Map<String, Value>, String> {
     };
     let mut doc = Map::new();
     for (k, v) in raw {
-        if DROPPED.contains(&k.as_str()) {
-            continue;
-        }
         let value = if k == "_source" && v.get().trim_start().starts_with('{') {
             Value::Object(members(v.get())?)
-        } else if v.get().len() > KEPT_MEMBER_MAX && !READ.contains(&k.as_str()) {
+        } else if left_out(&k, v) {
             continue;
         } else {
             serde_json::from_str(v.get()).map_err(|e| format!("not JSON: {e}"))?
@@ -401,8 +422,17 @@ mod tests {
         let big = doc(&"0,".repeat(KEPT_MEMBER_MAX / 2 + 1));
         let (kept, item) = parse_document(&big, &ReadOptions::default()).unwrap();
         assert!(!kept.contains_key("pad") && kept.contains_key("comment"));
-        // A member the job is read from is kept whatever its size.
+        // A text the job is read from is kept whatever its size; not the
+        // same member as anything else.
         assert_eq!(kept["job_name"].as_str().map(str::len), Some(KEPT_MEMBER_MAX + 10));
+        let padded_name = big.replace(
+            &format!("\"job_name\":\"{}\"", "n".repeat(KEPT_MEMBER_MAX + 10)),
+            &format!("\"job_name\":[{}0]", "0,".repeat(KEPT_MEMBER_MAX / 2 + 1)),
+        );
+        let (kept_padded, padded) = parse_document(&padded_name, &ReadOptions::default()).unwrap();
+        assert!(!kept_padded.contains_key("job_name"));
+        assert!(matches!(padded, Item::Job(ref j) if j.job_name.is_empty()));
+        assert_eq!(left_out_members(&padded_name), ["job_name", "pad"]);
         let stored = stored_document(kept);
         assert!(stored.len() < big.len() - KEPT_MEMBER_MAX && !stored.contains("\"pad\""));
         // Read again from what is kept: the same job.

@@ -156,6 +156,16 @@ pub(super) async fn jobcomp_doc(
             }
         },
     };
+    // The exact bytes of such a body leave out what its reading leaves out
+    // (a member over 64 KiB that is not a text the job is read from).
+    let exact = exact.map(|bytes| {
+        let out = jobcomp::left_out_members(&text);
+        let keys: Vec<&str> = out.iter().map(String::as_str).collect();
+        match keys.is_empty() {
+            true => bytes,
+            false => crate::ingest::json_bytes::without_members(&bytes, &keys).unwrap_or(bytes),
+        }
+    });
     let (doc, item) = match jobcomp::parse_document(&text, &options) {
         Ok((doc, item)) if exact.is_some() => (doc, crate::ingest::check_decoded(item)),
         Ok(parsed) => parsed,

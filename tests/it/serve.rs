@@ -1688,3 +1688,43 @@ async fn one_client_cannot_hold_the_request_body_budget() {
     drop(held);
     server.stop().await;
 }
+
+/// A member of a jobcomp body over 64 KiB that is not a text the job is
+/// read from is neither read nor kept, also in the exact bytes kept of a
+/// body that is not UTF-8 (a 14.7 MB `"pad"` stayed in `job_record` for
+/// good, and took 245 MB to read).
+#[tokio::test]
+async fn a_large_member_the_job_is_not_read_from_is_not_kept() {
+    let db = fixture_db().await;
+    let server = start(&db.pool, basic_only()).await;
+    let body = jobcomp_bodies()
+        .into_iter()
+        .find(|b| b.contains(r#""job_name":"hugemem""#))
+        .unwrap();
+    let pad = format!("[{}0]", "0,".repeat(40_000));
+    let padded = body.replacen('{', &format!("{{\"pad\":{pad},"), 1);
+    let padded = padded.replace(r#""job_name":"hugemem""#, "\"job_name\":\"caf\u{1}\"");
+    let bytes: Vec<u8> = padded
+        .into_bytes()
+        .into_iter()
+        .map(|b| if b == 1 { 0xe9 } else { b })
+        .collect();
+    assert!(std::str::from_utf8(&bytes).is_err() && bytes.len() > 80_000);
+    let r = server.post_bytes("/slurm/_doc", &bytes).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let (raw, raw_bytes): (String, Option<Vec<u8>>) = sqlx::query_as(
+        "SELECT raw, raw_bytes FROM job_record WHERE job_id = (SELECT id FROM job WHERE scheduler_job_id = '3')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let kept = raw_bytes.expect("the bytes are kept");
+    assert!(!raw.contains("\"pad\"") && raw.len() < 20_000, "{} bytes", raw.len());
+    assert!(
+        !kept.windows(5).any(|w| w == b"\"pad\"") && kept.len() < 20_000,
+        "{} bytes",
+        kept.len()
+    );
+    assert!(kept.windows(5).any(|w| w == b"caf\xe9\""), "the Latin-1 byte as sent");
+    server.stop().await;
+}
