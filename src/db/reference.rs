@@ -662,6 +662,20 @@ pub async fn load_projects(conn: &mut PgConnection, codes: &[String]) -> Result<
     .await
 }
 
+/// Projects whose codes (ignoring case) are not among `codes`: how many, and
+/// the first few codes, in code order.
+pub async fn projects_not_in(conn: &mut PgConnection, codes: &[String]) -> Result<(i64, Vec<String>), sqlx::Error> {
+    let lower: Vec<String> = codes.iter().map(|c| c.to_lowercase()).collect();
+    let (n, first): (i64, Vec<String>) = sqlx::query_as(
+        "SELECT count(*), (array_agg(code ORDER BY code))[1:5] FROM project WHERE NOT lower(code) = ANY($1)",
+    )
+    .bind(&lower)
+    .fetch_one(&mut *conn)
+    .await
+    .map(|(n, first): (i64, Option<Vec<String>>)| (n, first.unwrap_or_default()))?;
+    Ok((n, first))
+}
+
 /// Insert projects, or update name, PI and the spelling of the code of those
 /// that exist (matched ignoring case), in one statement. Returns how many
 /// were inserted and how many updated.

@@ -686,6 +686,14 @@ async fn apply_projects(
         removed: 0,
         unchanged: codes.len() as u64 - added - updated,
     };
+    let (others, first) = reference::projects_not_in(tx, &codes).await?;
+    if others > 0 {
+        let more = if others > first.len() as i64 { ", …" } else { "" };
+        report.notes.push(format!(
+            "{others} project(s) in the database are not in the file ({}{more}); they were kept",
+            first.join(", ")
+        ));
+    }
     let rows = reference::load_projects(tx, &codes).await?;
     let id_of: BTreeMap<String, ProjectId> = rows.iter().map(|r| (r.code.to_lowercase(), r.id)).collect();
     let ids: Vec<ProjectId> = id_of.values().copied().collect();

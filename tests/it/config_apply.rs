@@ -287,3 +287,24 @@ async fn a_dry_run_shows_the_changes_and_writes_nothing() {
     assert!(out.ends_with("nothing to change\n"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A project recorded but missing from the file is kept, and said so
+/// (docs/configuration.md; it was kept silently: "nothing to change").
+#[tokio::test]
+async fn a_project_missing_from_the_file_is_kept_and_reported() {
+    let db = TestDb::new().await;
+    let with_extra = format!("{EXAMPLE}\n[[project]]\ncode = \"EXTRA1\"\nname = \"Kept\"\npi = \"Dr. Who\"\n");
+    apply_text(&db.pool, &with_extra).await.unwrap();
+    let r = apply_text(&db.pool, EXAMPLE).await.unwrap();
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n == "1 project(s) in the database are not in the file (EXTRA1); they were kept"),
+        "{r}"
+    );
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM project WHERE code = 'EXTRA1'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1);
+}
