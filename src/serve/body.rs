@@ -176,7 +176,7 @@ pub async fn buffered(State(route): State<Route>, request: Request, next: Next) 
     let peer = request
         .extensions()
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
+        .map(|c| super::conn::client_of(c.0.ip()))
         .filter(|_| size > SMALL);
     let share = match peer {
         Some(peer) => match ClientShare::take(&route.budget, peer, units, route.budget.client_share()) {

@@ -138,7 +138,7 @@ pub async fn run(
         let peer = stream
             .peer_addr()
             .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
-        let slot = PeerSlot::take(&peers, peer.ip(), limits.max_per_peer);
+        let slot = PeerSlot::take(&peers, client_of(peer.ip()), limits.max_per_peer);
         let full_permit = match &slot {
             Some(_) => served.clone().try_acquire_owned().ok(),
             None => None,
@@ -203,6 +203,20 @@ pub async fn run(
 
 /// One of a client address's connections served in full; given back when
 /// dropped.
+/// The client an address counts for: an IPv4 address (also one mapped into
+/// IPv6); an IPv6 address's /64, which one site, or one host, is given whole
+/// (counted address by address, a client with a /64 could hold every
+/// connection, or the body budget, alone).
+pub fn client_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+    }
+}
+
 struct PeerSlot {
     peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
     ip: IpAddr,
@@ -255,5 +269,21 @@ mod tests {
         assert!(third.is_some());
         drop((second, third, other));
         assert!(peers.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // Two addresses of one /64: one client; of another /64: another.
+        assert_eq!(
+            client_of(ip("2001:db8:1:2::1")),
+            client_of(ip("2001:db8:1:2:ffff:1:2:3"))
+        );
+        assert_eq!(client_of(ip("2001:db8:1:2:ffff:1:2:3")), ip("2001:db8:1:2::"));
+        assert_ne!(client_of(ip("2001:db8:1:2::1")), client_of(ip("2001:db8:1:3::1")));
+        // IPv4, also mapped into IPv6: the address itself.
+        assert_eq!(client_of(ip("10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(client_of(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
+        assert_ne!(client_of(ip("10.0.0.7")), client_of(ip("10.0.0.8")));
     }
 }
