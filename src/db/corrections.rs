@@ -121,18 +121,6 @@ pub async fn credited(conn: &mut PgConnection, entry: LedgerEntryId) -> Result<D
     .await
 }
 
-/// The amount (exact, ≤ 0) of an entry's unreversed discount line; 0 for none.
-pub async fn discounted(conn: &mut PgConnection, entry: LedgerEntryId) -> Result<Decimal, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"SELECT coalesce(sum(d.amount_exact), 0) AS "discounted!" FROM ledger_entry d
-            WHERE d.corrects_id = $1 AND d.kind = 'discount'
-              AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = d.id AND r.kind = 'reversal')"#,
-        entry as LedgerEntryId
-    )
-    .fetch_one(&mut *conn)
-    .await
-}
-
 /// The lock corrections take in turn (migration 0051's, which the ledger's
 /// guard takes before its credits check), taken first by a refund or a
 /// reversal: the refunds of a charge are then posted, given their ids and

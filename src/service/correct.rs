@@ -498,7 +498,10 @@ async fn refund_in(
         // at the rate; version 2 takes the share of the exact amount net of
         // its discount (docs/rules.md R8; an amount refund is that amount
         // exactly).
-        let net = (e.amount_exact + sdb::discounted(&mut *tx, e.id).await?).max(Decimal::ZERO);
+        // Its discount line and refunds so far, in one read: the net, and what
+        // a version 3 refund settles against.
+        let basis = sdb::refund_basis(&mut *tx, e.id).await?;
+        let net = (e.amount_exact + basis.discount_exact).max(Decimal::ZERO);
         let exact = match (e.charging_rules, by) {
             (ChargingRules::V1, _) => exact_mul(negate(quantity), e.unit_rate),
             (_, RefundBy::Fraction(f)) => ratio(&[f, net], &[Decimal::ONE], EXACT_SCALE, Cut::Truncate).map(negate),
@@ -517,7 +520,6 @@ async fn refund_in(
         // Version 3 settles in cents against the charge's refunds so far
         // (docs/rules.md); before, each refund's own exact amount rounded.
         let amount = if e.charging_rules >= ChargingRules::V3 {
-            let basis = sdb::refund_basis(&mut *tx, e.id).await?;
             refund_cents(e.amount_exact, e.amount, basis, exact)
         } else {
             round_money(exact)
