@@ -63,23 +63,39 @@ pub async fn find(conn: &mut PgConnection, keys: &[&JobKey]) -> Result<Vec<(usiz
 /// reading); and whether it held runs of array tasks named in their job ids
 /// (`123_4`, no index) when such ids began to be read as array tasks
 /// (migration 0053: only then is a record of an array task looked for
-/// under that key too).
+/// under that key too); when the PBS readings of 2026-12-07 came, if it
+/// held job records then (migration 0056).
 #[derive(Debug, Clone, Copy)]
 pub struct Readings {
     pub changed: Option<DateTime<Utc>>,
     pub array_tasks_before: bool,
+    pub pbs_changed: Option<DateTime<Utc>>,
+}
+
+impl Readings {
+    /// When the given reading reached this ledger, if it held records then:
+    /// only runs of jobs that ended before can be recorded without it.
+    pub fn changed(&self, reading: crate::ingest::Reading) -> Option<DateTime<Utc>> {
+        if reading.of_0056() {
+            self.pbs_changed
+        } else {
+            self.changed
+        }
+    }
 }
 
 pub async fn readings(conn: &mut PgConnection) -> Result<Readings, sqlx::Error> {
     let r = sqlx::query!(
         r#"SELECT (SELECT migrated_at FROM reading_change WHERE records_before) AS changed,
-                  coalesce((SELECT runs_before FROM array_task_reading), false) AS "array_tasks_before!""#
+                  coalesce((SELECT runs_before FROM array_task_reading), false) AS "array_tasks_before!",
+                  (SELECT migrated_at FROM pbs_reading_change WHERE records_before) AS pbs_changed"#
     )
     .fetch_one(&mut *conn)
     .await?;
     Ok(Readings {
         changed: r.changed,
         array_tasks_before: r.array_tasks_before,
+        pbs_changed: r.pbs_changed,
     })
 }
 

@@ -129,6 +129,25 @@ pub struct ReadOptions {
     /// before is read so again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub slurm_totals: bool,
+    /// PBS Pro: a job sized by its `select` holds at least
+    /// `Resource_List.ncpus` cores, `Resource_List.mem` memory and
+    /// `Resource_List.ngpus` GPUs. The server fills a chunk's missing
+    /// resources from `default_chunk` and sums every chunk's into those
+    /// totals, while `select` keeps what the user wrote: NCAR's
+    /// `select=240:mpiprocs=36` with `Resource_List.ncpus=8640` was read as
+    /// 240 cores (one a chunk). Set for every record read since 2026-12-07;
+    /// one read before is read so again (migration 0056).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pbs_totals: bool,
+    /// TORQUE: a job sized by `nodes=` is on the distinct hosts of its
+    /// `exec_host` when they are fewer than `nodect` and hold every slot
+    /// the spec asks for: with Maui's or Moab's node matching `N:ppn=P`
+    /// asks for N × P slots, at least P a host, so `nodes=14:ppn=8+16:ppn=1`
+    /// (`nodect` 30) ran on 17 hosts and was charged 30 nodes. Set for every
+    /// record read since 2026-12-07; one read before keeps `nodect`
+    /// (migration 0056).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub torque_hosts: bool,
     /// Set only in a rejection's options: the record is the last line of a
     /// `sacct` or PBS input that ended in the middle of it (no newline: a
     /// file cut short while it was written or copied). Read again it is
@@ -162,14 +181,17 @@ pub fn read_cut_short(p: &mut dyn Parser, text: &str, exact: Option<&[u8]>) -> O
     Some(Item::Bad(CUT_SHORT.into()))
 }
 
-/// A reading added on 2026-12-06, by the read option that marks the records
-/// read with it: a record kept without it was read the earlier way.
+/// A reading added on 2026-12-06 (migration 0049) or 2026-12-07 (migration
+/// 0056), by the read option that marks the records read with it: a record
+/// kept without it was read the earlier way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reading {
     JobcompUtc,
     PbsHosts,
     TorqueRequests,
     SlurmTotals,
+    PbsTotals,
+    TorqueHosts,
 }
 
 impl Reading {
@@ -180,6 +202,34 @@ impl Reading {
             Reading::PbsHosts => "pbs_hosts",
             Reading::TorqueRequests => "torque_requests",
             Reading::SlurmTotals => "slurm_totals",
+            Reading::PbsTotals => "pbs_totals",
+            Reading::TorqueHosts => "torque_hosts",
+        }
+    }
+
+    /// Whether it came with migration 0056 (2026-12-07), not 0049: its
+    /// records are looked for up to that migration's instant.
+    pub fn of_0056(self) -> bool {
+        matches!(self, Reading::PbsTotals | Reading::TorqueHosts)
+    }
+
+    /// The migration that brought it, as messages name it.
+    pub fn since(self) -> &'static str {
+        if self.of_0056() {
+            "migration 0056 (2026-12-07)"
+        } else {
+            "migration 0049 (2026-12-06)"
+        }
+    }
+
+    /// `options` as a record kept without this reading was read: before
+    /// 2026-12-06 every later reading was off too; a record kept without
+    /// one of 2026-12-07's was read with 2026-12-06's.
+    pub fn options_before(self, options: &ReadOptions) -> ReadOptions {
+        if self.of_0056() {
+            options.before_0056()
+        } else {
+            options.before()
         }
     }
 }
@@ -203,6 +253,8 @@ impl ReadOptions {
                 self.pbs_hosts = true;
                 self.pbs_array_parents = true;
                 self.torque_requests = true;
+                self.pbs_totals = true;
+                self.torque_hosts = true;
             }
             SourceFormat::Slurm => self.slurm_totals = true,
             _ => {}
@@ -211,7 +263,7 @@ impl ReadOptions {
     }
 
     /// These options as they were before the readings added on 2026-12-06
-    /// (how a record kept without them was read).
+    /// (how a record kept without them was read): the later ones off too.
     pub fn before(&self) -> ReadOptions {
         ReadOptions {
             jobcomp_utc: false,
@@ -219,6 +271,16 @@ impl ReadOptions {
             pbs_array_parents: false,
             torque_requests: false,
             slurm_totals: false,
+            ..self.before_0056()
+        }
+    }
+
+    /// These options as they were before the readings added on 2026-12-07
+    /// (migration 0056): PBS Pro's totals and TORQUE's hosts off.
+    pub fn before_0056(&self) -> ReadOptions {
+        ReadOptions {
+            pbs_totals: false,
+            torque_hosts: false,
             ..self.clone()
         }
     }

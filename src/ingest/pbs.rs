@@ -6,7 +6,10 @@
 //! read in a documented order ([`size`], docs/pbs.md): Cray `mppwidth`;
 //! else the request (PBS Pro `select`, else `Resource_List.nodes` — also
 //! TORQUE's doubled `nodes=nodes=…` —, else `ncpus`/`ngpus`; nodes from
-//! `nodect`, or for a `select` the hosts it ran on, [`ReadOptions::pbs_hosts`]); an
+//! `nodect`, or the hosts it ran on, [`ReadOptions::pbs_hosts`] for a
+//! `select`, [`ReadOptions::torque_hosts`] for `nodes=`; a `select`'s cores,
+//! memory and GPUs at least `Resource_List`'s totals,
+//! [`ReadOptions::pbs_totals`]); an
 //! unreadable node spec, or a request without a size, falls back to where
 //! the job ran (`exec_vnode`, `exec_host`); a record that says nothing about
 //! the size is rejected. Memory from `mem` (total) and `pmem` (per process).
@@ -20,7 +23,7 @@ use chrono::DateTime;
 
 use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
 use crate::domain::posting::{JobInput, Stamp};
-use crate::domain::request::{parse_nodes_spec, parse_pbs};
+use crate::domain::request::{GpuSpec, MemorySpec, parse_nodes_spec, parse_pbs};
 use crate::domain::units::{Bytes, KIB};
 
 pub struct PbsParser {
@@ -197,7 +200,11 @@ fn node_spec(attrs: &HashMap<String, String>) -> Option<&str> {
 ///    nodes: on a Cray the `ncpus`/`select`/`nodect` beside it describe
 ///    the login (MOM) node, not the job.
 /// 2. The request: PBS Pro `select`, else `nodes` (also doubled), else
-///    `ncpus`/`ngpus`; the node count from `nodect` (PBS Pro: its chunks).
+///    `ncpus`/`ngpus`; the node count from `nodect` (PBS Pro: its chunks),
+///    or the distinct hosts the job ran on when fewer
+///    ([`ReadOptions::pbs_hosts`], [`ReadOptions::torque_hosts`]); a
+///    `select`'s cores, memory and GPUs never below `Resource_List`'s totals
+///    ([`ReadOptions::pbs_totals`]).
 /// 3. A `nodes` spec that cannot be read falls back to where the job ran
 ///    (`exec_vnode`, `exec_host`), then to `ncpus`.
 /// 4. No size in the request at all: where the job ran.
@@ -205,7 +212,7 @@ fn node_spec(attrs: &HashMap<String, String>) -> Option<&str> {
 ///
 /// Memory comes from `mem`/`pmem` (and Cray `mppmem` per PE) whichever
 /// way the cores were found.
-fn size(attrs: &HashMap<String, String>, pbs_hosts: bool) -> Result<Size, String> {
+fn size(attrs: &HashMap<String, String>, options: &ReadOptions) -> Result<Size, String> {
     if let Some(width) = resource(attrs, "mppwidth") {
         return cray_size(attrs, width);
     }
@@ -234,15 +241,36 @@ fn size(attrs: &HashMap<String, String>, pbs_hosts: bool) -> Result<Size, String
                 e.reason
             ));
         }
-        return from_request(attrs, None, false);
+        return from_request(attrs, None, Reading::default());
     }
-    from_request(attrs, spec, pbs_hosts && spec.is_none() && select.is_some())
+    let by_select = spec.is_none() && select.is_some();
+    let reading = Reading {
+        hosts: (options.pbs_hosts && by_select) || (options.torque_hosts && spec.is_some()),
+        whole_hosts: spec.is_some(),
+        totals: options.pbs_totals && by_select,
+    };
+    from_request(attrs, spec, reading)
 }
 
-/// The request's `key=value` list for [`parse_pbs`], with `nodes` as given.
-/// `hosts`: the node count is the distinct hosts the job ran on, when the
-/// record names them ([`ReadOptions::pbs_hosts`], a job sized by `select`).
-fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>, hosts: bool) -> Result<Size, String> {
+/// How [`from_request`] reads a request beyond what it says.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reading {
+    /// The node count is the distinct hosts the job ran on when the record
+    /// names them and they are fewer ([`ReadOptions::pbs_hosts`] for a
+    /// `select`, [`ReadOptions::torque_hosts`] for `nodes=`).
+    hosts: bool,
+    /// ... and only when those hosts hold every slot the request asks for
+    /// (TORQUE: an `exec_host` cut at the record's 4,095 bytes, or a job
+    /// given fewer slots, keeps `nodect`).
+    whole_hosts: bool,
+    /// A `select`'s cores, memory and GPUs are at least
+    /// `Resource_List.ncpus`, `mem` and `ngpus` ([`ReadOptions::pbs_totals`]).
+    totals: bool,
+}
+
+/// The request's `key=value` list for [`parse_pbs`], with `nodes` as given,
+/// read as `reading` says.
+fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>, reading: Reading) -> Result<Size, String> {
     let mut resources: Vec<String> = spec.map(|s| format!("nodes={s}")).into_iter().collect();
     for k in ["select", "ncpus", "ngpus", "mem", "pmem", "place"] {
         if k == "select" && spec.is_some() {
@@ -255,6 +283,28 @@ fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>, hosts: bool
     let mut request = parse_pbs(&resources.join(",")).map_err(|e| format!("Resource_List: {}", e.reason))?;
     let exclusive = request.exclusive;
     request.exclusive = false;
+    // The slots the request asks for, as written (before the totals).
+    let asked = request.cores;
+    if reading.totals {
+        // PBS Pro sums every chunk's resources, those `default_chunk` gave
+        // it included, into the job's totals; `select` keeps only what the
+        // user wrote. (Each was read above: a malformed one is an error.)
+        let total = |k: &str| resource(attrs, k).and_then(|v| v.parse::<u32>().ok());
+        if let Some(n) = total("ncpus") {
+            request.cores = request.cores.max(n);
+        }
+        if let (Some(g), GpuSpec::Total(t)) = (total("ngpus"), request.gpus) {
+            request.gpus = GpuSpec::Total(t.max(g));
+        }
+        if let Some(Ok(m)) = resource(attrs, "mem").map(|v| Bytes::parse(v, 1)) {
+            request.memory = match request.memory {
+                Some(MemorySpec::Total(b)) => Some(MemorySpec::Total(Bytes(b.0.max(m.0)))),
+                None => Some(MemorySpec::Total(m)),
+                // Per process (pmem alone): `mem` is absent, never here.
+                other => other,
+            };
+        }
+    }
     let shape = request.shape(1).map_err(|e| format!("Resource_List: {}", e.reason))?;
     let nodes = match attrs.get("Resource_List.nodect") {
         Some(v) => v
@@ -263,11 +313,15 @@ fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>, hosts: bool
             .map_err(|_| format!("Resource_List.nodect={v:?} is not a number of nodes"))?,
         None => shape.nodes,
     };
-    // PBS Pro's nodect counts the select's chunks; packed chunks share a
-    // host. Never more than that: a site's vnode names need not name hosts
-    // (`gpu01-s0`, `gpu01-s1`), and packing only lowers the count.
+    // PBS Pro's nodect counts the select's chunks, TORQUE's the counts
+    // written in `nodes=`; chunks packed, or a node spec matched to fewer
+    // hosts with more slots, share a host. Never more than that: a site's
+    // vnode names need not name hosts (`gpu01-s0`, `gpu01-s1`), and packing
+    // only lowers the count.
     let nodes = match ran_on(attrs) {
-        Ok(Some(ran)) if hosts && ran.hosts > 0 => ran.hosts.min(nodes),
+        Ok(Some(ran)) if reading.hosts && ran.hosts > 0 && (!reading.whole_hosts || ran.cores >= asked) => {
+            ran.hosts.min(nodes)
+        }
         _ => nodes,
     };
     Ok(Size {
@@ -501,7 +555,7 @@ impl PbsParser {
             Some(v) => Some(epoch("ctime", v)?),
             None => None,
         };
-        let size = size(attrs, self.options.pbs_hosts)?;
+        let size = size(attrs, &self.options)?;
         let project = self
             .project_from
             .iter()
@@ -621,6 +675,77 @@ mod tests {
             Item::Job(j) => *j,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The first record of a fixture, its `#` header left out.
+    fn first_record(fixture: &str) -> &str {
+        fixture.lines().find(|l| !l.starts_with('#')).unwrap()
+    }
+
+    /// PBS Pro fills a chunk's missing resources from `default_chunk` and
+    /// sums every chunk's into `Resource_List`: NCAR's real
+    /// `select=240:mpiprocs=36` held 8,640 cores (`Resource_List.ncpus`),
+    /// read as 240 (one a chunk) before 2026-12-07.
+    #[test]
+    fn a_pbs_pro_select_holds_at_least_its_totals() {
+        // tracejob prints the record without its type and id.
+        let traced = first_record(include_str!(
+            "../../tests/fixtures/accounting/ncar_hpc_node_chaser_select_defaults.log"
+        ));
+        let (_, attrs) = traced.split_once("  A    ").unwrap();
+        let line = format!("02/09/2017 14:27:50;E;1.cheyenne;{attrs}");
+        let now = ReadOptions::default().now(SourceFormat::Pbs);
+        let j = job(parse(&line, &now));
+        // On the two hosts its exec_vnode names, whole (exclhost).
+        assert_eq!((j.nodes, j.cores, j.exclusive, j.gpus), (Some(2), 8640, true, Some(0)));
+        let before = job(parse(&line, &now.before_0056()));
+        assert_eq!((before.nodes, before.cores), (Some(2), 240));
+
+        // Memory and GPUs likewise (NCAR Casper's real record, its select
+        // written without them): Resource_List.mem=10gb, ngpus=1.
+        let casper = r#"04/16/2025 10:19:48;E;4413086.casper-pbs;user=vanderwb group=csgteam account="SCSG0001" project=_pbs_project_default jobname=vncs-default queue=vis ctime=1744817013 start=1744817058 Resource_List.mem=10gb Resource_List.ncpus=1 Resource_List.ngpus=1 Resource_List.nodect=1 Resource_List.place=scatter Resource_List.select=1:ncpus=1:ngpus=1:os=opensuse15:ompthreads=1 end=1744820388 Exit_status=271"#;
+        let unwritten = casper.replace("select=1:ncpus=1:ngpus=1:", "select=1:ncpus=1:mem=2gb:");
+        let size = |line: &str, options: &ReadOptions| {
+            let j = job(parse(line, options));
+            (j.cores, j.memory, j.gpus)
+        };
+        assert_eq!(size(casper, &now), (1, Some(Bytes(10 * GIB)), Some(1)));
+        assert_eq!(size(&unwritten, &now), (1, Some(Bytes(10 * GIB)), Some(1)));
+        assert_eq!(size(&unwritten, &now.before_0056()), (1, Some(Bytes(2 * GIB)), Some(0)));
+        // Totals below what the select writes never lower it.
+        let less = casper.replace("Resource_List.ncpus=1 ", "Resource_List.ncpus=0 ");
+        assert_eq!(size(&less, &now), (1, Some(Bytes(10 * GIB)), Some(1)));
+    }
+
+    /// TORQUE with Maui or Moab matches `nodes=N:ppn=P` to N × P slots, at
+    /// least P a host: FZK's real job 710078 asked for
+    /// `nodes=14:ppn=8+16:ppn=1` (`nodect` 30) and ran on 17 hosts. Charged
+    /// 30 nodes before 2026-12-07.
+    #[test]
+    fn a_torque_node_spec_is_on_the_hosts_it_ran_on() {
+        let real = first_record(include_str!(
+            "../../tests/fixtures/accounting/safe_fzk_torque_packed_nodes.log"
+        ));
+        let now = ReadOptions::default().now(SourceFormat::Pbs);
+        let size = |line: &str, options: &ReadOptions| {
+            let j = job(parse(line, options));
+            (j.nodes, j.cores)
+        };
+        assert_eq!(size(real, &now), (Some(17), 128));
+        assert_eq!(size(real, &now.before_0056()), (Some(30), 128));
+        // An exec_host holding fewer slots than the spec asks for (a record
+        // cut at TORQUE's 4,095 bytes) keeps nodect.
+        let exec_host = real.split(' ').find(|a| a.starts_with("exec_host=")).unwrap();
+        let cut: Vec<&str> = exec_host.split('+').take(120).collect();
+        let short = real.replace(exec_host, &cut.join("+"));
+        assert_eq!(size(&short, &now), (Some(30), 128));
+        // FZK's job 710105: nodes=8:ppn=1 on 4 hosts, two slots each.
+        let shared = include_str!("../../tests/fixtures/accounting/safe_fzk_torque_doubled_nodes.log")
+            .lines()
+            .find(|l| l.contains(";E;710105."))
+            .unwrap();
+        assert_eq!(size(shared, &now), (Some(4), 8));
+        assert_eq!(size(shared, &now.before_0056()), (Some(8), 8));
     }
 
     /// TORQUE 6's `-L` requests (real OSC records): memory per task, summed

@@ -477,12 +477,11 @@ impl Recorder {
         // that way again, so that one sent or imported again is what it was
         // then (a replay, a revision), not a second run; a sacct record of
         // a run jobcomp recorded hours off is kept as a conflict.
-        let earlier = match readings.changed {
-            Some(changed) => {
-                self.earlier_readings(&mut *tx, jobs, &pending, catalog, now, changed)
-                    .await?
-            }
-            None => Earlier::default(),
+        let earlier = if readings.changed.is_some() || readings.pbs_changed.is_some() {
+            self.earlier_readings(&mut *tx, jobs, &pending, catalog, now, readings)
+                .await?
+        } else {
+            Earlier::default()
         };
         for (i, rejection) in earlier.refused {
             pending.retain(|(at, _)| *at != i);
@@ -644,19 +643,39 @@ impl Recorder {
         pending: &[(usize, ResolvedJob)],
         catalog: &Catalog,
         now: chrono::DateTime<Utc>,
-        changed: chrono::DateTime<Utc>,
+        readings: jobs::Readings,
     ) -> Result<Earlier, sqlx::Error> {
         // Each with the reading (a read option) its run's record lacked if it
         // was recorded the earlier way.
         let mut candidates: Vec<(usize, &ResolvedJob, JobKey, SourceFormat, Reading)> = Vec::new();
+        // 2026-12-07's, after every one of 2026-12-06's: a record kept
+        // without both was read without both (the first found settles it).
+        let mut later = Vec::new();
         for (i, resolved) in pending {
             let job = &jobs[*i];
-            // Recorded before the change, whatever its reading (a day is
-            // the widest zone offset twice over).
-            if resolved.charge.ended_at >= changed + chrono::Duration::days(1) {
+            // Recorded before the reading reached this ledger, whatever its
+            // reading (a day is the widest zone offset twice over).
+            let before = |reading: Reading| {
+                readings
+                    .changed(reading)
+                    .is_some_and(|changed| resolved.charge.ended_at < changed + chrono::Duration::days(1))
+            };
+            let options = &job.source.options;
+            // PBS's readings of 2026-12-07: a record that reads otherwise
+            // without one (each changes either a `select` or a `nodes=`).
+            if job.source.format == SourceFormat::Pbs {
+                for (reading, on, attribute) in [
+                    (Reading::PbsTotals, options.pbs_totals, "Resource_List.select="),
+                    (Reading::TorqueHosts, options.torque_hosts, "Resource_List.nodes="),
+                ] {
+                    if on && before(reading) && job.source.raw.contains(attribute) && sized_otherwise(job, reading) {
+                        later.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs, reading));
+                    }
+                }
+            }
+            if !before(Reading::JobcompUtc) {
                 continue;
             }
-            let options = &job.source.options;
             let in_zone = || {
                 let zone = catalog
                     .clusters
@@ -720,6 +739,7 @@ impl Recorder {
                 _ => {}
             }
         }
+        candidates.extend(later);
         let mut earlier = Earlier::default();
         if candidates.is_empty() {
             return Ok(earlier);
@@ -766,13 +786,14 @@ impl Recorder {
                     Rejection {
                         kind: RejectKind::Conflict,
                         reason: format!(
-                            "its run was recorded from a record read as records were read before migration 0049 \
-                             (2026-12-06), and read so this one {why}: not charged as a second run"
+                            "its run was recorded from a record read as records were read before {}, and read so \
+                             this one {why}: not charged as a second run",
+                            reading.since()
                         ),
                     },
                 )
             };
-            let options = KeptOptions::new(job.source.options.before());
+            let options = KeptOptions::new(reading.options_before(&job.source.options));
             let mut input = match crate::ingest::reread(
                 job.source.format,
                 &options,
@@ -869,6 +890,24 @@ fn sized_otherwise_before(job: &Submission) -> bool {
         job.source.raw_bytes.as_deref(),
     ) {
         Ok(crate::ingest::Item::Job(old)) => (old.nodes, old.memory) != (job.input.nodes, job.input.memory),
+        _ => true,
+    }
+}
+
+/// Whether a PBS record reads to another size (nodes, cores, memory, GPUs)
+/// without `reading` (one of 2026-12-07's), or does not read so at all.
+fn sized_otherwise(job: &Submission, reading: Reading) -> bool {
+    let before = KeptOptions::new(reading.options_before(&job.source.options));
+    match crate::ingest::reread(
+        job.source.format,
+        &before,
+        &job.source.raw,
+        job.source.raw_bytes.as_deref(),
+    ) {
+        Ok(crate::ingest::Item::Job(old)) => {
+            (old.nodes, old.cores, old.memory, old.gpus)
+                != (job.input.nodes, job.input.cores, job.input.memory, job.input.gpus)
+        }
         _ => true,
     }
 }
@@ -998,7 +1037,8 @@ async fn resolve_rejections(
             }
             continue;
         }
-        let readings = [kept.clone().now(o.source_format), kept.before()];
+        let now = kept.clone().now(o.source_format);
+        let readings = [now.clone(), now.before_0056(), kept.before()];
         let same = readings.iter().find_map(|options| {
             let Ok(crate::ingest::Item::Job(input)) =
                 crate::ingest::reread(o.source_format, options, &o.raw, o.raw_bytes.as_deref())

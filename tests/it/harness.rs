@@ -220,18 +220,30 @@ pub async fn import_file(
     format: hpc_ledger::ingest::Format,
     cluster: Option<&str>,
 ) -> hpc_ledger::service::import::Summary {
-    use hpc_ledger::service::import::{self, Input};
-    use hpc_ledger::service::record::{RecordOptions, Recorder};
     let options = hpc_ledger::ingest::ReadOptions {
         cluster: cluster.map(Into::into),
         ..Default::default()
     };
+    import_file_read(pool, path, name, format, &options).await
+}
+
+/// [`import_file`] read with `options` as they are (no reading switched on
+/// that they lack: a record read so is kept as read then).
+pub async fn import_file_read(
+    pool: &PgPool,
+    path: &Path,
+    name: &str,
+    format: hpc_ledger::ingest::Format,
+    options: &hpc_ledger::ingest::ReadOptions,
+) -> hpc_ledger::service::import::Summary {
+    use hpc_ledger::service::import::{self, Input};
+    use hpc_ledger::service::record::{RecordOptions, Recorder};
     let mut recorder = Recorder::new(pool.clone(), RecordOptions::by("t"));
     let mut s = import::Summary::default();
     import::import(
         &mut recorder,
         std::fs::File::open(path).unwrap(),
-        &Input::new(name, format, &options),
+        &Input::new(name, format, options),
         &mut s,
         &|_| {},
     )

@@ -12,7 +12,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::fixtures::{fixture_db, import_fixture};
-use crate::harness::import_file;
+use crate::harness::{import_file, import_file_read};
 
 struct Counts {
     headers: u64,
@@ -2377,6 +2377,120 @@ code = "PZS0708"
         ]
     );
     deep_audit_reads_alike(&db.pool, 2).await;
+}
+
+/// The PBS readings of 2026-12-07 (migration 0056), on real records: FZK's
+/// TORQUE job 710078 (`nodes=14:ppn=8+16:ppn=1`, `nodect` 30) ran on 17
+/// hosts, and NCAR's PBS Pro `select=240:mpiprocs=36` held
+/// `Resource_List.ncpus` = 8,640 cores. Runs recorded under the reading of
+/// before (30 nodes, 240 cores) are read that way again when their records
+/// come again: replays, not second charges; the same jobs under other ids
+/// are charged as they read now.
+#[tokio::test]
+async fn pbs_totals_and_torque_hosts_size_a_job_and_a_run_of_before_is_replayed() {
+    let db = crate::harness::TestDb::new().await;
+    // Cheyenne's 36-core nodes, a core-second a thousandth.
+    fixture_center_with(
+        &db.pool,
+        r#"
+[[cluster]]
+name = "cheyenne"
+scheduler = "pbs"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 36
+[cluster.queues]
+regular = "regular"
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2000-01-01
+core_hour = 3.60
+memory_per_core = "2GB"
+[[project]]
+code = "ARAL0001"
+"#,
+    )
+    .await;
+    let dir = scratch_dir("pbs-0056");
+    let fzk = std::fs::read_to_string(crate::fixtures::stripped("safe_fzk_torque_packed_nodes.log")).unwrap();
+    assert!(fzk.starts_with("06/10/2009 08:53:39;E;710078."), "{fzk}");
+    // tracejob prints the record's attributes without its type and id.
+    let traced =
+        std::fs::read_to_string(crate::fixtures::stripped("ncar_hpc_node_chaser_select_defaults.log")).unwrap();
+    let (_, attrs) = traced.trim_end().split_once("  A    ").unwrap();
+    let ncar = format!("02/09/2017 14:27:50;E;1.cheyenne;{attrs}\n");
+    let files = [("fzk", "fzk.log", fzk), ("cheyenne", "cheyenne.log", ncar)];
+    // Recorded before migration 0056 (read with 2026-12-06's readings only).
+    for (cluster, name, text) in &files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let options = ReadOptions {
+            cluster: Some((*cluster).into()),
+            project_from: Some(vec!["account".into(), "group".into()]),
+            ..Default::default()
+        }
+        .now(hpc_ledger::domain::kinds::SourceFormat::Pbs)
+        .before_0056();
+        let s = import_file_read(&db.pool, &path, name, Format::Pbs, &options).await;
+        assert_eq!((s.recorded, s.rejected_total()), (1, 0), "{s:#?}");
+    }
+    let charged = || async {
+        sqlx::query_as::<_, (String, i32, i32, String)>(
+            "SELECT j.scheduler_job_id, r.nodes, r.cores, e.amount::text FROM ledger_entry e
+               JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+              WHERE e.kind = 'job' ORDER BY j.scheduler_job_id",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    // 710078: 480 s on 30 whole nodes of 8 cores, a core-hour 0.01: 0.32.
+    // 1.cheyenne: 34 s of 240 cores (on 2 whole hosts, exclhost): 8.16.
+    let before = [
+        ("1.cheyenne".to_owned(), 2, 240, "8.16".to_owned()),
+        ("710078.iwrcgpbs0.fzk.de".to_owned(), 30, 128, "0.32".to_owned()),
+    ];
+    assert_eq!(charged().await, before);
+    sqlx::query("UPDATE pbs_reading_change SET records_before = true, migrated_at = now()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let import = |cluster: &str, path: &std::path::Path| {
+        crate::harness::stdout(&db.cli(&[
+            "import",
+            "--format",
+            "pbs",
+            "--cluster",
+            cluster,
+            "--project-from",
+            "account,group",
+            path.to_str().unwrap(),
+        ]))
+    };
+    // The same records imported again now: replays of their runs.
+    for (cluster, name, _) in &files {
+        let out = import(cluster, &dir.join(name));
+        assert!(out.contains("replayed:    1"), "{out}");
+        assert!(out.contains("rejected:    0"), "{out}");
+    }
+    assert_eq!(charged().await, before);
+    // The same jobs under other ids, recorded now: 17 nodes (136 cores'
+    // worth, 0.18133…) and 8,640 cores (293.76).
+    for (cluster, name, text) in &files {
+        let path = dir.join(format!("now-{name}"));
+        std::fs::write(
+            &path,
+            text.replace(";E;710078.", ";E;910078.").replace(";E;1.", ";E;2."),
+        )
+        .unwrap();
+        let out = import(cluster, &path);
+        assert!(out.contains("recorded:    1"), "{out}");
+    }
+    let mut all = before.to_vec();
+    all.insert(1, ("2.cheyenne".to_owned(), 2, 8640, "293.76".to_owned()));
+    all.push(("910078.iwrcgpbs0.fzk.de".to_owned(), 17, 128, "0.18".to_owned()));
+    assert_eq!(charged().await, all);
+    deep_audit_reads_alike(&db.pool, 4).await;
 }
 
 /// A sacct export without NNodes or AllocTRES (AWS ParallelCluster's real
