@@ -19,7 +19,11 @@
 //! by a stopped server are recorded by the next. A document the database
 //! refuses both to record and to keep as rejected is set aside
 //! (`job_intake.failed`) so that the ones after it are recorded; it is
-//! tried again when a server takes the lock.
+//! tried again when a server takes the lock. One the database cannot
+//! record now (`RecordError::Connection`, its connection kept: a lock
+//! waited for past `lock_timeout`) stays waiting, and the recorder's
+//! job-by-job fallback records the ones after it before the round fails
+//! (`Recorder::record`); the next round tries it again.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -204,13 +204,31 @@ impl Recorder {
         }
         tracing::debug!("batch failed ({err}); recording job by job");
         let mut outcomes = Vec::with_capacity(jobs.len());
+        // A job the database cannot take now, its connection kept (a lock
+        // waited for past `lock_timeout`, a statement cancelled), does not
+        // stop the ones after it: each is recorded in its own transaction,
+        // and the first such error is returned once they were. (A sender
+        // that retries the same batch, `serve --intake`, would otherwise
+        // never record a job after one that fails so every time.)
+        let mut not_now = None;
+        let mut one = |result: Result<Vec<Outcome>, RecordError>| match result {
+            Ok(o) => Ok(o),
+            Err(RecordError::Connection(e)) if !is_connection_error(&e) => {
+                not_now.get_or_insert(RecordError::Connection(e));
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        };
         for job in jobs {
-            outcomes.extend(Box::pin(self.record(std::slice::from_ref(job), &[])).await?);
+            outcomes.extend(one(Box::pin(self.record(std::slice::from_ref(job), &[])).await)?);
         }
         for line in malformed {
-            Box::pin(self.record(&[], std::slice::from_ref(line))).await?;
+            one(Box::pin(self.record(&[], std::slice::from_ref(line))).await)?;
         }
-        Ok(outcomes)
+        match not_now {
+            Some(e) => Err(e),
+            None => Ok(outcomes),
+        }
     }
 
     /// A single job (or line) whose transaction fails: keep it as rejected

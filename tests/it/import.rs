@@ -524,6 +524,85 @@ async fn import_jsonl(pool: &PgPool, name: &str, text: &str, supersede: bool) ->
     s
 }
 
+/// A job the database cannot take now (its run's key held by another
+/// writer's open transaction, waited for past `lock_timeout`) does not stop
+/// the jobs after it. A failed batch is recorded job by job, and the first
+/// such job ended it there: `serve --intake`, which tries the same oldest
+/// documents again, recorded no job posted after one that failed so every
+/// time. The others are recorded, the error is reported, and the held job
+/// is recorded when it comes again.
+#[tokio::test]
+async fn a_job_the_database_cannot_take_now_does_not_stop_the_others() {
+    let db = fixture_db().await;
+    sqlx::raw_sql(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '200ms'); END $$",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // A writer holds job 500's run: inserted, not committed.
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO job (cluster_id, scheduler_job_id, submitted_at, started_at)
+         SELECT id, '500', '2026-10-01T10:00:00Z', '2026-10-01T10:00:00Z' FROM cluster WHERE name = 'testclu'",
+    )
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    // Sessions that begin now wait 200 ms for a lock.
+    let pool = PgPool::connect(&db.url).await.unwrap();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jsonl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}-not-now.jsonl", std::process::id()));
+    std::fs::write(
+        &path,
+        [job("500", json!({})), job("501", json!({})), job("502", json!({}))].join("\n"),
+    )
+    .unwrap();
+    let import_it = |pool: PgPool| {
+        let path = path.clone();
+        async move {
+            let mut recorder = Recorder::new(pool, RecordOptions::by("tester"));
+            let mut s = Summary::default();
+            let r = import(
+                &mut recorder,
+                std::fs::File::open(&path).unwrap(),
+                &Input::new("not-now.jsonl", Format::Jsonl, &ReadOptions::default()),
+                &mut s,
+                &|_| {},
+            )
+            .await;
+            (r, s)
+        }
+    };
+    let (r, _) = import_it(pool.clone()).await;
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("the database could not record now") && e.contains("lock timeout"),
+        "{e}"
+    );
+    let charged = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT j.scheduler_job_id FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+               JOIN job j ON j.id = r.job_id WHERE e.kind = 'job' ORDER BY 1",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(charged().await, ["501", "502"]);
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 0);
+    holder.rollback().await.unwrap();
+    let (r, s) = import_it(pool).await;
+    r.unwrap();
+    assert_eq!((s.recorded, s.replayed, s.rejected_total()), (1, 2, 0), "{s:#?}");
+    assert_eq!(charged().await, ["500", "501", "502"]);
+}
+
 /// A JSON job on testclu, with fields replaced (or removed, when null).
 fn job(id: &str, overrides: serde_json::Value) -> String {
     let mut j = serde_json::json!({
