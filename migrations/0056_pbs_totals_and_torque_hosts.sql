@@ -5,8 +5,8 @@
 --   `Resource_List.ncpus` cores, `Resource_List.mem` memory and
 --   `Resource_List.ngpus` GPUs. The server fills each chunk's missing
 --   resources from `default_chunk` and sums them into those totals, while
---   `select` keeps what the user wrote: NCAR's `select=240:mpiprocs=36`
---   with `Resource_List.ncpus=8640` was charged as 240 cores (read option
+--   `select` keeps what the user wrote: `select=1:mpiprocs=36` with
+--   `Resource_List.ncpus=36` was charged as 1 core (read option
 --   `pbs_totals`).
 -- * TORQUE: a job sized by `nodes=` is on the distinct hosts of its
 --   `exec_host` when they are fewer than `nodect` and hold every slot the

@@ -24,6 +24,14 @@ with hpc_ledger.json, e.g.:
 "deny" (fail closed: no job is queued unpaid). A job without a project, or a
 project that is not budgeted, is accepted. Only the Python standard library
 and the `pbs` module are used.
+
+A `select` chunk that names no `ncpus`, `mem` or `ngpus` gets them from the
+job's queue's `default_chunk`, else the server's, when PBS applies them
+after this hook; the job is charged for what they add up to
+(`Resource_List.ncpus`, docs/pbs.md), so the hook adds them before asking.
+It reads them from the `pbs` module (`pbs.server()` and its queue); a
+`"default_chunk": {"ncpus": 36}` in the configuration is used where the
+module gives none.
 """
 
 import base64
@@ -48,14 +56,60 @@ def config():
     return cfg
 
 
-def resources(job):
-    """The job's request in the syntax hpc-ledger reads for PBS."""
+CHUNK = ("ncpus", "mem", "ngpus")
+
+
+def chunk_defaults(job, cfg):
+    """What PBS gives a select chunk for each of CHUNK it does not name:
+    the configuration's `default_chunk`, then the server's, then the job's
+    queue's (each later one wins), as far as the `pbs` module gives them."""
+    fill = {}
+    for name, value in (cfg.get("default_chunk") or {}).items():
+        if name in CHUNK and value is not None:
+            fill[name] = str(value)
+    holders = []
+    try:
+        server = pbs.server()
+        holders.append(server)
+        queue = job.queue.name if job.queue is not None else getattr(server, "default_queue", None)
+        if queue:
+            holders.append(server.queue(str(queue)))
+    except Exception as e:  # noqa: BLE001 - a pbs module without them: the configuration's
+        pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: default_chunk not read: %s" % e)
+    for holder in holders:
+        defaults = getattr(holder, "default_chunk", None)
+        if defaults is None:
+            continue
+        for name in CHUNK:
+            try:
+                value = defaults[name]
+            except Exception:  # noqa: BLE001 - not set
+                value = None
+            if value is not None:
+                fill[name] = str(value)
+    return fill
+
+
+def with_defaults(select, fill):
+    """`select` with each chunk given what `fill` has and it names not."""
+    chunks = []
+    for chunk in str(select).split("+"):
+        fields = chunk.split(":")
+        named = {f.split("=", 1)[0] for f in fields if "=" in f}
+        fields += ["%s=%s" % (name, fill[name]) for name in CHUNK if name in fill and name not in named]
+        chunks.append(":".join(fields))
+    return "+".join(chunks)
+
+
+def resources(job, fill=None):
+    """The job's request in the syntax hpc-ledger reads for PBS, each
+    `select` chunk with the defaults PBS will give it (`fill`)."""
     rl = job.Resource_List
     parts = []
     select = rl["select"]
     nodes = rl["nodes"]
     if select is not None:
-        parts.append("select=%s" % select)
+        parts.append("select=%s" % with_defaults(select, fill or {}))
     elif nodes is not None:
         parts.append("nodes=%s" % nodes)
     for name in ("ncpus", "mem", "ngpus"):
@@ -81,7 +135,7 @@ def main():
     ask = {
         "project": str(project),
         "cluster": cfg["cluster"],
-        "resources": resources(job),
+        "resources": resources(job, chunk_defaults(job, cfg)),
         "walltime": str(walltime) if walltime is not None else None,
         "queue": job.queue.name if job.queue is not None else None,
     }

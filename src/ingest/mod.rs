@@ -907,6 +907,8 @@ mod tests {
             Reading::PbsHosts,
             Reading::TorqueRequests,
             Reading::SlurmTotals,
+            Reading::PbsTotals,
+            Reading::TorqueHosts,
         ] {
             assert_eq!(kept.get(r.option()), Some(&serde_json::Value::Bool(true)), "{r:?}");
             assert_eq!(
@@ -914,6 +916,12 @@ mod tests {
                 None,
                 "{r:?}"
             );
+            // Without one of 2026-12-07's, a record was read with every one
+            // of 2026-12-06's.
+            let before = serde_json::to_value(r.options_before(&now)).unwrap();
+            assert_eq!(before.get(r.option()), None, "{r:?}");
+            let kept_0049 = before.get(Reading::PbsHosts.option()).is_some();
+            assert_eq!(kept_0049, r.of_0056(), "{r:?}");
         }
     }
 

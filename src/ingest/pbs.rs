@@ -296,13 +296,22 @@ fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>, reading: Re
         if let (Some(g), GpuSpec::Total(t)) = (total("ngpus"), request.gpus) {
             request.gpus = GpuSpec::Total(t.max(g));
         }
-        if let Some(Ok(m)) = resource(attrs, "mem").map(|v| Bytes::parse(v, 1)) {
-            request.memory = match request.memory {
-                Some(MemorySpec::Total(b)) => Some(MemorySpec::Total(Bytes(b.0.max(m.0)))),
-                None => Some(MemorySpec::Total(m)),
-                // Per process (pmem alone): `mem` is absent, never here.
-                other => other,
-            };
+        // Memory: the largest of what the chunks write, the total and
+        // `pmem` per core of the cores above (as `parse_pbs` takes the
+        // larger of `mem` and `pmem` × cores for the cores written).
+        let bytes = |k: &str| resource(attrs, k).and_then(|v| Bytes::parse(v, 1).ok());
+        let per_core = bytes("pmem").and_then(|p| p.0.checked_mul(u64::from(request.cores)));
+        let written = match request.memory {
+            Some(MemorySpec::Total(b)) => Some(b.0),
+            _ => None,
+        };
+        if let Some(most) = [written, bytes("mem").map(|m| m.0), per_core]
+            .into_iter()
+            .flatten()
+            .max()
+            && (bytes("mem").is_some() || written.is_some())
+        {
+            request.memory = Some(MemorySpec::Total(Bytes(most)));
         }
     }
     let shape = request.shape(1).map_err(|e| format!("Resource_List: {}", e.reason))?;
@@ -685,7 +694,9 @@ mod tests {
     /// PBS Pro fills a chunk's missing resources from `default_chunk` and
     /// sums every chunk's into `Resource_List`: NCAR's real
     /// `select=240:mpiprocs=36` held 8,640 cores (`Resource_List.ncpus`),
-    /// read as 240 (one a chunk) before 2026-12-07.
+    /// read as 240 (one a chunk) before 2026-12-07. (Its exec_host names two
+    /// hosts only; with all 240 it was charged as 240 whole nodes either
+    /// way. A job on one node, or packed, was charged one core a chunk.)
     #[test]
     fn a_pbs_pro_select_holds_at_least_its_totals() {
         // tracejob prints the record without its type and id.
@@ -700,6 +711,29 @@ mod tests {
         assert_eq!((j.nodes, j.cores, j.exclusive, j.gpus), (Some(2), 8640, true, Some(0)));
         let before = job(parse(&line, &now.before_0056()));
         assert_eq!((before.nodes, before.cores), (Some(2), 240));
+        // The same on one node of 36 cores (a variant of the record):
+        // 36 cores, not 1.
+        let one = line
+            .replace("exec_host=r10i1n26/0*36+r10i1n31/0*36", "exec_host=r10i1n26/0*36")
+            .replace(
+                "exec_vnode=(r10i1n26:ncpus=36)+(r10i1n31:ncpus=36)",
+                "exec_vnode=(r10i1n26:ncpus=36)",
+            )
+            .replace(
+                "Resource_List.mpiprocs=8640 Resource_List.ncpus=8640 Resource_List.nodect=240",
+                "Resource_List.mpiprocs=36 Resource_List.ncpus=36 Resource_List.nodect=1",
+            )
+            .replace("select=240:mpiprocs=36", "select=1:mpiprocs=36");
+        assert_eq!(job(parse(&one, &now)).cores, 36);
+        assert_eq!(job(parse(&one, &now.before_0056())).cores, 1);
+        // Memory per process counts for the cores held: 4 chunks of 8
+        // (32 cores) at 1 GB a process is 32 GB, whatever `mem` says.
+        let pmem = one.replace("select=1:mpiprocs=36", "select=4:mpiprocs=8").replace(
+            "Resource_List.ncpus=36",
+            "Resource_List.ncpus=32 Resource_List.pmem=1gb Resource_List.mem=2gb",
+        );
+        assert_eq!(job(parse(&pmem, &now)).memory, Some(Bytes(32 * GIB)));
+        assert_eq!(job(parse(&pmem, &now.before_0056())).memory, Some(Bytes(4 * GIB)));
 
         // Memory and GPUs likewise (NCAR Casper's real record, its select
         // written without them): Resource_List.mem=10gb, ngpus=1.

@@ -490,8 +490,9 @@ impl Recorder {
                 }
             }
         }
-        // A record of a run recorded under a reading of before 2026-12-06
-        // (jobcomp's times in the cluster's zone, PBS Pro's nodect) is read
+        // A record of a run recorded under a reading of before 2026-12-06 or
+        // 2026-12-07 (migrations 0049, 0056: jobcomp's times in the
+        // cluster's zone, PBS Pro's nodect, a select's chunks) is read
         // that way again, so that one sent or imported again is what it was
         // then (a replay, a revision), not a second run; a sacct record of
         // a run jobcomp recorded hours off is kept as a conflict.
@@ -627,7 +628,9 @@ impl Recorder {
     }
 
     /// The records among `pending` whose run may be recorded under a reading
-    /// of before 2026-12-06, and what to do with them (docs/rules.md):
+    /// of before 2026-12-06 (migration 0049) or 2026-12-07 (0056: a PBS
+    /// record read with `pbs_totals` or `torque_hosts` that reads otherwise
+    /// without), and what to do with them (docs/rules.md):
     /// - a jobcomp document (read with `jobcomp_utc`), a PBS record (read
     ///   with `pbs_hosts` or `torque_requests`) or a sacct record (read with
     ///   `slurm_totals`) of such a run is read as it was then: replaced;
@@ -881,7 +884,7 @@ impl Recorder {
 }
 
 /// What [`Recorder::earlier_readings`] found: records to read as they were
-/// read before 2026-12-06 (position, the record so read, it resolved), and
+/// read before 2026-12-06 or 2026-12-07 (position, the record so read, it resolved), and
 /// records refused for a run recorded so.
 #[derive(Default)]
 struct Earlier {

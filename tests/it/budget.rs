@@ -1172,7 +1172,8 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pbs-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
-    let hook = |job: Value, url: &str, on_unreachable: &str| {
+    // The hook with the PBS server's (and queues') default_chunk given.
+    let hook_on = |server: Value, job: Value, url: &str, on_unreachable: &str| {
         let cfg = dir.join(format!("hook-{on_unreachable}.json"));
         std::fs::write(
             &cfg,
@@ -1185,11 +1186,13 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
             .env("PYTHONPATH", root.join("tests/pbs"))
             .env("FAKE_PBS_JOB", job.to_string())
             .env("FAKE_PBS_HOOK_CONFIG", &cfg)
+            .env("FAKE_PBS_SERVER", server.to_string())
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).trim().to_owned()
     };
+    let hook = |job: Value, url: &str, on_unreachable: &str| hook_on(serde_json::json!({}), job, url, on_unreachable);
     let url = format!("http://{addr}");
     let job = |project: &str, select: &str, walltime: &str| {
         serde_json::json!({"project": project, "queue": "batch",
@@ -1201,6 +1204,27 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
     assert_eq!(
         hook(job("BUDGET", "1:ncpus=40", "10:00:00"), &url, "allow"),
         "REJECT: hpc-ledger: project BUDGET may not start this job: the job may cost 4.00 but the project has 1.00 remaining"
+    );
+    // A chunk that names no ncpus gets the queue's default_chunk (else the
+    // server's) after the hook, and the job is charged for it
+    // (Resource_List.ncpus): quoted so. 40 cores for 10 hours: 4.00.
+    let whole = serde_json::json!({"default_chunk": {"ncpus": 1},
+                                   "queues": {"batch": {"default_chunk": {"ncpus": 40}}}});
+    assert_eq!(
+        hook_on(whole, job("BUDGET", "1:mpiprocs=40", "10:00:00"), &url, "allow"),
+        "REJECT: hpc-ledger: project BUDGET may not start this job: the job may cost 4.00 but the project has 1.00 remaining"
+    );
+    let server_only = serde_json::json!({"default_chunk": {"ncpus": 40}});
+    assert!(hook_on(server_only, job("BUDGET", "1:mpiprocs=40", "10:00:00"), &url, "allow").starts_with("REJECT:"));
+    // Written ncpus stand; without any default_chunk, 1 core: 0.10.
+    let ones = serde_json::json!({"queues": {"batch": {"default_chunk": {"ncpus": 40}}}});
+    assert_eq!(
+        hook_on(ones, job("BUDGET", "1:ncpus=1", "10:00:00"), &url, "allow"),
+        "ACCEPT"
+    );
+    assert_eq!(
+        hook(job("BUDGET", "1:mpiprocs=40", "10:00:00"), &url, "allow"),
+        "ACCEPT"
     );
     // The account is what PBS records charge (docs/pbs.md): checked before
     // the PBS Pro project.

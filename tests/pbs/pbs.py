@@ -4,7 +4,9 @@ contrib/pbs/hpc_ledger_queuejob.py outside PBS (tests/it/budget.rs).
 The job comes from the environment: FAKE_PBS_JOB is a JSON object with
 `project`, `Account_Name`, `queue` and `Resource_List` (a dict). accept()
 prints ACCEPT, reject(msg) prints REJECT: msg; both end the hook, as PBS's
-do (PBS raises SystemExit).
+do (PBS raises SystemExit). FAKE_PBS_SERVER (optional) is the server's
+`default_chunk` and `default_queue` and its queues' `default_chunk`:
+{"default_chunk": {...}, "default_queue": "q", "queues": {"q": {...}}}.
 """
 
 import json
@@ -21,8 +23,26 @@ class _Resources(dict):
 
 
 class _Queue:
-    def __init__(self, name):
+    def __init__(self, name, default_chunk=None):
         self.name = name
+        self.default_chunk = _Resources(default_chunk) if default_chunk is not None else None
+
+
+class _Server:
+    def __init__(self, spec):
+        self.default_chunk = _Resources(spec["default_chunk"]) if "default_chunk" in spec else None
+        self.default_queue = spec.get("default_queue")
+        self._queues = spec.get("queues", {})
+
+    def queue(self, name):
+        return _Queue(name, self._queues.get(name, {}).get("default_chunk"))
+
+
+_SERVER = _Server(json.loads(os.environ.get("FAKE_PBS_SERVER", "{}")))
+
+
+def server():
+    return _SERVER
 
 
 class _Job:
