@@ -537,8 +537,13 @@ impl SacctJsonParser {
             return Ok(Item::Skip(Skip::NotEnded));
         };
         let alloc = tres_string(job.pointer("/tres/allocated"), "tres.allocated")?;
-        // Cancelled before it ran: no allocation (sacct --parsable2 shows Start = End).
-        if !alloc.split(',').any(|p| p.starts_with("cpu=")) && start == end {
+        // Cancelled before it ran: no allocation, and Start = End or no node
+        // assigned (as the parsable reader: `NodeList` `None assigned`).
+        let unassigned = job
+            .get("nodes")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|n| n.trim() == "None assigned");
+        if !alloc.split(',').any(|p| p.starts_with("cpu=")) && (start == end || unassigned) {
             return Ok(Item::Skip(Skip::NeverStarted));
         }
         if !state_word.is_empty() && !ENDED.contains(&state_word.as_str()) && !resizing {
@@ -681,6 +686,19 @@ mod tests {
         // Job 12 was cancelled before it ran.
         assert_eq!(
             items.iter().filter(|i| **i == Item::Skip(Skip::NeverStarted)).count(),
+            1
+        );
+        // The same with a start before its end, on no node and holding
+        // nothing: never started, as a parsable line on `None assigned`
+        // nodes (it was an error).
+        let started = lab().replacen(r#""start": null"#, r#""start": 1796028490"#, 1);
+        assert_ne!(started, lab());
+        assert_eq!(
+            read_all(&started)
+                .unwrap()
+                .iter()
+                .filter(|i| **i == Item::Skip(Skip::NeverStarted))
+                .count(),
             1
         );
         let at = |s: i64| Stamp::At(DateTime::from_timestamp(s, 0).unwrap());
