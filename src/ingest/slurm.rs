@@ -156,8 +156,9 @@ fn missing(value: &str) -> bool {
     matches!(value.trim(), "" | "Unknown" | "None" | "N/A")
 }
 
-/// A sacct time: local `YYYY-MM-DDTHH:MM:SS`, or epoch seconds
-/// (`SLURM_TIME_FORMAT=%s`, which no daylight-saving change can make ambiguous).
+/// A sacct time: local `YYYY-MM-DDTHH:MM:SS`, also with a blank for the `T`
+/// (`SLURM_TIME_FORMAT='%F %T'`), or epoch seconds (`SLURM_TIME_FORMAT=%s`,
+/// which no daylight-saving change can make ambiguous).
 fn time(field: &str, value: &str) -> Result<Stamp, String> {
     let v = value.trim();
     if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()) {
@@ -169,8 +170,16 @@ fn time(field: &str, value: &str) -> Result<Stamp, String> {
             .ok_or_else(|| format!("{field} {value:?} is out of range"));
     }
     local_time(v)
+        .or_else(|e| match v.split_once(' ') {
+            Some((day, clock)) if day.len() == 10 && !clock.contains(' ') => local_time(&format!("{day}T{clock}")),
+            _ => Err(e),
+        })
         .map(Stamp::Local)
-        .map_err(|_| format!("{field} {value:?} is not a time (expected YYYY-MM-DDTHH:MM:SS or epoch seconds)"))
+        .map_err(|_| {
+            format!(
+                "{field} {value:?} is not a time (expected YYYY-MM-DDTHH:MM:SS, YYYY-MM-DD HH:MM:SS or epoch seconds)"
+            )
+        })
 }
 
 /// `NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S")` with the format
@@ -956,7 +965,10 @@ mod tests {
         );
         assert_eq!(
             bad_time[0],
-            Item::Bad("Start \"yesterday\" is not a time (expected YYYY-MM-DDTHH:MM:SS or epoch seconds)".into())
+            Item::Bad(
+                "Start \"yesterday\" is not a time (expected YYYY-MM-DDTHH:MM:SS, YYYY-MM-DD HH:MM:SS or epoch seconds)"
+                    .into()
+            )
         );
     }
 

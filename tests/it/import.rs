@@ -1468,6 +1468,87 @@ async fn sacct_json_and_sacct_parsable_charge_every_run_alike() {
     assert_eq!(entries(db.pool.clone()).await, entries(other.pool.clone()).await);
 }
 
+/// A real Slurm 22.05.8 run (tests/fixtures/accounting/slurm_2205_suspend_*):
+/// a job suspended 54 s of its 64, a job on its cores meanwhile, a
+/// heterogeneous job, a requeued-then-cancelled job and a throttled array,
+/// as jobcomp posted them, as `sacct --parsable2` and `sacct --json` print
+/// them (also with `SLURM_TIME_FORMAT='%F %T'`, once refused as "not a
+/// time"): each run charged once whichever way it comes first. The
+/// suspended job is charged from its start to its end, its suspended time
+/// included (docs/rules.md, R2: a known limit).
+#[tokio::test]
+async fn a_real_run_with_a_suspended_job_is_charged_once_whichever_way_it_comes() {
+    let db = crate::harness::TestDb::new().await;
+    // Two-core nodes at 36.00 a core-hour: a core-second is 0.01.
+    fixture_center_with(
+        &db.pool,
+        r#"
+[[cluster]]
+name = "rv3clu"
+scheduler = "slurm"
+time_zone = "UTC"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 2
+[cluster.queues]
+regular = "regular"
+one = "regular"
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2000-01-01
+core_hour = 36.00
+memory_per_core = "8GB"
+"#,
+    )
+    .await;
+    let import = |format: &str, name: &str| {
+        let path = crate::fixtures::stripped(name);
+        crate::harness::stdout(&db.cli(&["import", "--format", format, path.to_str().unwrap()]))
+    };
+    let out = import("jobcomp", "slurm_2205_suspend_jobcomp.jsonl");
+    assert!(out.contains("recorded:    9"), "{out}");
+    assert!(out.contains("rejected:    0"), "{out}");
+    for (format, name, runs) in [
+        ("slurm", "slurm_2205_suspend_sacct.txt", 9),
+        ("slurm", "slurm_2205_suspend_sacct_suspended_field.txt", 4),
+        ("slurm", "slurm_2205_time_format_space.txt", 2),
+        ("sacct-json", "slurm_2205_suspend_sacct.json", 9),
+    ] {
+        let out = import(format, name);
+        assert!(out.contains(&format!("replayed:    {runs}")), "{name}: {out}");
+        assert!(
+            out.contains("recorded:    0") && out.contains("rejected:    0"),
+            "{name}: {out}"
+        );
+    }
+    let charged: Vec<(String, String)> = sqlx::query_as(
+        "SELECT j.scheduler_job_id || coalesce('_' || j.array_index, ''), sum(e.amount)::text
+           FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+          GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let want = [
+        // 2 cores × 64 s: its 54 suspended seconds too (Elapsed says 10).
+        ("1", "1.28"),
+        ("2+0", "0.20"),
+        ("2+1", "0.20"),
+        ("4", "0.60"),
+        ("5", "0.08"),
+        ("6_1", "0.05"),
+        ("6_2", "0.05"),
+        ("6_3", "0.05"),
+        ("6_4", "0.05"),
+    ];
+    assert_eq!(
+        charged,
+        want.iter()
+            .map(|(j, a)| (j.to_string(), a.to_string()))
+            .collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test]
 async fn a_file_of_another_format_is_refused_at_once_and_nothing_is_kept() {
     let db = fixture_db().await;
