@@ -82,7 +82,7 @@ pub fn overview(o: &Overview) -> String {
             tbody {
                 @for r in &o.rows {
                     tr {
-                        td.code { a href={ "/ui/projects/" (seg(&r.code)) } { (r.code) } }
+                        td.code { a href={ "/ui/projects/" (seg(&r.code)) "?month=" (o.month) } { (r.code) } }
                         td { (r.name) } td { (r.pi) }
                         (amount(r.spend))
                         td {
@@ -98,9 +98,10 @@ pub fn overview(o: &Overview) -> String {
             }
         }
         div.pager {
-            @if o.page > 1 { a href={ "/ui?page=" (o.page - 1) } { "← previous" } }
+            // The month shown stays as the pages turn.
+            @if o.page > 1 { a href={ "/ui?month=" (o.month) "&page=" (o.page - 1) } { "← previous" } }
             span { "page " (o.page) " of " (o.pages) }
-            @if o.page < o.pages { a href={ "/ui?page=" (o.page + 1) } { "next →" } }
+            @if o.page < o.pages { a href={ "/ui?month=" (o.month) "&page=" (o.page + 1) } { "next →" } }
         }
     };
     page("Projects", &o.center, "the billing office", body)
@@ -195,12 +196,12 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
                     th.n { "Hours" } th { "State" } th.n { "Charged" }
                 } }
                 tbody { @for j in &p.jobs { tr {
-                    td { (j.ended_at.format("%Y-%m-%d %H:%M UTC")) }
+                    td { (s.local(j.ended_at).format("%Y-%m-%d %H:%M %Z")) }
                     td { (j.cluster) "/" (j.job_id) @if let Some(i) = j.array_index { "_" (i) }
                          @if j.kind != "original" { " (" (j.kind) ")" }
                          @if j.replaced { " (replaced)" } }
                     td { (j.user_name) } td { (j.node_type) } td.n { (j.cores) } td.n { (j.gpus) }
-                    td.n { ((Decimal::from((j.ended_at - j.started_at).num_seconds()) / Decimal::from(3600)).round_dp(2)) }
+                    td.n { (hours(Decimal::from((j.ended_at - j.started_at).num_seconds()) / Decimal::from(3600))) }
                     td { (j.state) }
                     @if let Some(m) = j.archived_in {
                         td.n { "archived (" (m.format("%Y-%m")) ")" }
@@ -230,4 +231,29 @@ pub fn not_found() -> String {
         html lang="en" { head { meta charset="utf-8"; title { "Not found" } } body { p { "Not found." } } }
     }
     .into_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The billing office's list keeps its month as the pages turn (the
+    /// pager's links named only the page, and the next page showed the
+    /// current month's spend under the same heading).
+    #[test]
+    fn the_project_list_keeps_its_month_across_pages() {
+        let o = Overview {
+            center: "C".into(),
+            currency: "USD".into(),
+            month: "2026-10".parse().unwrap(),
+            page: 2,
+            pages: 3,
+            projects: 120,
+            rows: Vec::new(),
+        };
+        let html = overview(&o);
+        assert!(html.contains("href=\"/ui?month=2026-10&amp;page=1\""), "{html}");
+        assert!(html.contains("href=\"/ui?month=2026-10&amp;page=3\""), "{html}");
+        assert!(html.contains("Spend 2026-10"), "{html}");
+    }
 }

@@ -99,16 +99,18 @@ fn bad_request(msg: String) -> Response {
         .into_response()
 }
 
+/// No script, no fetching of anything: every HTML the web view sends, its
+/// pages and its statements' HTML downloads.
+const CSP: &str =
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; frame-ancestors 'none'";
+
 /// Private, never cached; no script, no fetching of anything.
 fn html_headers() -> [(header::HeaderName, &'static str); 4] {
     [
         (header::CONTENT_TYPE, "text/html; charset=utf-8"),
         (header::CACHE_CONTROL, "no-store"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; frame-ancestors 'none'",
-        ),
+        (header::CONTENT_SECURITY_POLICY, CSP),
     ]
 }
 
@@ -300,6 +302,7 @@ pub(super) async fn statement(
             (header::CONTENT_DISPOSITION, disposition),
             (header::CACHE_CONTROL, "no-store".to_owned()),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+            (header::CONTENT_SECURITY_POLICY, CSP.to_owned()),
         ],
         body,
     )

@@ -225,8 +225,13 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
     let budget = &page.body[page.body.find("<table id=\"budget\">").unwrap()..];
     assert_eq!(amount_after(budget, "<tbody>"), balance.balance.allocated);
 
-    // Jobs, newest first, and the next page older than a given record.
+    // Jobs, newest first, and the next page older than a given record;
+    // when they ended, in the center's zone (its months are).
     let jobs = &page.body[page.body.find("<table id=\"jobs\">").unwrap()..];
+    assert!(
+        !jobs.contains(" UTC<") && (jobs.contains(" EST<") || jobs.contains(" EDT<")),
+        "{jobs}"
+    );
     let shown = jobs.matches("<tr>").count() - 1;
     let ids: Vec<i64> = sqlx::query_scalar(
         "SELECT r.id FROM job_record r JOIN project p ON p.id = r.project_id WHERE p.code = 'PAS1234' ORDER BY r.id DESC",
@@ -260,6 +265,12 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
     );
     assert_eq!(amount_after(&html.body, "id=\"total\""), october);
     assert!(html.body.contains("slow &lt;disk&gt;"), "escaped");
+    // A document opened from the downloads runs no script either.
+    assert!(
+        html.header("content-security-policy")
+            .unwrap()
+            .contains("default-src 'none'")
+    );
     let pdf = s.get("/ui/projects/PAS1234/statements/2026-10.pdf", Some(&token)).await;
     assert_eq!(pdf.header("content-type"), Some("application/pdf"));
     assert!(pdf.bytes.starts_with(b"%PDF-"));
@@ -290,6 +301,12 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
             "{code}"
         );
     }
+    // A project's page opens at the month listed.
+    assert!(
+        list.body.contains("href=\"/ui/projects/PAS1234?month=2026-11\""),
+        "{}",
+        list.body
+    );
     let row = &list.body[list.body.find(">PAS1234</a>").unwrap()..];
     let remaining = &row[row.find("every cluster").unwrap() - 60..];
     assert_eq!(amount_after(remaining, "<span"), balance.balance.remaining);
@@ -360,7 +377,7 @@ async fn links_to_a_code_with_spaces_and_slashes_lead_to_it_and_no_billing_crede
     let list = s.get("/ui", Some(&office)).await;
     assert_eq!(list.status, 200, "{}", list.body);
     let href = "/ui/projects/Lab%20A%2BB%2Fx%2Ey";
-    assert!(list.body.contains(&format!("href=\"{href}\"")), "{}", list.body);
+    assert!(list.body.contains(&format!("href=\"{href}?month=")), "{}", list.body);
     let page = s.get(href, Some(&office)).await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.body.contains("<h1>Lab A+B/x.y — Odd name</h1>"), "{}", page.body);
