@@ -9,7 +9,7 @@ use rust_decimal::Decimal;
 
 use super::{STYLE, chart, hours, money};
 use crate::domain::period::Month;
-use crate::service::statement::Status;
+use crate::service::statement::{Status, StorageBilling};
 use crate::service::web::{Overview, ProjectPage};
 
 const EXTRA: &str = r#"
@@ -58,6 +58,13 @@ fn page(title: &str, center: &str, who: &str, body: Markup) -> String {
         }
     }
     .into_string()
+}
+
+/// Users by amount, largest first (then by name), as the statement lists them.
+fn by_amount(users: &[crate::db::usage::UsageRow]) -> Vec<crate::db::usage::UsageRow> {
+    let mut users = users.to_vec();
+    users.sort_by(|a, b| b.amount.cmp(&a.amount).then_with(|| a.key.cmp(&b.key)));
+    users
 }
 
 fn amount(d: Decimal) -> Markup {
@@ -159,7 +166,11 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
         } }
         table.summary {
             tr { td { "Compute" } (amount(s.compute_total())) }
-            tr { td { "Storage" } (amount(s.storage_total())) }
+            tr { td { "Storage" @match &s.storage_billing {
+                StorageBilling::NotBilled => { " (not billed yet: this changes)" },
+                StorageBilling::Waived { .. } => { " (waived)" },
+                StorageBilling::Billed { .. } => {},
+            } } (amount(s.storage_total())) }
             @if !s.discounts.is_empty() { tr { td { "Discounts" } (amount(s.discounts_total())) } }
             @if !s.corrections.is_empty() { tr { td { "Corrections" } (amount(s.corrections_total())) } }
             tr.total { td { "Total " (s.currency) } td.n #total data-amount=(format!("{:.2}", s.total)) { (money(s.total)) } }
@@ -180,7 +191,8 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
         h2 { "Who used it" }
         table #users {
             thead { tr { th { "User" } th.n { "Jobs" } th.n { "Core-hours" } th.n { "GPU-hours" } th.n { "Amount" } } }
-            tbody { @for u in &p.details.users { tr {
+            // Largest amount first, as the statement document lists them.
+            tbody { @for u in &by_amount(&p.details.users) { tr {
                 td { (u.key) } td.n { (u.jobs) } td.n { (hours(u.core_hours)) } td.n { (hours(u.gpu_hours)) } (amount(u.amount))
             } } }
             tfoot { tr {
@@ -255,5 +267,28 @@ mod tests {
         assert!(html.contains("href=\"/ui?month=2026-10&amp;page=1\""), "{html}");
         assert!(html.contains("href=\"/ui?month=2026-10&amp;page=3\""), "{html}");
         assert!(html.contains("Spend 2026-10"), "{html}");
+    }
+
+    /// "Who used it" lists users as the statement does: largest amount
+    /// first, then by name (it listed them by name).
+    #[test]
+    fn users_are_listed_by_amount() {
+        let row = |key: &str, amount: &str| crate::db::usage::UsageRow {
+            project: "P".into(),
+            key: key.into(),
+            jobs: 1,
+            core_hours: Decimal::ONE,
+            gpu_hours: Decimal::ZERO,
+            tb_months: Decimal::ZERO,
+            amount: amount.parse().unwrap(),
+        };
+        let users = [
+            row("ada", "1.00"),
+            row("bob", "9.50"),
+            row("cy", "1.00"),
+            row("di", "2.00"),
+        ];
+        let keys: Vec<String> = by_amount(&users).into_iter().map(|u| u.key).collect();
+        assert_eq!(keys, ["bob", "di", "ada", "cy"]);
     }
 }

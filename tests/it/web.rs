@@ -199,6 +199,17 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
     assert_eq!(amount_after(&page.body, "id=\"chart-total\""), october);
     let users = &page.body[page.body.find("<table id=\"users\">").unwrap()..];
     assert_eq!(amount_after(users, "<tfoot>"), october);
+    // Largest amount first, as the statement lists them.
+    let rows = &users[..users.find("<tfoot>").unwrap()];
+    let amounts: Vec<Decimal> = rows
+        .split("data-amount=\"")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+        .collect();
+    assert!(
+        amounts.len() > 1 && amounts.windows(2).all(|w| w[0] >= w[1]),
+        "{amounts:?}"
+    );
     assert!(page.body.contains("statement No. "), "final: numbered");
     // Every month with its statement number and total, as closed.
     let statements: Vec<(i64, Decimal)> = sqlx::query_as(
@@ -225,6 +236,14 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
     let budget = &page.body[page.body.find("<table id=\"budget\">").unwrap()..];
     assert_eq!(amount_after(budget, "<tbody>"), balance.balance.allocated);
 
+    // This month's storage is not billed yet, and the page says so.
+    let now = s.get("/ui/projects/PAS1234", Some(&token)).await;
+    assert!(
+        now.body.contains("Storage (not billed yet: this changes)"),
+        "{}",
+        now.body
+    );
+    assert!(!page.body.contains("not billed yet"), "October is billed");
     // Jobs, newest first, and the next page older than a given record;
     // when they ended, in the center's zone (its months are).
     let jobs = &page.body[page.body.find("<table id=\"jobs\">").unwrap()..];
