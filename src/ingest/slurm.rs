@@ -93,11 +93,30 @@ struct Fields {
     index: HashMap<String, usize>,
 }
 
+/// Fields of free text, which sacct prints as written: a `|` in a job name
+/// is not escaped.
+const FREE_TEXT: &[&str] = &[
+    "jobname",
+    "comment",
+    "admincomment",
+    "systemcomment",
+    "submitline",
+    "workdir",
+];
+
 impl Fields {
     fn new(names: Vec<String>) -> Fields {
         let names: Vec<String> = names.into_iter().map(|n| n.trim().to_lowercase()).collect();
         let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         Fields { names, index }
+    }
+
+    /// The one field of free text is the last (as in Open XDMoD's layout,
+    /// `…|NodeList|JobName`): a line with more fields than these holds
+    /// delimiters in it, and its extra columns are that field's.
+    fn free_text_last(&self) -> bool {
+        self.names.last().is_some_and(|n| FREE_TEXT.contains(&n.as_str()))
+            && self.names.iter().filter(|n| FREE_TEXT.contains(&n.as_str())).count() == 1
     }
 }
 
@@ -511,6 +530,16 @@ impl Parser for SlurmParser {
         if cols.len() == fields.names.len() + 1 && cols.last() == Some(&"") {
             cols.pop();
         }
+        // A job name (the last field) with the delimiter in it: the rest of
+        // the line is the name (less `--parsable`'s delimiter at its end).
+        let n = fields.names.len();
+        if cols.len() > n && n > 0 && fields.free_text_last() {
+            let start = cols[n - 1].as_ptr() as usize - line.as_ptr() as usize;
+            let rest = &line[start..];
+            let rest = rest.strip_suffix(self.delimiter.as_str()).unwrap_or(rest);
+            cols.truncate(n - 1);
+            cols.push(rest);
+        }
         if cols.len() != fields.names.len() {
             return Some(Item::Bad(format!(
                 "{} fields where {} are expected (is the delimiter {:?} right?)",
@@ -744,6 +773,35 @@ mod tests {
     }
 
     const HEADER: &str = "JobID|JobIDRaw|Cluster|Partition|QOS|Account|Group|GID|User|UID|Submit|Eligible|Start|End|Elapsed|ExitCode|State|NNodes|NCPUS|ReqCPUS|ReqMem|ReqTRES|AllocTRES|Timelimit|NodeList|JobName";
+
+    /// sacct prints a job name as written, `|` and all (eth-cscs/firecrest-v2
+    /// issue 148, `crazy|name`): with the name the last field, as in Open
+    /// XDMoD's layout, the rest of the line is the name (it was "27 fields
+    /// where 26 are expected", the job kept uncharged). Not when another
+    /// free-text field comes before it: then which `|` is whose is unknown.
+    #[test]
+    fn a_job_name_with_the_delimiter_in_it_is_read_whole() {
+        // Real sacct output (tests/slurm/e2e.sh), its allocation and name changed.
+        let line = "10|10|ledgere2e|regular|normal|e2e0002|root|0|root|0|2026-11-30T12:58:13|2026-11-30T13:58:13|2026-11-30T12:58:13|2026-11-30T12:59:13|00:01:00|0:0|COMPLETED|1|1|1|128M|billing=1,cpu=1,mem=128M,node=1|billing=1,cpu=1,mem=128M,node=1|00:05:00|c01|crazy|name";
+        for (text, name) in [
+            (format!("{HEADER}\n{line}"), "crazy|name"),
+            (format!("{HEADER}|\n{line}|"), "crazy|name"),
+            (format!("{HEADER}\n{line}||x"), "crazy|name||x"),
+        ] {
+            let items = parse_all(&text, &ReadOptions::default());
+            assert_eq!(job(&items[0]).job_name, name, "{text}");
+            assert_eq!(job(&items[0]).cores, 1);
+        }
+        // JobName before NodeList: refused, as before.
+        let swapped = HEADER.replace("NodeList|JobName", "JobName|NodeList");
+        let line = line.replace("|c01|crazy|name", "|crazy|name|c01");
+        assert_eq!(
+            parse_all(&format!("{swapped}\n{line}"), &ReadOptions::default()),
+            vec![Item::Bad(
+                "27 fields where 26 are expected (is the delimiter \"|\" right?)".into()
+            )]
+        );
+    }
 
     #[test]
     fn a_job_cancelled_before_its_begin_time_never_started() {
