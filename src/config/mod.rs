@@ -730,6 +730,27 @@ impl Validator {
                 "must be 1 to 128 characters without control characters",
             );
         }
+        // Codes are matched ignoring case, lowered here (Unicode's rules, a
+        // final sigma and all) and by PostgreSQL's lower() (each character
+        // alone, to one character): a code the two lower differently would
+        // be listed but never found.
+        let alone: Option<String> = code
+            .chars()
+            .map(|c| {
+                let mut l = c.to_lowercase();
+                match (l.next(), l.next()) {
+                    (Some(one), None) => Some(one),
+                    _ => None,
+                }
+            })
+            .collect();
+        if alone.as_deref() != Some(code.to_lowercase().as_str()) {
+            self.bad(
+                format!("{key}.code"),
+                "holds a letter whose lower case depends on where it stands or takes two letters (a final Σ, \
+                 İ): project codes are matched ignoring case, and this one could not be found; write it otherwise",
+            );
+        }
         if p.name.len() > 500 {
             self.bad(format!("{key}.name"), "must be at most 500 characters");
         }
