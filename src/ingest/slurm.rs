@@ -532,8 +532,19 @@ impl Parser for SlurmParser {
         }
         // A job name (the last field) with the delimiter in it: the rest of
         // the line is the name (less `--parsable`'s delimiter at its end).
+        // Not when the rest looks like another record (two lines run
+        // together, a file that lost its last newline): as many columns
+        // again as half a record, or a time among them; that line stays
+        // malformed rather than one job swallowing the next.
         let n = fields.names.len();
-        if cols.len() > n && n > 0 && fields.free_text_last() {
+        let another_record = |extra: &[&str]| {
+            extra.len() * 2 >= n
+                || extra.iter().any(|c| {
+                    let c = c.trim();
+                    local_time(c).is_ok() || c.get(10..11) == Some(" ") && local_time(&c.replacen(' ', "T", 1)).is_ok()
+                })
+        };
+        if cols.len() > n && n > 0 && fields.free_text_last() && !another_record(&cols[n..]) {
             let start = cols[n - 1].as_ptr() as usize - line.as_ptr() as usize;
             let rest = &line[start..];
             let rest = rest.strip_suffix(self.delimiter.as_str()).unwrap_or(rest);
@@ -792,6 +803,18 @@ mod tests {
             assert_eq!(job(&items[0]).job_name, name, "{text}");
             assert_eq!(job(&items[0]).cores, 1);
         }
+        // Two records run together (the first lost its newline): not one
+        // job named after the next, which would be lost; kept as malformed.
+        let two = format!("{HEADER}\n{line}{}", line.replacen("10|10|", "11|11|", 1));
+        assert_eq!(
+            parse_all(&two, &ReadOptions::default()),
+            vec![Item::Bad(
+                "53 fields where 26 are expected (is the delimiter \"|\" right?)".into()
+            )]
+        );
+        // A name of a few parts with a time among them: likewise.
+        let timed = format!("{HEADER}\n{line}|2026-11-30T12:59:13");
+        assert!(matches!(&parse_all(&timed, &ReadOptions::default())[0], Item::Bad(_)));
         // JobName before NodeList: refused, as before.
         let swapped = HEADER.replace("NodeList|JobName", "JobName|NodeList");
         let line = line.replace("|c01|crazy|name", "|crazy|name|c01");
