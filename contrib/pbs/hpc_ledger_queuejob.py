@@ -59,6 +59,51 @@ def config():
 CHUNK = ("ncpus", "mem", "ngpus")
 
 
+def queue_name(job):
+    """The job's queue: its own, else the server's `default_queue`, where
+    PBS puts a job that names none (after this hook)."""
+    if job.queue is not None:
+        return job.queue.name
+    try:
+        queue = getattr(pbs.server(), "default_queue", None)
+    except Exception as e:  # noqa: BLE001 - a pbs module without it
+        pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: default_queue not read: %s" % e)
+        return None
+    return str(queue) if queue else None
+
+
+def holders(job):
+    """The server, then the job's queue: whose defaults PBS applies (the
+    queue's win)."""
+    found = []
+    try:
+        server = pbs.server()
+        found.append(server)
+        queue = queue_name(job)
+        if queue:
+            found.append(server.queue(queue))
+    except Exception as e:  # noqa: BLE001 - a pbs module without them: the configuration's
+        pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: the server's defaults not read: %s" % e)
+    return found
+
+
+def default_walltime(job):
+    """The walltime PBS gives a job that names none: its queue's
+    `resources_default.walltime`, else the server's."""
+    walltime = None
+    for holder in holders(job):
+        defaults = getattr(holder, "resources_default", None)
+        if defaults is None:
+            continue
+        try:
+            value = defaults["walltime"]
+        except Exception:  # noqa: BLE001 - not set
+            value = None
+        if value is not None:
+            walltime = value
+    return walltime
+
+
 def chunk_defaults(job, cfg):
     """What PBS gives a select chunk for each of CHUNK it does not name:
     the configuration's `default_chunk`, then the server's, then the job's
@@ -67,16 +112,7 @@ def chunk_defaults(job, cfg):
     for name, value in (cfg.get("default_chunk") or {}).items():
         if name in CHUNK and value is not None:
             fill[name] = str(value)
-    holders = []
-    try:
-        server = pbs.server()
-        holders.append(server)
-        queue = job.queue.name if job.queue is not None else getattr(server, "default_queue", None)
-        if queue:
-            holders.append(server.queue(str(queue)))
-    except Exception as e:  # noqa: BLE001 - a pbs module without them: the configuration's
-        pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: default_chunk not read: %s" % e)
-    for holder in holders:
+    for holder in holders(job):
         defaults = getattr(holder, "default_chunk", None)
         if defaults is None:
             continue
@@ -131,13 +167,16 @@ def main():
     project = job.Account_Name or job.project
     if not project:
         event.accept()
+    # What PBS gives a job that names no walltime or queue, after this hook.
     walltime = job.Resource_List["walltime"]
+    if walltime is None:
+        walltime = default_walltime(job)
     ask = {
         "project": str(project),
         "cluster": cfg["cluster"],
         "resources": resources(job, chunk_defaults(job, cfg)),
         "walltime": str(walltime) if walltime is not None else None,
-        "queue": job.queue.name if job.queue is not None else None,
+        "queue": queue_name(job),
     }
     request = urllib.request.Request(
         cfg["url"].rstrip("/") + "/check",

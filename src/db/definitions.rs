@@ -347,6 +347,43 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("storage_waiver", "storage_waiver_append_only", "hl_refuse_change", 'A'),
     ("storage_waiver", "storage_waiver_check", "hl_storage_waiver_check", 'A'),
     ("storage_waiver", "storage_waiver_no_truncate", "hl_refuse_change", 'A'),
+    (
+        "billing_run",
+        "billing_run_read_committed",
+        "hl_read_committed_only",
+        'A',
+    ),
+    ("closed_period", "closed_period_checks", "hl_close_checks", 'A'),
+    (
+        "closed_period",
+        "closed_period_read_committed",
+        "hl_read_committed_only",
+        'A',
+    ),
+    (
+        "ledger_entry",
+        "ledger_entry_read_committed",
+        "hl_read_committed_only",
+        'A',
+    ),
+    (
+        "storage_charge_segment",
+        "storage_charge_segment_open_month",
+        "hl_segments_open_month",
+        'A',
+    ),
+    (
+        "storage_charge_segment",
+        "storage_charge_segment_read_committed",
+        "hl_read_committed_only",
+        'A',
+    ),
+    (
+        "storage_quota",
+        "storage_quota_read_committed",
+        "hl_read_committed_only",
+        'A',
+    ),
 ];
 
 /// One `hl_*` function as the database has it.

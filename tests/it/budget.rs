@@ -1216,6 +1216,19 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
     );
     let server_only = serde_json::json!({"default_chunk": {"ncpus": 40}});
     assert!(hook_on(server_only, job("BUDGET", "1:mpiprocs=40", "10:00:00"), &url, "allow").starts_with("REJECT:"));
+    // A job naming no queue and no walltime gets the server's default queue
+    // and its default walltime after the hook (it was refused as "names
+    // neither a queue nor a node type", or for no wall time).
+    let bare = serde_json::json!({"project": "BUDGET", "Resource_List": {"select": "1:ncpus=40"}});
+    let defaults = serde_json::json!({"default_queue": "batch", "resources_default": {"walltime": "01:00:00"},
+                                      "queues": {"batch": {"resources_default": {"walltime": "10:00:00"}}}});
+    assert_eq!(
+        hook_on(defaults, bare.clone(), &url, "allow"),
+        "REJECT: hpc-ledger: project BUDGET may not start this job: the job may cost 4.00 but the project has 1.00 remaining"
+    );
+    let server_walltime = serde_json::json!({"default_queue": "batch", "resources_default": {"walltime": "00:30:00"}});
+    assert_eq!(hook_on(server_walltime, bare.clone(), &url, "allow"), "ACCEPT");
+    assert!(hook(bare, &url, "allow").starts_with("REJECT: hpc-ledger: the job cannot be priced"));
     // Written ncpus stand; without any default_chunk, 1 core: 0.10.
     let ones = serde_json::json!({"queues": {"batch": {"default_chunk": {"ncpus": 40}}}});
     assert_eq!(

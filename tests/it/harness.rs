@@ -280,15 +280,18 @@ pub async fn sample_billed_through(through: &str) -> TestDb {
 }
 
 /// Close `period` (first day, `YYYY-MM-01`) straight in SQL, as a fixture:
-/// earlier months with quotas never billed are waived, a storage billing run
-/// is recorded for it (none is posted), then the database's close procedure
-/// runs on the insert (migration 0018).
+/// earlier months with quotas never billed are waived, and its own storage
+/// too unless it was billed (a bare billing run does not bill a month with
+/// quotas, migration 0057), then the database's close procedure runs on the
+/// insert (migration 0018).
 pub async fn close_by_hand(pool: &PgPool, period: &str) {
     sqlx::raw_sql(&format!(
         "INSERT INTO storage_waiver (period, reason, author)
          SELECT m, 'test fixture', 't' FROM unnest(hl_unbilled_storage_months('{period}')) m;
-         INSERT INTO billing_run (kind, period, author, project_count, entry_count, total)
-         VALUES ('storage', '{period}', 't', 0, 0, 0) ON CONFLICT DO NOTHING;
+         INSERT INTO storage_waiver (period, reason, author)
+         SELECT '{period}', 'test fixture', 't'
+          WHERE NOT EXISTS (SELECT 1 FROM billing_run WHERE kind = 'storage' AND period = '{period}')
+            AND NOT EXISTS (SELECT 1 FROM storage_waiver WHERE period = '{period}');
          INSERT INTO closed_period (period, closed_by) VALUES ('{period}', 't')"
     ))
     .execute(pool)

@@ -344,9 +344,10 @@ async fn corrections_credit_back_at_most_what_was_charged() {
     assert!(audit(&db.pool).await.unwrap().clean());
 }
 
-/// A refund in full of entry `id`, posted in a transaction left open.
+/// A refund in full of entry `id`, posted in a transaction left open (READ
+/// COMMITTED, as every write to the ledger must be since migration 0057).
 async fn refund_in_full_uncommitted(pool: &PgPool, id: i64) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut refund = pool.begin().await.unwrap();
+    let mut refund = pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
     sqlx::query(
         "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
                                    quantity, unit_rate, amount_exact, amount, late, reason, charging_rules, author)
@@ -2171,4 +2172,98 @@ async fn a_statement_dates_in_the_centers_zone_and_a_closed_month_without_entrie
     ])))
     .unwrap();
     assert_eq!(json["status"], "closed_without_statement", "{json}");
+}
+
+/// A closed month stays closed against writes made by hand (migration 0057;
+/// a review reproduced each as a login of the ingest or billing role): no
+/// write in another isolation than READ COMMITTED (a REPEATABLE READ
+/// snapshot taken before a close posted into the month after it, breaking
+/// its seal for good), no storage segment added to a closed month's charge
+/// (its statement's TB-days changed, the seal holding), no close on a bare
+/// billing run that charged a project with a quota nothing, no close while
+/// posted jobs wait in `job_intake`.
+#[tokio::test]
+async fn a_closed_month_refuses_writes_made_by_hand() {
+    let db = crate::harness::sample_billed_through("2026-10").await;
+    ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
+    // Another isolation: refused before a row is looked at.
+    for (table, column) in [
+        ("ledger_entry", "period"),
+        ("closed_period", "period"),
+        ("storage_quota", "project_id"),
+        ("storage_charge_segment", "ledger_entry_id"),
+        ("billing_run", "period"),
+    ] {
+        let mut tx = db.pool.begin().await.unwrap();
+        sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let e = sqlx::raw_sql(&format!(
+            "INSERT INTO {table} ({column}) SELECT {column} FROM {table} WHERE false"
+        ))
+        .execute(&mut *tx)
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(&format!("a write to {table} needs READ COMMITTED isolation")),
+            "{table}: {e}"
+        );
+    }
+    // A segment more for a storage charge of closed October.
+    let (entry, first_day): (i64, chrono::NaiveDate) = sqlx::query_as(
+        "SELECT e.id, max(s.last_day) + 1 FROM ledger_entry e JOIN storage_charge_segment s ON s.ledger_entry_id = e.id
+          WHERE e.kind = 'storage' AND e.period = '2026-10-01' GROUP BY e.id ORDER BY e.id LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let e = sqlx::query(
+        "INSERT INTO storage_charge_segment (ledger_entry_id, first_day, last_day, days, quota_tb, tb_month_price)
+         VALUES ($1, $2, $2, 1, 500, 4.5)",
+    )
+    .bind(entry)
+    .bind(first_day)
+    .execute(&db.pool)
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(&format!(
+            "segments of ledger entry {entry} would be added to 2026-10, which is closed"
+        )),
+        "{e}"
+    );
+    // November: posted jobs waiting in the intake, then a billing run that
+    // charged nothing.
+    sqlx::query("INSERT INTO job_intake (document, exact) VALUES ('{}', NULL)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let close_november = || sqlx::raw_sql("INSERT INTO closed_period (period, closed_by) VALUES ('2026-11-01', 'x')");
+    let e = close_november().execute(&db.pool).await.unwrap_err().to_string();
+    assert!(
+        e.contains("cannot close 2026-11: job_intake holds 1 posted job(s) not recorded yet"),
+        "{e}"
+    );
+    sqlx::raw_sql("DELETE FROM job_intake").execute(&db.pool).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO billing_run (kind, period, author, project_count, entry_count, total)
+         VALUES ('storage', '2026-11-01', 'x', 0, 0, 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let e = close_november().execute(&db.pool).await.unwrap_err().to_string();
+    assert!(
+        e.contains("cannot close 2026-11: its storage billing charged nothing to project"),
+        "{e}"
+    );
+    let closed: i64 = sqlx::query_scalar("SELECT count(*) FROM closed_period WHERE period = '2026-11-01'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(closed, 0);
+    assert!(verify(&db.pool, None).await.unwrap().iter().all(|c| c.holds()));
 }

@@ -5,8 +5,9 @@ The job comes from the environment: FAKE_PBS_JOB is a JSON object with
 `project`, `Account_Name`, `queue` and `Resource_List` (a dict). accept()
 prints ACCEPT, reject(msg) prints REJECT: msg; both end the hook, as PBS's
 do (PBS raises SystemExit). FAKE_PBS_SERVER (optional) is the server's
-`default_chunk` and `default_queue` and its queues' `default_chunk`:
-{"default_chunk": {...}, "default_queue": "q", "queues": {"q": {...}}}.
+`default_chunk`, `resources_default` and `default_queue` and its queues'
+`default_chunk` and `resources_default`: {"default_chunk": {...},
+"resources_default": {...}, "default_queue": "q", "queues": {"q": {...}}}.
 """
 
 import json
@@ -23,19 +24,22 @@ class _Resources(dict):
 
 
 class _Queue:
-    def __init__(self, name, default_chunk=None):
+    def __init__(self, name, spec=None):
+        spec = spec or {}
         self.name = name
-        self.default_chunk = _Resources(default_chunk) if default_chunk is not None else None
+        self.default_chunk = _Resources(spec["default_chunk"]) if "default_chunk" in spec else None
+        self.resources_default = _Resources(spec["resources_default"]) if "resources_default" in spec else None
 
 
 class _Server:
     def __init__(self, spec):
         self.default_chunk = _Resources(spec["default_chunk"]) if "default_chunk" in spec else None
+        self.resources_default = _Resources(spec["resources_default"]) if "resources_default" in spec else None
         self.default_queue = spec.get("default_queue")
         self._queues = spec.get("queues", {})
 
     def queue(self, name):
-        return _Queue(name, self._queues.get(name, {}).get("default_chunk"))
+        return _Queue(name, self._queues.get(name))
 
 
 _SERVER = _Server(json.loads(os.environ.get("FAKE_PBS_SERVER", "{}")))
