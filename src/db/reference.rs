@@ -662,6 +662,15 @@ pub async fn load_projects(conn: &mut PgConnection, codes: &[String]) -> Result<
     .await
 }
 
+/// `codes` as this database lowers them (`lower()`, by its character type:
+/// a C one, as the embedded database's, lowers ASCII letters only).
+pub async fn lowered(conn: &mut PgConnection, codes: &[String]) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT lower(c) FROM unnest($1::text[]) WITH ORDINALITY AS u(c, i) ORDER BY i")
+        .bind(codes)
+        .fetch_all(&mut *conn)
+        .await
+}
+
 /// Projects whose codes (ignoring case) are not among `codes`: how many, and
 /// the first few codes, in code order.
 pub async fn projects_not_in(conn: &mut PgConnection, codes: &[String]) -> Result<(i64, Vec<String>), sqlx::Error> {

@@ -677,6 +677,29 @@ async fn apply_projects(
     refused: &mut Vec<String>,
 ) -> Result<BTreeMap<String, ProjectId>, ApplyError> {
     let codes: Vec<String> = config.projects.iter().map(|p| p.code.clone()).collect();
+    // Codes are matched ignoring case, lowered here and by the database's
+    // `lower()`: a code the two lower differently (a non-ASCII capital in a
+    // database whose character type is C, as the embedded one's) could be
+    // added but never found (`config apply` stopped on it).
+    let lowered = reference::lowered(tx, &codes).await?;
+    let unmatched: Vec<String> = codes
+        .iter()
+        .zip(&lowered)
+        .filter(|(c, l)| c.to_lowercase() != **l)
+        .map(|(c, l)| {
+            format!(
+                "project {c:?}: this database lowers its code to {l:?}, not {:?} (its character type is not \
+                 Unicode's: the embedded database's is C, which lowers ASCII letters only); codes are matched \
+                 ignoring case, so it could not be found: write the code in lower case, or use a database with a \
+                 UTF-8 locale",
+                c.to_lowercase()
+            )
+        })
+        .collect();
+    if !unmatched.is_empty() {
+        refused.extend(unmatched);
+        return Err(ApplyError::Refused(std::mem::take(refused)));
+    }
     let names: Vec<String> = config.projects.iter().map(|p| p.name.clone()).collect();
     let pis: Vec<String> = config.projects.iter().map(|p| p.pi.clone()).collect();
     let (added, updated) = reference::upsert_projects(tx, &codes, &names, &pis).await?;

@@ -308,3 +308,64 @@ async fn a_project_missing_from_the_file_is_kept_and_reported() {
         .unwrap();
     assert_eq!(kept, 1);
 }
+
+/// The embedded database's character type is C (`initdb --no-locale`),
+/// whose `lower()` lowers ASCII letters only: a project code with another
+/// capital (`ÄRZTE1`) was added and then never found (`config apply`
+/// stopped on a panic). Refused now, saying why; the same code in lower
+/// case is matched.
+#[tokio::test]
+async fn a_code_the_database_lowers_otherwise_is_refused() {
+    let name = format!("hl_t_ctype_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(&crate::harness::url_for("postgres"))
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!(
+        "CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_CTYPE 'C' LC_COLLATE 'C'"
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let url = crate::harness::url_for(&name);
+    let env = [("DATABASE_URL", url.as_str())];
+    crate::harness::ok(&crate::harness::cli_with_env(&["db", "migrate"], &env, None));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(&name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |code: &str| {
+        let path = dir.join(format!("{}.toml", code.len()));
+        std::fs::write(
+            &path,
+            format!(
+                "[center]\nname = \"C\"\ncurrency = \"USD\"\ntime_zone = \"UTC\"\n[[project]]\ncode = \"{code}\"\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let capital = file("ÄRZTE1");
+    let o = crate::harness::cli_with_env(&["config", "apply", capital.to_str().unwrap()], &env, None);
+    assert_eq!(o.status.code(), Some(1), "{}", crate::harness::stderr(&o));
+    assert!(
+        crate::harness::stderr(&o).contains("project \"ÄRZTE1\": this database lowers its code to \"Ärzte1\""),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+    let lower = file("ärzte1x");
+    crate::harness::ok(&crate::harness::cli_with_env(
+        &["config", "apply", lower.to_str().unwrap()],
+        &env,
+        None,
+    ));
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let codes: Vec<String> = sqlx::query_scalar("SELECT code FROM project")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(codes, ["ärzte1x"]);
+    pool.close().await;
+    sqlx::raw_sql(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
