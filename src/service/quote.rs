@@ -170,7 +170,7 @@ pub async fn quote_in(
     } else {
         cluster.scheduler
     });
-    let request = match dialect {
+    let mut request = match dialect {
         Scheduler::Pbs => parse_pbs(&q.resources)?,
         Scheduler::Slurm => match parse_slurm(&q.resources) {
             Ok(r) => r,
@@ -210,6 +210,17 @@ pub async fn quote_in(
             }),
             at: q.at,
         })?;
+    // Without a node count, as many nodes as the cores need, and as the GPUs
+    // need on a node type that has them (`--gpus=4` on nodes of 2 spans two
+    // nodes, and is charged so; it was quoted on one).
+    if request.nodes.is_none()
+        && node_type.gpus_per_node > 0
+        && let GpuSpec::Total(g) = request.gpus
+        && g > 0
+    {
+        let by_cores = request.cores.div_ceil(card.period.value.cores_per_node.max(1)).max(1);
+        request.nodes = Some(by_cores.max(g.div_ceil(node_type.gpus_per_node)));
+    }
     let shape = request.shape(card.period.value.cores_per_node)?;
     let wall = match &q.walltime {
         Some(w) => match dialect {

@@ -1619,3 +1619,34 @@ async fn balances_summed_by_draw_day_equal_the_entries_for_every_window_and_surv
     let o = db.cli(&["audit", "--month", "2026-09"]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
+
+/// A GPU request without a node count is quoted on as many nodes as its
+/// GPUs need, as it is charged: `--gpus=4` on owens' GPU nodes (2 each)
+/// spans two whole nodes (R3), 56 cores × 10 h × 0.01 + 4 GPUs × 10 h ×
+/// 0.20 = 13.60; it was quoted on one node, 4 cores: 8.40.
+#[tokio::test]
+async fn a_gpu_request_is_quoted_on_the_nodes_its_gpus_need() {
+    let db = TestDb::with_example().await;
+    let quote = |resources: &str| {
+        let out = ok(&db.cli(&[
+            "quote",
+            "--cluster",
+            "owens",
+            "--resources",
+            resources,
+            "--walltime",
+            "10:00:00",
+            "--queue",
+            "gpu",
+            "--format",
+            "json",
+        ]));
+        let q: Value = serde_json::from_str(&out).unwrap();
+        q["total"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(quote("--gpus=4 -n 4"), "13.60");
+    // Two GPUs fit one node: 4 cores × 10 h × 0.01 + 2 × 10 × 0.20 = 4.40.
+    assert_eq!(quote("--gpus=2 -n 4"), "4.40");
+    // A node count given stands.
+    assert_eq!(quote("-N 1 --gpus=2 -n 4"), "4.40");
+}
