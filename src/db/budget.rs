@@ -114,6 +114,15 @@ pub async fn grant(conn: &mut PgConnection, id: AllocationId) -> Result<Option<G
     .await
 }
 
+/// The cluster an allocation entry is scoped to (`None`: every cluster).
+pub async fn cluster_of(conn: &mut PgConnection, id: AllocationId) -> Result<Option<ClusterId>, sqlx::Error> {
+    let c: Option<i64> = sqlx::query_scalar("SELECT cluster_id FROM allocation WHERE id = $1")
+        .bind(id.0)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(c.map(ClusterId))
+}
+
 /// What the database sums for a project's pool at `at` (`pool`: the
 /// cluster of scoped allocations, `None` for the general pool).
 pub async fn sums(

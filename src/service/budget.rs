@@ -194,6 +194,25 @@ pub async fn transfer(
             reason,
         };
         let out_id = bdb::insert_allocation(&mut tx, &out, author).await?;
+        // Only what the giving pool has not spent: the grant's own limit
+        // (the database's, under the grant's lock taken by the insert) let
+        // a project that had spent 80 of 100 give 50 away, and both spend
+        // it. Its pool after the transfer out, when the grant has begun.
+        let now = Utc::now();
+        if g_from <= now {
+            let cluster = bdb::cluster_of(&mut tx, from_grant).await?;
+            let left = Balance::new(now, bdb::sums(&mut tx, src, cluster, now).await?);
+            if left.remaining < Decimal::ZERO {
+                return invalid(format!(
+                    "{from} has {:.2} left unspent in that pool (allocated {:.2}, used {:.2}, held {:.2}): at most \
+                     that can be transferred",
+                    (left.remaining + amount).max(Decimal::ZERO),
+                    left.allocated + amount,
+                    left.used,
+                    left.held
+                ));
+            }
+        }
         let start = starting.unwrap_or_else(Utc::now).max(g_from);
         if let Some(u) = g_until.filter(|u| start >= *u) {
             return invalid(if Utc::now() >= u {
