@@ -253,13 +253,23 @@ pub fn run_key(input: &JobInput, catalog: &Catalog) -> Option<JobKey> {
     })
 }
 
-/// Slurm's name of an array task, `JOBID_INDEX` with digits on both sides
-/// (`123_4`, as `sacct` prints it and `job show` reads it): the array's job
-/// id and the task's index, as written.
-pub fn array_task_form(job_id: &str) -> Option<(&str, &str)> {
-    let (job, index) = job_id.split_once('_')?;
+/// The name of an array task: Slurm's `JOBID_INDEX` with digits on both
+/// sides (`123_4`, as `sacct` prints it and `job show` reads it), or PBS's
+/// `JOBID[INDEX]` with what follows it (`123[4].server`, a subjob's
+/// `$PBS_JOBID`): the array's job id as its records name it (`123`;
+/// `123[].server`, as the PBS reader names a subjob's array) and the task's
+/// index, as written.
+pub fn array_task_form(job_id: &str) -> Option<(std::borrow::Cow<'_, str>, &str)> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(job) && digits(index)).then_some((job, index))
+    if let Some((job, index)) = job_id.split_once('_')
+        && digits(job)
+        && digits(index)
+    {
+        return Some((std::borrow::Cow::Borrowed(job), index));
+    }
+    let (base, rest) = job_id.split_once('[')?;
+    let (index, after) = rest.split_once(']')?;
+    (digits(base) && digits(index)).then(|| (std::borrow::Cow::Owned(format!("{base}[]{after}")), index))
 }
 
 /// A job id and array index as given (`job record --job-id`, a JSON lines
@@ -267,7 +277,8 @@ pub fn array_task_form(job_id: &str) -> Option<(&str, &str)> {
 /// `sacct`'s are (docs/rules.md): a job id in Slurm's array task form
 /// `123_4` without an index is array task 4 of job 123, the run a `sacct`
 /// import of the same task records, so that the same task sent both ways is
-/// one run, charged once. `Ok(None)`: nothing to read otherwise. Refused: an
+/// one run, charged once; likewise a PBS subjob's `123[4].server` is job
+/// `123[].server`, index 4, as the PBS reader records it. `Ok(None)`: nothing to read otherwise. Refused: an
 /// array task form with an index given too (which is meant is not known),
 /// or an index past the ledger's range.
 pub fn split_array_task(job_id: &str, array_index: Option<u32>) -> Result<Option<(String, u32)>, String> {
@@ -281,7 +292,7 @@ pub fn split_array_task(job_id: &str, array_index: Option<u32>) -> Result<Option
         ));
     }
     match index.parse::<u32>() {
-        Ok(i) if i <= i32::MAX as u32 => Ok(Some((job.to_owned(), i))),
+        Ok(i) if i <= i32::MAX as u32 => Ok(Some((job.into_owned(), i))),
         _ => Err(format!(
             "the job id {job_id} names array task {index} of job {job}, an index out of range (at most {})",
             i32::MAX
@@ -294,13 +305,13 @@ pub fn split_array_task(job_id: &str, array_index: Option<u32>) -> Result<Option
 /// ([`split_array_task`]); anything else as written. Two records of the
 /// same task, one sent each way (or one recorded before 2026-12-07 as job
 /// `123_4`), name the same task.
-pub fn task_of(job_id: &str, array_index: Option<u32>) -> (&str, Option<u32>) {
+pub fn task_of(job_id: &str, array_index: Option<u32>) -> (std::borrow::Cow<'_, str>, Option<u32>) {
     match (array_task_form(job_id), array_index) {
         (Some((job, index)), None) => match index.parse::<u32>() {
             Ok(i) => (job, Some(i)),
-            Err(_) => (job_id, None),
+            Err(_) => (std::borrow::Cow::Borrowed(job_id), None),
         },
-        _ => (job_id, array_index),
+        _ => (std::borrow::Cow::Borrowed(job_id), array_index),
     }
 }
 
@@ -323,15 +334,25 @@ pub fn read_array_task(input: &JobInput) -> Result<Option<JobInput>, Rejection> 
 
 /// An array task's record as it was recorded before 2026-12-07 when its
 /// task was named in its job id (`job record --job-id 123_4`, a JSON lines
-/// `"job_id": "123_4"`): job id `123_4`, no index. `None` for a record that
-/// is not an array task with a job id of digits.
+/// `"job_id": "123_4"`): job id `123_4`, no index; a PBS subjob
+/// (`123[].server`, index 4) as `123[4].server`. `None` for a record that
+/// is not an array task with a job id of digits (or PBS's `123[]…`).
 pub fn array_task_as_before(input: &JobInput) -> Option<JobInput> {
     let index = input.array_index?;
-    if input.job_id.is_empty() || !input.job_id.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let job_id = if digits(&input.job_id) {
+        format!("{}_{index}", input.job_id)
+    } else {
+        // A PBS subjob (`123[].server`, index 4) as its `$PBS_JOBID` names
+        // it: `123[4].server`.
+        let (base, after) = input.job_id.split_once("[]")?;
+        if !digits(base) {
+            return None;
+        }
+        format!("{base}[{index}]{after}")
+    };
     Some(JobInput {
-        job_id: format!("{}_{index}", input.job_id),
+        job_id,
         array_index: None,
         ..input.clone()
     })

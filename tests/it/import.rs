@@ -1549,6 +1549,69 @@ memory_per_core = "8GB"
     );
 }
 
+/// A PBS array subjob named as its `$PBS_JOBID` (`161299[389].server`, what
+/// an epilogue or a queuejob hook gives `job record`, `hold` and `check`)
+/// is the subjob the PBS reader records from the accounting log: job
+/// `161299[].server`, index 389. It was another run, charged a second time
+/// (real TORQUE record, hnormalise's tests).
+#[tokio::test]
+async fn a_pbs_subjob_named_by_its_pbs_jobid_is_the_subjob_of_the_log() {
+    let db = fixture_db().await;
+    import_fixture(&db, "hnormalise_torque_accounting.log", false).await;
+    let runs = || async {
+        sqlx::query_as::<_, (String, Option<i32>)>(
+            "SELECT scheduler_job_id, array_index FROM job WHERE scheduler_job_id LIKE '161299[%' ORDER BY 1, 2",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    let before = runs().await;
+    assert!(
+        before.contains(&("161299[].mymaster.somecluster.somedomain".to_owned(), Some(389))),
+        "{before:?}"
+    );
+    let entries = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM ledger_entry")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    let charged = entries().await;
+    // The epilogue's record of the same subjob: the same run, no new charge.
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "vsc",
+        "--job-id",
+        "161299[389].mymaster.somecluster.somedomain",
+        "--project",
+        "vsc40909",
+        "--user",
+        "vsc40909",
+        "--queue",
+        "short",
+        "--nodes",
+        "1",
+        "--cores",
+        "16",
+        "--start",
+        "2014-01-12T22:53:49Z",
+        "--end",
+        "2014-01-12T22:57:07Z",
+        "--state",
+        "E",
+        "--exit-code",
+        "0",
+    ]);
+    let out = crate::harness::stdout(&o);
+    assert!(!out.starts_with("recorded"), "{out}{}", crate::harness::stderr(&o));
+    assert!(out.contains("161299[].mymaster.somecluster.somedomain_389"), "{out}");
+    assert_eq!(runs().await, before);
+    assert_eq!(entries().await, charged);
+}
+
 #[tokio::test]
 async fn a_file_of_another_format_is_refused_at_once_and_nothing_is_kept() {
     let db = fixture_db().await;

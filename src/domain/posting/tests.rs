@@ -656,8 +656,11 @@ fn a_job_id_in_slurms_array_task_form_is_read_as_sacct_reads_it() {
         "_4",
         "300_4_5",
         "300_4.batch",
-        "123[4].pbs",
         "300_+4",
+        "123[].pbs",
+        "a[4].pbs",
+        "123[x].pbs",
+        "123[4",
     ] {
         assert_eq!(split(id, None), Ok(None), "{id}");
         assert_eq!(split(id, Some(1)), Ok(None), "{id}");
@@ -683,6 +686,28 @@ fn a_job_id_in_slurms_array_task_form_is_read_as_sacct_reads_it() {
         ..task
     };
     assert!(array_task_as_before(&named).is_none());
+
+    // PBS: a subjob's `$PBS_JOBID` (`123[4].server`) is the subjob the PBS
+    // reader records from the log: job `123[].server`, index 4.
+    assert_eq!(split("123[4].pbs", None), Ok(Some(("123[].pbs".to_owned(), 4))));
+    assert_eq!(split("123[4]", None), Ok(Some(("123[]".to_owned(), 4))));
+    assert!(
+        split("123[4].pbs", Some(4))
+            .unwrap_err()
+            .contains("give the array's job id (123[].pbs) with the task's index")
+    );
+    assert_eq!(
+        task_of("123[4].pbs", None),
+        (std::borrow::Cow::Borrowed("123[].pbs"), Some(4))
+    );
+    assert_eq!(task_of("123[].pbs", Some(4)), task_of("123[4].pbs", None));
+    let subjob = JobInput {
+        job_id: "123[].pbs".into(),
+        array_index: Some(4),
+        ..job()
+    };
+    let before = array_task_as_before(&subjob).unwrap();
+    assert_eq!((before.job_id.as_str(), before.array_index), ("123[4].pbs", None));
 }
 
 #[test]
