@@ -246,6 +246,16 @@ pub async fn lock_job(
     Ok(())
 }
 
+/// Serialise the holds of one project: each checks the balance the ones
+/// before it left (held until the transaction ends; after [`lock_job`]).
+pub async fn lock_project_holds(conn: &mut PgConnection, project: ProjectId) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('holds of project ' || $1::bigint, 17))")
+        .bind(project.0)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 /// A hold as stored, with what became of it at `at`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HoldRow {

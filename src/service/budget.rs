@@ -468,7 +468,7 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
     };
     // The check's own quote (an unbudgeted project's job is priced here).
     let cache = CatalogCache::default();
-    let (answer, quoted) = check_quoted(pool, &cache, job, Decimal::ZERO).await?;
+    let (_, quoted) = check_quoted(pool, &cache, job, Decimal::ZERO).await?;
     let q = match quoted {
         Some(q) => q,
         None => quote_for(pool, &cache, job).await?,
@@ -479,6 +479,15 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
         let p = project_id(&mut tx, &job.project).await?;
         let index = job.array_index.map(|i| i as i32);
         bdb::lock_job(&mut tx, cluster, job_id, index).await?;
+        // One hold of a project at a time, each checked against what the
+        // ones before it hold: twelve holds at once all read the balance
+        // before any was placed, and ten of 10.08 were allowed against 20.
+        // Checked as of now, once the lock is held: holds placed while this
+        // one waited were placed after the instant it was asked at.
+        bdb::lock_project_holds(&mut tx, p).await?;
+        let mut now_asked = job.clone();
+        now_asked.quote.at = now_asked.quote.at.max(Utc::now());
+        let (answer, _) = check_quoted(pool, &cache, &now_asked, Decimal::ZERO).await?;
         let now = Utc::now();
         if let Some(h) = bdb::open_hold(&mut tx, cluster, job_id, index, now).await?
             && h.project.eq_ignore_ascii_case(&job.project)

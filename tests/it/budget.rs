@@ -1670,3 +1670,55 @@ async fn a_gpu_request_is_quoted_on_the_nodes_its_gpus_need() {
     // A node count given stands.
     assert_eq!(quote("-N 1 --gpus=2 -n 4"), "4.40");
 }
+
+/// Holds placed at once (a burst of submissions, each hook asking) are each
+/// checked against the ones placed before them: 10.00 pays for two jobs of
+/// 4.20 (28 cores × 15 h at 0.01), so two of six are allowed. All six read
+/// the balance before any was placed, and all were allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_placed_at_once_are_each_checked_against_the_others() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "10.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "small award",
+    ]));
+    let holds: Vec<std::thread::JoinHandle<Value>> = (1..=6)
+        .map(|i| {
+            let url = db.url.clone();
+            std::thread::spawn(move || {
+                let o = crate::harness::cli_with_env(
+                    &[
+                        "hold",
+                        "--project",
+                        "P1",
+                        "--job-id",
+                        &format!("B{i}"),
+                        "--cluster",
+                        "c1",
+                        "--queue",
+                        "batch",
+                        "--resources",
+                        "-n 28",
+                        "--walltime",
+                        "15:00:00",
+                        "--format",
+                        "json",
+                    ],
+                    &[("DATABASE_URL", url.as_str())],
+                    None,
+                );
+                serde_json::from_str(&ok(&o)).unwrap()
+            })
+        })
+        .collect();
+    let answers: Vec<Value> = holds.into_iter().map(|h| h.join().unwrap()).collect();
+    let allowed = answers.iter().filter(|a| a["check"]["allowed"] == true).count();
+    assert_eq!(allowed, 2, "{answers:#?}");
+    assert!(answers.iter().all(|a| money(&a["amount"]) == "4.20"), "{answers:#?}");
+}
