@@ -364,14 +364,17 @@ pub async fn lock_sync(conn: &mut PgConnection, cluster: ClusterId) -> Result<bo
 }
 
 /// The accounts of a cluster whose last recorded change by `slurm sync` is
-/// a block: the only ones it may unblock (a block an administrator set by
-/// hand is not its to lift).
+/// a block, or an unblock that failed: the only ones it may unblock (a
+/// block an administrator set by hand is not its to lift). A block that
+/// failed counts: `sacctmgr` may have applied it and then failed or not
+/// answered in time (before, such an account stayed blocked for good, as
+/// if blocked by hand).
 pub async fn blocked_by_sync(conn: &mut PgConnection, cluster: ClusterId) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"SELECT account AS "account!" FROM (
-               SELECT DISTINCT ON (account) account, action FROM enforcement_action
-                WHERE cluster_id = $1 AND succeeded ORDER BY account, id DESC) x
-            WHERE action = 'block'"#,
+               SELECT DISTINCT ON (account) account, action, succeeded FROM enforcement_action
+                WHERE cluster_id = $1 ORDER BY account, id DESC) x
+            WHERE action = 'block' OR NOT succeeded"#,
         cluster as ClusterId
     )
     .fetch_all(&mut *conn)
@@ -398,12 +401,15 @@ pub struct Action<'a> {
     pub remaining: Decimal,
     pub succeeded: bool,
     pub output: &'a str,
+    /// For a block: the account's `GrpJobs` before it (`""`: none).
+    pub previous_grpjobs: &'a str,
 }
 
 pub async fn record_action(conn: &mut PgConnection, a: &Action<'_>, author: &str) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "INSERT INTO enforcement_action (cluster_id, project_id, account, action, command, remaining, succeeded, output, author)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO enforcement_action (cluster_id, project_id, account, action, command, remaining, succeeded, output,
+                                         author, previous_grpjobs)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         a.cluster as ClusterId,
         a.project as ProjectId,
         a.account,
@@ -412,11 +418,32 @@ pub async fn record_action(conn: &mut PgConnection, a: &Action<'_>, author: &str
         a.remaining,
         a.succeeded,
         a.output,
-        author
+        author,
+        a.previous_grpjobs
     )
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// The `GrpJobs` an account had before the last block `slurm sync` set on
+/// it, applied or not as far as it knows (`""`: none, or a block recorded
+/// before migration 0059).
+pub async fn grpjobs_before_block(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+    account: &str,
+) -> Result<String, sqlx::Error> {
+    let v: Option<String> = sqlx::query_scalar(
+        "SELECT previous_grpjobs FROM enforcement_action
+          WHERE cluster_id = $1 AND account = $2 AND action = 'block'
+          ORDER BY id DESC LIMIT 1",
+    )
+    .bind(cluster.0)
+    .bind(account)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(v.unwrap_or_default())
 }
 
 /// The alert thresholds, percent, ascending.

@@ -2,7 +2,8 @@
 //! its balance through `sacctmgr` (docs/budgets.md, docs/slurm.md). A
 //! project at or below the floor gets `GrpJobs=0`: its queued and new jobs
 //! stay pending (`AssocGrpJobsLimit` in `squeue`), running jobs are never
-//! killed; a project with money again gets `GrpJobs=-1`. The accounts'
+//! killed; a project with money again gets the `GrpJobs` it had before
+//! the block (kept with the block; `-1`, none, without one). The accounts'
 //! state is read first, so nothing changes when nothing must, and running
 //! it from cron every minute is safe; every change is recorded.
 
@@ -105,9 +106,13 @@ async fn run(sacctmgr: &PathBuf, args: &[String]) -> Result<(bool, String), Enfo
     Ok((out.status.success(), text.trim().chars().take(4000).collect()))
 }
 
-/// Slurm accounts on `cluster` and whether each is blocked (`GrpJobs=0` on
-/// its account association, the row with no user).
-async fn accounts(sacctmgr: &PathBuf, cluster: &str) -> Result<std::collections::HashMap<String, bool>, EnforceError> {
+/// Slurm accounts on `cluster`, whether each is blocked (`GrpJobs=0` on
+/// its account association, the row with no user), and its `GrpJobs` as
+/// shown (`""`: no limit).
+async fn accounts(
+    sacctmgr: &PathBuf,
+    cluster: &str,
+) -> Result<std::collections::HashMap<String, (bool, String)>, EnforceError> {
     // One argument per word, as a shell would split them (sacctmgr reads
     // `where cluster=X` as two).
     let args: Vec<String> = ["-n", "-P", "show", "assoc", "where"]
@@ -123,7 +128,8 @@ async fn accounts(sacctmgr: &PathBuf, cluster: &str) -> Result<std::collections:
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split('|').collect();
-            (f.len() >= 3 && f[1].is_empty() && !f[0].is_empty()).then(|| (f[0].to_owned(), f[2].trim() == "0"))
+            (f.len() >= 3 && f[1].is_empty() && !f[0].is_empty())
+                .then(|| (f[0].to_owned(), (f[2].trim() == "0", f[2].trim().to_owned())))
         })
         .collect())
 }
@@ -191,7 +197,7 @@ async fn sync_locked(
             report.projects += usize::from(balance.budgeted);
             let block = balance.budgeted && should_block(&balance, o.floor);
             report.blocked += usize::from(block);
-            let Some(action) = enforcement(block, current.get(&account).copied()) else {
+            let Some(action) = enforcement(block, current.get(&account).map(|(blocked, _)| *blocked)) else {
                 if balance.budgeted && !current.contains_key(&account) {
                     report.no_account.push(code);
                 }
@@ -201,6 +207,27 @@ async fn sync_locked(
                 report.blocked_by_hand.push(code);
                 continue;
             }
+            // A block keeps the account's limit before it; its unblock sets
+            // that limit again (`-1`: none), not none whatever it was.
+            let previous = match action {
+                Enforce::Block => current
+                    .get(&account)
+                    .map(|(_, g)| g.clone())
+                    .filter(|g| !g.is_empty() && g.len() <= 18 && g.bytes().all(|b| b.is_ascii_digit()))
+                    .unwrap_or_default(),
+                Enforce::Unblock => String::new(),
+            };
+            let value = match action {
+                Enforce::Block => "0".to_owned(),
+                Enforce::Unblock => {
+                    let before = bdb::grpjobs_before_block(&mut *conn, cluster_id, &account).await?;
+                    if before.is_empty() || before == "0" {
+                        "-1".to_owned()
+                    } else {
+                        before
+                    }
+                }
+            };
             let args: Vec<String> = vec![
                 "-i".into(),
                 "modify".into(),
@@ -209,13 +236,18 @@ async fn sync_locked(
                 format!("name={account}"),
                 format!("cluster={slurm_cluster}"),
                 "set".into(),
-                format!("GrpJobs={}", if action == Enforce::Block { "0" } else { "-1" }),
+                format!("GrpJobs={value}"),
             ];
             let command = format!("sacctmgr {}", args.join(" "));
             let (succeeded, output) = if o.dry_run {
                 (None, String::new())
             } else {
-                let (ok, out) = run(&o.sacctmgr, &args).await?;
+                // Recorded whatever came of it: a call that failed or did not
+                // answer may have changed the account all the same.
+                let (ok, out, failed) = match run(&o.sacctmgr, &args).await {
+                    Ok((ok, out)) => (ok, out, None),
+                    Err(e) => (false, e.to_string().chars().take(4000).collect(), Some(e)),
+                };
                 bdb::record_action(
                     &mut *conn,
                     &bdb::Action {
@@ -227,10 +259,14 @@ async fn sync_locked(
                         remaining: balance.remaining,
                         succeeded: ok,
                         output: &out,
+                        previous_grpjobs: &previous,
                     },
                     author,
                 )
                 .await?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
                 (Some(ok), out)
             };
             report.actions.push(SyncAction {

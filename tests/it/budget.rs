@@ -856,7 +856,10 @@ case "$#:$1:$2:$3:$4:$5:$6:$7:$8" in
   "8:-i:modify:account:where:name="*":cluster=c1:set:GrpJobs="*)
     acct=${{5#name=}}; v=${{8#GrpJobs=}}; [ "$v" = -1 ] && v=
     grep -q "^$acct|" "$state" || {{ echo "no such account $acct" >&2; exit 1; }}
-    sed -i "s/^$acct||.*/$acct||$v/" "$state"; echo " Modified account associations..." ;;
+    sed -i "s/^$acct||.*/$acct||$v/" "$state"
+    # Applied, then failed (an answer lost): when told to.
+    [ -f "{d}/fail" ] && {{ echo "lost the connection to slurmdbd" >&2; exit 1; }}
+    echo " Modified account associations..." ;;
   *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
 "#,
@@ -890,6 +893,9 @@ async fn slurm_sync_blocks_a_spent_project_and_unblocks_it_once_funded_changing_
         db.cli(&args)
     };
     let assoc = || std::fs::read_to_string(dir.join("assoc")).unwrap();
+    // p1 has a limit of its own, which its block keeps and its unblock sets
+    // again (it was lifted to none).
+    std::fs::write(dir.join("assoc"), "p1||25\np1|alice|\np2||\np2|bob|\nfree||\n").unwrap();
     // P1 gets 1.00 and spends 2.80 (28 cores × 10 h); P2 gets 100.00; FREE
     // has no allocation and is left alone.
     ok(&db.cli(&[
@@ -924,7 +930,7 @@ async fn slurm_sync_blocks_a_spent_project_and_unblocks_it_once_funded_changing_
     );
     assert_eq!(
         assoc(),
-        "p1||\np1|alice|\np2||\np2|bob|\nfree||\n",
+        "p1||25\np1|alice|\np2||\np2|bob|\nfree||\n",
         "a dry run changes nothing"
     );
     let o = ok(&sync(&[]));
@@ -946,7 +952,8 @@ async fn slurm_sync_blocks_a_spent_project_and_unblocks_it_once_funded_changing_
     ]));
     let o = ok(&sync(&[]));
     assert!(o.contains("unblock P1 (account p1, 8.20 remaining): ran"), "{o}");
-    assert!(assoc().starts_with("p1||\n"), "{}", assoc());
+    assert!(o.contains("set GrpJobs=25"), "{o}");
+    assert!(assoc().starts_with("p1||25\n"), "{}", assoc());
     // Every change is kept, with who, why and what it ran.
     let kept: Vec<(String, String, Decimal, bool)> =
         sqlx::query_as("SELECT account, action, remaining, succeeded FROM audit.enforcement_actions ORDER BY id")
@@ -966,6 +973,32 @@ async fn slurm_sync_blocks_a_spent_project_and_unblocks_it_once_funded_changing_
     );
     let calls = std::fs::read_to_string(dir.join("calls")).unwrap();
     assert_eq!(calls.lines().filter(|l| l.contains("modify")).count(), 2, "{calls}");
+    // A block sacctmgr applied and then failed to confirm is the sync's to
+    // lift (it was taken for one set by hand, and stayed for good).
+    record(&db, "S2", "P1", 28, "2026-11-02T00:00:00Z", 40);
+    std::fs::write(dir.join("fail"), "").unwrap();
+    let o = sync(&[]);
+    assert!(
+        stdout(&o).contains("block P1") || stderr(&o).contains("lost the connection"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(assoc().starts_with("p1||0\n"), "{}", assoc());
+    std::fs::remove_file(dir.join("fail")).unwrap();
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "20.00",
+        "--from",
+        "2026-11-01",
+        "--reason",
+        "second top-up",
+    ]));
+    let o = ok(&sync(&[]));
+    assert!(o.contains("unblock P1"), "{o}");
+    assert!(assoc().starts_with("p1||25\n"), "{}", assoc());
     // An account an administrator blocked by hand is not the sync's to lift.
     std::fs::write(dir.join("assoc"), "p1||\np2||0\n").unwrap();
     let o = ok(&sync(&[]));
