@@ -15,7 +15,7 @@
 UPDATE array_task_reading
    SET runs_before = true
  WHERE NOT runs_before
-   AND EXISTS (SELECT 1 FROM job WHERE scheduler_job_id ~ '^[0-9]+\[[0-9]+\]' AND array_index IS NULL);
+   AND EXISTS (SELECT 1 FROM job WHERE scheduler_job_id ~ '^[0-9]+\[[0-9]+\]');
 
 COMMENT ON TABLE array_task_reading IS
     'When job ids in an array task''s form (Slurm''s 123_4, and since migration 0058 PBS''s 123[4].server) began to be read as array tasks, and whether this ledger held runs recorded with such ids before (docs/recording.md).';

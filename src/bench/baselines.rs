@@ -265,7 +265,9 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
         // gives them (each key index is written at its right edge, as a
         // center's are, not split in the middle of its pages).
         let j = copies - k + 1;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        // READ COMMITTED, as every write to the ledger must be (migration
+        // 0057), whatever the server's default.
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN ISOLATION LEVEL READ COMMITTED").await?;
         let shift = format!("{} hours", 35 * 24 * k);
         sqlx::query(
             "INSERT INTO job (id, cluster_id, scheduler_job_id, array_index, submitted_at, started_at)

@@ -181,6 +181,28 @@ pub async fn transfer(
             return invalid("a transfer goes to another project");
         }
         let (g_from, g_until) = grant_of(&mut tx, src, from, from_grant).await?;
+        // Only what the giving pool has not spent: the grant's own limit
+        // (the database's) let a project that had spent 80 of 100 give 50
+        // away, and both spend it. Read before the transfer out (once a
+        // grant is given away whole its pool no longer starts with it, and
+        // what was spent from it drops out), under the project's lock, so
+        // that no other transfer or hold of it reads the same money.
+        bdb::lock_project_holds(&mut tx, src).await?;
+        let now = Utc::now();
+        if g_from <= now {
+            let cluster = bdb::cluster_of(&mut tx, from_grant).await?;
+            let left = Balance::new(now, bdb::sums(&mut tx, src, cluster, now).await?);
+            if amount > left.remaining {
+                return invalid(format!(
+                    "{from} has {:.2} left unspent in that pool (allocated {:.2}, used {:.2}, held {:.2}): at most \
+                     that can be transferred",
+                    left.remaining.max(Decimal::ZERO),
+                    left.allocated,
+                    left.used,
+                    left.held
+                ));
+            }
+        }
         let out = NewAllocation {
             project: src,
             kind: AllocationKind::TransferOut,
@@ -194,25 +216,6 @@ pub async fn transfer(
             reason,
         };
         let out_id = bdb::insert_allocation(&mut tx, &out, author).await?;
-        // Only what the giving pool has not spent: the grant's own limit
-        // (the database's, under the grant's lock taken by the insert) let
-        // a project that had spent 80 of 100 give 50 away, and both spend
-        // it. Its pool after the transfer out, when the grant has begun.
-        let now = Utc::now();
-        if g_from <= now {
-            let cluster = bdb::cluster_of(&mut tx, from_grant).await?;
-            let left = Balance::new(now, bdb::sums(&mut tx, src, cluster, now).await?);
-            if left.remaining < Decimal::ZERO {
-                return invalid(format!(
-                    "{from} has {:.2} left unspent in that pool (allocated {:.2}, used {:.2}, held {:.2}): at most \
-                     that can be transferred",
-                    (left.remaining + amount).max(Decimal::ZERO),
-                    left.allocated + amount,
-                    left.used,
-                    left.held
-                ));
-            }
-        }
         let start = starting.unwrap_or_else(Utc::now).max(g_from);
         if let Some(u) = g_until.filter(|u| start >= *u) {
             return invalid(if Utc::now() >= u {
@@ -393,9 +396,20 @@ async fn check_quoted(
     floor: Decimal,
 ) -> Result<(CheckAnswer, Option<Quote>), BudgetError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    let p = project_id(&mut conn, &job.project).await?;
-    if !bdb::ever_allocated(&mut conn, p, job.quote.at).await? {
-        let unbudgeted = Balance::new(job.quote.at, bdb::sums(&mut conn, p, None, job.quote.at).await?);
+    check_quoted_on(&mut conn, cache, job, floor).await
+}
+
+/// [`check_quoted`] on the caller's connection (a hold's, in its
+/// transaction, under its project's lock).
+async fn check_quoted_on(
+    conn: &mut PgConnection,
+    cache: &CatalogCache,
+    job: &JobRequest,
+    floor: Decimal,
+) -> Result<(CheckAnswer, Option<Quote>), BudgetError> {
+    let p = project_id(&mut *conn, &job.project).await?;
+    if !bdb::ever_allocated(&mut *conn, p, job.quote.at).await? {
+        let unbudgeted = Balance::new(job.quote.at, bdb::sums(&mut *conn, p, None, job.quote.at).await?);
         let answer = CheckAnswer {
             project: job.project.clone(),
             verdict: verdict(&unbudgeted, Decimal::ZERO, floor),
@@ -404,12 +418,12 @@ async fn check_quoted(
         };
         return Ok((answer, None));
     }
-    let q = quote_on(&mut conn, cache, job).await?;
-    let pool_cluster = bdb::pool_for(&mut conn, p, q.cluster_id, job.quote.at).await?;
-    let mut sums = bdb::sums(&mut conn, p, pool_cluster, job.quote.at).await?;
+    let q = quote_on(&mut *conn, cache, job).await?;
+    let pool_cluster = bdb::pool_for(&mut *conn, p, q.cluster_id, job.quote.at).await?;
+    let mut sums = bdb::sums(&mut *conn, p, pool_cluster, job.quote.at).await?;
     if let Some(id) = &job.job_id {
         let index = job.array_index.map(|i| i as i32);
-        if let Some(h) = bdb::open_hold(&mut conn, q.cluster_id, id, index, job.quote.at).await?
+        if let Some(h) = bdb::open_hold(&mut *conn, q.cluster_id, id, index, job.quote.at).await?
             && h.project.eq_ignore_ascii_case(&job.project)
         {
             sums.held -= h.amount;
@@ -423,11 +437,6 @@ async fn check_quoted(
         balance,
     };
     Ok((answer, Some(q)))
-}
-
-async fn quote_for(pool: &PgPool, cache: &CatalogCache, job: &JobRequest) -> Result<Quote, BudgetError> {
-    let mut conn = pool.acquire().await.map_err(DbError::from)?;
-    quote_on(&mut conn, cache, job).await
 }
 
 /// The job's quote for its project, on the caller's connection (a start
@@ -468,13 +477,11 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
     };
     // The check's own quote (an unbudgeted project's job is priced here).
     let cache = CatalogCache::default();
-    let (_, quoted) = check_quoted(pool, &cache, job, Decimal::ZERO).await?;
-    let q = match quoted {
-        Some(q) => q,
-        None => quote_for(pool, &cache, job).await?,
-    };
     let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = async {
+        // What it holds: the job's quote for its project (an unbudgeted
+        // project's job is priced too).
+        let q = quote_on(&mut tx, &cache, job).await?;
         let cluster = q.cluster_id;
         let p = project_id(&mut tx, &job.project).await?;
         let index = job.array_index.map(|i| i as i32);
@@ -487,7 +494,7 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
         bdb::lock_project_holds(&mut tx, p).await?;
         let mut now_asked = job.clone();
         now_asked.quote.at = now_asked.quote.at.max(Utc::now());
-        let (answer, _) = check_quoted(pool, &cache, &now_asked, Decimal::ZERO).await?;
+        let (answer, _) = check_quoted_on(&mut tx, &cache, &now_asked, Decimal::ZERO).await?;
         let now = Utc::now();
         if let Some(h) = bdb::open_hold(&mut tx, cluster, job_id, index, now).await?
             && h.project.eq_ignore_ascii_case(&job.project)

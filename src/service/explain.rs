@@ -61,16 +61,21 @@ impl std::str::FromStr for JobName {
         if cluster.is_empty() || job.is_empty() {
             return Err(bad());
         }
-        // A Slurm array task is JOBID_INDEX; PBS array ids (1234[7]) are job ids as recorded.
+        // A Slurm array task is JOBID_INDEX; a PBS subjob, as `$PBS_JOBID`
+        // names it (`1234[7].server`), is job `1234[].server`, index 7, as
+        // the PBS reader records it.
         let (job_id, array_index) = match job.rsplit_once('_') {
             Some((j, i)) if !j.is_empty() && !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) => {
-                (j, Some(i.parse::<i32>().map_err(|_| bad())?))
+                (j.to_owned(), Some(i.parse::<i32>().map_err(|_| bad())?))
             }
-            _ => (job, None),
+            _ => match crate::domain::posting::array_task_form(job) {
+                Some((j, i)) => (j.into_owned(), Some(i.parse::<i32>().map_err(|_| bad())?)),
+                None => (job.to_owned(), None),
+            },
         };
         Ok(JobName {
             cluster: cluster.to_owned(),
-            job_id: job_id.to_owned(),
+            job_id,
             array_index,
         })
     }

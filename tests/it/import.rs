@@ -1610,6 +1610,9 @@ async fn a_pbs_subjob_named_by_its_pbs_jobid_is_the_subjob_of_the_log() {
     assert!(out.contains("161299[].mymaster.somecluster.somedomain_389"), "{out}");
     assert_eq!(runs().await, before);
     assert_eq!(entries().await, charged);
+    // `job show` finds it by the same name.
+    let shown = crate::harness::ok(&db.cli(&["job", "show", "vsc/161299[389].mymaster.somecluster.somedomain"]));
+    assert!(shown.contains("161299[].mymaster.somecluster.somedomain"), "{shown}");
 }
 
 #[tokio::test]
