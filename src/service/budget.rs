@@ -189,9 +189,11 @@ pub async fn transfer(
         // that no other transfer or hold of it reads the same money.
         bdb::lock_project_holds(&mut tx, src).await?;
         let now = Utc::now();
+        let mut before_remaining = Decimal::ZERO;
         if g_from <= now {
             let cluster = bdb::cluster_of(&mut tx, from_grant).await?;
             let left = Balance::new(now, bdb::sums(&mut tx, src, cluster, now).await?);
+            before_remaining = left.remaining;
             if amount > left.remaining {
                 return invalid(format!(
                     "{from} has {:.2} left unspent in that pool (allocated {:.2}, used {:.2}, held {:.2}): at most \
@@ -216,6 +218,23 @@ pub async fn transfer(
             reason,
         };
         let out_id = bdb::insert_allocation(&mut tx, &out, author).await?;
+        // A pool counts from its earliest grant that still holds something:
+        // giving that grant away whole restarts the pool at the next one,
+        // and what was spent before drops out of its balance (money made).
+        // Its balance after must be what it was less what went.
+        if g_from <= now {
+            let cluster = bdb::cluster_of(&mut tx, from_grant).await?;
+            let after = Balance::new(now, bdb::sums(&mut tx, src, cluster, now).await?);
+            if after.remaining != before_remaining - amount {
+                return invalid(format!(
+                    "giving grant {from_grant} away whole would restart {from}'s pool at its next grant, and what \
+                     was spent before would drop out of its balance ({:.2} left after, instead of {:.2}): leave \
+                     something of the grant (transfer less)",
+                    after.remaining,
+                    before_remaining - amount
+                ));
+            }
+        }
         let start = starting.unwrap_or_else(Utc::now).max(g_from);
         if let Some(u) = g_until.filter(|u| start >= *u) {
             return invalid(if Utc::now() >= u {

@@ -137,8 +137,13 @@ pub async fn show_job(pool: &PgPool, name: &JobName, raw: bool) -> Result<JobRep
     if runs.is_empty()
         && let Some(i) = name.array_index
     {
-        // `run_2` may be a job id of its own rather than an array task.
-        let whole = format!("{}_{i}", name.job_id);
+        // `run_2` may be a job id of its own rather than an array task, and
+        // a PBS subjob recorded before 2026-12-07 under its `$PBS_JOBID`
+        // (`123[4].server`) is one.
+        let whole = match name.job_id.split_once("[]") {
+            Some((base, after)) => format!("{base}[{i}]{after}"),
+            None => format!("{}_{i}", name.job_id),
+        };
         runs = edb::runs(&mut conn, &cluster.name, &whole, None).await?;
         if !runs.is_empty() {
             name = JobName {

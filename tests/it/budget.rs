@@ -1774,3 +1774,56 @@ async fn holds_placed_at_once_are_each_checked_against_the_others() {
     assert_eq!(allowed, 2, "{answers:#?}");
     assert!(answers.iter().all(|a| money(&a["amount"]) == "4.20"), "{answers:#?}");
 }
+
+/// A pool counts from its earliest grant that still holds something: giving
+/// that grant away whole restarted the pool at the next grant, and what was
+/// spent before dropped out of the balance (a review found 1,996 made so).
+/// Refused; giving part of it stays possible.
+#[tokio::test]
+async fn giving_the_earliest_grant_away_whole_does_not_forget_what_was_spent() {
+    let db = db().await;
+    for (amount, from) in [("10.00", "2026-01-01"), ("10.00", "2026-11-15")] {
+        ok(&db.cli(&[
+            "alloc",
+            "grant",
+            "P1",
+            amount,
+            "--from",
+            from,
+            "--reason",
+            &format!("award from {from}"),
+        ]));
+    }
+    // 28 cores × 10 h in October: 2.80 spent from the first grant's pool.
+    record(&db, "E1", "P1", 28, "2026-10-01T00:00:00Z", 10);
+    let now = Utc::now().to_rfc3339();
+    assert_eq!(money(&balance(&db, "P1", &now)["remaining"]), "17.20");
+    let list = json(&db.cli(&["alloc", "list", "--project", "P1", "--format", "json"]));
+    let first = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["reason"] == "award from 2026-01-01")
+        .unwrap()["id"]
+        .as_i64()
+        .unwrap()
+        .to_string();
+    let transfer = |amount: &str| {
+        db.cli(&[
+            "alloc", "transfer", "P1", "P2", amount, "--grant", &first, "--reason", "shared",
+        ])
+    };
+    let o = transfer("10.00");
+    assert!(
+        stderr(&o).contains(&format!(
+            "giving grant {first} away whole would restart P1's pool at its next grant"
+        )) && stderr(&o).contains("(10.00 left after, instead of 7.20)"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(money(&balance(&db, "P1", &now)["remaining"]), "17.20");
+    ok(&transfer("7.00"));
+    let now = Utc::now().to_rfc3339();
+    assert_eq!(money(&balance(&db, "P1", &now)["remaining"]), "10.20");
+    assert_eq!(money(&balance(&db, "P2", &now)["allocated"]), "7.00");
+}

@@ -1613,6 +1613,20 @@ async fn a_pbs_subjob_named_by_its_pbs_jobid_is_the_subjob_of_the_log() {
     // `job show` finds it by the same name.
     let shown = crate::harness::ok(&db.cli(&["job", "show", "vsc/161299[389].mymaster.somecluster.somedomain"]));
     assert!(shown.contains("161299[].mymaster.somecluster.somedomain"), "{shown}");
+    // A run recorded before under the subjob's `$PBS_JOBID` is still found.
+    sqlx::query(
+        "INSERT INTO job (cluster_id, scheduler_job_id, submitted_at, started_at)
+         SELECT id, '4242[7].pbs01', now(), now() FROM cluster WHERE name = 'vsc'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let o = db.cli(&["job", "show", "vsc/4242[7].pbs01"]);
+    assert!(
+        !crate::harness::stderr(&o).contains("no run of job"),
+        "{}",
+        crate::harness::stderr(&o)
+    );
 }
 
 #[tokio::test]
