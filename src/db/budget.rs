@@ -246,8 +246,9 @@ pub async fn lock_job(
     Ok(())
 }
 
-/// Serialise the holds of one project: each checks the balance the ones
-/// before it left (held until the transaction ends; after [`lock_job`]).
+/// Serialise the holds and transfers of one project: each checks the
+/// balance the ones before it left (held until the transaction ends; a hold
+/// takes it before [`lock_job`], a transfer before its grant's row).
 pub async fn lock_project_holds(conn: &mut PgConnection, project: ProjectId) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('holds of project ' || $1::bigint, 17))")
         .bind(project.0)

@@ -189,9 +189,15 @@ pub async fn transfer(
         // that no other transfer or hold of it reads the same money.
         bdb::lock_project_holds(&mut tx, src).await?;
         let now = Utc::now();
+        // The giving pool, once the grant has begun (a grant not begun has
+        // paid for nothing yet).
+        let pool = if g_from <= now {
+            Some(bdb::cluster_of(&mut tx, from_grant).await?)
+        } else {
+            None
+        };
         let mut before_remaining = Decimal::ZERO;
-        if g_from <= now {
-            let cluster = bdb::cluster_of(&mut tx, from_grant).await?;
+        if let Some(cluster) = pool {
             let left = Balance::new(now, bdb::sums(&mut tx, src, cluster, now).await?);
             before_remaining = left.remaining;
             if amount > left.remaining {
@@ -222,8 +228,7 @@ pub async fn transfer(
         // giving that grant away whole restarts the pool at the next one,
         // and what was spent before drops out of its balance (money made).
         // Its balance after must be what it was less what went.
-        if g_from <= now {
-            let cluster = bdb::cluster_of(&mut tx, from_grant).await?;
+        if let Some(cluster) = pool {
             let after = Balance::new(now, bdb::sums(&mut tx, src, cluster, now).await?);
             if after.remaining != before_remaining - amount {
                 return invalid(format!(
@@ -494,17 +499,10 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
     let Some(job_id) = job.job_id.as_deref() else {
         return invalid("a hold needs the job's id (--job-id)");
     };
-    // The check's own quote (an unbudgeted project's job is priced here).
     let cache = CatalogCache::default();
     let mut tx = crate::db::begin(pool).await.map_err(DbError::from)?;
     let result = async {
-        // What it holds: the job's quote for its project (an unbudgeted
-        // project's job is priced too).
-        let q = quote_on(&mut tx, &cache, job).await?;
-        let cluster = q.cluster_id;
         let p = project_id(&mut tx, &job.project).await?;
-        let index = job.array_index.map(|i| i as i32);
-        bdb::lock_job(&mut tx, cluster, job_id, index).await?;
         // One hold of a project at a time, each checked against what the
         // ones before it hold: twelve holds at once all read the balance
         // before any was placed, and ten of 10.08 were allowed against 20.
@@ -513,7 +511,16 @@ pub async fn hold(pool: &PgPool, job: &JobRequest, grace: TimeDelta, author: &st
         bdb::lock_project_holds(&mut tx, p).await?;
         let mut now_asked = job.clone();
         now_asked.quote.at = now_asked.quote.at.max(Utc::now());
-        let (answer, _) = check_quoted_on(&mut tx, &cache, &now_asked, Decimal::ZERO).await?;
+        let (answer, quoted) = check_quoted_on(&mut tx, &cache, &now_asked, Decimal::ZERO).await?;
+        // What it holds: the check's quote (an unbudgeted project's job is
+        // priced here).
+        let q = match quoted {
+            Some(q) => q,
+            None => quote_on(&mut tx, &cache, &now_asked).await?,
+        };
+        let cluster = q.cluster_id;
+        let index = job.array_index.map(|i| i as i32);
+        bdb::lock_job(&mut tx, cluster, job_id, index).await?;
         let now = Utc::now();
         if let Some(h) = bdb::open_hold(&mut tx, cluster, job_id, index, now).await?
             && h.project.eq_ignore_ascii_case(&job.project)

@@ -903,20 +903,11 @@ fn sized_otherwise_before(job: &Submission) -> bool {
             return false;
         }
     }
-    let before = KeptOptions::new(job.source.options.before());
-    match crate::ingest::reread(
-        job.source.format,
-        &before,
-        &job.source.raw,
-        job.source.raw_bytes.as_deref(),
-    ) {
-        Ok(crate::ingest::Item::Job(old)) => (old.nodes, old.memory) != (job.input.nodes, job.input.memory),
-        _ => true,
-    }
+    sized_otherwise(job, Reading::SlurmTotals)
 }
 
-/// Whether a PBS record reads to another size (nodes, cores, memory, GPUs)
-/// without `reading` (one of 2026-12-07's), or does not read so at all.
+/// Whether a record reads to another size (nodes, cores, memory, GPUs)
+/// without `reading`, or does not read so at all.
 fn sized_otherwise(job: &Submission, reading: Reading) -> bool {
     let before = KeptOptions::new(reading.options_before(&job.source.options));
     match crate::ingest::reread(

@@ -279,6 +279,17 @@ pub async fn sample_billed_through(through: &str) -> TestDb {
     db
 }
 
+/// Sessions that begin from now on in this test database wait at most
+/// 200 ms for a lock (`lock_timeout`), as a center may set it.
+pub async fn lock_timeout_200ms(pool: &PgPool) {
+    sqlx::raw_sql(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '200ms'); END $$",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 /// Close `period` (first day, `YYYY-MM-01`) straight in SQL, as a fixture:
 /// earlier months with quotas never billed are waived, and its own storage
 /// too unless it was billed (a bare billing run does not bill a month with

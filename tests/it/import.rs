@@ -534,12 +534,7 @@ async fn import_jsonl(pool: &PgPool, name: &str, text: &str, supersede: bool) ->
 #[tokio::test]
 async fn a_job_the_database_cannot_take_now_does_not_stop_the_others() {
     let db = fixture_db().await;
-    sqlx::raw_sql(
-        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '200ms'); END $$",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    crate::harness::lock_timeout_200ms(&db.pool).await;
     // A writer holds job 500's run: inserted, not committed.
     let mut holder = db.pool.begin().await.unwrap();
     sqlx::query(

@@ -100,12 +100,7 @@ async fn job_record_from_an_epilogue() {
 #[tokio::test]
 async fn a_record_the_database_cannot_take_now_is_an_error_not_a_rejection() {
     let db = fixture_db().await;
-    sqlx::raw_sql(
-        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '200ms'); END $$",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    crate::harness::lock_timeout_200ms(&db.pool).await;
     let mut holder = db.pool.begin().await.unwrap();
     sqlx::raw_sql("LOCK TABLE ledger_entry IN SHARE MODE")
         .execute(&mut *holder)
