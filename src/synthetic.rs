@@ -45,8 +45,12 @@ pub fn write_sacct(mut w: impl Write, n: u64, first_id: u64) -> io::Result<()> {
         let start = format!("2026-10-{day:02}T{sh:02}:{sm:02}:{ss:02}");
         writeln!(
             w,
-            "{id}|{id}|owens|{partition}|normal|{p}|g|1000|u{u}|1000|{start}|{start}|{start}|2026-10-{day:02}T{eh:02}:{em:02}:{es:02}|00:00:00|0:0|COMPLETED|{nodes}|{cpus}|{cpus}|{mem_g}G|{tres}|{tres}|1-00:00:00|o0001|job{i}",
+            "{id}|{id}|owens|{partition}|normal|{p}|g|1000|u{u}|1000|{start}|{start}|{start}|2026-10-{day:02}T{eh:02}:{em:02}:{es:02}|{dh:02}:{dm:02}:{ds:02}|0:0|COMPLETED|{nodes}|{cpus}|{cpus}|{mem_g}G|{tres}|{tres}|1-00:00:00|o0001|job{i}",
             id = first_id + i,
+            // Elapsed: as long as it ran (October has no clock change).
+            dh = dur / 3600,
+            dm = dur / 60 % 60,
+            ds = dur % 60,
             p = projects[(x % 4) as usize],
             u = x % 500,
         )?;
@@ -251,6 +255,15 @@ pub fn write_bench_sacct(mut w: impl Write, jobs: std::ops::Range<u64>, projects
             String::new()
         };
         let tres = format!("billing={cpus},cpu={cpus}{gres},mem={mem_g}G,node={nodes}");
+        // Elapsed as Slurm prints it, between the instants its local times
+        // are read as (America/New_York; the earlier of a repeated hour):
+        // no suspension (a job over the autumn change ran an hour longer
+        // than its local times say).
+        let ran = |t| crate::domain::period::local_to_utc(t, chrono_tz::America::New_York).ok();
+        let elapsed = match (ran(start), ran(end)) {
+            (Some(s), Some(e)) => u64::try_from((e - s).num_seconds()).unwrap_or(dur),
+            _ => dur,
+        };
         let (start, end) = (start.format("%Y-%m-%dT%H:%M:%S"), end.format("%Y-%m-%dT%H:%M:%S"));
         writeln!(
             w,
@@ -258,9 +271,9 @@ pub fn write_bench_sacct(mut w: impl Write, jobs: std::ops::Range<u64>, projects
             raw = 100_000 + i,
             p = x % projects,
             u = x % 997,
-            eh = dur / 3600,
-            em = dur / 60 % 60,
-            es = dur % 60,
+            eh = elapsed / 3600,
+            em = elapsed / 60 % 60,
+            es = elapsed % 60,
         )?;
     }
     w.flush()

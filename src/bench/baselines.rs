@@ -286,12 +286,12 @@ pub async fn grow_ledger(pool: &PgPool, grow: u32) -> Result<()> {
             "INSERT INTO job_record (id, job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
                                      user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
                                      charge_fingerprint, content_fingerprint, source_format, source_ref, raw, read_options,
-                                     read_options_id, recorded_by)
+                                     read_options_id, recorded_by, suspended_seconds)
              OVERRIDING SYSTEM VALUE
              SELECT id + $1 * $2, job_id + $1 * $4, cluster_id, started_at - $3::interval, revision, kind, project_id,
                     node_type_id, queue, user_name, job_name, state, exit_code, ended_at - $3::interval, nodes, cores,
                     memory_bytes, gpus, charge_fingerprint, content_fingerprint, source_format, source_ref, raw,
-                    read_options, read_options_id, 'bench'
+                    read_options, read_options_id, 'bench', suspended_seconds
                FROM job_record WHERE id <= $2 ORDER BY id",
         )
         .bind(j)

@@ -90,9 +90,13 @@ fn render_job(r: &JobReport) -> String {
             );
             let _ = writeln!(
                 o,
-                "      ran {} → {}; state {}{}; user {}; from {} {}; recorded {} by {}",
+                "      ran {} → {}{}; state {}{}; user {}; from {} {}; recorded {} by {}",
                 t(rec.started_at),
                 t(rec.ended_at),
+                match rec.suspended_seconds {
+                    0 => String::new(),
+                    s => format!(", suspended {s} s of it (not charged)"),
+                },
                 if rec.state.is_empty() { "-" } else { &rec.state },
                 rec.exit_code
                     .as_ref()

@@ -90,6 +90,10 @@ pub struct RecordArgs {
     /// When it ended: decides its accounting month (same forms as --submit).
     #[arg(long)]
     end: Option<String>,
+    /// Seconds it was suspended between its start and its end (Slurm's
+    /// `Suspended`): not charged.
+    #[arg(long, value_name = "SECONDS")]
+    suspended_seconds: Option<u32>,
     /// The scheduler's final state, e.g. COMPLETED, TIMEOUT (kept; does not change the charge).
     #[arg(long)]
     state: Option<String>,
@@ -148,6 +152,7 @@ pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<Exit
             submit: time(&a.submit),
             start: time(&a.start),
             end: time(&a.end),
+            suspended_seconds: a.suspended_seconds,
             state: a.state.clone(),
             exit_code: a.exit_code.clone().map(Scalar::Text),
         };

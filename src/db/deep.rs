@@ -47,6 +47,8 @@ pub struct KeptRecord {
     /// an archived month's file (migration 0047): `raw` is then empty, and
     /// the text is read again from the file, if at all.
     pub archived_sha256: Option<String>,
+    /// Seconds suspended, not charged (migration 0060).
+    pub suspended_seconds: i32,
 }
 
 impl KeptRecord {
@@ -70,7 +72,8 @@ pub async fn records(conn: &mut PgConnection, after_id: i64, limit: i64) -> Resu
                   read_options::text AS read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
                   cores_per_node, archived_in,
                   (SELECT a.raw_sha256 FROM audit.archived_records a WHERE a.record_id = job_records.record_id)
-                      AS archived_sha256
+                      AS archived_sha256,
+                  suspended_seconds AS "suspended_seconds!"
              FROM audit.job_records
             WHERE record_id > $1
             ORDER BY record_id
@@ -97,7 +100,8 @@ pub async fn records_by_id(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<K
                   read_options::text AS read_options, coalesce(options_kept, false) AS "options_kept!", job_entries AS "job_entries!",
                   cores_per_node, archived_in,
                   (SELECT a.raw_sha256 FROM audit.archived_records a WHERE a.record_id = job_records.record_id)
-                      AS archived_sha256
+                      AS archived_sha256,
+                  suspended_seconds AS "suspended_seconds!"
              FROM audit.job_records
             WHERE record_id = ANY($1)"#,
         ids

@@ -59,6 +59,8 @@ pub struct RecordRow {
     pub exit_code: Option<String>,
     pub started_at: DateTime<Utc>,
     pub ended_at: DateTime<Utc>,
+    /// Seconds suspended between start and end: not charged (migration 0060).
+    pub suspended_seconds: i32,
     pub nodes: i32,
     pub cores: i32,
     pub memory_bytes: Option<i64>,
@@ -88,8 +90,8 @@ pub async fn records(conn: &mut PgConnection, jobs: &[JobId], raw: bool) -> Resu
         RecordRow,
         r#"SELECT r.id AS "id: JobRecordId", r.job_id AS "job: JobId", r.revision, r.kind, p.code AS project,
                   r.node_type_id AS "node_type_id: NodeTypeId", n.name AS node_type, r.queue, r.user_name,
-                  r.job_name, r.state, r.exit_code, r.started_at, r.ended_at, r.nodes, r.cores, r.memory_bytes,
-                  r.gpus, r.source_format, r.source_ref, r.recorded_at, r.recorded_by,
+                  r.job_name, r.state, r.exit_code, r.started_at, r.ended_at, r.suspended_seconds, r.nodes, r.cores,
+                  r.memory_bytes, r.gpus, r.source_format, r.source_ref, r.recorded_at, r.recorded_by,
                   CASE WHEN $2 AND a.period IS NULL THEN r.raw END AS raw, a.period AS "raw_archived_in?",
                   (SELECT f.file_name FROM archived_record_file f WHERE f.period = a.period) AS "raw_archived_to?"
              FROM job_record r

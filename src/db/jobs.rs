@@ -70,16 +70,25 @@ pub struct Readings {
     pub changed: Option<DateTime<Utc>>,
     pub array_tasks_before: bool,
     pub pbs_changed: Option<DateTime<Utc>>,
+    /// When Slurm's suspended time came to be read (migration 0060), if the
+    /// ledger held job records then.
+    pub suspension_changed: Option<DateTime<Utc>>,
 }
 
 impl Readings {
+    /// Whether any reading changed while the ledger held records: only
+    /// then can a run be recorded under an earlier one.
+    pub fn any(&self) -> bool {
+        self.changed.is_some() || self.pbs_changed.is_some() || self.suspension_changed.is_some()
+    }
+
     /// When the given reading reached this ledger, if it held records then:
     /// only runs of jobs that ended before can be recorded without it.
     pub fn changed(&self, reading: crate::ingest::Reading) -> Option<DateTime<Utc>> {
-        if reading.of_0056() {
-            self.pbs_changed
-        } else {
-            self.changed
+        match reading.of() {
+            crate::ingest::ReadingsOf::M0049 => self.changed,
+            crate::ingest::ReadingsOf::M0056 => self.pbs_changed,
+            crate::ingest::ReadingsOf::M0060 => self.suspension_changed,
         }
     }
 }
@@ -88,7 +97,8 @@ pub async fn readings(conn: &mut PgConnection) -> Result<Readings, sqlx::Error> 
     let r = sqlx::query!(
         r#"SELECT (SELECT migrated_at FROM reading_change WHERE records_before) AS changed,
                   coalesce((SELECT runs_before FROM array_task_reading), false) AS "array_tasks_before!",
-                  (SELECT migrated_at FROM pbs_reading_change WHERE records_before) AS pbs_changed"#
+                  (SELECT migrated_at FROM pbs_reading_change WHERE records_before) AS pbs_changed,
+                  (SELECT migrated_at FROM suspension_reading_change WHERE records_before) AS suspension_changed"#
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -96,6 +106,7 @@ pub async fn readings(conn: &mut PgConnection) -> Result<Readings, sqlx::Error> 
         changed: r.changed,
         array_tasks_before: r.array_tasks_before,
         pbs_changed: r.pbs_changed,
+        suspension_changed: r.suspension_changed,
     })
 }
 
@@ -118,9 +129,16 @@ pub struct ReadBefore<'a> {
 /// request), a sacct record without `slurm_totals` (no AllocNodes, a plain
 /// ReqMem per node). With `unless_charged`, a run whose charging record
 /// (its latest) has that charge fingerprint is not one: it is charged as
-/// the record reads now. Positions in `keys`; each key looked up by
+/// the record reads now. `slurm_suspended` (migration 0060) is looked for in
+/// a record of any format recorded before `suspension_changed` too: every
+/// export of a run charged it whole then (a jobcomp document, a sacct record
+/// without `Elapsed`). Positions in `keys`; each key looked up by
 /// `job_run_key`, as [`find`].
-pub async fn recorded_before(conn: &mut PgConnection, keys: &[ReadBefore<'_>]) -> Result<Vec<usize>, sqlx::Error> {
+pub async fn recorded_before(
+    conn: &mut PgConnection,
+    keys: &[ReadBefore<'_>],
+    suspension_changed: Option<DateTime<Utc>>,
+) -> Result<Vec<usize>, sqlx::Error> {
     let just: Vec<&JobKey> = keys.iter().map(|k| k.key).collect();
     let c = key_columns(&just);
     let formats: Vec<String> = keys.iter().map(|k| k.format.as_str().to_owned()).collect();
@@ -139,8 +157,10 @@ pub async fn recorded_before(conn: &mut PgConnection, keys: &[ReadBefore<'_>]) -
             WHERE EXISTS (
                   SELECT 1 FROM job_record r
                     LEFT JOIN record_read_options o ON o.id = r.read_options_id
-                   WHERE r.job_id = j.id AND r.source_format = u.source_format
-                     AND NOT coalesce((coalesce(o.options, r.read_options) ->> u.reading)::boolean, false))
+                   WHERE r.job_id = j.id
+                     AND ((r.source_format = u.source_format
+                           AND NOT coalesce((coalesce(o.options, r.read_options) ->> u.reading)::boolean, false))
+                          OR (u.reading = 'slurm_suspended' AND r.recorded_at < $8)))
               AND (u.charged IS NULL
                    OR (SELECT r.charge_fingerprint FROM job_record r WHERE r.job_id = j.id
                         ORDER BY r.revision DESC LIMIT 1) IS DISTINCT FROM u.charged)"#,
@@ -151,6 +171,7 @@ pub async fn recorded_before(conn: &mut PgConnection, keys: &[ReadBefore<'_>]) -
         &formats,
         &readings,
         &charged as &[Option<Vec<u8>>],
+        suspension_changed,
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -207,12 +228,13 @@ pub async fn records(conn: &mut PgConnection, jobs: &[JobId]) -> Result<Vec<(Job
                   r.kind AS "kind!", r.charge_fingerprint AS "charge_fingerprint!",
                   r.content_fingerprint AS "content_fingerprint!", r.ended_at AS "ended_at!", r.nodes AS "nodes!",
                   r.cores AS "cores!", r.memory_bytes, r.gpus AS "gpus!", r.queue,
-                  r.project_id AS "project_id!: ProjectId", r.node_type_id AS "node_type_id!: NodeTypeId"
+                  r.project_id AS "project_id!: ProjectId", r.node_type_id AS "node_type_id!: NodeTypeId",
+                  r.suspended_seconds AS "suspended_seconds!"
              FROM UNNEST($1::bigint[]) AS k(id)
             CROSS JOIN LATERAL (
                   SELECT r.job_id, r.id, j.submitted_at, r.revision, r.kind, r.charge_fingerprint,
                          r.content_fingerprint, r.ended_at, r.nodes, r.cores, r.memory_bytes, r.gpus, r.queue,
-                         r.project_id, r.node_type_id
+                         r.project_id, r.node_type_id, r.suspended_seconds
                     FROM job j JOIN job_record r ON r.job_id = j.id
                    WHERE j.id = k.id
                   OFFSET 0) r"#,
@@ -234,6 +256,7 @@ pub async fn records(conn: &mut PgConnection, jobs: &[JobId]) -> Result<Vec<(Job
                     content_fingerprint: fingerprint(r.content_fingerprint),
                     charge: ChargeFields {
                         ended_at: r.ended_at,
+                        suspended_seconds: r.suspended_seconds as u32,
                         nodes: r.nodes as u32,
                         cores: r.cores as u32,
                         memory: r.memory_bytes.map(|m| Bytes(m as u64)),
@@ -290,6 +313,10 @@ pub async fn insert_records(
         .map(|r| r.job_data.charge.memory.map(|m| m.0 as i64))
         .collect();
     let gpus: Vec<i32> = records.iter().map(|r| r.job_data.charge.gpus as i32).collect();
+    let suspended: Vec<i32> = records
+        .iter()
+        .map(|r| r.job_data.charge.suspended_seconds as i32)
+        .collect();
     let charge_fp: Vec<Vec<u8>> = records.iter().map(|r| r.job_data.charge_fingerprint.to_vec()).collect();
     let content_fp: Vec<Vec<u8>> = records
         .iter()
@@ -317,19 +344,20 @@ pub async fn insert_records(
            INSERT INTO job_record (job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
                                    user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
                                    charge_fingerprint, content_fingerprint, source_format, source_ref, raw, raw_bytes,
-                                   read_options_id, recorded_by)
+                                   read_options_id, recorded_by, suspended_seconds)
            SELECT u.job_id, u.cluster_id, u.started_at, u.revision, u.kind, u.project_id, u.node_type_id, u.queue,
                   u.user_name, u.job_name, u.state, u.exit_code, u.ended_at, u.nodes, u.cores, u.memory_bytes, u.gpus,
                   u.charge_fingerprint, u.content_fingerprint, u.source_format, u.source_ref, u.raw, u.raw_bytes,
-                  (SELECT o.ids FROM o)[u.options_at], $22
+                  (SELECT o.ids FROM o)[u.options_at], $22, u.suspended_seconds
              FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[],
                          $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
                          $12::text[], $13::timestamptz[], $14::int[], $15::int[], $16::bigint[],
                          $17::int[], $18::bytea[], $19::bytea[], $20::text[], $21::text[], $23::text[],
-                         $24::bytea[], $26::int[])
+                         $24::bytea[], $26::int[], $27::int[])
                   AS u(job_id, cluster_id, started_at, revision, kind, project_id, node_type_id, queue,
                        user_name, job_name, state, exit_code, ended_at, nodes, cores, memory_bytes, gpus,
-                       charge_fingerprint, content_fingerprint, source_format, source_ref, raw, raw_bytes, options_at)
+                       charge_fingerprint, content_fingerprint, source_format, source_ref, raw, raw_bytes, options_at,
+                       suspended_seconds)
            RETURNING job_id AS "job_id: JobId", revision, id AS "id: JobRecordId""#,
         &job,
         &cluster,
@@ -357,6 +385,7 @@ pub async fn insert_records(
         &raw_bytes as &[Option<&[u8]>],
         &distinct,
         &option_at,
+        &suspended,
     )
     .fetch_all(&mut *conn)
     .await?;

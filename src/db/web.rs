@@ -165,6 +165,8 @@ pub struct JobRow {
     pub gpus: i32,
     pub started_at: DateTime<Utc>,
     pub ended_at: DateTime<Utc>,
+    /// Seconds suspended between start and end: not charged.
+    pub suspended_seconds: i32,
     pub state: String,
     pub charged: Decimal,
     /// The month its charge was archived in (then `charged` is 0 here: the
@@ -185,7 +187,7 @@ pub async fn jobs(
         r#"SELECT r.id, c.name AS cluster, j.scheduler_job_id AS job_id, j.array_index, r.kind,
                   EXISTS (SELECT 1 FROM job_record l WHERE l.job_id = r.job_id AND l.revision > r.revision AND l.kind = 'supersede') AS "replaced!",
                   r.user_name,
-                  n.name AS node_type, r.cores, r.gpus, r.started_at, r.ended_at, r.state,
+                  n.name AS node_type, r.cores, r.gpus, r.started_at, r.ended_at, r.suspended_seconds, r.state,
                   coalesce((SELECT sum(e.amount) FROM ledger_entry e WHERE e.job_record_id = r.id AND e.kind = 'job'), 0)
                       AS "charged!",
                   (SELECT a.period FROM archived_charge a WHERE a.job_record_id = r.id) AS archived_in

@@ -213,7 +213,8 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
                          @if j.kind != "original" { " (" (j.kind) ")" }
                          @if j.replaced { " (replaced)" } }
                     td { (j.user_name) } td { (j.node_type) } td.n { (j.cores) } td.n { (j.gpus) }
-                    td.n { (hours(Decimal::from((j.ended_at - j.started_at).num_seconds()) / Decimal::from(3600))) }
+                    // The hours charged: its time suspended is not (R1).
+                    td.n { (hours(Decimal::from((j.ended_at - j.started_at).num_seconds() - i64::from(j.suspended_seconds)) / Decimal::from(3600))) }
                     td { (j.state) }
                     @if let Some(m) = j.archived_in {
                         td.n { "archived (" (m.format("%Y-%m")) ")" }

@@ -67,8 +67,47 @@ pub struct JobInput {
     pub submit: Option<Stamp>,
     pub start: Stamp,
     pub end: Stamp,
+    /// What the record says of the time it spent suspended between its
+    /// start and its end (`scontrol suspend`, `PreemptMode=SUSPEND`): that
+    /// time is not charged, its cores were free for other jobs meanwhile
+    /// (docs/rules.md R1).
+    pub suspension: Suspension,
     pub state: String,
     pub exit_code: Option<String>,
+}
+
+/// What a record says of the time its job was suspended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub enum Suspension {
+    /// Nothing: none is taken off (a jobcomp document, a PBS record, a JSON
+    /// line, `job record`, a sacct record without `Suspended` or `Elapsed`).
+    #[default]
+    Unsaid,
+    /// The seconds it was suspended (sacct's `Suspended`, `sacct --json`'s
+    /// `time.suspended`).
+    Seconds(u32),
+    /// The seconds it ran, suspension not counted (sacct's `Elapsed`): it
+    /// was suspended for what its end minus its start exceeds them by.
+    Ran(u32),
+}
+
+impl Suspension {
+    /// The seconds suspended of a run from `started_at` to `ended_at`
+    /// (docs/rules.md R1); `Err` when the record says it was suspended
+    /// longer than it ran.
+    pub fn seconds(self, started_at: DateTime<Utc>, ended_at: DateTime<Utc>) -> Result<u32, String> {
+        let ran = (ended_at - started_at).num_seconds();
+        match self {
+            Suspension::Unsaid => Ok(0),
+            Suspension::Seconds(s) if i64::from(s) > ran => Err(format!(
+                "it was suspended {s} s, longer than it ran from its start to its end ({ran} s)"
+            )),
+            Suspension::Seconds(s) => Ok(s),
+            // Elapsed at least its end minus its start: nothing suspended (a
+            // resized job's later part counts Elapsed from its first start).
+            Suspension::Ran(elapsed) => Ok(u32::try_from((ran - i64::from(elapsed)).max(0)).unwrap_or(u32::MAX)),
+        }
+    }
 }
 
 impl JobInput {
@@ -125,6 +164,8 @@ pub struct JobKey {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChargeFields {
     pub ended_at: DateTime<Utc>,
+    /// Seconds suspended: not charged (0 for a record that says none).
+    pub suspended_seconds: u32,
     pub nodes: u32,
     pub cores: u32,
     pub memory: Option<Bytes>,
@@ -370,8 +411,9 @@ pub fn held_as(input: &JobInput, catalog: &Catalog) -> Option<HeldAs> {
     let key = run_key(input, catalog)?;
     let center = catalog.center.as_ref()?;
     let cluster = catalog.cluster(input.cluster.as_deref()?)?;
-    let (_, ended_at, submitted_at) = instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()?;
-    let (_, content) = fingerprints(input, input.project.as_deref()?, ended_at);
+    let (started_at, ended_at, submitted_at) = instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()?;
+    let suspended = input.suspension.seconds(started_at, ended_at).ok()?;
+    let (_, content) = fingerprints(input, input.project.as_deref()?, ended_at, suspended);
     Some((key, content, submitted_at))
 }
 
@@ -428,6 +470,10 @@ fn resolve_priced(
             format!("it ends at {ended_at}, before it starts at {started_at}"),
         );
     }
+    let suspended_seconds = match input.suspension.seconds(started_at, ended_at) {
+        Ok(s) => s,
+        Err(e) => return reject(RejectKind::Invalid, e),
+    };
     if input.job_id.is_empty() || input.job_id.chars().count() > 256 || input.job_id.chars().any(char::is_control) {
         return reject(
             RejectKind::Invalid,
@@ -537,7 +583,8 @@ fn resolve_priced(
             ),
         })
     });
-    let wall_seconds = (ended_at - started_at).num_seconds();
+    // Its time suspended is not charged (R1): its cores were free for others.
+    let wall_seconds = (ended_at - started_at).num_seconds() - i64::from(suspended_seconds);
     validate(&shape, wall_seconds).map_err(|e| Rejection {
         kind: RejectKind::Invalid,
         reason: e.to_string(),
@@ -549,7 +596,7 @@ fn resolve_priced(
         kind: RejectKind::Invalid,
         reason: e.to_string(),
     })?;
-    let (charge_fingerprint, content_fingerprint) = fingerprints(input, code, ended_at);
+    let (charge_fingerprint, content_fingerprint) = fingerprints(input, code, ended_at, suspended_seconds);
     Ok(ResolvedJob {
         key: JobKey {
             cluster_id: cluster.id,
@@ -560,6 +607,7 @@ fn resolve_priced(
         submitted_at,
         charge: ChargeFields {
             ended_at,
+            suspended_seconds,
             nodes: shape.nodes,
             cores: shape.cores,
             memory: shape.memory,
@@ -597,8 +645,9 @@ fn truncate(s: &str, chars: usize) -> String {
 }
 
 /// Fingerprints of what the scheduler said (not of how today's rules read
-/// it): the fields that change the charge, and all of them.
-pub fn fingerprints(input: &JobInput, project: &str, ended_at: DateTime<Utc>) -> ([u8; 32], [u8; 32]) {
+/// it): the fields that change the charge, and all of them. `suspended`:
+/// the seconds suspended, as [`Suspension::seconds`] reads them.
+pub fn fingerprints(input: &JobInput, project: &str, ended_at: DateTime<Utc>, suspended: u32) -> ([u8; 32], [u8; 32]) {
     fn field(h: &mut Sha256, v: &str) {
         h.update((v.len() as u64).to_le_bytes());
         h.update(v.as_bytes());
@@ -616,6 +665,12 @@ pub fn fingerprints(input: &JobInput, project: &str, ended_at: DateTime<Utc>) ->
     field(&mut charge, input.queue.as_deref().unwrap_or("\u{0}"));
     field(&mut charge, input.node_type.as_deref().unwrap_or("\u{0}"));
     field(&mut charge, &project.to_lowercase());
+    // Only when it was suspended: every fingerprint of a job never
+    // suspended stays what it was before suspension was read.
+    if suspended > 0 {
+        field(&mut charge, "suspended");
+        field(&mut charge, &suspended.to_string());
+    }
     let charge: [u8; 32] = charge.finalize().into();
     let mut content = Sha256::new();
     content.update(charge);
@@ -721,6 +776,11 @@ fn differences(old: &ChargeFields, new: &ChargeFields) -> Vec<String> {
         }
     };
     diff("end", old.ended_at.to_string(), new.ended_at.to_string());
+    diff(
+        "suspended",
+        format!("{} s", old.suspended_seconds),
+        format!("{} s", new.suspended_seconds),
+    );
     diff("nodes", old.nodes.to_string(), new.nodes.to_string());
     diff("cores", old.cores.to_string(), new.cores.to_string());
     let mem = |m: Option<Bytes>| m.map_or("none".into(), |b| b.to_string());

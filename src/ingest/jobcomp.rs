@@ -297,6 +297,10 @@ pub fn read_document(doc: &Map<String, Value>, options: &ReadOptions) -> Result<
     };
     let owned = |key: &str| text(doc, key).map(str::to_owned);
     Ok(Item::Job(Box::new(JobInput {
+        // Its `elapsed` counts the time suspended too (Slurm 22.05.8,
+        // tests/fixtures/accounting/slurm_2205_suspend_jobcomp.jsonl): it says
+        // nothing of suspension.
+        suspension: crate::domain::posting::Suspension::Unsaid,
         cluster: owned("cluster").or_else(|| options.cluster.clone()),
         job_id,
         array_index,

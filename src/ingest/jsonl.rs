@@ -19,7 +19,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
-use crate::domain::posting::{JobInput, Stamp};
+use crate::domain::posting::{JobInput, Stamp, Suspension};
 use crate::domain::units::Bytes;
 
 /// A text or a number (job ids, exit codes, times, sizes).
@@ -108,6 +108,10 @@ pub struct JsonJob {
     pub start: Option<Scalar>,
     #[serde(default)]
     pub end: Option<Scalar>,
+    /// Seconds it was suspended between its start and its end: not charged
+    /// (docs/rules.md R1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_seconds: Option<u32>,
     #[serde(default)]
     pub state: Option<String>,
     #[serde(default)]
@@ -160,6 +164,7 @@ impl JsonJob {
             Some(Scalar::Text(s)) => Some(Bytes::parse(s, 1).map_err(|e| format!("memory: {e}"))?),
         };
         Ok(Item::Job(Box::new(JobInput {
+            suspension: self.suspended_seconds.map_or(Suspension::Unsaid, Suspension::Seconds),
             cluster: self.cluster,
             job_id,
             array_index: self.array_index,

@@ -148,6 +148,13 @@ pub struct ReadOptions {
     /// (migration 0056).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub torque_hosts: bool,
+    /// Slurm: the seconds a job was suspended are read (sacct's `Suspended`,
+    /// or its `Elapsed` short of `End` − `Start`; `sacct --json`'s
+    /// `time.suspended`) and not charged. Set for every record read since
+    /// 2026-12-07 (migration 0060); one read before was charged from its
+    /// start to its end and is read so again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slurm_suspended: bool,
     /// Set only in a rejection's options: the record is the last line of a
     /// `sacct` or PBS input that ended in the middle of it (no newline: a
     /// file cut short while it was written or copied). Read again it is
@@ -181,9 +188,9 @@ pub fn read_cut_short(p: &mut dyn Parser, text: &str, exact: Option<&[u8]>) -> O
     Some(Item::Bad(CUT_SHORT.into()))
 }
 
-/// A reading added on 2026-12-06 (migration 0049) or 2026-12-07 (migration
-/// 0056), by the read option that marks the records read with it: a record
-/// kept without it was read the earlier way.
+/// A reading added on 2026-12-06 (migration 0049) or 2026-12-07 (migrations
+/// 0056 and 0060), by the read option that marks the records read with it: a
+/// record kept without it was read the earlier way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reading {
     JobcompUtc,
@@ -192,6 +199,20 @@ pub enum Reading {
     SlurmTotals,
     PbsTotals,
     TorqueHosts,
+    SlurmSuspended,
+}
+
+/// The migration that brought a set of readings: each reached a ledger at
+/// its own instant (its cut-off table), and a record kept without one of a
+/// later set was read with every one of the sets before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ReadingsOf {
+    /// 2026-12-06: `reading_change`.
+    M0049,
+    /// 2026-12-07, PBS: `pbs_reading_change`.
+    M0056,
+    /// 2026-12-07, Slurm suspended time: `suspension_reading_change`.
+    M0060,
 }
 
 impl Reading {
@@ -204,32 +225,37 @@ impl Reading {
             Reading::SlurmTotals => "slurm_totals",
             Reading::PbsTotals => "pbs_totals",
             Reading::TorqueHosts => "torque_hosts",
+            Reading::SlurmSuspended => "slurm_suspended",
         }
     }
 
-    /// Whether it came with migration 0056 (2026-12-07), not 0049: its
-    /// records are looked for up to that migration's instant.
-    pub fn of_0056(self) -> bool {
-        matches!(self, Reading::PbsTotals | Reading::TorqueHosts)
+    /// The migration that brought it: its records are looked for up to
+    /// that migration's instant.
+    pub fn of(self) -> ReadingsOf {
+        match self {
+            Reading::PbsTotals | Reading::TorqueHosts => ReadingsOf::M0056,
+            Reading::SlurmSuspended => ReadingsOf::M0060,
+            _ => ReadingsOf::M0049,
+        }
     }
 
     /// The migration that brought it, as messages name it.
     pub fn since(self) -> &'static str {
-        if self.of_0056() {
-            "migration 0056 (2026-12-07)"
-        } else {
-            "migration 0049 (2026-12-06)"
+        match self.of() {
+            ReadingsOf::M0049 => "migration 0049 (2026-12-06)",
+            ReadingsOf::M0056 => "migration 0056 (2026-12-07)",
+            ReadingsOf::M0060 => "migration 0060 (2026-12-07)",
         }
     }
 
-    /// `options` as a record kept without this reading was read: before
-    /// 2026-12-06 every later reading was off too; a record kept without
-    /// one of 2026-12-07's was read with 2026-12-06's.
+    /// `options` as a record kept without this reading was read: every
+    /// reading of its set and of the later sets off, those of the sets
+    /// before it kept.
     pub fn options_before(self, options: &ReadOptions) -> ReadOptions {
-        if self.of_0056() {
-            options.before_0056()
-        } else {
-            options.before()
+        match self.of() {
+            ReadingsOf::M0049 => options.before(),
+            ReadingsOf::M0056 => options.before_0056(),
+            ReadingsOf::M0060 => options.before_0060(),
         }
     }
 }
@@ -256,7 +282,11 @@ impl ReadOptions {
                 self.pbs_totals = true;
                 self.torque_hosts = true;
             }
-            SourceFormat::Slurm => self.slurm_totals = true,
+            SourceFormat::Slurm => {
+                self.slurm_totals = true;
+                self.slurm_suspended = true;
+            }
+            SourceFormat::SacctJson => self.slurm_suspended = true,
             _ => {}
         }
         self
@@ -276,11 +306,21 @@ impl ReadOptions {
     }
 
     /// These options as they were before the readings added on 2026-12-07
-    /// (migration 0056): PBS Pro's totals and TORQUE's hosts off.
+    /// (migration 0056): PBS Pro's totals and TORQUE's hosts off, and the
+    /// later ones.
     pub fn before_0056(&self) -> ReadOptions {
         ReadOptions {
             pbs_totals: false,
             torque_hosts: false,
+            ..self.before_0060()
+        }
+    }
+
+    /// These options as they were before migration 0060 (2026-12-07):
+    /// Slurm's suspended time not read.
+    pub fn before_0060(&self) -> ReadOptions {
+        ReadOptions {
+            slurm_suspended: false,
             ..self.clone()
         }
     }
@@ -898,7 +938,12 @@ mod tests {
     fn each_reading_names_a_read_option_set_now() {
         use crate::domain::kinds::SourceFormat;
         let mut now = ReadOptions::default();
-        for f in [SourceFormat::Jobcomp, SourceFormat::Pbs, SourceFormat::Slurm] {
+        for f in [
+            SourceFormat::Jobcomp,
+            SourceFormat::Pbs,
+            SourceFormat::Slurm,
+            SourceFormat::SacctJson,
+        ] {
             now = now.now(f);
         }
         let kept = serde_json::to_value(&now).unwrap();
@@ -909,6 +954,7 @@ mod tests {
             Reading::SlurmTotals,
             Reading::PbsTotals,
             Reading::TorqueHosts,
+            Reading::SlurmSuspended,
         ] {
             assert_eq!(kept.get(r.option()), Some(&serde_json::Value::Bool(true)), "{r:?}");
             assert_eq!(
@@ -916,12 +962,17 @@ mod tests {
                 None,
                 "{r:?}"
             );
-            // Without one of 2026-12-07's, a record was read with every one
-            // of 2026-12-06's.
+            // Without one of a set, a record was read with every one of the
+            // sets before it and none of its own or the later ones.
             let before = serde_json::to_value(r.options_before(&now)).unwrap();
             assert_eq!(before.get(r.option()), None, "{r:?}");
-            let kept_0049 = before.get(Reading::PbsHosts.option()).is_some();
-            assert_eq!(kept_0049, r.of_0056(), "{r:?}");
+            for (other, set) in [
+                (Reading::PbsHosts, ReadingsOf::M0049),
+                (Reading::PbsTotals, ReadingsOf::M0056),
+                (Reading::SlurmSuspended, ReadingsOf::M0060),
+            ] {
+                assert_eq!(before.get(other.option()).is_some(), set < r.of(), "{r:?} {other:?}");
+            }
         }
     }
 

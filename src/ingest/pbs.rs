@@ -576,6 +576,8 @@ impl PbsParser {
         let (job_id, array_index) = array_id(id.trim());
         let text = |k: &str| attrs.get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         Ok(Item::Job(Box::new(JobInput {
+            // Not read: a PBS record's suspension is not taken off (docs/rules.md R1).
+            suspension: crate::domain::posting::Suspension::Unsaid,
             cluster: self.options.cluster.clone(),
             job_id,
             array_index,

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use chrono::NaiveDateTime;
 
 use super::{Item, KeptOptions, Parser, ReadOptions, Skip};
-use crate::domain::posting::{JobInput, Stamp};
+use crate::domain::posting::{JobInput, Stamp, Suspension};
 use crate::domain::request::{parse_alloc_tres, parse_gres_gpus};
 use crate::domain::units::{Bytes, MIB};
 
@@ -212,6 +212,19 @@ pub(super) fn local_time(v: &str) -> chrono::ParseResult<NaiveDateTime> {
     let mut parsed = Parsed::new();
     parse(&mut parsed, v, FORMAT.iter())?;
     parsed.to_naive_datetime_with_offset(0)
+}
+
+/// A duration as sacct prints `Elapsed` and `Suspended`: `[D-]HH:MM:SS`
+/// (also `MM:SS`), in whole seconds.
+fn seconds(field: &str, value: &str) -> Result<u32, String> {
+    let bad = || format!("{field} {value:?} is not a duration (expected [D-]HH:MM:SS)");
+    if !value.contains(':') {
+        return Err(bad());
+    }
+    crate::domain::request::slurm_duration(value)
+        .ok()
+        .and_then(|s| u32::try_from(s).ok())
+        .ok_or_else(bad)
 }
 
 fn number(field: &str, value: &str) -> Result<u32, String> {
@@ -423,6 +436,22 @@ impl SlurmParser {
             _ => None,
         };
         let (start, submit) = resized_start(start, submit);
+        // Time suspended, not charged ([`ReadOptions::slurm_suspended`]):
+        // `Suspended` as said, or else `Elapsed` (which does not count it).
+        // `INVALID` is how sacct prints a negative duration: nothing said.
+        fn said(v: Option<&str>) -> Option<&str> {
+            v.filter(|v| !missing(v) && v.trim() != "INVALID")
+        }
+        let suspension = match (
+            self.options.slurm_suspended,
+            said(get("suspended")),
+            said(get("elapsed")),
+        ) {
+            (false, ..) => Suspension::Unsaid,
+            (true, Some(s), _) => Suspension::Seconds(seconds("Suspended", s)?),
+            (true, None, Some(e)) => Suspension::Ran(seconds("Elapsed", e)?),
+            (true, None, None) => Suspension::Unsaid,
+        };
         // A resize in the part's first second (a script that shrinks its job
         // at once): a part that held nothing, which would take the run's key.
         if resizing && start == end {
@@ -479,6 +508,7 @@ impl SlurmParser {
             submit,
             start,
             end,
+            suspension,
             state: state_text.to_owned(),
             exit_code: text("exitcode"),
         })))
@@ -784,6 +814,51 @@ mod tests {
     }
 
     const HEADER: &str = "JobID|JobIDRaw|Cluster|Partition|QOS|Account|Group|GID|User|UID|Submit|Eligible|Start|End|Elapsed|ExitCode|State|NNodes|NCPUS|ReqCPUS|ReqMem|ReqTRES|AllocTRES|Timelimit|NodeList|JobName";
+
+    /// Real records of Slurm 22.05.8: job 1 ran 64 s, 54 of them
+    /// suspended. Its `Suspended` is read, or else its `Elapsed` (10 s);
+    /// read as before migration 0060, neither.
+    #[test]
+    fn suspended_time_is_read_from_suspended_or_elapsed() {
+        use crate::domain::posting::Suspension;
+        let strip = |t: &str| t.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+        let with_field = strip(include_str!(
+            "../../tests/fixtures/accounting/slurm_2205_suspend_sacct_suspended_field.txt"
+        ));
+        let xdmod = strip(include_str!(
+            "../../tests/fixtures/accounting/slurm_2205_suspend_sacct.txt"
+        ));
+        let now = ReadOptions::default().now(crate::domain::kinds::SourceFormat::Slurm);
+        let first = |text: &str, options: &ReadOptions| job(&parse_all(text, options)[0]).suspension;
+        assert_eq!(first(&with_field, &now), Suspension::Seconds(54));
+        assert_eq!(first(&xdmod, &now), Suspension::Ran(10));
+        assert_eq!(first(&with_field, &now.before_0060()), Suspension::Unsaid);
+        assert_eq!(first(&xdmod, &now.before_0060()), Suspension::Unsaid);
+        // Job 4, never suspended: 0 s said, or as long as it ran.
+        let four = |text: &str| {
+            parse_all(text, &now)
+                .iter()
+                .find_map(|i| match i {
+                    Item::Job(j) if j.job_id == "4" => Some(j.suspension),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        assert_eq!(four(&with_field), Suspension::Seconds(0));
+        assert_eq!(four(&xdmod), Suspension::Ran(30));
+        // `INVALID` (sacct's negative duration) says nothing: from Elapsed
+        // to nothing, from Suspended to Elapsed.
+        let invalid = xdmod.replacen("|00:00:10|", "|INVALID|", 1);
+        assert_eq!(first(&invalid, &now), Suspension::Unsaid);
+        let invalid = with_field.replacen("|susp_a|00:00:54", "|susp_a|INVALID", 1);
+        assert_eq!(first(&invalid, &now), Suspension::Ran(10));
+        // A value that is no duration names its field.
+        let bad = with_field.replacen("|susp_a|00:00:54", "|susp_a|54", 1);
+        match &parse_all(&bad, &now)[0] {
+            Item::Bad(reason) => assert!(reason.contains("Suspended \"54\""), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     /// sacct prints a job name as written, `|` and all (eth-cscs/firecrest-v2
     /// issue 148, `crazy|name`): with the name the last field, as in Open

@@ -590,7 +590,21 @@ fn compare_input(
                 let show = |t: Option<DateTime<Utc>>| t.map_or_else(|| "(none)".to_owned(), at);
                 differ("submit", show(r.submitted_at), show(submit));
             }
-            let (charge, content) = fingerprints(input, project.unwrap_or_default(), end);
+            let suspended = match input.suspension.seconds(start, end) {
+                Ok(s) => s,
+                Err(e) => {
+                    differ("suspended", format!("{} s", r.suspended_seconds), e);
+                    u32::try_from(r.suspended_seconds).unwrap_or_default()
+                }
+            };
+            if i64::from(suspended) != i64::from(r.suspended_seconds) {
+                differ(
+                    "suspended",
+                    format!("{} s", r.suspended_seconds),
+                    format!("{suspended} s"),
+                );
+            }
+            let (charge, content) = fingerprints(input, project.unwrap_or_default(), end, suspended);
             if charge[..] != r.charge_fingerprint[..] {
                 differ(
                     "charge fingerprint",

@@ -224,7 +224,8 @@ fn charge_of(
         memory: record.memory_bytes.map(|b| Bytes(b as u64)),
         gpus: record.gpus as u32,
     };
-    let wall = (record.ended_at - record.started_at).num_seconds();
+    // Its time suspended is not charged (docs/rules.md R1).
+    let wall = (record.ended_at - record.started_at).num_seconds() - i64::from(record.suspended_seconds);
     let card = cards.get(&rate_card_id).cloned();
     let rules = ChargingRules::from_number(first.charging_rules);
     let priced: Option<Result<JobPrice, PricingError>> = match (&card, rules) {

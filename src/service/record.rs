@@ -496,7 +496,7 @@ impl Recorder {
         // that way again, so that one sent or imported again is what it was
         // then (a replay, a revision), not a second run; a sacct record of
         // a run jobcomp recorded hours off is kept as a conflict.
-        let earlier = if readings.changed.is_some() || readings.pbs_changed.is_some() {
+        let earlier = if readings.any() {
             self.earlier_readings(&mut *tx, jobs, &pending, catalog, now, readings)
                 .await?
         } else {
@@ -630,7 +630,8 @@ impl Recorder {
     /// The records among `pending` whose run may be recorded under a reading
     /// of before 2026-12-06 (migration 0049) or 2026-12-07 (0056: a PBS
     /// record read with `pbs_totals` or `torque_hosts` that reads otherwise
-    /// without), and what to do with them (docs/rules.md):
+    /// without; 0060: a sacct record of a job suspended, read with
+    /// `slurm_suspended`), and what to do with them (docs/rules.md):
     /// - a jobcomp document (read with `jobcomp_utc`), a PBS record (read
     ///   with `pbs_hosts` or `torque_requests`) or a sacct record (read with
     ///   `slurm_totals`) of such a run is read as it was then: replaced;
@@ -693,6 +694,21 @@ impl Recorder {
                         later.push((*i, resolved, resolved.key.clone(), SourceFormat::Pbs, reading));
                     }
                 }
+            }
+            // Slurm's suspended time (migration 0060): a record of a job
+            // suspended, which was charged its whole run before.
+            if matches!(job.source.format, SourceFormat::Slurm | SourceFormat::SacctJson)
+                && options.slurm_suspended
+                && resolved.charge.suspended_seconds > 0
+                && before(Reading::SlurmSuspended)
+            {
+                later.push((
+                    *i,
+                    resolved,
+                    resolved.key.clone(),
+                    job.source.format,
+                    Reading::SlurmSuspended,
+                ));
             }
             if !before(Reading::JobcompUtc) {
                 continue;
@@ -776,7 +792,10 @@ impl Recorder {
                 unless_charged: (*key == resolved.key).then_some(resolved.charge_fingerprint),
             })
             .collect();
-        let found: HashSet<usize> = jobs::recorded_before(&mut *conn, &keys).await?.into_iter().collect();
+        let found: HashSet<usize> = jobs::recorded_before(&mut *conn, &keys, readings.suspension_changed)
+            .await?
+            .into_iter()
+            .collect();
         // A job with two candidates (a sacct record sized otherwise before,
         // and a jobcomp run hours off) is settled by the first found.
         let mut settled = HashSet::new();
@@ -1021,6 +1040,9 @@ async fn resolve_rejections(
     };
     let start = |input: &crate::domain::posting::JobInput| instants(input).map(|(s, _, _)| s);
     let end = |input: &crate::domain::posting::JobInput| instants(input).map(|(_, e, _)| e);
+    let suspended = |input: &crate::domain::posting::JobInput| {
+        instants(input).and_then(|(s, e, _)| input.suspension.seconds(s, e).ok())
+    };
     let mut ids = Vec::new();
     let mut proofs = Vec::new();
     for o in &open {
@@ -1050,7 +1072,7 @@ async fn resolve_rejections(
             continue;
         }
         let now = kept.clone().now(o.source_format);
-        let readings = [now.clone(), now.before_0056(), kept.before()];
+        let readings = [now.clone(), now.before_0060(), now.before_0056(), kept.before()];
         let same = readings.iter().find_map(|options| {
             let Ok(crate::ingest::Item::Job(input)) =
                 crate::ingest::reread(o.source_format, options, &o.raw, o.raw_bytes.as_deref())
@@ -1067,6 +1089,7 @@ async fn resolve_rejections(
                     && start(&job.input) == Some(started)
                     && end(&job.input).is_some()
                     && end(&job.input) == end(&input)
+                    && suspended(&job.input) == suspended(&input)
                     && job.input.cores == input.cores
                     && job.input.gpus.unwrap_or(0) == input.gpus.unwrap_or(0)
                     && (job.input.nodes.is_none() || input.nodes.is_none() || job.input.nodes == input.nodes)

@@ -1469,8 +1469,10 @@ async fn sacct_json_and_sacct_parsable_charge_every_run_alike() {
 /// as jobcomp posted them, as `sacct --parsable2` and `sacct --json` print
 /// them (also with `SLURM_TIME_FORMAT='%F %T'`, once refused as "not a
 /// time"): each run charged once whichever way it comes first. The
-/// suspended job is charged from its start to its end, its suspended time
-/// included (docs/rules.md, R2: a known limit).
+/// suspended job, recorded first from jobcomp (which counts its suspended
+/// time as run time), is charged its 64 s; each of its sacct records, which
+/// say it ran 10 s, is a conflict kept for a person, until one supersedes:
+/// 10 s (docs/rules.md R1).
 #[tokio::test]
 async fn a_real_run_with_a_suspended_job_is_charged_once_whichever_way_it_comes() {
     let db = crate::harness::TestDb::new().await;
@@ -1503,19 +1505,49 @@ memory_per_core = "8GB"
     let out = import("jobcomp", "slurm_2205_suspend_jobcomp.jsonl");
     assert!(out.contains("recorded:    9"), "{out}");
     assert!(out.contains("rejected:    0"), "{out}");
+    // Each names job 1 (a conflict: suspended 0 s -> 54 s) and other runs.
     for (format, name, runs) in [
-        ("slurm", "slurm_2205_suspend_sacct.txt", 9),
-        ("slurm", "slurm_2205_suspend_sacct_suspended_field.txt", 4),
-        ("slurm", "slurm_2205_time_format_space.txt", 2),
-        ("sacct-json", "slurm_2205_suspend_sacct.json", 9),
+        ("slurm", "slurm_2205_suspend_sacct.txt", 8),
+        ("slurm", "slurm_2205_suspend_sacct_suspended_field.txt", 3),
+        ("slurm", "slurm_2205_time_format_space.txt", 1),
+        ("sacct-json", "slurm_2205_suspend_sacct.json", 8),
     ] {
         let out = import(format, name);
         assert!(out.contains(&format!("replayed:    {runs}")), "{name}: {out}");
         assert!(
-            out.contains("recorded:    0") && out.contains("rejected:    0"),
+            out.contains("recorded:    0") && out.contains("rejected:    1"),
             "{name}: {out}"
         );
     }
+    let conflicts: Vec<String> =
+        sqlx::query_scalar("SELECT reason FROM rejected_record WHERE resolved_at IS NULL ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(conflicts.len(), 4);
+    for c in &conflicts {
+        assert!(c.contains("suspended 0 s -> 54 s"), "{c}");
+    }
+    // A person supersedes with the record that says so: 10 s charged.
+    let path = crate::fixtures::stripped("slurm_2205_suspend_sacct_suspended_field.txt");
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "slurm", "--supersede", path.to_str().unwrap()]));
+    assert!(out.contains("superseded:  1"), "{out}");
+    // Its own conflict resolved; the other three accounts of it stay for a
+    // person (a conflict is never resolved from elsewhere), until imported
+    // again: a replay now, as each reads 10 s run too.
+    let open = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM rejected_record WHERE resolved_at IS NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(open().await, 3);
+    let out = import("sacct-json", "slurm_2205_suspend_sacct.json");
+    assert!(
+        out.contains("replayed:    9") && out.contains("rejected:    0"),
+        "{out}"
+    );
+    assert_eq!(open().await, 2);
     let charged: Vec<(String, String)> = sqlx::query_as(
         "SELECT j.scheduler_job_id || coalesce('_' || j.array_index, ''), sum(e.amount)::text
            FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
@@ -1525,8 +1557,8 @@ memory_per_core = "8GB"
     .await
     .unwrap();
     let want = [
-        // 2 cores × 64 s: its 54 suspended seconds too (Elapsed says 10).
-        ("1", "1.28"),
+        // 2 cores × 10 s: its 54 suspended seconds are not charged.
+        ("1", "0.20"),
         ("2+0", "0.20"),
         ("2+1", "0.20"),
         ("4", "0.60"),
@@ -2850,4 +2882,173 @@ code = "aws"
     assert!(out.contains("recorded:    0"), "{out}");
     assert_eq!(charged().await[2], ("849".to_owned(), 4, "4.82".to_owned()));
     deep_audit_reads_alike(&db.pool, 3).await;
+}
+
+/// A Slurm job's time suspended is not charged (migration 0060), on real
+/// records of Slurm 22.05.8 (tests/fixtures/accounting/slurm_2205_suspend_*):
+/// job 1, 2 cores, ran from 08:06:12 to 08:07:16 and was suspended 54 s of
+/// those 64, while job 4 held the same cores. Read from `Suspended`, or from
+/// `Elapsed` (Open XDMoD's layout has no `Suspended`): 10 s charged. A run
+/// recorded before, charged its 64 s, is replayed when its record comes
+/// again; a run recorded from jobcomp (which says nothing of suspension) is
+/// a conflict that names the seconds suspended. The audit recomputes each
+/// charge from the record's seconds suspended.
+#[tokio::test]
+async fn suspended_time_is_not_charged_and_a_run_of_before_is_replayed() {
+    let db = crate::harness::TestDb::new().await;
+    // The lab's 2-CPU nodes; a core-second a thousandth.
+    fixture_center_with(
+        &db.pool,
+        r#"
+[[cluster]]
+name = "rv3clu"
+scheduler = "slurm"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 2
+[cluster.queues]
+one = "regular"
+regular = "regular"
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2000-01-01
+core_hour = 3.60
+memory_per_core = "1GB"
+"#,
+    )
+    .await;
+    let dir = scratch_dir("suspended");
+    let xdmod = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_suspend_sacct.txt")).unwrap();
+    let with_field = std::fs::read_to_string(crate::fixtures::stripped(
+        "slurm_2205_suspend_sacct_suspended_field.txt",
+    ))
+    .unwrap();
+    // Job 1's line of each, under another job id.
+    let job_one = |text: &str, id: &str| {
+        let header = text.lines().next().unwrap();
+        let line = text.lines().find(|l| l.starts_with("1|1|")).unwrap();
+        format!("{header}\n{}\n", line.replacen("1|1|", &format!("{id}|{id}|"), 1))
+    };
+    let before = dir.join("before.txt");
+    std::fs::write(&before, &xdmod).unwrap();
+    // Recorded before migration 0060: job 1 charged its whole 64 s.
+    let options = ReadOptions {
+        cluster: Some("rv3clu".into()),
+        ..Default::default()
+    }
+    .now(hpc_ledger::domain::kinds::SourceFormat::Slurm)
+    .before_0060();
+    let s = import_file_read(&db.pool, &before, "before.txt", Format::Slurm, &options).await;
+    assert_eq!((s.recorded, s.rejected_total()), (9, 0), "{s:#?}");
+    let charged = |id: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (i32, String)>(
+                "SELECT r.suspended_seconds, sum(e.amount)::text FROM ledger_entry e
+                   JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+                  WHERE e.kind = 'job' AND j.scheduler_job_id = $1 GROUP BY r.id",
+            )
+            .bind(id)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // 2 cores × 64 s ÷ 1000 = 0.128.
+    assert_eq!(charged("1").await, [(0, "0.13".to_owned())]);
+    // Job 1 as jobcomp posted it, under id 104, also recorded before.
+    let jobcomp = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_suspend_jobcomp.jsonl")).unwrap();
+    let doc = jobcomp.lines().find(|l| l.starts_with(r#"{"jobid":1,"#)).unwrap();
+    let posted = |id: &str| {
+        let path = dir.join(format!("jobcomp-{id}.jsonl"));
+        std::fs::write(
+            &path,
+            format!("{}\n", doc.replacen(r#""jobid":1,"#, &format!(r#""jobid":{id},"#), 1)),
+        )
+        .unwrap();
+        crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp", path.to_str().unwrap()]))
+    };
+    assert!(posted("104").contains("recorded:    1"));
+    sqlx::query("UPDATE suspension_reading_change SET records_before = true, migrated_at = now()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let import = |path: &std::path::Path| {
+        crate::harness::stdout(&db.cli(&[
+            "import",
+            "--format",
+            "slurm",
+            "--cluster",
+            "rv3clu",
+            path.to_str().unwrap(),
+        ]))
+    };
+    // The same records again, and job 1 with its Suspended field: replays.
+    let out = import(&before);
+    assert!(out.contains("replayed:    9"), "{out}");
+    assert!(out.contains("rejected:    0"), "{out}");
+    let again = dir.join("again.txt");
+    std::fs::write(&again, job_one(&with_field, "1")).unwrap();
+    let out = import(&again);
+    assert!(out.contains("replayed:    1"), "{out}");
+    assert!(out.contains("rejected:    0"), "{out}");
+    assert_eq!(charged("1").await, [(0, "0.13".to_owned())]);
+    // Its sacct record, after: a replay too (any export of a run recorded
+    // before was charged whole).
+    let path = dir.join("104.txt");
+    std::fs::write(&path, job_one(&with_field, "104")).unwrap();
+    let out = import(&path);
+    assert!(
+        out.contains("replayed:    1") && out.contains("rejected:    0"),
+        "{out}"
+    );
+    assert_eq!(charged("104").await, [(0, "0.13".to_owned())]);
+    // Job 1 under other ids, recorded now: from Elapsed (10 s of 64) and
+    // from Suspended (54 s): 2 cores × 10 s ÷ 1000 = 0.02.
+    for (id, text) in [("101", &xdmod), ("102", &with_field)] {
+        let path = dir.join(format!("{id}.txt"));
+        std::fs::write(&path, job_one(text, id)).unwrap();
+        let out = import(&path);
+        assert!(out.contains("recorded:    1"), "{out}");
+    }
+    assert_eq!(charged("101").await, [(54, "0.02".to_owned())]);
+    assert_eq!(charged("102").await, [(54, "0.02".to_owned())]);
+    let show = crate::harness::stdout(&db.cli(&["job", "show", "rv3clu/101"]));
+    assert!(show.contains("suspended 54 s of it (not charged)"), "{show}");
+    // Recorded from jobcomp first now (its `elapsed` counts the
+    // suspension): 0.13; its sacct record then is a conflict naming the
+    // seconds.
+    assert!(posted("103").contains("recorded:    1"));
+    let path = dir.join("103.txt");
+    std::fs::write(&path, job_one(&with_field, "103")).unwrap();
+    let out = import(&path);
+    assert!(out.contains("rejected:    1"), "{out}");
+    let reason: String = sqlx::query_scalar("SELECT reason FROM rejected_record WHERE resolved_at IS NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(reason.contains("suspended 0 s -> 54 s"), "{reason}");
+    assert_eq!(charged("103").await, [(0, "0.13".to_owned())]);
+    // Every charge recomputed by the audit's SQL as charged.
+    let findings: i64 = sqlx::query_scalar("SELECT count(*) FROM audit.discrepancies")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(findings, 0);
+    let wall: Vec<(String, i64, i32)> = sqlx::query_as(
+        "SELECT job_id, wall_seconds, suspended_seconds FROM audit.job_charges
+          WHERE job_id IN ('1', '101', '103') ORDER BY job_id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        wall,
+        [
+            ("1".to_owned(), 64, 0),
+            ("101".to_owned(), 10, 54),
+            ("103".to_owned(), 64, 0)
+        ]
+    );
+    deep_audit_reads_alike(&db.pool, 13).await;
 }

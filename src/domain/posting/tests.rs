@@ -96,6 +96,7 @@ fn projects() -> HashMap<String, ProjectId> {
 
 fn job() -> JobInput {
     JobInput {
+        suspension: Default::default(),
         cluster: Some("c1".into()),
         job_id: "1001".into(),
         array_index: None,
@@ -520,7 +521,7 @@ fn fingerprints_read_what_the_scheduler_said_not_todays_rules() {
             ..job()
         },
     ] {
-        let (charge, _) = fingerprints(&changed, "pas1234", a.charge.ended_at);
+        let (charge, _) = fingerprints(&changed, "pas1234", a.charge.ended_at, 0);
         assert_ne!(charge, a.charge_fingerprint, "{changed:?}");
     }
 }
@@ -728,4 +729,52 @@ fn a_job_id_with_blanks_around_it_is_refused() {
         })
         .is_ok()
     );
+}
+
+/// A job's time suspended is not charged (docs/rules.md R1): said as
+/// seconds (sacct `Suspended`) or as the time it ran (`Elapsed`), measured
+/// between instants, so a daylight-saving change is no suspension.
+#[test]
+fn time_suspended_is_not_charged_and_fingerprinted_only_when_there_is_some() {
+    let plain = resolve_job(&job()).unwrap();
+    let with = |suspension| resolve_job(&JobInput { suspension, ..job() });
+    // 2 hours of 6 cores' worth, 30 minutes of them suspended: 9 core-hours.
+    let said = with(Suspension::Seconds(1800)).unwrap();
+    assert_eq!(said.price.lines[0].quantity, dec!(9));
+    assert_eq!(said.charge.suspended_seconds, 1800);
+    assert_ne!(said.charge_fingerprint, plain.charge_fingerprint);
+    let ran = with(Suspension::Ran(5400)).unwrap();
+    assert_eq!(ran.price, said.price);
+    assert_eq!(ran.charge_fingerprint, said.charge_fingerprint);
+    // Nothing suspended: charged and fingerprinted as before.
+    for none in [Suspension::Seconds(0), Suspension::Ran(7200), Suspension::Ran(7260)] {
+        let r = with(none).unwrap();
+        assert_eq!((r.charge.suspended_seconds, r.total()), (0, plain.total()), "{none:?}");
+        assert_eq!(r.charge_fingerprint, plain.charge_fingerprint, "{none:?}");
+    }
+    let longer = with(Suspension::Seconds(7201)).unwrap_err();
+    assert_eq!(longer.kind, RejectKind::Invalid);
+    assert!(
+        longer.reason.contains("suspended 7201 s, longer than it ran"),
+        "{}",
+        longer.reason
+    );
+    // New York's clocks went from 02:00 to 03:00 on 8 March: 01:30 to 03:30
+    // local is one hour, as Elapsed says; nothing suspended.
+    let dst = resolve_job(&JobInput {
+        submit: None,
+        start: local("2026-03-08T01:30:00"),
+        end: local("2026-03-08T03:30:00"),
+        suspension: Suspension::Ran(3600),
+        ..job()
+    })
+    .unwrap();
+    assert_eq!(dst.charge.suspended_seconds, 0);
+    assert_eq!(dst.price.lines[0].quantity, dec!(6));
+    // A conflict with a run recorded whole names the seconds.
+    let step = decide(&[existing(&plain, 1, 1, RecordKind::Original)], &said, false);
+    match step {
+        Step::Reject(r) => assert!(r.reason.contains("suspended 0 s -> 1800 s"), "{}", r.reason),
+        other => panic!("{other:?}"),
+    }
 }
