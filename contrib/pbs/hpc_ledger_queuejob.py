@@ -25,6 +25,9 @@ with hpc_ledger.json, e.g.:
 project that is not budgeted, is accepted. Only the Python standard library
 and the `pbs` module are used.
 
+An array job (`qsub -J 1-1000`) is checked whole: its subjobs
+(`array_indices_submitted`) times what one may cost.
+
 A `select` chunk that names no `ncpus`, `mem` or `ngpus` gets them from the
 job's queue's `default_chunk`, else the server's, when PBS applies them
 after this hook; the job is charged for what they add up to
@@ -158,6 +161,32 @@ def resources(job, fill=None):
     return ",".join(parts) or "ncpus=1"
 
 
+def subjobs(job):
+    """How many subjobs an array job (`qsub -J X-Y[:Z]`) has; 1 for a job.
+
+    Each may run its whole walltime, so an array is checked whole: a
+    1,000-subjob array is not let in on the price of one. `None` when its
+    indices cannot be read (the hook then rejects it: it cannot be priced).
+    """
+    indices = getattr(job, "array_indices_submitted", None)
+    if indices is None or str(indices).strip() == "":
+        return 1
+    total = 0
+    try:
+        for part in str(indices).split("%")[0].split(","):
+            span, _, step = part.strip().partition(":")
+            first, _, last = span.partition("-")
+            first = int(first)
+            last = int(last) if last else first
+            step = int(step) if step else 1
+            if step < 1 or last < first:
+                return None
+            total += (last - first) // step + 1
+    except ValueError:
+        return None
+    return total
+
+
 def main():
     event = pbs.event()
     job = event.job
@@ -171,12 +200,17 @@ def main():
     walltime = job.Resource_List["walltime"]
     if walltime is None:
         walltime = default_walltime(job)
+    tasks = subjobs(job)
+    if tasks is None:
+        event.reject("hpc-ledger: the job cannot be priced: its array indices %r cannot be read"
+                     % str(job.array_indices_submitted))
     ask = {
         "project": str(project),
         "cluster": cfg["cluster"],
         "resources": resources(job, chunk_defaults(job, cfg)),
         "walltime": str(walltime) if walltime is not None else None,
         "queue": queue_name(job),
+        "tasks": tasks,
     }
     request = urllib.request.Request(
         cfg["url"].rstrip("/") + "/check",

@@ -332,6 +332,7 @@ impl JobArgs {
             job_id: self.job_id,
             array_index: self.array_index,
             quote: self.request.quote_request(at, Some(self.project), None),
+            tasks: 1,
         }
     }
 }
@@ -352,6 +353,11 @@ pub struct CheckArgs {
     /// Refuse a job that would leave less than this.
     #[arg(long, default_value = "0")]
     floor: Decimal,
+    /// An array of this many tasks, each of this size, checked whole (at
+    /// submission: every task may run its whole walltime). Not with
+    /// --array-index.
+    #[arg(long, default_value_t = 1, value_name = "N", conflicts_with = "array_index")]
+    tasks: u32,
     /// Ask `hpc-ledger serve` at this address (host:port) instead of the database.
     #[arg(long, value_name = "HOST:PORT")]
     server: Option<String>,
@@ -396,6 +402,7 @@ pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitC
                 "cluster": args.job.request.cluster(), "resources": args.job.request.resources(),
                 "walltime": args.job.request.walltime(), "queue": args.job.request.queue(),
                 "node_type": args.job.request.node_type(), "floor": args.floor.to_string(),
+                "tasks": args.tasks,
             });
             let addr = match tokio::net::lookup_host(addr.as_str())
                 .await
@@ -431,7 +438,10 @@ pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitC
             // be, --on-unreachable decides.
             let asked = tokio::time::timeout(std::time::Duration::from_secs(5), async {
                 let pool = target.open_configured().await.map_err(|e| e.to_string())?;
-                let job = args.job.job(chrono::Utc::now());
+                let job = budget::JobRequest {
+                    tasks: args.tasks,
+                    ..args.job.job(chrono::Utc::now())
+                };
                 Ok::<_, String>(budget::check(&pool, &job, args.floor).await)
             })
             .await;

@@ -332,6 +332,7 @@ pub async fn run(args: Args, target: &Target) -> anyhow::Result<ExitCode> {
         project: "PAS1234".into(),
         job_id: Some("7001".into()),
         array_index: None,
+        tasks: 1,
         quote: QuoteRequest {
             cluster: "owens".into(),
             resources: "-N 4 -n 112".into(),

@@ -559,6 +559,9 @@ pub(super) async fn check(State(app): State<Arc<App>>, body: Bytes) -> Response 
         array_index: Option<u32>,
         #[serde(default)]
         floor: Option<rust_decimal::Decimal>,
+        /// An array's tasks, checked whole (default 1).
+        #[serde(default)]
+        tasks: Option<u32>,
     }
     let ask: Ask = match serde_json::from_slice(&body) {
         Ok(a) => a,
@@ -573,6 +576,7 @@ pub(super) async fn check(State(app): State<Arc<App>>, body: Bytes) -> Response 
         project: ask.project.clone(),
         job_id: ask.job_id,
         array_index: ask.array_index,
+        tasks: ask.tasks.unwrap_or(1),
         quote: crate::service::quote::QuoteRequest {
             cluster: ask.cluster,
             resources: ask.resources,

@@ -360,7 +360,14 @@ pub struct JobRequest {
     pub project: String,
     pub job_id: Option<String>,
     pub array_index: Option<u32>,
+    /// How many jobs of this size it is: 1, or an array's tasks (a check
+    /// of an array at submission: each task may run its whole walltime).
+    pub tasks: u32,
 }
+
+/// The most tasks a check takes (Slurm's `MaxArraySize` is at most
+/// 4,000,001; PBS's `max_array_size` defaults to 10,000).
+pub const MAX_TASKS: u32 = 4_000_001;
 
 /// What `check` answers: may the job start, what it may cost, the balance.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -368,9 +375,21 @@ pub struct CheckAnswer {
     pub project: String,
     #[serde(flatten)]
     pub verdict: Verdict,
-    /// The quote's net total: what the job costs if it runs its whole walltime.
+    /// The quote's net total: what the job costs if it runs its whole
+    /// walltime (every task of an array, `tasks` of them).
     pub cost: Decimal,
+    /// The tasks checked together (an array's); 1 (not shown) for a job.
+    #[serde(default = "one_task", skip_serializing_if = "is_one_task")]
+    pub tasks: u32,
     pub balance: Balance,
+}
+
+fn one_task() -> u32 {
+    1
+}
+
+fn is_one_task(tasks: &u32) -> bool {
+    *tasks == 1
 }
 
 /// May this job start (docs/budgets.md)? Quotes it for its project (its
@@ -390,6 +409,12 @@ pub async fn check_with(
     job: &JobRequest,
     floor: Decimal,
 ) -> Result<CheckAnswer, BudgetError> {
+    if job.tasks == 0 || job.tasks > MAX_TASKS {
+        return invalid(format!("tasks must be 1 to {MAX_TASKS}, not {}", job.tasks));
+    }
+    if job.tasks > 1 && job.array_index.is_some() {
+        return invalid("tasks counts the tasks of a whole array: give no array index with it");
+    }
     let job = task_read(job)?;
     Ok(check_quoted(pool, cache, &job, floor).await?.0)
 }
@@ -438,6 +463,7 @@ async fn check_quoted_on(
             project: job.project.clone(),
             verdict: verdict(&unbudgeted, Decimal::ZERO, floor),
             cost: Decimal::ZERO,
+            tasks: job.tasks,
             balance: unbudgeted,
         };
         return Ok((answer, None));
@@ -445,7 +471,8 @@ async fn check_quoted_on(
     let q = quote_on(&mut *conn, cache, job).await?;
     let pool_cluster = bdb::pool_for(&mut *conn, p, q.cluster_id, job.quote.at).await?;
     let mut sums = bdb::sums(&mut *conn, p, pool_cluster, job.quote.at).await?;
-    if let Some(id) = &job.job_id {
+    // A job's own hold is a task's: an array checked whole has none.
+    if let Some(id) = job.job_id.as_ref().filter(|_| job.tasks == 1) {
         let index = job.array_index.map(|i| i as i32);
         if let Some(h) = bdb::open_hold(&mut *conn, q.cluster_id, id, index, job.quote.at).await?
             && h.project.eq_ignore_ascii_case(&job.project)
@@ -454,10 +481,17 @@ async fn check_quoted_on(
         }
     }
     let balance = Balance::new(job.quote.at, sums).of_cluster(pool_cluster.map(|_| q.cluster.clone()));
+    // Every task may run its whole walltime.
+    let cost = q.total * Decimal::from(job.tasks);
+    let mut verdict = verdict(&balance, cost, floor);
+    if job.tasks > 1 && balance.budgeted {
+        verdict.reason = format!("{}: {} tasks of {:.2} each", verdict.reason, job.tasks, q.total);
+    }
     let answer = CheckAnswer {
         project: q.project.clone().unwrap_or_else(|| job.project.clone()),
-        verdict: verdict(&balance, q.total, floor),
-        cost: q.total,
+        verdict,
+        cost,
+        tasks: job.tasks,
         balance,
     };
     Ok((answer, Some(q)))

@@ -791,6 +791,47 @@ async fn serve_answers_the_check_for_scheduler_hooks() {
         "{}",
         metrics.render()
     );
+    // An array checked whole: each task is charged by itself, in cents (2
+    // core-hours 0.02, less 0.01 at half price: 0.01); 100 of them cost the
+    // 1.00 left, 101 of them 1.01, not.
+    let tasks = |n: u32| {
+        let mut v: Value = serde_json::from_str(&ask(2)).unwrap();
+        v["tasks"] = n.into();
+        v.to_string()
+    };
+    let r = hpc_ledger::serve::client::post(addr, "/check", None, tasks(100).as_bytes())
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(
+        (v["allowed"].as_bool(), money(&v["cost"]), v["tasks"].as_u64()),
+        (Some(true), "1.00".into(), Some(100)),
+        "{v}"
+    );
+    let r = hpc_ledger::serve::client::post(addr, "/check", None, tasks(101).as_bytes())
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["allowed"], false, "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().ends_with(": 101 tasks of 0.01 each"),
+        "{v}"
+    );
+    let r = hpc_ledger::serve::client::post(addr, "/check", None, tasks(0).as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 422, "{}", r.body);
+    // The command line, from the database and through --server.
+    for server in [None, Some(a.as_str())] {
+        let mut args = vec!["check", "--project", "P1", "--cluster", "c1", "--queue", "batch"];
+        args.extend(["--resources", "-n 2", "--walltime", "1:00:00", "--tasks", "101"]);
+        if let Some(s) = server {
+            args.extend(["--server", s]);
+        }
+        let o = db.cli(&args);
+        assert_eq!(o.status.code(), Some(7), "{}{}", stdout(&o), stderr(&o));
+        assert!(stdout(&o).contains("101 tasks of 0.01 each"), "{}", stdout(&o));
+    }
     // The budget gauges, for Alertmanager (behind serve's credentials).
     let m = hpc_ledger::serve::client::get(addr, "/metrics/budgets").await.unwrap();
     assert_eq!(m.status, 200, "{}", m.body);
@@ -1257,6 +1298,23 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
     };
     // 4 cores for an hour: 0.04 of the 1.00 left.
     assert_eq!(hook(job("BUDGET", "1:ncpus=4", "01:00:00"), &url, "allow"), "ACCEPT");
+    // An array of them is checked whole: 25 subjobs (1-49:2) cost 1.00,
+    // 26 (1-51:2) 1.04; one was let in for each (0.04).
+    let array = |indices: &str| {
+        let mut j = job("BUDGET", "1:ncpus=4", "01:00:00");
+        j["array_indices_submitted"] = Value::from(indices);
+        j
+    };
+    assert_eq!(hook(array("1-49:2"), &url, "allow"), "ACCEPT");
+    assert_eq!(
+        hook(array("1-51:2"), &url, "allow"),
+        "REJECT: hpc-ledger: project BUDGET may not start this job: the job may cost 1.04 but the project has 1.00 remaining: 26 tasks of 0.04 each"
+    );
+    assert_eq!(
+        hook(array("1-20,30-35"), &url, "allow"),
+        "REJECT: hpc-ledger: project BUDGET may not start this job: the job may cost 1.04 but the project has 1.00 remaining: 26 tasks of 0.04 each"
+    );
+    assert!(hook(array("5-1"), &url, "allow").starts_with("REJECT: hpc-ledger: the job cannot be priced"));
     // A whole node for 10 hours: 40 × 10 × 0.01 = 4.00.
     assert_eq!(
         hook(job("BUDGET", "1:ncpus=40", "10:00:00"), &url, "allow"),

@@ -2,7 +2,8 @@
 contrib/pbs/hpc_ledger_queuejob.py outside PBS (tests/it/budget.rs).
 
 The job comes from the environment: FAKE_PBS_JOB is a JSON object with
-`project`, `Account_Name`, `queue` and `Resource_List` (a dict). accept()
+`project`, `Account_Name`, `queue`, `Resource_List` (a dict) and
+`array_indices_submitted` (an array's `-J` range, as text). accept()
 prints ACCEPT, reject(msg) prints REJECT: msg; both end the hook, as PBS's
 do (PBS raises SystemExit). FAKE_PBS_SERVER (optional) is the server's
 `default_chunk`, `resources_default` and `default_queue` and its queues'
@@ -55,6 +56,8 @@ class _Job:
         self.Account_Name = spec.get("Account_Name")
         self.queue = _Queue(spec["queue"]) if spec.get("queue") else None
         self.Resource_List = _Resources(spec.get("Resource_List", {}))
+        # A pbs.range in PBS; its text (`1-10:2`) is all the hook reads.
+        self.array_indices_submitted = spec.get("array_indices_submitted")
 
 
 class _Event:
