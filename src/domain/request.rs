@@ -455,6 +455,12 @@ pub fn parse_slurm(input: &str) -> Result<ResourceRequest, RequestError> {
             }
         }
     }
+    // `-n` tasks at most `--ntasks-per-node` a node, without `-N`: Slurm
+    // spreads them over ⌈n ÷ per node⌉ nodes (the quote packed them).
+    let nodes = nodes.or(match (ntasks, tasks_per_node) {
+        (Some(n), Some(t)) if t > 0 => Some(n.div_ceil(t)),
+        _ => None,
+    });
     let tasks = match (ntasks, tasks_per_node, nodes) {
         (Some(n), _, _) => n,
         (None, Some(t), Some(n)) => t.saturating_mul(n),

@@ -79,6 +79,10 @@ fn slurm_option_requests() {
             js(1, 6, Some(24 * GIB), 0),
         ),
         ("-N 2 --ntasks-per-node=4", js(2, 8, None, 0)),
+        // Slurm spreads 8 tasks 2 a node over 4 nodes (charged whole, R3).
+        ("-n 8 --ntasks-per-node=2", js(4, 8, None, 0)),
+        ("-n 7 --ntasks-per-node 2 -c 2", js(4, 14, None, 0)),
+        ("-n 4 --ntasks-per-node=8", js(1, 4, None, 0)),
         ("-n 1 --mem=12000", js(1, 1, Some(12000 * MIB), 0)),
         ("-n 8 --gres=gpu:2", js(1, 8, None, 2)),
         ("-N 2 -n 8 --gres=gpu:v100:2", js(2, 8, None, 4)),
