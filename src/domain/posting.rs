@@ -80,21 +80,27 @@ pub struct JobInput {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub enum Suspension {
     /// Nothing: none is taken off (a jobcomp document, a PBS record, a JSON
-    /// line, `job record`, a sacct record without `Suspended` or `Elapsed`).
+    /// line or `job record` without it).
     #[default]
     Unsaid,
-    /// The seconds it was suspended (sacct's `Suspended`, `sacct --json`'s
-    /// `time.suspended`).
+    /// The seconds it was suspended, as a person said (a JSON line's
+    /// `suspended_seconds`, `job record --suspended-seconds`): more than it
+    /// ran is refused.
     Seconds(u32),
-    /// The seconds it ran, suspension not counted (sacct's `Elapsed`): it
-    /// was suspended for what its end minus its start exceeds them by.
-    Ran(u32),
+    /// What Slurm's accounting says (sacct's `Suspended` and `Elapsed`,
+    /// `sacct --json`'s `time.suspended` and `time.elapsed`, each when
+    /// given): the seconds suspended, and the seconds it ran, suspension
+    /// not counted.
+    Slurm {
+        suspended: Option<u32>,
+        elapsed: Option<u32>,
+    },
 }
 
 impl Suspension {
     /// The seconds suspended of a run from `started_at` to `ended_at`
-    /// (docs/rules.md R1); `Err` when the record says it was suspended
-    /// longer than it ran.
+    /// (docs/rules.md R1, "Time suspended"); `Err` when a person says it was
+    /// suspended longer than it ran.
     pub fn seconds(self, started_at: DateTime<Utc>, ended_at: DateTime<Utc>) -> Result<u32, String> {
         let ran = (ended_at - started_at).num_seconds();
         match self {
@@ -103,9 +109,23 @@ impl Suspension {
                 "it was suspended {s} s, longer than it ran from its start to its end ({ran} s)"
             )),
             Suspension::Seconds(s) => Ok(s),
-            // Elapsed at least its end minus its start: nothing suspended (a
-            // resized job's later part counts Elapsed from its first start).
-            Suspension::Ran(elapsed) => Ok(u32::try_from((ran - i64::from(elapsed)).max(0)).unwrap_or(u32::MAX)),
+            // Slurm 22.05.8 writes an instant in `Suspended`, and 0 in
+            // `Elapsed`, for both parts of a job resized while suspended
+            // (tests/fixtures/accounting/slurm_2205_suspend_all_sacct.txt):
+            // a `Suspended` longer than the run, or an `Elapsed` of 0 for a
+            // run of some length, says nothing.
+            Suspension::Slurm { suspended, elapsed } => {
+                if let Some(s) = suspended.filter(|&s| i64::from(s) <= ran) {
+                    return Ok(s);
+                }
+                Ok(match elapsed.filter(|&e| e > 0 || ran == 0) {
+                    // `Elapsed` at least its end minus its start: nothing
+                    // suspended (a resized job's later part counts it from
+                    // its first start).
+                    Some(e) => u32::try_from((ran - i64::from(e)).max(0)).unwrap_or(u32::MAX),
+                    None => 0,
+                })
+            }
         }
     }
 }

@@ -562,12 +562,11 @@ impl SacctJsonParser {
         let seconds = |pointer: &str, what: &str| -> Result<Option<u32>, String> {
             Ok(int(job.pointer(pointer), what)?.and_then(|s| u32::try_from(s).ok()))
         };
-        let suspension = if !self.options.slurm_suspended {
-            Suspension::Unsaid
-        } else if let Some(s) = seconds("/time/suspended", "time.suspended")? {
-            Suspension::Seconds(s)
-        } else if let Some(e) = seconds("/time/elapsed", "time.elapsed")? {
-            Suspension::Ran(e)
+        let suspension = if self.options.slurm_suspended {
+            Suspension::Slurm {
+                suspended: seconds("/time/suspended", "time.suspended")?,
+                elapsed: seconds("/time/elapsed", "time.elapsed")?,
+            }
         } else {
             Suspension::Unsaid
         };
@@ -705,7 +704,13 @@ mod tests {
                 })
                 .unwrap()
         };
-        assert_eq!(suspension(&now), Suspension::Seconds(54));
+        assert_eq!(
+            suspension(&now),
+            Suspension::Slurm {
+                suspended: Some(54),
+                elapsed: Some(10)
+            }
+        );
         assert_eq!(suspension(&now.before_0060()), Suspension::Unsaid);
     }
 

@@ -437,20 +437,18 @@ impl SlurmParser {
         };
         let (start, submit) = resized_start(start, submit);
         // Time suspended, not charged ([`ReadOptions::slurm_suspended`]):
-        // `Suspended` as said, or else `Elapsed` (which does not count it).
+        // `Suspended`, or else `Elapsed` (which does not count it).
         // `INVALID` is how sacct prints a negative duration: nothing said.
         fn said(v: Option<&str>) -> Option<&str> {
             v.filter(|v| !missing(v) && v.trim() != "INVALID")
         }
-        let suspension = match (
-            self.options.slurm_suspended,
-            said(get("suspended")),
-            said(get("elapsed")),
-        ) {
-            (false, ..) => Suspension::Unsaid,
-            (true, Some(s), _) => Suspension::Seconds(seconds("Suspended", s)?),
-            (true, None, Some(e)) => Suspension::Ran(seconds("Elapsed", e)?),
-            (true, None, None) => Suspension::Unsaid,
+        let suspension = if self.options.slurm_suspended {
+            Suspension::Slurm {
+                suspended: said(get("suspended")).map(|s| seconds("Suspended", s)).transpose()?,
+                elapsed: said(get("elapsed")).map(|e| seconds("Elapsed", e)).transpose()?,
+            }
+        } else {
+            Suspension::Unsaid
         };
         // A resize in the part's first second (a script that shrinks its job
         // at once): a part that held nothing, which would take the run's key.
@@ -830,8 +828,9 @@ mod tests {
         ));
         let now = ReadOptions::default().now(crate::domain::kinds::SourceFormat::Slurm);
         let first = |text: &str, options: &ReadOptions| job(&parse_all(text, options)[0]).suspension;
-        assert_eq!(first(&with_field, &now), Suspension::Seconds(54));
-        assert_eq!(first(&xdmod, &now), Suspension::Ran(10));
+        let slurm = |suspended, elapsed| Suspension::Slurm { suspended, elapsed };
+        assert_eq!(first(&with_field, &now), slurm(Some(54), Some(10)));
+        assert_eq!(first(&xdmod, &now), slurm(None, Some(10)));
         assert_eq!(first(&with_field, &now.before_0060()), Suspension::Unsaid);
         assert_eq!(first(&xdmod, &now.before_0060()), Suspension::Unsaid);
         // Job 4, never suspended: 0 s said, or as long as it ran.
@@ -844,14 +843,13 @@ mod tests {
                 })
                 .unwrap()
         };
-        assert_eq!(four(&with_field), Suspension::Seconds(0));
-        assert_eq!(four(&xdmod), Suspension::Ran(30));
-        // `INVALID` (sacct's negative duration) says nothing: from Elapsed
-        // to nothing, from Suspended to Elapsed.
+        assert_eq!(four(&with_field), slurm(Some(0), Some(30)));
+        assert_eq!(four(&xdmod), slurm(None, Some(30)));
+        // `INVALID` (sacct's negative duration) says nothing.
         let invalid = xdmod.replacen("|00:00:10|", "|INVALID|", 1);
-        assert_eq!(first(&invalid, &now), Suspension::Unsaid);
+        assert_eq!(first(&invalid, &now), slurm(None, None));
         let invalid = with_field.replacen("|susp_a|00:00:54", "|susp_a|INVALID", 1);
-        assert_eq!(first(&invalid, &now), Suspension::Ran(10));
+        assert_eq!(first(&invalid, &now), slurm(None, Some(10)));
         // A value that is no duration names its field.
         let bad = with_field.replacen("|susp_a|00:00:54", "|susp_a|54", 1);
         match &parse_all(&bad, &now)[0] {

@@ -3052,3 +3052,101 @@ memory_per_core = "1GB"
     );
     deep_audit_reads_alike(&db.pool, 13).await;
 }
+
+/// Real Slurm 22.05.8 runs of suspended jobs (tests/fixtures/accounting/
+/// slurm_2205_suspend_all_sacct.txt): each charged for what it ran, read
+/// from `Suspended` or, without that field, from `Elapsed`, alike. Job 6,
+/// resized while suspended, has an instant in `Suspended` and 0 in
+/// `Elapsed` on both parts: charged its whole parts, as before suspension
+/// was read, not nothing.
+#[tokio::test]
+async fn real_suspended_cancelled_requeued_and_resized_jobs_are_charged_what_they_ran() {
+    // Two-core nodes at 36.00 a core-hour: a core-second is 0.01.
+    let center = r#"
+[[cluster]]
+name = "rv2lab"
+scheduler = "slurm"
+time_zone = "UTC"
+[[cluster.node_type]]
+name = "regular"
+cores_per_node = 2
+[cluster.queues]
+regular = "regular"
+[[cluster.rate_card]]
+node_type = "regular"
+from = 2000-01-01
+core_hour = 36.00
+memory_per_core = "8GB"
+[[project]]
+code = "rv2acct"
+"#;
+    let text = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_suspend_all_sacct.txt")).unwrap();
+    // The same output without its Suspended field (the 11th), as Open
+    // XDMoD's fields have it.
+    let without: String = text
+        .lines()
+        .map(|l| {
+            let mut f: Vec<&str> = l.split('|').collect();
+            assert_eq!(
+                f[10].chars().next().map(|c| c == 'S' || c.is_ascii_digit()),
+                Some(true),
+                "{l}"
+            );
+            f.remove(10);
+            format!("{}\n", f.join("|"))
+        })
+        .collect();
+    let dir = scratch_dir("suspend-all");
+    let mut seen = Vec::new();
+    for (name, body) in [("with.txt", text.clone()), ("without.txt", without)] {
+        let db = crate::harness::TestDb::new().await;
+        fixture_center_with(&db.pool, center).await;
+        let path = dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        let out = crate::harness::stdout(&db.cli(&["import", "--format", "slurm", path.to_str().unwrap()]));
+        assert!(
+            out.contains("recorded:    12") && out.contains("rejected:    0"),
+            "{name}: {out}"
+        );
+        let charged: Vec<(String, i32, String)> = sqlx::query_as(
+            "SELECT j.scheduler_job_id, r.suspended_seconds, e.amount::text FROM ledger_entry e
+               JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+              ORDER BY j.scheduler_job_id, j.started_at",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        let findings: i64 = sqlx::query_scalar("SELECT count(*) FROM audit.discrepancies")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(findings, 0, "{name}");
+        seen.push(charged);
+    }
+    let want: Vec<(String, i32, String)> = [
+        ("1", 0, "0.01"),
+        // Cancelled while suspended: its End is the suspension, 10 s.
+        ("2", 0, "0.10"),
+        // 40 s, 15 suspended; 60 s, twice 10 suspended.
+        ("3", 15, "0.25"),
+        ("4", 20, "0.40"),
+        // Suspended 10 s of its first run's 20; its second run, 30 s.
+        ("5", 10, "0.10"),
+        ("5", 0, "0.30"),
+        // Resized while suspended, from 2 nodes (2 × 2 cores, R3) to 1 core:
+        // 4 cores × 26 s, then 1 × 64 s, whole.
+        ("6", 0, "1.04"),
+        ("6", 0, "0.64"),
+        // Resized: 4 × 10 s, then 1 × 20 s (from the resize).
+        ("7", 0, "0.40"),
+        ("7", 0, "0.20"),
+        // Suspended 10 s of its 20 before the resize: 4 × 10 s; then 20 s.
+        ("8", 10, "0.40"),
+        ("8", 0, "0.20"),
+    ]
+    .iter()
+    .map(|(j, s, a)| (j.to_string(), *s, a.to_string()))
+    .collect();
+    assert_eq!(seen[0], want);
+    assert_eq!(seen[1], want);
+}

@@ -743,11 +743,28 @@ fn time_suspended_is_not_charged_and_fingerprinted_only_when_there_is_some() {
     assert_eq!(said.price.lines[0].quantity, dec!(9));
     assert_eq!(said.charge.suspended_seconds, 1800);
     assert_ne!(said.charge_fingerprint, plain.charge_fingerprint);
-    let ran = with(Suspension::Ran(5400)).unwrap();
-    assert_eq!(ran.price, said.price);
-    assert_eq!(ran.charge_fingerprint, said.charge_fingerprint);
-    // Nothing suspended: charged and fingerprinted as before.
-    for none in [Suspension::Seconds(0), Suspension::Ran(7200), Suspension::Ran(7260)] {
+    let slurm = |suspended, elapsed| Suspension::Slurm { suspended, elapsed };
+    for same in [
+        slurm(Some(1800), Some(5400)),
+        slurm(None, Some(5400)),
+        slurm(Some(1800), None),
+    ] {
+        let r = with(same).unwrap();
+        assert_eq!(r.price, said.price, "{same:?}");
+        assert_eq!(r.charge_fingerprint, said.charge_fingerprint, "{same:?}");
+    }
+    // Nothing suspended: charged and fingerprinted as before. Slurm's
+    // `Suspended` longer than the run and an `Elapsed` of 0 (what Slurm
+    // 22.05.8 writes for a job resized while suspended) say nothing.
+    for none in [
+        Suspension::Seconds(0),
+        slurm(None, Some(7200)),
+        slurm(None, Some(7260)),
+        slurm(Some(0), Some(3600)),
+        slurm(Some(1_796_640_561), Some(0)),
+        slurm(None, Some(0)),
+        slurm(None, None),
+    ] {
         let r = with(none).unwrap();
         assert_eq!((r.charge.suspended_seconds, r.total()), (0, plain.total()), "{none:?}");
         assert_eq!(r.charge_fingerprint, plain.charge_fingerprint, "{none:?}");
@@ -765,7 +782,7 @@ fn time_suspended_is_not_charged_and_fingerprinted_only_when_there_is_some() {
         submit: None,
         start: local("2026-03-08T01:30:00"),
         end: local("2026-03-08T03:30:00"),
-        suspension: Suspension::Ran(3600),
+        suspension: slurm(None, Some(3600)),
         ..job()
     })
     .unwrap();
