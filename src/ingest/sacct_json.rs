@@ -712,6 +712,39 @@ mod tests {
             }
         );
         assert_eq!(suspension(&now.before_0060()), Suspension::Unsaid);
+        // Job 6 of another run, resized while suspended: an instant in
+        // `time.suspended` and 0 in `time.elapsed`, on both parts (what
+        // `Suspension::seconds` reads as nothing said).
+        let resized: String = include_str!("../../tests/fixtures/accounting/slurm_2205_suspend_resize_sacct.json")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut p = SacctJsonParser::new(&now);
+        let mut parts = Vec::new();
+        stream(resized.as_bytes(), |_, job| {
+            parts.extend(p.parse(&job));
+            true
+        })
+        .unwrap();
+        let parts: Vec<_> = parts
+            .iter()
+            .map(|i| match i {
+                Item::Job(j) => (j.state.clone(), j.suspension),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let slurm = |s| Suspension::Slurm {
+            suspended: Some(s),
+            elapsed: Some(0),
+        };
+        assert_eq!(
+            parts,
+            [
+                ("RESIZING".to_owned(), slurm(1_796_640_561)),
+                ("COMPLETED".to_owned(), slurm(1_796_640_586))
+            ]
+        );
     }
 
     fn read_all(doc: &str) -> Result<Vec<Item>, StreamError> {
