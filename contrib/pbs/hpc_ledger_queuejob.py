@@ -210,8 +210,11 @@ def main():
         "resources": resources(job, chunk_defaults(job, cfg)),
         "walltime": str(walltime) if walltime is not None else None,
         "queue": queue_name(job),
-        "tasks": tasks,
     }
+    # Only for an array: a serve before `tasks` refuses a field it does not
+    # know, and every job would be rejected as unpriceable.
+    if tasks > 1:
+        ask["tasks"] = tasks
     request = urllib.request.Request(
         cfg["url"].rstrip("/") + "/check",
         data=json.dumps(ask).encode(),

@@ -397,13 +397,17 @@ pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitC
     };
     let answer: CheckAnswer = match &args.server {
         Some(addr) => {
-            let body = serde_json::json!({
+            let mut body = serde_json::json!({
                 "project": args.job.project, "job_id": args.job.job_id, "array_index": args.job.array_index,
                 "cluster": args.job.request.cluster(), "resources": args.job.request.resources(),
                 "walltime": args.job.request.walltime(), "queue": args.job.request.queue(),
                 "node_type": args.job.request.node_type(), "floor": args.floor.to_string(),
-                "tasks": args.tasks,
             });
+            // Only for an array: a serve before `tasks` refuses a field it
+            // does not know.
+            if args.tasks > 1 {
+                body["tasks"] = args.tasks.into();
+            }
             let addr = match tokio::net::lookup_host(addr.as_str())
                 .await
                 .ok()

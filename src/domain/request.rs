@@ -56,8 +56,12 @@ pub enum GpuSpec {
 /// A request as written, before node and core counts are settled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResourceRequest {
-    /// `None`: as many nodes as the cores need (Slurm without `-N`).
+    /// `None`: as many nodes as the cores need (Slurm without `-N`), and at
+    /// least `min_nodes`.
     pub nodes: Option<u32>,
+    /// Without a node count, the fewest nodes the scheduler spreads it over
+    /// (Slurm `-n N --ntasks-per-node T`: ⌈N ÷ T⌉); else 1.
+    pub min_nodes: u32,
     /// Total cores; for an exclusive request, the cores asked for before
     /// whole nodes are counted.
     pub cores: u32,
@@ -77,7 +81,9 @@ impl ResourceRequest {
             reason: format!("{what} overflows"),
         };
         let cpn = cores_per_node.max(1);
-        let nodes = self.nodes.unwrap_or_else(|| self.cores.div_ceil(cpn).max(1));
+        let nodes = self
+            .nodes
+            .unwrap_or_else(|| self.cores.div_ceil(cpn).max(self.min_nodes).max(1));
         let cores = if self.exclusive {
             nodes.checked_mul(cpn).ok_or_else(|| overflow("cores"))?.max(self.cores)
         } else {
@@ -205,6 +211,7 @@ pub fn parse_pbs(input: &str) -> Result<ResourceRequest, RequestError> {
     };
     Ok(ResourceRequest {
         nodes: nodes.or(Some(1)),
+        min_nodes: 1,
         cores,
         memory,
         gpus: GpuSpec::Total(gpus),
@@ -456,11 +463,12 @@ pub fn parse_slurm(input: &str) -> Result<ResourceRequest, RequestError> {
         }
     }
     // `-n` tasks at most `--ntasks-per-node` a node, without `-N`: Slurm
-    // spreads them over ⌈n ÷ per node⌉ nodes (the quote packed them).
-    let nodes = nodes.or(match (ntasks, tasks_per_node) {
-        (Some(n), Some(t)) if t > 0 => Some(n.div_ceil(t)),
-        _ => None,
-    });
+    // spreads them over ⌈n ÷ per node⌉ nodes at least (the quote packed
+    // them), more when their cores do not fit on so few.
+    let min_nodes = match (nodes, ntasks, tasks_per_node) {
+        (None, Some(n), Some(t)) if t > 0 => n.div_ceil(t),
+        _ => 1,
+    };
     let tasks = match (ntasks, tasks_per_node, nodes) {
         (Some(n), _, _) => n,
         (None, Some(t), Some(n)) => t.saturating_mul(n),
@@ -476,6 +484,7 @@ pub fn parse_slurm(input: &str) -> Result<ResourceRequest, RequestError> {
     }
     Ok(ResourceRequest {
         nodes,
+        min_nodes,
         cores,
         memory,
         gpus,

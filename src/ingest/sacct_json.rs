@@ -550,6 +550,7 @@ impl SacctJsonParser {
             return Err(format!("unknown job state {state:?}"));
         }
         let submit = epoch(job.pointer("/time/submission"), "time.submission")?;
+        let first_start = start;
         let (start, submit) = crate::ingest::slurm::resized_start(start, submit);
         // A resize in the part's first second: a part that held nothing.
         if resizing && start == end {
@@ -565,7 +566,11 @@ impl SacctJsonParser {
         let suspension = if self.options.slurm_suspended {
             Suspension::Slurm {
                 suspended: seconds("/time/suspended", "time.suspended")?,
-                elapsed: seconds("/time/elapsed", "time.elapsed")?,
+                elapsed: crate::ingest::slurm::elapsed_from(
+                    first_start,
+                    start,
+                    seconds("/time/elapsed", "time.elapsed")?,
+                ),
             }
         } else {
             Suspension::Unsaid
@@ -734,15 +739,17 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect();
-        let slurm = |s| Suspension::Slurm {
+        // (The later part's 0, counted from the first start, leaves nothing
+        // after the resize: not said.)
+        let slurm = |s, elapsed| Suspension::Slurm {
             suspended: Some(s),
-            elapsed: Some(0),
+            elapsed,
         };
         assert_eq!(
             parts,
             [
-                ("RESIZING".to_owned(), slurm(1_796_640_561)),
-                ("COMPLETED".to_owned(), slurm(1_796_640_586))
+                ("RESIZING".to_owned(), slurm(1_796_640_561, Some(0))),
+                ("COMPLETED".to_owned(), slurm(1_796_640_586, None))
             ]
         );
     }

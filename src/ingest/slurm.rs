@@ -364,6 +364,24 @@ pub(crate) fn resized_start(start: Stamp, submit: Option<Stamp>) -> (Stamp, Opti
     }
 }
 
+/// A record's `Elapsed` counted from `start` instead of `first_start`: a
+/// resized job's later part starts at the resize ([`resized_start`]), and
+/// Slurm counts its `Elapsed` from the job's first start (less its
+/// suspension: Slurm 22.05.8, tests/fixtures/accounting/
+/// slurm_2205_suspend_all_sacct.txt, jobs 7 and 8). `None` when nothing of
+/// it is left after the resize: it says nothing then.
+pub(crate) fn elapsed_from(first_start: Stamp, start: Stamp, elapsed: Option<u32>) -> Option<u32> {
+    let naive = |s: &Stamp| match s {
+        Stamp::At(t) => t.naive_utc(),
+        Stamp::Local(t) => *t,
+    };
+    if start == first_start {
+        return elapsed;
+    }
+    let before = u32::try_from((naive(&start) - naive(&first_start)).num_seconds()).ok()?;
+    elapsed.and_then(|e| e.checked_sub(before)).filter(|&e| e > 0)
+}
+
 impl SlurmParser {
     fn job(&self, cols: &[&str], fields: &Fields) -> Result<Item, String> {
         let get = |name: &str| fields.index.get(name).map(|&i| cols[i]);
@@ -435,9 +453,11 @@ impl SlurmParser {
             Some(s) if !missing(s) => Some(time("Submit", s)?),
             _ => None,
         };
+        let first_start = start;
         let (start, submit) = resized_start(start, submit);
         // Time suspended, not charged ([`ReadOptions::slurm_suspended`]):
-        // `Suspended`, or else `Elapsed` (which does not count it).
+        // `Suspended`, or else `Elapsed` (which does not count it; from the
+        // resize for a resized job's later part, [`elapsed_from`]).
         // `INVALID` is how sacct prints a negative duration: nothing said.
         fn said(v: Option<&str>) -> Option<&str> {
             v.filter(|v| !missing(v) && v.trim() != "INVALID")
@@ -445,7 +465,11 @@ impl SlurmParser {
         let suspension = if self.options.slurm_suspended {
             Suspension::Slurm {
                 suspended: said(get("suspended")).map(|s| seconds("Suspended", s)).transpose()?,
-                elapsed: said(get("elapsed")).map(|e| seconds("Elapsed", e)).transpose()?,
+                elapsed: elapsed_from(
+                    first_start,
+                    start,
+                    said(get("elapsed")).map(|e| seconds("Elapsed", e)).transpose()?,
+                ),
             }
         } else {
             Suspension::Unsaid
@@ -812,6 +836,44 @@ mod tests {
     }
 
     const HEADER: &str = "JobID|JobIDRaw|Cluster|Partition|QOS|Account|Group|GID|User|UID|Submit|Eligible|Start|End|Elapsed|ExitCode|State|NNodes|NCPUS|ReqCPUS|ReqMem|ReqTRES|AllocTRES|Timelimit|NodeList|JobName";
+
+    /// A resized job's later part starts at the resize, and Slurm counts
+    /// its `Elapsed` from the job's first start (real records of Slurm
+    /// 22.05.8: jobs 7 and 8, resized 10 and 20 s in, ended 20 s after): it
+    /// is read from the resize. Job 6, resized while suspended, has 0.
+    #[test]
+    fn a_resized_parts_elapsed_counts_from_the_resize() {
+        use crate::domain::posting::Suspension;
+        let text: String = include_str!("../../tests/fixtures/accounting/slurm_2205_suspend_all_sacct.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let now = ReadOptions::default().now(crate::domain::kinds::SourceFormat::Slurm);
+        let later = |text: &str, id: &str| {
+            parse_all(text, &now)
+                .iter()
+                .find_map(|i| match i {
+                    Item::Job(j) if j.job_id == id && j.state == "COMPLETED" => Some(j.suspension),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let slurm = |suspended, elapsed| Suspension::Slurm { suspended, elapsed };
+        assert_eq!(later(&text, "7"), slurm(Some(0), Some(20)));
+        assert_eq!(later(&text, "8"), slurm(Some(0), Some(20)));
+        // `20794-10:49:46`: the resume instant, in days since 1970.
+        assert_eq!(later(&text, "6"), slurm(Some(1_796_640_586), None));
+        // Had job 7 been suspended 5 s after its resize, its Elapsed would
+        // be 25: 15 s from the resize, of its 20 (5 s suspended).
+        let suspended_after = text.replacen(
+            "|2026-12-07T10:52:15|00:00:30|00:00:00|COMPLETED|",
+            "|2026-12-07T10:52:15|00:00:25|00:00:05|COMPLETED|",
+            1,
+        );
+        assert_ne!(suspended_after, text);
+        assert_eq!(later(&suspended_after, "7"), slurm(Some(5), Some(15)));
+    }
 
     /// Real records of Slurm 22.05.8: job 1 ran 64 s, 54 of them
     /// suspended. Its `Suspended` is read, or else its `Elapsed` (10 s);

@@ -482,7 +482,9 @@ async fn check_quoted_on(
     }
     let balance = Balance::new(job.quote.at, sums).of_cluster(pool_cluster.map(|_| q.cluster.clone()));
     // Every task may run its whole walltime.
-    let cost = q.total * Decimal::from(job.tasks);
+    let Some(cost) = q.total.checked_mul(Decimal::from(job.tasks)) else {
+        return invalid(format!("{} tasks of {} each overflow", job.tasks, q.total));
+    };
     let mut verdict = verdict(&balance, cost, floor);
     if job.tasks > 1 && balance.budgeted {
         verdict.reason = format!("{}: {} tasks of {:.2} each", verdict.reason, job.tasks, q.total);

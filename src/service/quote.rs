@@ -218,7 +218,11 @@ pub async fn quote_in(
         && let GpuSpec::Total(g) = request.gpus
         && g > 0
     {
-        let by_cores = request.cores.div_ceil(card.period.value.cores_per_node.max(1)).max(1);
+        let by_cores = request
+            .cores
+            .div_ceil(card.period.value.cores_per_node.max(1))
+            .max(request.min_nodes)
+            .max(1);
         request.nodes = Some(by_cores.max(g.div_ceil(node_type.gpus_per_node)));
     }
     let shape = request.shape(card.period.value.cores_per_node)?;

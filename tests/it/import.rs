@@ -3057,10 +3057,11 @@ memory_per_core = "1GB"
 /// slurm_2205_suspend_all_sacct.txt): each charged for what it ran, read
 /// from `Suspended` or, without that field, from `Elapsed`, alike. Job 6,
 /// resized while suspended, has an instant in `Suspended` and 0 in
-/// `Elapsed` on both parts: charged its whole parts, as before suspension
-/// was read, not nothing.
+/// `Elapsed` on both parts, which say nothing: its parts are charged from
+/// start to end (25 s of them suspended), as before suspension was read,
+/// not nothing.
 #[tokio::test]
-async fn real_suspended_cancelled_requeued_and_resized_jobs_are_charged_what_they_ran() {
+async fn real_suspended_cancelled_requeued_and_resized_jobs_are_charged_as_their_records_say() {
     // Two-core nodes at 36.00 a core-hour: a core-second is 0.01.
     let center = r#"
 [[cluster]]

@@ -83,6 +83,9 @@ fn slurm_option_requests() {
         ("-n 8 --ntasks-per-node=2", js(4, 8, None, 0)),
         ("-n 7 --ntasks-per-node 2 -c 2", js(4, 14, None, 0)),
         ("-n 4 --ntasks-per-node=8", js(1, 4, None, 0)),
+        // At least that many: 40 cores do not fit on one node of 28.
+        ("-n 40 --ntasks-per-node=40", js(2, 40, None, 0)),
+        ("-n 4 --ntasks-per-node=2 -c 20", js(3, 80, None, 0)),
         ("-n 1 --mem=12000", js(1, 1, Some(12000 * MIB), 0)),
         ("-n 8 --gres=gpu:2", js(1, 8, None, 2)),
         ("-N 2 -n 8 --gres=gpu:v100:2", js(2, 8, None, 4)),
