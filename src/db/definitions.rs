@@ -72,6 +72,8 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "hl_refuse_change",
         'A',
     ),
+    ("archived_draw", "archived_draw_append_only", "hl_refuse_change", 'A'),
+    ("archived_draw", "archived_draw_no_truncate", "hl_refuse_change", 'A'),
     (
         "archived_period",
         "archived_period_append_only",

@@ -1544,3 +1544,58 @@ async fn a_month_archived_before_its_records_could_leave_moves_them_later() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A balance whose window begins inside a day of an archived month (a
+/// grant from 11:45 on a day PAS1234 drew at 11:30 and at 12:00) reads
+/// that day's draws from what the archive kept (migration 0061): the same
+/// balance before the archive and after. It read them from the month's
+/// entries, which the archive deletes, and lost the draws after 11:45.
+#[tokio::test]
+async fn a_balance_cut_inside_an_archived_day_keeps_that_days_draws() {
+    let db = through_september().await;
+    ok(&db.cli(&["close", "--month", "2026-10", "--author", "billing"]));
+    let (first, last, entries): (chrono::DateTime<Utc>, chrono::DateTime<Utc>, i64) = sqlx::query_as(
+        "SELECT d.first_at, d.last_at, d.entries FROM ledger_draw d JOIN project p ON p.id = d.project_id
+          WHERE p.code = 'PAS1234' AND d.day = '2026-10-10'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let boundary: chrono::DateTime<Utc> = "2026-10-10T11:45:00Z".parse().unwrap();
+    assert!(
+        first < boundary && boundary < last && entries > 1,
+        "{first} {last} {entries}"
+    );
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "PAS1234",
+        "100.00",
+        "--from",
+        "2026-10-10T11:45:00Z",
+        "--reason",
+        "a transfer in, as it were",
+    ]));
+    let balance = || db.cli(&["balance", "PAS1234", "--at", "2026-11-15T00:00:00Z", "--format", "json"]);
+    let used = |text: String| {
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        (v[0]["pool_from"].clone(), v[0]["used"].as_str().unwrap().to_owned())
+    };
+    // The window from 11:45: what PAS1234 drew from then on.
+    let before = used(ok(&balance()));
+    assert_eq!(before.0, "2026-10-10T11:45:00Z");
+    assert_ne!(before.1, "0", "{before:?}");
+    let dir = archive_dir(&db);
+    ok(&db.cli(&["archive", "--through", "2026-10", "--to", dir.to_str().unwrap()]));
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry WHERE period <= '2026-10-01'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM archived_draw WHERE day = '2026-10-10'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(kept > 1, "{kept}");
+    assert_eq!(used(ok(&balance())), before);
+}

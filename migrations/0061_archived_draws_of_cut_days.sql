@@ -1,0 +1,203 @@
+-- Balances keep the draws of archived days a budget window cuts
+-- (docs/retention.md, docs/budgets.md; a defect found 2026-12-07).
+--
+-- A balance sums `ledger_draw`'s rows, one per project, posting month, day
+-- and cluster, and reads a day's draws again from its entries
+-- (`hl_entry_draws`) when a boundary of its window falls among them: the
+-- start of an allocation (a transfer in at 14:23), or of a cluster's pool.
+-- An archive (migration 0037) deletes a month's entries, so such a day of
+-- an archived month read nothing again, and the balance lost that day's
+-- draws on the window's side: it showed money the project had spent.
+--
+-- The archive now keeps, before it deletes a month's entries, the draws
+-- (project, posting month, day, cluster, instant, amount; summed per
+-- instant) of every day on which an allocation of that project begins or
+-- ends (`archived_draw`), and a balance reads a cut day of an archived
+-- month from them. A day that no allocation of the project began or ended
+-- on when its month was archived has none kept: an allocation made later
+-- to begin inside an archived month, and `balance --at` an instant inside
+-- an archived month, still cut it without its draws (documented). Months
+-- archived before this migration keep none (their entries are gone).
+
+CREATE TABLE archived_draw (
+    project_id bigint NOT NULL REFERENCES project (id),
+    period     date NOT NULL REFERENCES archived_period (period),
+    day        date NOT NULL,
+    cluster_id bigint REFERENCES cluster (id),
+    draw       timestamptz NOT NULL,
+    amount     numeric NOT NULL
+);
+CREATE INDEX archived_draw_project ON archived_draw (project_id, period, day);
+COMMENT ON TABLE archived_draw IS
+    'Draws of an archived month on a day an allocation of the project began or ended when it was archived, summed per instant: a balance whose window a boundary cuts on that day reads them instead of the entries (migration 0061).';
+CREATE TRIGGER archived_draw_append_only BEFORE UPDATE OR DELETE ON archived_draw
+    FOR EACH ROW EXECUTE FUNCTION hl_refuse_change();
+CREATE TRIGGER archived_draw_no_truncate BEFORE TRUNCATE ON archived_draw
+    FOR EACH STATEMENT EXECUTE FUNCTION hl_refuse_change();
+ALTER TABLE archived_draw ENABLE ALWAYS TRIGGER archived_draw_append_only;
+ALTER TABLE archived_draw ENABLE ALWAYS TRIGGER archived_draw_no_truncate;
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_auditor') THEN
+        EXECUTE 'GRANT SELECT ON archived_draw TO hpc_ledger_auditor';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hpc_ledger_billing') THEN
+        EXECUTE 'GRANT SELECT ON archived_draw TO hpc_ledger_billing';
+    END IF;
+END
+$$;
+
+-- The archive, as migration 0052's, keeping those draws before it deletes
+-- each month's entries.
+CREATE OR REPLACE FUNCTION hl_archive_months(months date[], by_whom text, file_names text[], file_sha256s bytea[])
+RETURNS SETOF archived_period
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    cp closed_period;
+    a archived_period;
+    p date;
+    i integer;
+    first_unarchived date;
+    later record;
+    n bigint;
+    last_month date := months[array_upper(months, 1)];
+BEGIN
+    PERFORM pg_advisory_xact_lock(hl_period_lock_key());
+    IF coalesce(array_length(months, 1), 0) = 0
+       OR array_length(file_names, 1) IS DISTINCT FROM array_length(months, 1)
+       OR array_length(file_sha256s, 1) IS DISTINCT FROM array_length(months, 1) THEN
+        RAISE EXCEPTION 'archive: one file name and digest per month' USING ERRCODE = 'HL002';
+    END IF;
+    FOR i IN 1 .. array_length(months, 1) LOOP
+        p := months[i];
+        SELECT * INTO cp FROM closed_period WHERE period = p;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'cannot archive %: it is not closed', to_char(p, 'YYYY-MM') USING ERRCODE = 'HL002';
+        END IF;
+        IF EXISTS (SELECT 1 FROM archived_period x WHERE x.period = p) THEN
+            RAISE EXCEPTION 'cannot archive %: it is archived already', to_char(p, 'YYYY-MM') USING ERRCODE = 'HL002';
+        END IF;
+        SELECT min(c.period) INTO first_unarchived
+          FROM closed_period c
+         WHERE c.period < p AND NOT EXISTS (SELECT 1 FROM archived_period x WHERE x.period = c.period);
+        IF first_unarchived IS NOT NULL THEN
+            RAISE EXCEPTION 'cannot archive %: archive % first (months are archived in order)',
+                to_char(p, 'YYYY-MM'), to_char(first_unarchived, 'YYYY-MM') USING ERRCODE = 'HL002';
+        END IF;
+        SELECT x.* INTO later
+          FROM (SELECT r.id AS r_id, r.period AS r_period, o.id AS o_id, o.period AS o_period, r.period AS other
+                  FROM ledger_entry o JOIN ledger_entry r ON r.corrects_id = o.id
+                 WHERE o.period = p AND r.period > last_month
+                UNION ALL
+                SELECT r.id, r.period, o.id, o.period, o.period
+                  FROM ledger_entry r JOIN ledger_entry o ON o.id = r.corrects_id
+                 WHERE r.period = p AND o.period > last_month) x
+         ORDER BY x.other DESC, x.r_id LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'cannot archive % without %: entry % of % corrects entry % of %',
+                to_char(p, 'YYYY-MM'), to_char(later.other, 'YYYY-MM'), later.r_id, to_char(later.r_period, 'YYYY-MM'),
+                later.o_id, to_char(later.o_period, 'YYYY-MM')
+                USING ERRCODE = 'HL002',
+                      HINT = 'Archive through ' || to_char(later.other, 'YYYY-MM') || ' (once it is closed).';
+        END IF;
+        INSERT INTO archived_period (period, archived_by, file_name, file_sha256, seal, entry_count, total)
+        VALUES (p, by_whom, file_names[i], file_sha256s[i], cp.seal, cp.entry_count, cp.total)
+        RETURNING * INTO a;
+        INSERT INTO archived_rule (kind, id, period, last_priced_at)
+        SELECT 'rate_card', e.rate_card_id, p, max(coalesce(j.submitted_at, j.started_at))
+          FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id JOIN job j ON j.id = r.job_id
+         WHERE e.period = p AND e.kind = 'job' GROUP BY e.rate_card_id
+        UNION ALL
+        SELECT 'storage_rate', e.storage_rate_id, p, max(hl_day_end(s.last_day, c.time_zone))
+          FROM ledger_entry e JOIN storage_charge_segment s ON s.ledger_entry_id = e.id CROSS JOIN center c
+         WHERE e.period = p AND e.kind = 'storage' GROUP BY e.storage_rate_id
+        UNION ALL
+        SELECT 'discount', l.discount_id, p,
+               max(CASE c.kind WHEN 'job' THEN coalesce(j.submitted_at, j.started_at)
+                   ELSE hl_day_end((c.period + interval '1 month' - interval '1 day')::date, ce.time_zone)
+                        - interval '1 microsecond' END)
+          FROM ledger_entry l JOIN ledger_entry c ON c.id = l.corrects_id
+          LEFT JOIN job_record r ON r.id = c.job_record_id LEFT JOIN job j ON j.id = r.job_id
+         CROSS JOIN center ce
+         WHERE l.period = p AND l.kind = 'discount' GROUP BY l.discount_id;
+        RETURN NEXT a;
+    END LOOP;
+    -- Each record whose charges leave, once, over every month of the call
+    -- (a correction cites its record from another month of the group), with
+    -- the first month holding its entries and its job charge's rate card.
+    INSERT INTO archived_charge (job_record_id, period, rate_card_id)
+    SELECT e.job_record_id, min(e.period), min(e.rate_card_id) FILTER (WHERE e.kind = 'job')
+      FROM ledger_entry e WHERE e.period = ANY (months) AND e.job_record_id IS NOT NULL
+     GROUP BY e.job_record_id
+    ON CONFLICT (job_record_id) DO NOTHING;
+    FOR i IN REVERSE array_length(months, 1) .. 1 LOOP
+        p := months[i];
+        PERFORM set_config('hl.archiving', to_char(p, 'YYYY-MM'), true);
+        -- The draws of the days an allocation of the project begins or
+        -- ends on (migration 0061): a balance cut there reads them.
+        INSERT INTO archived_draw (project_id, period, day, cluster_id, draw, amount)
+        SELECT b.project_id, p, x.day, x.cluster_id, x.draw, sum(x.amount)
+          FROM (SELECT DISTINCT al.project_id FROM allocation al) b
+         CROSS JOIN LATERAL hl_entry_draws(b.project_id, p) x
+         WHERE x.day IN (SELECT (t.at AT TIME ZONE c.time_zone)::date
+                           FROM allocation al CROSS JOIN center c
+                          CROSS JOIN LATERAL (VALUES (al.valid_from), (al.valid_until)) t(at)
+                          WHERE al.project_id = b.project_id AND t.at IS NOT NULL)
+         GROUP BY b.project_id, x.day, x.cluster_id, x.draw;
+        DELETE FROM storage_charge_segment s USING ledger_entry e WHERE e.id = s.ledger_entry_id AND e.period = p;
+        DELETE FROM ledger_entry e WHERE e.period = p;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n <> (SELECT x.entry_count FROM archived_period x WHERE x.period = p) THEN
+            RAISE EXCEPTION 'archive of %: % entries found, % recorded when it closed', to_char(p, 'YYYY-MM'), n,
+                (SELECT x.entry_count FROM archived_period x WHERE x.period = p)
+                USING ERRCODE = 'HL002';
+        END IF;
+    END LOOP;
+    PERFORM set_config('hl.archiving', '', true);
+END
+$$;
+
+
+-- A cut day of an archived month is read from the draws the archive kept
+-- (as migration 0028's, with PARALLEL SAFE of 0039).
+CREATE OR REPLACE FUNCTION hl_pool_drawn(project bigint, pool bigint, from_ timestamptz, to_ timestamptz) RETURNS numeric
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH c AS (SELECT time_zone FROM center),
+    keys AS (
+        SELECT d.period, d.day, d.cluster_id, min(d.first_at) AS first_at, max(d.last_at) AS last_at,
+               sum(d.amount) AS amount
+          FROM ledger_draw d CROSS JOIN c
+         WHERE d.project_id = project
+           AND d.day BETWEEN (from_ AT TIME ZONE c.time_zone)::date AND (to_ AT TIME ZONE c.time_zone)::date
+           AND (pool IS NULL OR d.cluster_id = pool)
+         GROUP BY 1, 2, 3),
+    starts AS (
+        SELECT k.cluster_id, hl_pool_start(project, k.cluster_id) AS start
+          FROM (SELECT DISTINCT cluster_id FROM keys WHERE cluster_id IS NOT NULL) k),
+    marked AS (
+        SELECT k.*, s.start,
+               -- a boundary among its draws: the window's start, just after its end, the pool's start
+               (k.first_at < from_ AND from_ <= k.last_at)
+               OR (k.first_at <= to_ AND to_ < k.last_at)
+               OR (s.start IS NOT NULL AND k.first_at < s.start AND s.start <= k.last_at) AS cut
+          FROM keys k LEFT JOIN starts s ON s.cluster_id = k.cluster_id),
+    whole AS (
+        SELECT coalesce(sum(m.amount), 0) AS amount FROM marked m
+         WHERE NOT m.cut AND m.first_at >= from_ AND m.last_at <= to_
+           AND hl_in_pool(pool, m.cluster_id, m.start, m.first_at)),
+    -- each posting month with a cut row read once
+    again AS (
+        SELECT coalesce(sum(x.amount), 0) AS amount
+          FROM (SELECT DISTINCT m.period FROM marked m WHERE m.cut) p
+         CROSS JOIN LATERAL (SELECT e.cluster_id, e.draw, e.day, e.amount FROM hl_entry_draws(project, p.period) e
+                             UNION ALL
+                             SELECT a.cluster_id, a.draw, a.day, a.amount FROM archived_draw a
+                              WHERE a.project_id = project AND a.period = p.period) x
+          JOIN marked m ON m.cut AND m.period = p.period AND m.day = x.day
+                       AND m.cluster_id IS NOT DISTINCT FROM x.cluster_id
+         WHERE x.draw >= from_ AND x.draw <= to_
+           AND hl_in_pool(pool, x.cluster_id, m.start, x.draw))
+    SELECT whole.amount + again.amount FROM whole, again
+$$;
+
