@@ -131,20 +131,23 @@ BEGIN
       FROM ledger_entry e WHERE e.period = ANY (months) AND e.job_record_id IS NOT NULL
      GROUP BY e.job_record_id
     ON CONFLICT (job_record_id) DO NOTHING;
+    -- The draws of the days an allocation of the project begins or ends on
+    -- (migration 0061): a balance cut there reads them. Every month's
+    -- before any is deleted: a correction's draw is its original's, which
+    -- may be in another month of the call.
+    INSERT INTO archived_draw (project_id, period, day, cluster_id, draw, amount)
+    SELECT b.project_id, m.archived, x.day, x.cluster_id, x.draw, sum(x.amount)
+      FROM unnest(months) AS m(archived)
+     CROSS JOIN (SELECT DISTINCT al.project_id FROM allocation al) b
+     CROSS JOIN LATERAL hl_entry_draws(b.project_id, m.archived) x
+     WHERE x.day IN (SELECT (t.at AT TIME ZONE c.time_zone)::date
+                       FROM allocation al CROSS JOIN center c
+                      CROSS JOIN LATERAL (VALUES (al.valid_from), (al.valid_until)) t(at)
+                      WHERE al.project_id = b.project_id AND t.at IS NOT NULL)
+     GROUP BY b.project_id, m.archived, x.day, x.cluster_id, x.draw;
     FOR i IN REVERSE array_length(months, 1) .. 1 LOOP
         p := months[i];
         PERFORM set_config('hl.archiving', to_char(p, 'YYYY-MM'), true);
-        -- The draws of the days an allocation of the project begins or
-        -- ends on (migration 0061): a balance cut there reads them.
-        INSERT INTO archived_draw (project_id, period, day, cluster_id, draw, amount)
-        SELECT b.project_id, p, x.day, x.cluster_id, x.draw, sum(x.amount)
-          FROM (SELECT DISTINCT al.project_id FROM allocation al) b
-         CROSS JOIN LATERAL hl_entry_draws(b.project_id, p) x
-         WHERE x.day IN (SELECT (t.at AT TIME ZONE c.time_zone)::date
-                           FROM allocation al CROSS JOIN center c
-                          CROSS JOIN LATERAL (VALUES (al.valid_from), (al.valid_until)) t(at)
-                          WHERE al.project_id = b.project_id AND t.at IS NOT NULL)
-         GROUP BY b.project_id, x.day, x.cluster_id, x.draw;
         DELETE FROM storage_charge_segment s USING ledger_entry e WHERE e.id = s.ledger_entry_id AND e.period = p;
         DELETE FROM ledger_entry e WHERE e.period = p;
         GET DIAGNOSTICS n = ROW_COUNT;
