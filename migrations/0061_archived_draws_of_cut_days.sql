@@ -14,10 +14,11 @@
 -- instant) of every day on which an allocation of that project begins or
 -- ends (`archived_draw`), and a balance reads a cut day of an archived
 -- month from them. A day that no allocation of the project began or ended
--- on when its month was archived has none kept: an allocation made later
--- to begin inside an archived month, and `balance --at` an instant inside
--- an archived month, still cut it without its draws (documented). Months
--- archived before this migration keep none (their entries are gone).
+-- on when its month was archived has none kept: an allocation made later to
+-- begin or end inside such a day is refused (below; at a day's start it is
+-- whole), and `balance --at` an instant inside an archived month still cuts
+-- a day without its draws (documented). Months archived before this
+-- migration keep none (their entries are gone).
 
 CREATE TABLE archived_draw (
     project_id bigint NOT NULL REFERENCES project (id),
@@ -204,3 +205,61 @@ LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = public, pg_
     SELECT whole.amount + again.amount FROM whole, again
 $$;
 
+
+-- An allocation (a grant, a transfer in) whose window would begin or end
+-- inside a day whose draws an archived month may hold is refused: the
+-- archive kept no draws of that day unless an allocation began or ended on
+-- it then. As migration 0028's, with that check.
+CREATE OR REPLACE FUNCTION hl_allocation_check() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    g allocation;
+    o allocation;
+    taken numeric;
+    tz text;
+    last_archived date;
+    boundary timestamptz;
+BEGIN
+    IF NEW.kind IN ('reduce', 'transfer_out') THEN
+        SELECT * INTO g FROM allocation WHERE id = NEW.grant_id FOR UPDATE;
+        IF NOT FOUND OR g.kind NOT IN ('grant', 'transfer_in') OR g.project_id <> NEW.project_id THEN
+            RAISE EXCEPTION 'allocation entry % takes from %, which is not a grant of its project', NEW.kind, NEW.grant_id
+                USING ERRCODE = 'HL005';
+        END IF;
+        NEW.valid_from := g.valid_from;
+        NEW.valid_until := g.valid_until;
+        NEW.cluster_id := g.cluster_id;
+        SELECT coalesce(sum(amount), 0) INTO taken FROM allocation WHERE grant_id = g.id;
+        IF g.amount + taken + NEW.amount < 0 THEN
+            RAISE EXCEPTION 'grant % has % left; % cannot take %', g.id, g.amount + taken, NEW.kind, -NEW.amount
+                USING ERRCODE = 'HL005';
+        END IF;
+    ELSIF NEW.kind = 'transfer_in' THEN
+        SELECT * INTO o FROM allocation WHERE id = NEW.transfer_of;
+        IF NOT FOUND OR o.kind <> 'transfer_out' OR o.project_id = NEW.project_id OR NEW.amount <> -o.amount
+           OR (o.valid_until IS NOT NULL AND (NEW.valid_until IS NULL OR NEW.valid_until > o.valid_until)) THEN
+            RAISE EXCEPTION 'transfer in % does not receive what transfer out % of another project gave, within its window',
+                NEW.id, NEW.transfer_of USING ERRCODE = 'HL005';
+        END IF;
+        NEW.cluster_id := o.cluster_id;
+    END IF;
+    -- A window of its own (a grant, a transfer in) beginning or ending
+    -- inside a day whose draws an archived month may hold: the archive kept
+    -- the draws only of the days an allocation began or ended on then
+    -- (migration 0061), and a balance cut there would lose that day's.
+    IF NEW.kind IN ('grant', 'transfer_in') THEN
+        SELECT c.time_zone INTO tz FROM center c;
+        SELECT max(x.period) INTO last_archived FROM archived_period x;
+        FOREACH boundary IN ARRAY ARRAY[NEW.valid_from, NEW.valid_until] LOOP
+            IF boundary IS NOT NULL AND last_archived IS NOT NULL
+               AND date_trunc('month', boundary AT TIME ZONE tz)::date <= last_archived
+               AND boundary <> hl_day_end((boundary AT TIME ZONE tz)::date - 1, tz) THEN
+                RAISE EXCEPTION 'allocation % begins or ends at %, inside a day of a month archived through % (its draws there were not kept): begin or end it at the start of a day',
+                    NEW.kind, boundary, to_char(last_archived, 'YYYY-MM') USING ERRCODE = 'HL005';
+            END IF;
+        END LOOP;
+    END IF;
+    NEW.created_at := now();
+    RETURN NEW;
+END
+$$;

@@ -1598,4 +1598,27 @@ async fn a_balance_cut_inside_an_archived_day_keeps_that_days_draws() {
         .unwrap();
     assert!(kept > 1, "{kept}");
     assert_eq!(used(ok(&balance())), before);
+    // A grant made now to begin inside a day of an archived month is
+    // refused (that day's draws were not kept); at the day's start, taken.
+    let grant = |from: &str| {
+        db.cli(&[
+            "alloc",
+            "grant",
+            "PAS1234",
+            "10.00",
+            "--from",
+            from,
+            "--reason",
+            "backdated",
+        ])
+    };
+    let o = grant("2026-10-12T09:00:00Z");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("inside a day of a month archived through 2026-10"),
+        "{}",
+        stderr(&o)
+    );
+    ok(&grant("2026-10-12"));
+    assert!(grant("2026-11-02T09:00:00Z").status.success());
 }
