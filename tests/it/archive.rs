@@ -1621,4 +1621,24 @@ async fn a_balance_cut_inside_an_archived_day_keeps_that_days_draws() {
     );
     ok(&grant("2026-10-12"));
     assert!(grant("2026-11-02T09:00:00Z").status.success());
+    // The audit checks the kept draws against the day's row: clean, until a
+    // draw is added to them (by the owner; no role may write them).
+    let findings = || async {
+        sqlx::query_scalar::<_, String>("SELECT field FROM audit.discrepancies WHERE kind = 'draw'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(findings().await, Vec::<String>::new());
+    sqlx::query(
+        "INSERT INTO archived_draw (project_id, period, day, cluster_id, draw, amount)
+         SELECT project_id, period, day, cluster_id, draw, 5.00 FROM archived_draw
+          WHERE day = '2026-10-10' ORDER BY draw LIMIT 1",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let found = findings().await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("kept draws of 2026-10-10"), "{found:?}");
 }
