@@ -212,6 +212,9 @@ pub async fn run_balance(args: BalanceArgs, target: &Target) -> anyhow::Result<E
     let pool = target.open_configured().await?;
     let tz = time_zone(&pool).await?;
     let at = super::instant(args.at.as_deref(), tz)?;
+    if args.at.is_some() {
+        budget::check_asked_at(&pool, at).await?;
+    }
     let list = match &args.project {
         Some(p) => budget::pools(&pool, p, at).await?,
         None => budget::balances(&pool, at).await?,

@@ -182,6 +182,27 @@ pub async fn pools(
     Ok(rows.into_iter().map(|r| (r.cluster, r.name)).collect())
 }
 
+/// The last archived month, when `at` falls inside a day (neither its first
+/// instant nor its last microsecond, in the center's zone) whose draws an
+/// archived month may hold: a balance cut there would miss draws the
+/// archive did not keep (migration 0061).
+pub async fn inside_archived_day(
+    conn: &mut PgConnection,
+    at: DateTime<Utc>,
+) -> Result<Option<chrono::NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT l.last AS "last!"
+             FROM (SELECT max(ap.period) AS last FROM archived_period ap) l CROSS JOIN center c
+            WHERE l.last IS NOT NULL
+              AND date_trunc('month', $1 AT TIME ZONE c.time_zone)::date <= l.last
+              AND $1 <> hl_day_end(($1 AT TIME ZONE c.time_zone)::date - 1, c.time_zone)
+              AND $1 + interval '1 microsecond' <> hl_day_end(($1 AT TIME ZONE c.time_zone)::date, c.time_zone)"#,
+        at
+    )
+    .fetch_optional(&mut *conn)
+    .await
+}
+
 /// The pool a job of `project` on `cluster` draws from at `at`: the
 /// cluster's own once any allocation of the project scoped to it has begun,
 /// else the general pool.

@@ -303,6 +303,21 @@ pub(crate) async fn project_pools(
     Ok(out)
 }
 
+/// Refuse a balance asked at an instant inside a day whose draws an archived
+/// month may hold (docs/retention.md): the archive kept such a day's draws
+/// only where an allocation began or ended on it, and a balance cut
+/// elsewhere would miss them.
+pub async fn check_asked_at(pool: &PgPool, at: DateTime<Utc>) -> Result<(), BudgetError> {
+    let mut conn = pool.acquire().await.map_err(DbError::from)?;
+    match bdb::inside_archived_day(&mut conn, at).await? {
+        Some(last) => invalid(format!(
+            "{at} falls inside a day of a month archived through {} (its draws were kept by whole day): ask for a day's start or end (--at YYYY-MM-DD)",
+            last.format("%Y-%m")
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A project's general pool (unscoped allocations) at `at`.
 pub async fn balance(pool: &PgPool, project: &str, at: DateTime<Utc>) -> Result<ProjectBalance, BudgetError> {
     let mut conn = pool.acquire().await.map_err(DbError::from)?;

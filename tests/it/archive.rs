@@ -1598,6 +1598,16 @@ async fn a_balance_cut_inside_an_archived_day_keeps_that_days_draws() {
         .unwrap();
     assert!(kept > 1, "{kept}");
     assert_eq!(used(ok(&balance())), before);
+    // A balance asked inside a day of an archived month is refused (a day
+    // is kept whole); at a day's start, answered.
+    let o = db.cli(&["balance", "PAS1234", "--at", "2026-10-10T12:30:00Z"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("falls inside a day of a month archived through 2026-10"),
+        "{}",
+        stderr(&o)
+    );
+    ok(&db.cli(&["balance", "PAS1234", "--at", "2026-10-11"]));
     // A grant made now to begin inside a day of an archived month is
     // refused (that day's draws were not kept); at the day's start, taken.
     let grant = |from: &str| {
