@@ -687,21 +687,13 @@ mod tests {
     /// suspended (`time.suspended`); read as before migration 0060, not.
     #[test]
     fn suspended_time_is_read() {
-        let doc: String = include_str!("../../tests/fixtures/accounting/slurm_2205_suspend_sacct.json")
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let doc = fixture(include_str!(
+            "../../tests/fixtures/accounting/slurm_2205_suspend_sacct.json"
+        ));
         let now = ReadOptions::default().now(crate::domain::kinds::SourceFormat::SacctJson);
         let suspension = |options: &ReadOptions| {
-            let mut p = SacctJsonParser::new(options);
-            let mut items = Vec::new();
-            stream(doc.as_bytes(), |_, job| {
-                items.extend(p.parse(&job));
-                true
-            })
-            .unwrap();
-            items
+            read_with(&doc, options)
+                .unwrap()
                 .iter()
                 .find_map(|i| match i {
                     Item::Job(j) if j.job_id == "1" => Some(j.suspension),
@@ -719,28 +711,20 @@ mod tests {
         assert_eq!(suspension(&now.before_0060()), Suspension::Unsaid);
         // Job 6 of another run, resized while suspended: an instant in
         // `time.suspended` and 0 in `time.elapsed`, on both parts (what
-        // `Suspension::seconds` reads as nothing said).
-        let resized: String = include_str!("../../tests/fixtures/accounting/slurm_2205_suspend_resize_sacct.json")
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let mut p = SacctJsonParser::new(&now);
-        let mut parts = Vec::new();
-        stream(resized.as_bytes(), |_, job| {
-            parts.extend(p.parse(&job));
-            true
-        })
-        .unwrap();
-        let parts: Vec<_> = parts
+        // `Suspension::seconds` reads as nothing said). (The later part's 0,
+        // counted from the first start, leaves nothing after the resize: not
+        // said.)
+        let resized = fixture(include_str!(
+            "../../tests/fixtures/accounting/slurm_2205_suspend_resize_sacct.json"
+        ));
+        let parts: Vec<_> = read_with(&resized, &now)
+            .unwrap()
             .iter()
             .map(|i| match i {
                 Item::Job(j) => (j.state.clone(), j.suspension),
                 other => panic!("{other:?}"),
             })
             .collect();
-        // (The later part's 0, counted from the first start, leaves nothing
-        // after the resize: not said.)
         let slurm = |s, elapsed| Suspension::Slurm {
             suspended: Some(s),
             elapsed,
@@ -755,7 +739,11 @@ mod tests {
     }
 
     fn read_all(doc: &str) -> Result<Vec<Item>, StreamError> {
-        let mut p = SacctJsonParser::new(&ReadOptions::default());
+        read_with(doc, &ReadOptions::default())
+    }
+
+    fn read_with(doc: &str, options: &ReadOptions) -> Result<Vec<Item>, StreamError> {
+        let mut p = SacctJsonParser::new(options);
         let mut items = Vec::new();
         stream(doc.as_bytes(), |_, job| {
             items.extend(p.parse(&job));

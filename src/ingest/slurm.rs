@@ -354,13 +354,18 @@ fn display_name(field: &str) -> &'static str {
 /// (the recorder refuses one as invalid), so the earlier reading differs
 /// only on records it never stored.
 pub(crate) fn resized_start(start: Stamp, submit: Option<Stamp>) -> (Stamp, Option<Stamp>) {
-    let naive = |s: &Stamp| match s {
-        Stamp::At(t) => t.naive_utc(),
-        Stamp::Local(t) => *t,
-    };
     match submit {
         Some(s) if naive(&s) > naive(&start) => (s, None),
         _ => (start, submit),
+    }
+}
+
+/// A stamp's wall-clock reading (UTC for one with a zone): what the same
+/// record's times are compared by before a zone is applied.
+fn naive(s: &Stamp) -> chrono::NaiveDateTime {
+    match s {
+        Stamp::At(t) => t.naive_utc(),
+        Stamp::Local(t) => *t,
     }
 }
 
@@ -371,10 +376,6 @@ pub(crate) fn resized_start(start: Stamp, submit: Option<Stamp>) -> (Stamp, Opti
 /// slurm_2205_suspend_all_sacct.txt, jobs 7 and 8). `None` when nothing of
 /// it is left after the resize: it says nothing then.
 pub(crate) fn elapsed_from(first_start: Stamp, start: Stamp, elapsed: Option<u32>) -> Option<u32> {
-    let naive = |s: &Stamp| match s {
-        Stamp::At(t) => t.naive_utc(),
-        Stamp::Local(t) => *t,
-    };
     if start == first_start {
         return elapsed;
     }

@@ -1038,10 +1038,10 @@ async fn resolve_rejections(
         let cluster = catalog.cluster(input.cluster.as_deref()?)?;
         crate::domain::posting::instants(input, cluster.time_zone.unwrap_or(center.time_zone)).ok()
     };
-    let start = |input: &crate::domain::posting::JobInput| instants(input).map(|(s, _, _)| s);
-    let end = |input: &crate::domain::posting::JobInput| instants(input).map(|(_, e, _)| e);
-    let suspended = |input: &crate::domain::posting::JobInput| {
-        instants(input).and_then(|(s, e, _)| input.suspension.seconds(s, e).ok())
+    // When it ran and how long it was suspended, as resolving it reads them.
+    let timed = |input: &crate::domain::posting::JobInput| {
+        let (start, end, _) = instants(input)?;
+        Some((start, end, input.suspension.seconds(start, end).ok()))
     };
     let mut ids = Vec::new();
     let mut proofs = Vec::new();
@@ -1079,17 +1079,15 @@ async fn resolve_rejections(
             else {
                 return None;
             };
-            let started = start(&input)?;
+            let times = timed(&input)?;
             // The same run, holding the same: what the rejected line says it
-            // held and when it ended agree with the record (a line that says
-            // otherwise is another account of the run, left open for a person).
+            // held, when it ended and how long it was suspended agree with
+            // the record (a line that says otherwise is another account of
+            // the run, left open for a person).
             recorded.iter().find(|(job, _)| {
                 job.input.key().eq_ignore_ascii_case(&o.job_key)
                     && task_of(&job.input.job_id, job.input.array_index) == task_of(&input.job_id, input.array_index)
-                    && start(&job.input) == Some(started)
-                    && end(&job.input).is_some()
-                    && end(&job.input) == end(&input)
-                    && suspended(&job.input) == suspended(&input)
+                    && timed(&job.input) == Some(times)
                     && job.input.cores == input.cores
                     && job.input.gpus.unwrap_or(0) == input.gpus.unwrap_or(0)
                     && (job.input.nodes.is_none() || input.nodes.is_none() || job.input.nodes == input.nodes)
