@@ -340,6 +340,10 @@ impl JobArgs {
     }
 }
 
+/// Why a check that reached the ledger and was refused by how it is set up
+/// exits 1 whatever `--on-unreachable` says.
+const MISCONFIGURED: &str = "the check is set up wrong (this is not an outage, so --on-unreachable does not apply)";
+
 /// What to do when the ledger cannot be asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnUnreachable {
@@ -435,6 +439,23 @@ pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitC
             match reply {
                 Ok(Ok(r)) if r.status == 200 => serde_json::from_str(&r.body)?,
                 Ok(Ok(r)) if r.status == 400 || r.status == 422 => anyhow::bail!("{}", r.body.trim()),
+                // Serve answered: its credentials (--basic-file) or the
+                // address are wrong. Not an outage: a wrong credential must
+                // not let every job start unchecked (nor stop every one).
+                Ok(Ok(r)) if matches!(r.status, 401 | 403 | 404) => anyhow::bail!(
+                    "{addr} answered {}{}: {}; {MISCONFIGURED}",
+                    r.status,
+                    if r.body.trim().is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", r.body.trim())
+                    },
+                    if r.status == 404 {
+                        "is it hpc-ledger serve, of this version?"
+                    } else {
+                        "the credentials (--basic-file) are not serve's"
+                    }
+                ),
                 Ok(Ok(r)) => return unreachable(format!("{addr} answered {}: {}", r.status, r.body.trim())),
                 Ok(Err(e)) => return unreachable(e.to_string()),
                 Err(_) => return unreachable(format!("{addr} did not answer within 5 s")),
@@ -444,18 +465,20 @@ pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitC
             // The database, asked within 5 s like the server; when it cannot
             // be, --on-unreachable decides.
             let asked = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                let pool = target.open_configured().await.map_err(|e| e.to_string())?;
+                let pool = target.open_configured().await?;
                 let job = budget::JobRequest {
                     tasks: args.tasks,
                     ..args.job.job(chrono::Utc::now())
                 };
-                Ok::<_, String>(budget::check(&pool, &job, args.floor).await)
+                Ok::<_, crate::db::DbError>(budget::check(&pool, &job, args.floor).await)
             })
             .await;
             match asked {
                 Err(_) => return unreachable("the database did not answer within 5 s".into()),
-                Ok(Err(e)) => return unreachable(e),
-                Ok(Ok(Err(budget::BudgetError::Db(e)))) => return unreachable(e.to_string()),
+                Ok(Err(e) | Ok(Err(budget::BudgetError::Db(e)))) if e.is_configuration() => {
+                    anyhow::bail!("{e}; {MISCONFIGURED}")
+                }
+                Ok(Err(e) | Ok(Err(budget::BudgetError::Db(e)))) => return unreachable(e.to_string()),
                 Ok(Ok(answer)) => answer?,
             }
         }

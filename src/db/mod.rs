@@ -68,6 +68,26 @@ pub enum DbError {
     Sql(#[from] sqlx::Error),
 }
 
+impl DbError {
+    /// Whether the ledger answered and this is how it is set up (a
+    /// credential or privilege it refuses, a database, schema or center
+    /// that is not there), not an outage: asking again will not help.
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            DbError::NotMigrated { .. } | DbError::BadUrl(_) | DbError::NoCenter { .. } => true,
+            DbError::Connect { source, .. } | DbError::Sql(source) => refused(source),
+            DbError::Migrate(_) | DbError::Embedded(_) => false,
+        }
+    }
+}
+
+/// A server that answered and refused: the credentials or role (SQLSTATE
+/// class 28), the database's name (3D000), a privilege (42501).
+pub fn refused(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d)
+        if d.code().is_some_and(|c| c.starts_with("28") || c == "3D000" || c == "42501"))
+}
+
 /// Which database the CLI uses.
 #[derive(Debug, Clone)]
 pub enum Target {

@@ -104,11 +104,16 @@ type Served = (
 
 /// `serve` on a free local port, without credentials.
 fn serve_on(pool: &sqlx::PgPool) -> Served {
+    serve_with(pool, hpc_ledger::serve::Credentials::default())
+}
+
+/// `serve` on a free local port, taking `credentials`.
+fn serve_with(pool: &sqlx::PgPool, credentials: hpc_ledger::serve::Credentials) -> Served {
     let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let options = hpc_ledger::serve::Options {
-        credentials: hpc_ledger::serve::Credentials::default(),
+        credentials,
         web: hpc_ledger::serve::Credentials::default(),
         reader: None,
         max_batch: 10,
@@ -884,6 +889,140 @@ async fn serve_answers_the_check_for_scheduler_hooks() {
     assert!(stderr(&o).contains("the ledger could not be asked"), "{}", stderr(&o));
 }
 
+/// A directory of its own under the target's scratch space.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// What the PBS queuejob hook decides (`ACCEPT` or `REJECT: why`), run with
+/// a stand-in for the `pbs` module: its configuration, the job, and the
+/// PBS server's attributes.
+fn pbs_hook(dir: &std::path::Path, config: &Value, job: &Value, server: &Value) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cfg = dir.join(format!("hook-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let o = std::process::Command::new("python3")
+        .arg(root.join("contrib/pbs/hpc_ledger_queuejob.py"))
+        .env("PYTHONPATH", root.join("tests/pbs"))
+        .env("FAKE_PBS_JOB", job.to_string())
+        .env("FAKE_PBS_HOOK_CONFIG", &cfg)
+        .env("FAKE_PBS_SERVER", server.to_string())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// A check that reaches the ledger and is refused for how it is set up (a
+/// credential serve does not take, an address that is not serve's, a
+/// database that is not there) exits 1, and the PBS hook rejects the job,
+/// whatever `--on-unreachable` says: a wrong credential let every job start
+/// unchecked. An outage still follows `--on-unreachable`. Two workers: the
+/// command line (blocking one) asks the server running on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_set_up_wrong_is_not_an_outage() {
+    let db = db().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P1",
+        "1.00",
+        "--from",
+        "2026-01-01",
+        "--reason",
+        "tiny",
+    ]));
+    let (addr, stop, done, _) = serve_with(
+        &db.pool,
+        hpc_ledger::serve::Credentials::none()
+            .with_basic("slurm:right")
+            .unwrap(),
+    );
+    let dir = scratch("check-setup");
+    let (right, wrong) = (dir.join("right"), dir.join("wrong"));
+    std::fs::write(&right, "slurm:right\n").unwrap();
+    std::fs::write(&wrong, "slurm:wrong\n").unwrap();
+    // A job P1 cannot pay for: 200 core-hours = 2.00 of the 1.00 left.
+    let check = |more: &[&str]| {
+        let mut args = vec!["check", "--project", "P1", "--cluster", "c1", "--queue", "batch"];
+        args.extend([
+            "--resources",
+            "-n 200",
+            "--walltime",
+            "1:00:00",
+            "--on-unreachable",
+            "allow",
+        ]);
+        args.extend(more);
+        db.cli(&args)
+    };
+    let a = addr.to_string();
+    let o = check(&["--server", &a, "--basic-file", right.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(7), "{}{}", stdout(&o), stderr(&o));
+    for file in [None, Some(&wrong)] {
+        let mut more = vec!["--server", a.as_str()];
+        if let Some(f) = file {
+            more.extend(["--basic-file", f.to_str().unwrap()]);
+        }
+        let o = check(&more);
+        assert_eq!(o.status.code(), Some(1), "{:?}: {}{}", file, stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains(&format!("{a} answered 401")), "{}", stderr(&o));
+        assert!(stderr(&o).contains("the check is set up wrong"), "{}", stderr(&o));
+    }
+    // An address that answers, but is not serve's /check.
+    let (not_serve, answering) = not_serve().await;
+    let o = check(&["--server", &not_serve]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("answered 404 (not here)"), "{}", stderr(&o));
+    answering.abort();
+    let _ = stop.send(());
+    done.await.unwrap().unwrap();
+    // From the database: a database that is not there, a role it does not
+    // know; and, for contrast, nobody listening (an outage: allowed).
+    let mut nobody = url::Url::parse(&db.url).unwrap();
+    nobody.set_username("hl_nobody").unwrap();
+    for (url, code, says) in [
+        (
+            crate::harness::url_for("hl_no_such_ledger"),
+            1,
+            "the check is set up wrong",
+        ),
+        (nobody.to_string(), 1, "the check is set up wrong"),
+        (
+            "postgres://postgres@127.0.0.1:9/x".to_owned(),
+            0,
+            "the ledger could not be asked",
+        ),
+    ] {
+        let mut args = vec!["check", "--project", "P1", "--cluster", "c1", "--queue", "batch"];
+        args.extend(["--resources", "-n 200", "--walltime", "1:00:00"]);
+        let o = crate::harness::cli_with_env(&args, &[("DATABASE_URL", url.as_str())], None);
+        assert_eq!(o.status.code(), Some(code), "{url}: {}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains(says), "{url}: {}", stderr(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A local address that answers every request 404 ("not here"): not
+/// serve's `/check`.
+async fn not_serve() -> (String, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let answering = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let reply = "HTTP/1.1 404 Not Found\r\ncontent-length: 9\r\nconnection: close\r\n\r\nnot here\n";
+            let _ = s.write_all(reply.as_bytes()).await;
+        }
+    });
+    (addr, answering)
+}
+
 /// A stand-in for `sacctmgr` that keeps account associations in a file
 /// (`account|user|grpjobs`, as `sacctmgr -n -P show assoc` prints them) and
 /// logs every call; the real one is exercised by tests/slurm/e2e.sh.
@@ -1267,28 +1406,11 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
         "tiny",
     ]));
     let (addr, stop, done, _) = serve_on(&db.pool);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pbs-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("pbs");
     // The hook with the PBS server's (and queues') default_chunk given.
     let hook_on = |server: Value, job: Value, url: &str, on_unreachable: &str| {
-        let cfg = dir.join(format!("hook-{on_unreachable}.json"));
-        std::fs::write(
-            &cfg,
-            serde_json::json!({"url": url, "cluster": "p1", "on_unreachable": on_unreachable, "timeout": 3})
-                .to_string(),
-        )
-        .unwrap();
-        let o = std::process::Command::new("python3")
-            .arg(root.join("contrib/pbs/hpc_ledger_queuejob.py"))
-            .env("PYTHONPATH", root.join("tests/pbs"))
-            .env("FAKE_PBS_JOB", job.to_string())
-            .env("FAKE_PBS_HOOK_CONFIG", &cfg)
-            .env("FAKE_PBS_SERVER", server.to_string())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+        let config = serde_json::json!({"url": url, "cluster": "p1", "on_unreachable": on_unreachable, "timeout": 3});
+        pbs_hook(&dir, &config, &job, &server)
     };
     let hook = |job: Value, url: &str, on_unreachable: &str| hook_on(serde_json::json!({}), job, url, on_unreachable);
     let url = format!("http://{addr}");
@@ -1371,6 +1493,39 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
         "{unknown}"
     );
     assert!(unknown.contains("unknown project"), "{unknown}");
+    let _ = stop.send(());
+    done.await.unwrap().unwrap();
+    // serve refusing the hook's credentials, or an address that is not
+    // serve's: rejected saying so, whatever on_unreachable says (a wrong
+    // credential let every job in unchecked); the right ones are answered.
+    let (addr, stop, done, _) = serve_with(
+        &db.pool,
+        hpc_ledger::serve::Credentials::none().with_basic("pbs:right").unwrap(),
+    );
+    let (other, answering) = not_serve().await;
+    let asked = |url: String, basic: Option<&str>| {
+        let mut config = serde_json::json!({"url": url, "cluster": "p1", "on_unreachable": "allow", "timeout": 3});
+        if let Some(b) = basic {
+            config["basic"] = b.into();
+        }
+        pbs_hook(
+            &dir,
+            &config,
+            &job("BUDGET", "1:ncpus=4", "01:00:00"),
+            &serde_json::json!({}),
+        )
+    };
+    assert_eq!(asked(format!("http://{addr}"), Some("pbs:right")), "ACCEPT");
+    for (url, basic, status) in [
+        (format!("http://{addr}"), None, 401),
+        (format!("http://{addr}"), Some("pbs:wrong"), 401),
+        (format!("http://{other}"), Some("pbs:right"), 404),
+    ] {
+        let said = asked(url, basic);
+        let wrong = format!("REJECT: hpc-ledger: the budget check is set up wrong (HTTP {status}: ");
+        assert!(said.starts_with(&wrong), "{said}");
+    }
+    answering.abort();
     let _ = stop.send(());
     done.await.unwrap().unwrap();
     // The ledger down: the site's choice.
