@@ -145,6 +145,14 @@ pub fn negate(x: Decimal) -> Decimal {
     if y.is_zero() { y.abs() } else { y }
 }
 
+/// An amount already in cents, written with both places: a zero read from
+/// PostgreSQL (or a sum of nothing) comes without them, and prints "0".
+pub fn in_cents(x: Decimal) -> Decimal {
+    let mut y = x;
+    y.rescale(MONEY_SCALE);
+    y
+}
+
 /// Round to the currency's minor unit, half away from zero: the same result
 /// as PostgreSQL's `round(numeric, 2)`.
 pub fn round_money(x: Decimal) -> Decimal {

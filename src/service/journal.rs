@@ -20,6 +20,7 @@ use crate::db::journal::{self as jdb, FundingRow, RevenueRow, StatementRow};
 use crate::db::{DbError, periods};
 use crate::domain::journal::{Column, default_layout};
 use crate::domain::period::Month;
+use crate::domain::units::in_cents;
 use crate::ids::ProjectId;
 
 /// Record the file's funding sets, revenue sets and layout (within `config
@@ -312,7 +313,10 @@ async fn export_in(conn: &mut PgConnection, month: Month, by: &str, dry_run: boo
     let center = crate::db::reference::load_center(conn)
         .await?
         .ok_or(JournalError::NotClosed(month))?;
-    let statements = jdb::statements(conn, period).await?;
+    let mut statements = jdb::statements(conn, period).await?;
+    for s in &mut statements {
+        s.total = in_cents(s.total);
+    }
     let unfunded: Vec<StatementRow> = statements
         .iter()
         .filter(|s| !s.total.is_zero() && !s.funded)
@@ -371,16 +375,17 @@ async fn export_in(conn: &mut PgConnection, month: Month, by: &str, dry_run: boo
             }
         })
         .collect();
-    let debit_total: Decimal = lines
-        .iter()
-        .filter(|l| l.amount > Decimal::ZERO)
-        .map(|l| l.amount)
-        .sum();
-    let credit_total: Decimal = lines
-        .iter()
-        .filter(|l| l.amount < Decimal::ZERO)
-        .map(|l| -l.amount)
-        .sum();
+    // In cents also when there are no lines.
+    let side_total = |debits: bool| -> Decimal {
+        in_cents(
+            lines
+                .iter()
+                .filter(|l| l.amount != Decimal::ZERO && (l.amount > Decimal::ZERO) == debits)
+                .map(|l| l.amount.abs())
+                .sum(),
+        )
+    };
+    let (debit_total, credit_total) = (side_total(true), side_total(false));
     let (export_id, exported_at, digest) = if dry_run {
         (None, None, jdb::digest(conn, period).await?)
     } else {

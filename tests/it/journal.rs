@@ -412,3 +412,44 @@ async fn a_credit_month_reverses_the_sides_and_an_unfunded_statement_stops_the_e
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A month whose statements each come to nothing has no journal lines, and
+/// its totals are still amounts in cents ("0.00"; they were a bare "0", as
+/// a sum of nothing).
+#[tokio::test]
+async fn a_month_that_nets_to_nothing_has_no_lines_and_totals_in_cents() {
+    let db = ledger().await;
+    let totals: Vec<(String, Decimal)> = sqlx::query_as(
+        "SELECT p.code, sum(e.amount) FROM ledger_entry e JOIN project p ON p.id = e.project_id
+          WHERE e.period = '2026-11-01' GROUP BY p.code ORDER BY p.code",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(totals.len() > 1, "{totals:?}");
+    for (project, total) in &totals {
+        let back = (-*total).to_string();
+        ok(&db.cli(&[
+            "adjust",
+            "--project",
+            project,
+            "--amount",
+            &back,
+            "--month",
+            "2026-11",
+            "--reason",
+            "written off",
+        ]));
+    }
+    ok(&db.cli(&["close", "--through", "2026-11", "--author", "billing"]));
+    let j = journal_json(&db, "2026-11", &[]);
+    assert_eq!(j["lines"].as_array().map(Vec::len), Some(0), "{j}");
+    let statements = j["statements"].as_array().unwrap();
+    assert_eq!(statements.len(), totals.len(), "{j}");
+    assert!(statements.iter().all(|s| s["total"] == "0.00"), "{j}");
+    assert_eq!(
+        (&j["debit_total"], &j["credit_total"]),
+        (&"0.00".into(), &"0.00".into()),
+        "{j}"
+    );
+}
