@@ -1498,10 +1498,7 @@ memory_per_core = "8GB"
 "#,
     )
     .await;
-    let import = |format: &str, name: &str| {
-        let path = crate::fixtures::stripped(name);
-        crate::harness::stdout(&db.cli(&["import", "--format", format, path.to_str().unwrap()]))
-    };
+    let import = |format: &str, name: &str| cli_import(&db, format, &[], &crate::fixtures::stripped(name));
     let out = import("jobcomp", "slurm_2205_suspend_jobcomp.jsonl");
     assert!(out.contains("recorded:    9"), "{out}");
     assert!(out.contains("rejected:    0"), "{out}");
@@ -1543,10 +1540,7 @@ memory_per_core = "8GB"
     };
     assert_eq!(open().await, 3);
     let out = import("sacct-json", "slurm_2205_suspend_sacct.json");
-    assert!(
-        out.contains("replayed:    9") && out.contains("rejected:    0"),
-        "{out}"
-    );
+    assert_replayed(&out, 9);
     assert_eq!(open().await, 2);
     let charged: Vec<(String, String)> = sqlx::query_as(
         "SELECT j.scheduler_job_id || coalesce('_' || j.array_index, ''), sum(e.amount)::text
@@ -2053,17 +2047,38 @@ fn scratch_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// An import's summary: `runs` runs replayed (already recorded, nothing
+/// changed) and no record rejected.
+#[track_caller]
+fn assert_replayed(out: &str, runs: u64) {
+    assert!(
+        out.contains(&format!("replayed:    {runs} (")) && out.contains("rejected:    0"),
+        "{out}"
+    );
+}
+
+/// What `hpc-ledger import --format FORMAT [ARGS…] PATH` printed.
+fn cli_import(db: &crate::harness::TestDb, format: &str, args: &[&str], path: &std::path::Path) -> String {
+    crate::harness::stdout(&cli_import_output(db, format, args, path))
+}
+
+/// `hpc-ledger import --format FORMAT [ARGS…] PATH`.
+fn cli_import_output(
+    db: &crate::harness::TestDb,
+    format: &str,
+    args: &[&str],
+    path: &std::path::Path,
+) -> std::process::Output {
+    let mut all = vec!["import", "--format", format];
+    all.extend_from_slice(args);
+    all.push(path.to_str().unwrap());
+    db.cli(&all)
+}
+
 /// `hpc-ledger import --format pbs --cluster casper PATH` (the fixtures'
 /// NCAR cluster).
 fn import_casper(db: &crate::harness::TestDb, path: &std::path::Path) -> std::process::Output {
-    db.cli(&[
-        "import",
-        "--format",
-        "pbs",
-        "--cluster",
-        "casper",
-        path.to_str().unwrap(),
-    ])
+    cli_import_output(db, "pbs", &["--cluster", "casper"], path)
 }
 
 /// The fixtures' ledger with the lab's cluster `testclu` in New York's
@@ -2462,8 +2477,7 @@ async fn a_resized_job_is_charged_as_its_parts() {
         ("17:56:27".to_owned(), "17:56:59".to_owned(), 1, 1),
     ];
     let import = |db: &crate::harness::TestDb, format: &str, name: &str| {
-        let path = crate::fixtures::stripped(name);
-        crate::harness::stdout(&db.cli(&["import", "--format", format, path.to_str().unwrap()]))
+        cli_import(db, format, &[], &crate::fixtures::stripped(name))
     };
     let db = fixture_db().await;
     let out = import(&db, "jobcomp", "slurm_2205_resize_jobcomp.jsonl");
@@ -2473,8 +2487,7 @@ async fn a_resized_job_is_charged_as_its_parts() {
     // the job was submitted: read as unknown) is jobcomp's run again.
     let out = import(&db, "slurm", "slurm_2205_resize_sacct.txt");
     assert!(out.contains("recorded:    1 "), "{out}");
-    assert!(out.contains("replayed:    1"), "{out}");
-    assert!(out.contains("rejected:    0"), "{out}");
+    assert_replayed(&out, 1);
     assert_eq!(parts(&db).await, want);
     let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM job")
         .fetch_one(&db.pool)
@@ -2541,8 +2554,7 @@ async fn a_pbs_pro_job_packed_on_one_host_is_charged_as_one_node() {
     upgraded_holding_records(&db.pool).await;
     // The same file imported again now: a replay of that run, not a conflict.
     let out = import_casper(&before);
-    assert!(out.contains("replayed:    1"), "{out}");
-    assert!(out.contains("rejected:    0"), "{out}");
+    assert_replayed(&out, 1);
     // A job recorded now: one host, 2 cores × 604 s × 0.01 ÷ 3600 = 0.0034.
     let now = dir.join("now.log");
     std::fs::write(&now, packed(2)).unwrap();
@@ -2623,13 +2635,10 @@ code = "PZS0708"
         [("16057.pitzer-batch.ten.osc.edu".to_owned(), "0.18".to_owned())]
     );
     upgraded_holding_records(&db.pool).await;
-    let import = |path: &std::path::Path| {
-        crate::harness::stdout(&db.cli(&["import", "--format", "pbs", "--cluster", "osc", path.to_str().unwrap()]))
-    };
+    let import = |path: &std::path::Path| cli_import(&db, "pbs", &["--cluster", "osc"], path);
     // The same record imported again now: a replay of that run.
     let out = import(&before);
-    assert!(out.contains("replayed:    1"), "{out}");
-    assert!(out.contains("rejected:    0"), "{out}");
+    assert_replayed(&out, 1);
     // The same job under another id, recorded now: 8 GB on a 1 GB card is
     // 8 cores' worth: 8 × 91 s ÷ 1000 = 0.728.
     let now = dir.join("now.log");
@@ -2723,22 +2732,17 @@ code = "ARAL0001"
         .await
         .unwrap();
     let import = |cluster: &str, path: &std::path::Path| {
-        crate::harness::stdout(&db.cli(&[
-            "import",
-            "--format",
+        cli_import(
+            &db,
             "pbs",
-            "--cluster",
-            cluster,
-            "--project-from",
-            "account,group",
-            path.to_str().unwrap(),
-        ]))
+            &["--cluster", cluster, "--project-from", "account,group"],
+            path,
+        )
     };
     // The same records imported again now: replays of their runs.
     for (cluster, name, _) in &files {
         let out = import(cluster, &dir.join(name));
-        assert!(out.contains("replayed:    1"), "{out}");
-        assert!(out.contains("rejected:    0"), "{out}");
+        assert_replayed(&out, 1);
     }
     assert_eq!(charged().await, before);
     // The same jobs under other ids, recorded now: 17 nodes (136 cores'
@@ -2834,19 +2838,9 @@ code = "aws"
     // 4 cores × 301 s ÷ 1000 = 1.204.
     assert_eq!(charged().await, [("845".to_owned(), 1, "1.20".to_owned())]);
     upgraded_holding_records(&db.pool).await;
-    let import = |path: &std::path::Path| {
-        crate::harness::stdout(&db.cli(&[
-            "import",
-            "--format",
-            "slurm",
-            "--cluster",
-            "pcluster",
-            path.to_str().unwrap(),
-        ]))
-    };
+    let import = |path: &std::path::Path| cli_import(&db, "slurm", &["--cluster", "pcluster"], path);
     let out = import(&before);
-    assert!(out.contains("replayed:    1"), "{out}");
-    assert!(out.contains("rejected:    0"), "{out}");
+    assert_replayed(&out, 1);
     // The same job under another id, recorded now: 4 whole nodes (R3),
     // 16 cores × 301 s ÷ 1000 = 4.816.
     let now = dir.join("now.txt");
@@ -2973,35 +2967,21 @@ memory_per_core = "1GB"
         .execute(&db.pool)
         .await
         .unwrap();
-    let import = |path: &std::path::Path| {
-        crate::harness::stdout(&db.cli(&[
-            "import",
-            "--format",
-            "slurm",
-            "--cluster",
-            "rv3clu",
-            path.to_str().unwrap(),
-        ]))
-    };
+    let import = |path: &std::path::Path| cli_import(&db, "slurm", &["--cluster", "rv3clu"], path);
     // The same records again, and job 1 with its Suspended field: replays.
     let out = import(&before);
-    assert!(out.contains("replayed:    9"), "{out}");
-    assert!(out.contains("rejected:    0"), "{out}");
+    assert_replayed(&out, 9);
     let again = dir.join("again.txt");
     std::fs::write(&again, job_one(&with_field, "1")).unwrap();
     let out = import(&again);
-    assert!(out.contains("replayed:    1"), "{out}");
-    assert!(out.contains("rejected:    0"), "{out}");
+    assert_replayed(&out, 1);
     assert_eq!(charged("1").await, [(0, "0.13".to_owned())]);
     // Its sacct record, after: a replay too (any export of a run recorded
     // before was charged whole).
     let path = dir.join("104.txt");
     std::fs::write(&path, job_one(&with_field, "104")).unwrap();
     let out = import(&path);
-    assert!(
-        out.contains("replayed:    1") && out.contains("rejected:    0"),
-        "{out}"
-    );
+    assert_replayed(&out, 1);
     assert_eq!(charged("104").await, [(0, "0.13".to_owned())]);
     // Job 1 under other ids, recorded now: from Elapsed (10 s of 64) and
     // from Suspended (54 s): 2 cores × 10 s ÷ 1000 = 0.02.
