@@ -98,6 +98,7 @@ fn serve_in_process(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = Options {
         credentials: Credentials::none(),
+        checks: Credentials::none(),
         web: Credentials::none().with_token(BENCH_WEB_TOKEN).expect("one word"),
         reader: None,
         max_batch,

@@ -14,6 +14,9 @@ use crate::serve::{self, Credentials, Metrics, Options};
 pub struct Args {
     /// Address and port to listen on. Anything but loopback needs
     /// credentials (HPC_LEDGER_SERVE_BASIC or HPC_LEDGER_SERVE_TOKEN).
+    /// HPC_LEDGER_SERVE_CHECK_BASIC or _CHECK_TOKEN: a credential that may
+    /// only ask (POST /check, GET /metrics/budgets), for submit hooks and
+    /// scrapers, never post charges.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
     listen: SocketAddr,
     /// Jobs per transaction, at most (concurrent posts are committed together).
@@ -74,8 +77,10 @@ pub async fn run(args: Args, target: &Target, readers: &Readers, author: &str) -
         }
     );
     let web = Credentials::web_from_env().map_err(anyhow::Error::msg)?;
+    let checks = Credentials::checks_from_env().map_err(anyhow::Error::msg)?;
     let options = Options {
         credentials,
+        checks,
         web,
         reader,
         max_batch: args.max_batch,

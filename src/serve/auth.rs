@@ -1,6 +1,7 @@
-//! Who may post to `serve`: HTTP Basic and bearer credentials, checked
-//! before a body is read (an unauthenticated sender cannot make the server
-//! buffer anything), and where serving without them is allowed.
+//! Who may post to `serve`, and who may only ask (`/check`,
+//! `/metrics/budgets`): HTTP Basic and bearer credentials, checked before a
+//! body is read (an unauthenticated sender cannot make the server buffer
+//! anything), and where serving without them is allowed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,6 +32,12 @@ impl std::fmt::Debug for Credentials {
 pub const BASIC_ENV: &str = "HPC_LEDGER_SERVE_BASIC";
 
 pub const TOKEN_ENV: &str = "HPC_LEDGER_SERVE_TOKEN";
+
+/// A credential that may only ask (`/check`, `/metrics/budgets`): for submit
+/// hooks on machines users log in to, and for scrapers.
+pub const CHECK_BASIC_ENV: &str = "HPC_LEDGER_SERVE_CHECK_BASIC";
+
+pub const CHECK_TOKEN_ENV: &str = "HPC_LEDGER_SERVE_CHECK_TOKEN";
 
 /// The billing office's credential for the web view (docs/web.md).
 pub const WEB_BASIC_ENV: &str = "HPC_LEDGER_WEB_BASIC";
@@ -66,6 +73,12 @@ impl Credentials {
     /// files named by `…_FILE`.
     pub fn from_env() -> Result<Credentials, String> {
         Credentials::from_env_vars(BASIC_ENV, TOKEN_ENV)
+    }
+
+    /// The asking credential: `HPC_LEDGER_SERVE_CHECK_BASIC` /
+    /// `HPC_LEDGER_SERVE_CHECK_TOKEN` (or `…_FILE`).
+    pub fn checks_from_env() -> Result<Credentials, String> {
+        Credentials::from_env_vars(CHECK_BASIC_ENV, CHECK_TOKEN_ENV)
     }
 
     /// The web view's billing-office credential: `HPC_LEDGER_WEB_BASIC` /
@@ -131,17 +144,34 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Around every job endpoint: credentials first (before a body is read),
-/// then the request's status and latency for `/metrics`.
+/// Around every posting endpoint: credentials first (before a body is
+/// read), then the request's status and latency for `/metrics`.
 pub(super) async fn guard(
     State(app): State<Arc<App>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    let allowed = app.credentials.allows(request.headers());
+    guarded(&app, allowed, request, next).await
+}
+
+/// Around the endpoints that only ask (`/check`, `/metrics/budgets`): the
+/// posting credential, or the asking one.
+pub(super) async fn guard_asking(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let headers = request.headers();
+    let allowed = app.credentials.allows(headers) || (!app.checks.is_empty() && app.checks.allows(headers));
+    guarded(&app, allowed, request, next).await
+}
+
+async fn guarded(app: &App, allowed: bool, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let started = Instant::now();
     let response = if from_a_web_page(request.headers()) {
         refused_from_a_web_page()
-    } else if app.credentials.allows(request.headers()) {
+    } else if allowed {
         next.run(request).await
     } else {
         unauthorized()

@@ -46,12 +46,14 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
-use auth::guard;
+use auth::{guard, guard_asking};
 use batcher::Pending;
 use routes::{busy, healthz, jobcomp_doc, json_jobs, metrics_text};
 
 use crate::service::record::{RecordOptions, Recorder};
-pub use auth::{BASIC_ENV, Credentials, TOKEN_ENV, WEB_BASIC_ENV, WEB_TOKEN_ENV, open_allowed};
+pub use auth::{
+    BASIC_ENV, CHECK_BASIC_ENV, CHECK_TOKEN_ENV, Credentials, TOKEN_ENV, WEB_BASIC_ENV, WEB_TOKEN_ENV, open_allowed,
+};
 pub use metrics::Metrics;
 
 /// The largest request body: Slurm includes the whole batch script, which
@@ -68,7 +70,12 @@ const QUEUE: usize = 4096;
 /// How the server records.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// Who may post jobs, and ask everything `checks` may.
     pub credentials: Credentials,
+    /// Who may only ask: `/check` and `/metrics/budgets`
+    /// (`HPC_LEDGER_SERVE_CHECK_BASIC` / `_TOKEN`), so that a submit
+    /// hook's or a scraper's credential cannot post charges.
+    pub checks: Credentials,
     /// The billing office's credential for the web view (`/ui`); empty:
     /// only project tokens see anything there.
     pub web: Credentials,
@@ -105,6 +112,7 @@ pub enum ServeError {
 
 struct App {
     credentials: Credentials,
+    checks: Credentials,
     web: Credentials,
     queue: mpsc::Sender<Pending>,
     /// With `--intake`: the task that stores documents ([`intake::storer`]).
@@ -188,6 +196,7 @@ pub async fn serve(
     ));
     let app = Arc::new(App {
         credentials: options.credentials,
+        checks: options.checks,
         web: options.web,
         queue,
         intake: stores,
@@ -217,11 +226,16 @@ pub async fn serve(
         .route("/slurm/_doc", post(jobcomp_doc).layer(buffered(MAX_BODY)))
         .route("/slurm/jobcomp", post(jobcomp_doc).layer(buffered(MAX_BODY)))
         .route("/jobs", post(json_jobs).layer(buffered(MAX_JOBS_BODY)))
-        .route("/check", post(routes::check).layer(buffered(64 * 1024)))
-        .route("/metrics/budgets", get(routes::budget_metrics))
         // Credentials are checked before a body is read: a sender without
         // them cannot make the server buffer anything.
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard))
+        // What only asks takes the posting credential or the asking one.
+        .merge(
+            Router::new()
+                .route("/check", post(routes::check).layer(buffered(64 * 1024)))
+                .route("/metrics/budgets", get(routes::budget_metrics))
+                .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard_asking)),
+        )
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_text))
         // The web view checks its own viewers (billing office or token).

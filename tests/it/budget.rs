@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use chrono::{TimeDelta, Utc};
+use hpc_ledger::serve::Credentials;
 use rust_decimal::Decimal;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -104,17 +105,19 @@ type Served = (
 
 /// `serve` on a free local port, without credentials.
 fn serve_on(pool: &sqlx::PgPool) -> Served {
-    serve_with(pool, hpc_ledger::serve::Credentials::default())
+    serve_with(pool, Credentials::none(), Credentials::none())
 }
 
-/// `serve` on a free local port, taking `credentials`.
-fn serve_with(pool: &sqlx::PgPool, credentials: hpc_ledger::serve::Credentials) -> Served {
+/// `serve` on a free local port, taking `credentials` for everything and
+/// `checks` for asking only.
+fn serve_with(pool: &sqlx::PgPool, credentials: Credentials, checks: Credentials) -> Served {
     let listener = hpc_ledger::serve::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let options = hpc_ledger::serve::Options {
         credentials,
-        web: hpc_ledger::serve::Credentials::default(),
+        checks,
+        web: Credentials::none(),
         reader: None,
         max_batch: 10,
         supersede: false,
@@ -920,7 +923,8 @@ fn pbs_hook(dir: &std::path::Path, config: &Value, job: &Value, server: &Value) 
 /// credential serve does not take, an address that is not serve's, a
 /// database that is not there) exits 1, and the PBS hook rejects the job,
 /// whatever `--on-unreachable` says: a wrong credential let every job start
-/// unchecked. An outage still follows `--on-unreachable`. Two workers: the
+/// unchecked. An outage still follows `--on-unreachable`. serve's asking
+/// credential answers checks and budget gauges, and posts nothing. Two workers: the
 /// command line (blocking one) asks the server running on the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_set_up_wrong_is_not_an_outage() {
@@ -935,16 +939,15 @@ async fn a_check_set_up_wrong_is_not_an_outage() {
         "--reason",
         "tiny",
     ]));
-    let (addr, stop, done, _) = serve_with(
-        &db.pool,
-        hpc_ledger::serve::Credentials::none()
-            .with_basic("slurm:right")
-            .unwrap(),
-    );
+    // Slurm's credential posts and asks; the hooks' may only ask.
+    let posting = Credentials::none().with_basic("slurm:right").unwrap();
+    let asking = Credentials::none().with_basic("hook:asks").unwrap();
+    let (addr, stop, done, _) = serve_with(&db.pool, posting, asking);
     let dir = scratch("check-setup");
-    let (right, wrong) = (dir.join("right"), dir.join("wrong"));
+    let (right, wrong, asks) = (dir.join("right"), dir.join("wrong"), dir.join("asks"));
     std::fs::write(&right, "slurm:right\n").unwrap();
     std::fs::write(&wrong, "slurm:wrong\n").unwrap();
+    std::fs::write(&asks, "hook:asks\n").unwrap();
     // A job P1 cannot pay for: 200 core-hours = 2.00 of the 1.00 left.
     let check = |more: &[&str]| {
         let mut args = vec!["check", "--project", "P1", "--cluster", "c1", "--queue", "batch"];
@@ -960,8 +963,37 @@ async fn a_check_set_up_wrong_is_not_an_outage() {
         db.cli(&args)
     };
     let a = addr.to_string();
-    let o = check(&["--server", &a, "--basic-file", right.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(7), "{}{}", stdout(&o), stderr(&o));
+    for file in [&right, &asks] {
+        let o = check(&["--server", &a, "--basic-file", file.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(7), "{file:?}: {}{}", stdout(&o), stderr(&o));
+    }
+    // The asking credential reads the budget gauges but posts nothing.
+    let client = |who: &str| hpc_ledger::serve::client::basic(who);
+    let gauges = hpc_ledger::serve::client::get_as(addr, "/metrics/budgets", &client("hook:asks"))
+        .await
+        .unwrap();
+    assert_eq!(gauges.status, 200, "{}", gauges.body);
+    assert!(
+        gauges
+            .body
+            .contains("hpc_ledger_budget_remaining{project=\"P1\",pool=\"all\"} 1.00\n"),
+        "{}",
+        gauges.body
+    );
+    let job = serde_json::json!({"cluster": "c1", "job_id": "66", "project": "P1", "user": "u", "queue": "batch",
+                                 "cores": 1, "start": "2026-02-01T00:00:00Z", "end": "2026-02-01T01:00:00Z",
+                                 "state": "COMPLETED"});
+    for (who, status) in [("hook:asks", 401), ("slurm:right", 201)] {
+        let r = hpc_ledger::serve::client::post(addr, "/jobs", Some(&client(who)), job.to_string().as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(r.status, status, "{who}: {}", r.body);
+        let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM job WHERE scheduler_job_id = '66'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(recorded, i64::from(status == 201), "{who}");
+    }
     for file in [None, Some(&wrong)] {
         let mut more = vec!["--server", a.as_str()];
         if let Some(f) = file {
@@ -1498,10 +1530,8 @@ async fn the_pbs_queuejob_hook_rejects_a_job_its_project_cannot_pay_for() {
     // serve refusing the hook's credentials, or an address that is not
     // serve's: rejected saying so, whatever on_unreachable says (a wrong
     // credential let every job in unchecked); the right ones are answered.
-    let (addr, stop, done, _) = serve_with(
-        &db.pool,
-        hpc_ledger::serve::Credentials::none().with_basic("pbs:right").unwrap(),
-    );
+    let basic = Credentials::none().with_basic("pbs:right").unwrap();
+    let (addr, stop, done, _) = serve_with(&db.pool, basic, Credentials::none());
     let (other, answering) = not_serve().await;
     let asked = |url: String, basic: Option<&str>| {
         let mut config = serde_json::json!({"url": url, "cluster": "p1", "on_unreachable": "allow", "timeout": 3});

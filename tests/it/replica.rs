@@ -226,6 +226,7 @@ async fn readers_on_a_replica_see_what_it_replayed_and_writers_stay_on_the_prima
         listener,
         Options {
             credentials: Credentials::none(),
+            checks: Credentials::none(),
             web: Credentials::none().with_token("billing-office-secret").unwrap(),
             reader: Some(replica_pool),
             max_batch: 10,

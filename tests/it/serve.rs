@@ -71,6 +71,7 @@ async fn start_limited(
     let (stop, stopped) = oneshot::channel::<()>();
     let options = Options {
         credentials,
+        checks: Credentials::none(),
         web: Credentials::none(),
         reader: None,
         max_batch: 500,

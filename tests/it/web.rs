@@ -38,6 +38,7 @@ fn start_with(pool: &PgPool, web: Credentials) -> Running {
     let (stop, stopped) = oneshot::channel::<()>();
     let options = Options {
         credentials: Credentials::none(),
+        checks: Credentials::none(),
         web,
         reader: None,
         max_batch: 10,
