@@ -56,3 +56,43 @@ async fn the_sample_jobs_cost_what_the_rules_say() {
     .unwrap();
     assert_eq!((period.to_string(), wall), ("2026-11-01".into(), 5.0 * 3600.0));
 }
+
+/// The demo, as a new user runs it: its sacct file imported a second time
+/// is replayed whole, and the only rejection it leaves is the PBS sample's
+/// own (the second import read the file without the readings `import`
+/// uses, and job 1010's first record became a conflict telling the user to
+/// supersede it).
+#[tokio::test]
+async fn the_demo_replays_its_sacct_file_whole_and_leaves_only_its_own_rejection() {
+    let name = format!("hl_demo_{}", uuid::Uuid::new_v4().simple());
+    let url = crate::harness::url_for("postgres");
+    let o = crate::harness::cli_with_env(&["demo", "--database", &name], &[("DATABASE_URL", url.as_str())], None);
+    let out = crate::harness::ok(&o);
+    let demo = crate::harness::url_for(&name);
+    let rejected = crate::harness::cli_with_env(
+        &["rejected", "--format", "json"],
+        &[("DATABASE_URL", demo.as_str())],
+        None,
+    );
+    let rejected: serde_json::Value = serde_json::from_str(&crate::harness::ok(&rejected)).unwrap();
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await.unwrap();
+    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        out.contains("-- the same sacct file again: 0 recorded, 10 replayed"),
+        "{out}"
+    );
+    let kept: Vec<&str> = rejected
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["source_ref"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(kept.len(), 1, "{rejected:#}");
+    assert!(
+        kept[0].starts_with("examples/jobs/pitzer-accounting-202610.log:"),
+        "{rejected:#}"
+    );
+}
