@@ -21,10 +21,10 @@ with hpc_ledger.json, e.g.:
 
 `on_unreachable` is what happens when the ledger cannot be asked: "allow"
 (fail open, the default: an outage of the ledger never stops the machine) or
-"deny" (fail closed: no job is queued unpaid). A serve that answers 401, 403
-or 404 (the `basic` credentials or the `url` are wrong) is not an outage: the
-job is rejected saying so, whatever `on_unreachable` says, so that a wrong
-credential never lets every job start unchecked. A job without a project, or a
+"deny" (fail closed: no job is queued unpaid). An answer of 401 or 403 (the
+`basic` credentials are refused, by serve or a proxy before it) is not an
+outage: the job is rejected saying so, whatever `on_unreachable` says, so that
+a wrong credential never lets every job start unchecked. A job without a project, or a
 project that is not budgeted, is accepted. Only the Python standard library
 and the `pbs` module are used.
 
@@ -240,18 +240,20 @@ def main():
             detail = ""
         if e.code in (400, 422):
             priced = False
-        # serve answered, and refused this hook's credentials or address:
-        # how the hook is set up, not an outage, so on_unreachable does not
-        # apply (a wrong credential must not let every job start unchecked).
-        if e.code in (401, 403, 404):
+        # The hook's credentials were refused, by serve (401) or a proxy
+        # before it (403): how the hook is set up, not an outage, so
+        # on_unreachable does not apply (a wrong credential must not let
+        # every job start unchecked). A 404 stays an outage: a proxy
+        # answers it while serve restarts.
+        if e.code in (401, 403):
             misconfigured = True
-        why = "HTTP %d: %s" % (e.code, detail)
+        why = "HTTP %d: %s" % (e.code, " ".join(detail.split())[:200])
     except Exception as e:  # noqa: BLE001 - the ledger could not be asked, whatever the reason
         why = str(e)
     if not priced:
         event.reject("hpc-ledger: the job cannot be priced: %s" % why)
     if misconfigured:
-        pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: serve refused the hook's url or basic credentials (%s)" % why)
+        pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: the hook's basic credentials were refused (%s)" % why)
         event.reject("hpc-ledger: the budget check is set up wrong (%s); tell the site's administrators" % why)
     if answer is None:
         pbs.logmsg(pbs.LOG_WARNING, "hpc-ledger hook: the ledger could not be asked (%s)" % why)

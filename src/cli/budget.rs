@@ -439,22 +439,14 @@ pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitC
             match reply {
                 Ok(Ok(r)) if r.status == 200 => serde_json::from_str(&r.body)?,
                 Ok(Ok(r)) if r.status == 400 || r.status == 422 => anyhow::bail!("{}", r.body.trim()),
-                // Serve answered: its credentials (--basic-file) or the
-                // address are wrong. Not an outage: a wrong credential must
-                // not let every job start unchecked (nor stop every one).
-                Ok(Ok(r)) if matches!(r.status, 401 | 403 | 404) => anyhow::bail!(
-                    "{addr} answered {}{}: {}; {MISCONFIGURED}",
+                // The credentials (--basic-file) were refused, by serve (401)
+                // or a proxy before it (403). Not an outage: a wrong
+                // credential must not let every job start unchecked. A 404
+                // stays one: a proxy answers it while serve restarts.
+                Ok(Ok(r)) if matches!(r.status, 401 | 403) => anyhow::bail!(
+                    "{addr} answered {} ({}): the credentials (--basic-file) are refused; {MISCONFIGURED}",
                     r.status,
-                    if r.body.trim().is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", r.body.trim())
-                    },
-                    if r.status == 404 {
-                        "is it hpc-ledger serve, of this version?"
-                    } else {
-                        "the credentials (--basic-file) are not serve's"
-                    }
+                    r.body.trim().chars().take(200).collect::<String>(),
                 ),
                 Ok(Ok(r)) => return unreachable(format!("{addr} answered {}: {}", r.status, r.body.trim())),
                 Ok(Err(e)) => return unreachable(e.to_string()),

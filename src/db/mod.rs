@@ -69,23 +69,24 @@ pub enum DbError {
 }
 
 impl DbError {
-    /// Whether the ledger answered and this is how it is set up (a
-    /// credential or privilege it refuses, a database, schema or center
-    /// that is not there), not an outage: asking again will not help.
+    /// Whether the ledger answered and this can only be how it is set up
+    /// (a password it refuses, no center, a URL that is not one), not an
+    /// outage: asking again will not help. What an outage or maintenance
+    /// can also cause stays an outage: PostgreSQL's 28000 is also an LDAP
+    /// or PAM service that is down, a missing database or a revoked CONNECT
+    /// also a restore, a schema of another version also an upgrade under way.
     pub fn is_configuration(&self) -> bool {
         match self {
-            DbError::NotMigrated { .. } | DbError::BadUrl(_) | DbError::NoCenter { .. } => true,
-            DbError::Connect { source, .. } | DbError::Sql(source) => refused(source),
-            DbError::Migrate(_) | DbError::Embedded(_) => false,
+            DbError::BadUrl(_) | DbError::NoCenter { .. } => true,
+            DbError::Connect { source, .. } | DbError::Sql(source) => password_refused(source),
+            DbError::NotMigrated { .. } | DbError::Migrate(_) | DbError::Embedded(_) => false,
         }
     }
 }
 
-/// A server that answered and refused: the credentials or role (SQLSTATE
-/// class 28), the database's name (3D000), a privilege (42501).
-pub fn refused(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d)
-        if d.code().is_some_and(|c| c.starts_with("28") || c == "3D000" || c == "42501"))
+/// The server refused the password (SQLSTATE 28P01).
+pub fn password_refused(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c == "28P01"))
 }
 
 /// Which database the CLI uses.
