@@ -379,7 +379,16 @@ pub struct CheckArgs {
     format: Format,
 }
 
-pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitCode> {
+impl CheckArgs {
+    /// Whether it asks `serve` (`--server`): then it needs no database.
+    pub fn asks_server(&self) -> bool {
+        self.server.is_some()
+    }
+}
+
+/// `check`: against `target`'s database, or serve's with `--server` (then
+/// `target` may be `None`).
+pub async fn run_check(args: CheckArgs, target: Option<&Target>) -> anyhow::Result<ExitCode> {
     let unreachable = |why: String| -> anyhow::Result<ExitCode> {
         let allowed = args.on_unreachable == OnUnreachable::Allow;
         let reason = format!(
@@ -457,6 +466,9 @@ pub async fn run_check(args: CheckArgs, target: &Target) -> anyhow::Result<ExitC
             // The database, asked within 5 s like the server; when it cannot
             // be, --on-unreachable decides.
             let asked = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                let Some(target) = target else {
+                    return Err(crate::db::DbError::BadUrl("no ledger database to ask".into()));
+                };
                 let pool = target.open_configured().await?;
                 let job = budget::JobRequest {
                     tasks: args.tasks,

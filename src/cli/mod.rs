@@ -378,6 +378,13 @@ fn url_or_file(url: &Option<String>, file: &Option<PathBuf>, what: &str) -> anyh
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // `check --server` asks serve and needs no database of its own: a
+    // submit host has no PostgreSQL, and a hook's working directory must
+    // not get an embedded ledger's home (it exited 1 there, never asking).
+    let cli = match cli.command {
+        Command::Check(args) if args.asks_server() => return budget::run_check(args, None).await,
+        command => Cli { command, ..cli },
+    };
     let target = cli.target()?;
     let readers = cli.readers(&target)?;
     let author = crate::service::author(cli.author.as_deref());
@@ -393,7 +400,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Access(cmd) => access::run(cmd, &target, by).await,
         Command::Alloc(cmd) => budget::run_alloc(cmd, &target, by).await,
         Command::Balance(args) => budget::run_balance(args, &target).await,
-        Command::Check(args) => budget::run_check(args, &target).await,
+        Command::Check(args) => budget::run_check(args, Some(&target)).await,
         Command::Hold(args) => budget::run_hold(args, &target, by).await,
         Command::Slurm(cmd) => budget::run_slurm(cmd, &target, by).await,
         Command::Alerts(args) => budget::run_alerts(args, &target).await,

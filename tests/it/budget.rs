@@ -966,6 +966,27 @@ async fn a_check_set_up_wrong_is_not_an_outage() {
         let o = check(&["--server", &a, "--basic-file", file.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(7), "{file:?}: {}{}", stdout(&o), stderr(&o));
     }
+    // On a submit host: no PostgreSQL there, and the hook's working
+    // directory is nobody's ledger home. It exited 1 there, never asking.
+    let host = dir.join("submit-host");
+    std::fs::create_dir_all(&host).unwrap();
+    let mut args = vec!["check", "--project", "P1", "--cluster", "c1", "--queue", "batch"];
+    args.extend(["--resources", "-n 200", "--walltime", "1:00:00", "--server", &a]);
+    args.extend(["--basic-file", asks.to_str().unwrap()]);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_hpc-ledger"))
+        .args(&args)
+        .current_dir(&host)
+        .env_remove("DATABASE_URL")
+        .env_remove("HPC_LEDGER_HOME")
+        .env("HPC_LEDGER_PG_BINDIR", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(7), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        std::fs::read_dir(&host).unwrap().count(),
+        0,
+        "nothing made in the working directory"
+    );
     // The asking credential reads the budget gauges but posts nothing.
     let client = |who: &str| hpc_ledger::serve::client::basic(who);
     let gauges = hpc_ledger::serve::client::get_as(addr, "/metrics/budgets", &client("hook:asks"))
