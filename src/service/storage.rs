@@ -173,13 +173,10 @@ async fn bill_in(
             ends: month.end(tz).with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string(),
         });
     }
-    if let Some(closed) = ledger::last_closed(&mut *tx).await?.map(Month::of_date)
-        && month <= closed
-    {
-        return Err(StorageBillError::Closed(month));
-    }
-    // A dry run of a month billed already says so too (it showed the lines
-    // a run would post, though a run posts nothing).
+    // A month billed or waived already says so, closed or not (a month-end
+    // run again after the close, from cron or by hand, is not an error);
+    // a dry run too (it showed the lines a run would post, though a run
+    // posts nothing).
     if let Some(run) = sdb::billing_run(&mut *tx, "storage", month.first_day()).await? {
         return Ok(BillOutcome {
             month,
@@ -200,6 +197,11 @@ async fn bill_in(
             state: BillState::Waived { waiver },
             projects: Vec::new(),
         });
+    }
+    if let Some(closed) = ledger::last_closed(&mut *tx).await?.map(Month::of_date)
+        && month <= closed
+    {
+        return Err(StorageBillError::Closed(month));
     }
 
     let mut quotas: BTreeMap<ProjectId, Vec<QuotaChange>> = BTreeMap::new();

@@ -1709,6 +1709,19 @@ async fn a_close_never_makes_earlier_storage_unbillable() {
         "{out}"
     );
     assert!(out.contains("2026-09 closed by billing"), "{out}");
+    // The month-end steps run again after the close (cron, or by hand):
+    // what is billed says so, as before the close (it was an error).
+    for args in [["--through", "2026-09"], ["--month", "2026-09"], ["--month", "2026-01"]] {
+        let mut all = vec!["bill", "storage"];
+        all.extend(args);
+        let out = ok(&db.cli(&all));
+        let month = if args[1] == "2026-01" {
+            "2026-01 was waived"
+        } else {
+            "2026-09 was already billed"
+        };
+        assert!(out.contains(&format!("storage for {month}")), "{args:?}: {out}");
+    }
     let waivers: Vec<(chrono::NaiveDate, String)> = sqlx::query_as("SELECT period, reason FROM audit.storage_waivers")
         .fetch_all(&db.pool)
         .await

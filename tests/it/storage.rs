@@ -496,12 +496,17 @@ async fn what_a_billing_run_refuses() {
         e.to_string(),
         "project EARLY: a quota of 1 TB is in force on 2019-06-01 but no storage rate is; add a storage rate for those days to the center configuration"
     );
-    // A closed month (and every month before it).
+    // A closed month (and every month before it) neither billed nor
+    // waived; one that was says so (a month-end run again after the close).
     crate::harness::close_by_hand(&db.pool, "2026-02-01").await;
-    let e = bill(&db.pool, "2026-02".parse().unwrap(), "t", false, now())
+    let e = bill(&db.pool, "2000-01".parse().unwrap(), "t", false, now())
         .await
         .unwrap_err();
-    assert_eq!(e.to_string(), "2026-02 is closed: nothing can be posted into it");
+    assert_eq!(e.to_string(), "2000-01 is closed: nothing can be posted into it");
+    let waived = bill(&db.pool, "2026-02".parse().unwrap(), "t", false, now())
+        .await
+        .unwrap();
+    assert!(matches!(waived.state, BillState::Waived { .. }), "{waived:?}");
 }
 
 #[tokio::test]
