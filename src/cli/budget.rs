@@ -29,7 +29,9 @@ pub enum AllocCmd {
     Grant {
         /// The project's code.
         project: String,
-        /// The amount, in the center's currency.
+        /// The amount, in the center's currency. (A negative one is read,
+        /// to be refused by name rather than as an unknown option.)
+        #[arg(allow_negative_numbers = true)]
         amount: Decimal,
         /// First instant it may be spent (a date is local midnight).
         #[arg(long)]
@@ -53,6 +55,7 @@ pub enum AllocCmd {
         /// The project's code.
         project: String,
         /// How much to take back.
+        #[arg(allow_negative_numbers = true)]
         amount: Decimal,
         /// The grant it comes from (an id from `alloc list`).
         #[arg(long)]
@@ -72,6 +75,7 @@ pub enum AllocCmd {
         /// The project receiving.
         to_project: String,
         /// How much.
+        #[arg(allow_negative_numbers = true)]
         amount: Decimal,
         /// The grant of the giving project it comes from.
         #[arg(long)]

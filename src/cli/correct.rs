@@ -70,10 +70,15 @@ pub struct RefundArgs {
     #[command(flatten)]
     which: Which,
     /// The share of each charge to refund, e.g. 0.5.
-    #[arg(long, conflicts_with = "amount", required_unless_present = "amount")]
+    #[arg(
+        long,
+        conflicts_with = "amount",
+        required_unless_present = "amount",
+        allow_negative_numbers = true
+    )]
     fraction: Option<Decimal>,
     /// The amount to refund (against one charge).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     amount: Option<Decimal>,
     #[command(flatten)]
     common: Common,

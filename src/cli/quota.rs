@@ -20,6 +20,7 @@ pub enum Cmd {
         /// The project code.
         project: String,
         /// The quota in TB, e.g. 10TB (0 ends it).
+        #[arg(allow_hyphen_values = true)]
         quota: String,
         /// From when: 2026-11-15 (midnight, billing time zone), a local time, or RFC 3339.
         #[arg(long)]

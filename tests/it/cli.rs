@@ -330,3 +330,99 @@ fn help_never_shows_the_database_url() {
     );
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// A negative amount where none is allowed is refused by name (it was read
+/// as an unknown option, quoting "-1" for "-10").
+#[tokio::test]
+async fn a_negative_amount_is_refused_saying_so() {
+    let db = TestDb::with_example().await;
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "PAS1234",
+        "250.00",
+        "--from",
+        "2026-07-01",
+        "--reason",
+        "award",
+    ]));
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "owens",
+        "--job-id",
+        "1",
+        "--project",
+        "PAS1234",
+        "--queue",
+        "batch",
+        "--cores",
+        "1",
+        "--start",
+        "2026-11-02T09:00:00-05:00",
+        "--end",
+        "2026-11-02T10:00:00-05:00",
+    ]));
+    for (args, says) in [
+        (
+            &[
+                "alloc",
+                "grant",
+                "PAS1234",
+                "-10",
+                "--from",
+                "2026-11-01",
+                "--reason",
+                "x",
+            ][..],
+            "an amount is positive, with at most 2 decimal places, below 10^16: not -10",
+        ),
+        (
+            &["alloc", "reduce", "PAS1234", "-10", "--grant", "1", "--reason", "x"],
+            "an amount is positive, with at most 2 decimal places, below 10^16: not -10",
+        ),
+        (
+            &[
+                "alloc", "transfer", "PAS1234", "PZS0708", "-3", "--grant", "1", "--reason", "x",
+            ],
+            "an amount is positive, with at most 2 decimal places, below 10^16: not -3",
+        ),
+        (
+            &[
+                "refund",
+                "--cluster",
+                "owens",
+                "--job-id",
+                "1",
+                "--amount",
+                "-1.00",
+                "--reason",
+                "x",
+            ],
+            "a refund amount is positive with at most 2 decimal places, not -1.00",
+        ),
+        (
+            &[
+                "refund",
+                "--cluster",
+                "owens",
+                "--job-id",
+                "1",
+                "--fraction",
+                "-0.5",
+                "--reason",
+                "x",
+            ],
+            "a refund fraction is more than 0 and at most 1, not -0.5",
+        ),
+        (
+            &["quota", "set", "PZS0708", "-5TB", "--from", "2026-11-20"],
+            "\"-5TB\": a quota cannot be negative",
+        ),
+    ] {
+        let o = db.cli(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).trim(), format!("error: {says}"), "{args:?}");
+    }
+}
