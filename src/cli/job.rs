@@ -74,8 +74,9 @@ pub struct RecordArgs {
     /// Cores held in total.
     #[arg(long)]
     cores: Option<u32>,
-    /// Memory requested in total, e.g. 12GB (powers of 1024).
-    #[arg(long)]
+    /// Memory requested in total, with its unit, e.g. 12GB or 512MB
+    /// (powers of 1024).
+    #[arg(long, value_parser = memory_with_unit)]
     memory: Option<String>,
     /// GPUs held in total (required on a node type that has or prices GPUs;
     /// elsewhere absent means 0).
@@ -113,6 +114,17 @@ fn time(v: &Option<String>) -> Option<Scalar> {
         Ok(secs) => Scalar::Int(secs),
         Err(_) => Scalar::Text(s.clone()),
     })
+}
+
+/// `--memory` names its unit: a bare number would be read as bytes (a
+/// JSON line's `memory` is), where `quote --mem=64` and Slurm read MB and a
+/// person typing 64 may mean GB.
+fn memory_with_unit(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!("give its unit: {t}GB, {t}MB or {t}B"));
+    }
+    Ok(t.to_owned())
 }
 
 pub async fn run(cmd: Cmd, target: &Target, author: &str) -> anyhow::Result<ExitCode> {

@@ -777,3 +777,23 @@ async fn refunds_posted_at_once_settle_one_after_the_other() {
         .unwrap();
     assert_eq!(found, []);
 }
+
+/// `--memory` names its unit: `--memory 64` was 64 bytes (a JSON line's
+/// reading), where `quote --mem=64` reads 64 MB and a person may mean GB.
+#[tokio::test]
+async fn a_memory_without_its_unit_is_refused_and_nothing_recorded() {
+    let db = fixture_db().await;
+    let o = record(&db, &["--memory", "64"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("give its unit: 64GB, 64MB or 64B"),
+        "{}",
+        stderr(&o)
+    );
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM job")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 0);
+    ok(&record(&db, &["--memory", "64GB"]));
+}
