@@ -165,7 +165,9 @@ pub async fn run(args: Args, readers: &Readers) -> anyhow::Result<ExitCode> {
 fn status_word(s: &Statement) -> String {
     match &s.status {
         Status::Final { number, .. } => format!("final, No. {number}"),
-        Status::ClosedWithoutStatement { .. } => "closed, no statement (no entries)".into(),
+        Status::ClosedWithoutStatement { .. } | Status::BeforeTheLedger { .. } => {
+            "closed, no statement (no entries)".into()
+        }
         Status::Provisional => "provisional".into(),
     }
 }
@@ -216,6 +218,10 @@ pub fn text(s: &Statement) -> String {
             "STATEMENT — {} — CLOSED {}: no statement was issued for this project (it had no entries in the month)",
             s.month,
             s.local(*closed_at).format("%Y-%m-%d")
+        ),
+        Status::BeforeTheLedger { first_closed } => format!(
+            "STATEMENT — {} — CLOSED: before the ledger's first closed month, {first_closed}; no statement was issued (nothing was posted in it, and nothing can be)",
+            s.month
         ),
         Status::Provisional => format!(
             "STATEMENT — {} — PROVISIONAL: the month is open and may still change",
@@ -293,7 +299,7 @@ pub fn text(s: &Statement) -> String {
                 s.month
             );
         }
-        StorageBilling::Billed { .. } => {}
+        StorageBilling::Billed { .. } | StorageBilling::BeforeTheLedger => {}
     }
     if s.storage.is_empty() {
         let _ = writeln!(o, "  (none)");

@@ -201,6 +201,11 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
                 s.local(*closed_at).format("%Y-%m-%d")
             ),
         ),
+        Status::BeforeTheLedger { first_closed } => (
+            "final",
+            "CLOSED".to_owned(),
+            format!("before the ledger's first closed month, {first_closed}: no entries, and none can be posted"),
+        ),
         Status::Provisional => (
             "provisional",
             "PROVISIONAL".to_owned(),
@@ -308,6 +313,9 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
         StorageBilling::NotBilled => o.push_str(
             "<p class=\"none\">This month's storage has not been billed yet: this section will change.</p>\n",
         ),
+        StorageBilling::BeforeTheLedger => {
+            o.push_str("<p class=\"none\">No storage was billed: the month is before the ledger's.</p>\n")
+        }
         StorageBilling::Waived { storage_waiver_reason } => {
             let _ = writeln!(
                 o,
@@ -750,7 +758,7 @@ pub fn statement_csv(list: &[Statement]) -> String {
     for s in list {
         let (status, number) = match &s.status {
             Status::Final { number, .. } => ("final", number.to_string()),
-            Status::ClosedWithoutStatement { .. } => ("closed", String::new()),
+            Status::ClosedWithoutStatement { .. } | Status::BeforeTheLedger { .. } => ("closed", String::new()),
             Status::Provisional => ("provisional", String::new()),
         };
         let mut row = |fields: [String; 9]| {
@@ -787,13 +795,14 @@ pub fn statement_csv(list: &[Statement]) -> String {
         }
         match &s.storage_billing {
             StorageBilling::Billed { .. } => {}
-            StorageBilling::NotBilled | StorageBilling::Waived { .. } => row([
+            StorageBilling::NotBilled | StorageBilling::Waived { .. } | StorageBilling::BeforeTheLedger => row([
                 "storage".into(),
                 String::new(),
                 String::new(),
                 String::new(),
                 match &s.storage_billing {
                     StorageBilling::Waived { storage_waiver_reason } => format!("waived: {storage_waiver_reason}"),
+                    StorageBilling::BeforeTheLedger => "none: before the ledger".into(),
                     _ => "not billed yet".into(),
                 },
                 String::new(),

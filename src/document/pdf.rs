@@ -308,6 +308,11 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
             format!("closed {}: none issued", s.local(*closed_at).format("%Y-%m-%d")),
             (0.11, 0.37, 0.17),
         ),
+        Status::BeforeTheLedger { first_closed } => (
+            "CLOSED".to_owned(),
+            format!("before {first_closed}: none issued"),
+            (0.11, 0.37, 0.17),
+        ),
         Status::Provisional => (
             "PROVISIONAL".to_owned(),
             "the month is open and may still change".to_owned(),
@@ -450,6 +455,7 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
             "This month's storage has not been billed yet: this section will change.",
             9.0,
         ),
+        StorageBilling::BeforeTheLedger => p.paragraph("No storage was billed: the month is before the ledger's.", 9.0),
         StorageBilling::Waived { storage_waiver_reason } => p.paragraph(
             &format!("Storage was not billed this month: {storage_waiver_reason}."),
             9.0,

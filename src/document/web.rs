@@ -161,7 +161,7 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
         }
         h2 { (shown.first_day().format("%B %Y")) ": " @match &s.status {
             Status::Final { number, .. } => { "statement No. " (number) },
-            Status::ClosedWithoutStatement { .. } => { "closed, no statement (no entries)" },
+            Status::ClosedWithoutStatement { .. } | Status::BeforeTheLedger { .. } => { "closed, no statement (no entries)" },
             Status::Provisional => { "provisional" },
         } }
         table.summary {
@@ -169,6 +169,7 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
             tr { td { "Storage" @match &s.storage_billing {
                 StorageBilling::NotBilled => { " (not billed yet: this changes)" },
                 StorageBilling::Waived { .. } => { " (waived)" },
+                StorageBilling::BeforeTheLedger => { " (none: before the ledger)" },
                 StorageBilling::Billed { .. } => {},
             } } (amount(s.storage_total())) }
             @if !s.discounts.is_empty() { tr { td { "Discounts" } (amount(s.discounts_total())) } }

@@ -65,6 +65,10 @@ pub enum Status {
     /// The month is closed, and no statement was issued for the project
     /// (it had no entries in the month): nothing can change any more.
     ClosedWithoutStatement { closed_at: DateTime<Utc> },
+    /// The month is before the ledger's first closed month: nothing was
+    /// posted in it (the first close refuses an earlier month with
+    /// entries) and nothing can be.
+    BeforeTheLedger { first_closed: Month },
 }
 
 /// Whether the month's storage has been billed (a provisional statement
@@ -78,6 +82,9 @@ pub enum StorageBilling {
     Waived { storage_waiver_reason: String },
     /// Not billed yet: the statement's storage will change.
     NotBilled,
+    /// Never billed, nor to be: the month is before the ledger's first
+    /// closed month.
+    BeforeTheLedger,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -207,12 +214,17 @@ async fn statements_in(
             .collect();
     }
     let closed = crate::db::periods::closed_period(&mut *conn, period).await?;
+    let first_closed = crate::db::periods::first_closed(&mut *conn)
+        .await?
+        .map(Month::of_date)
+        .filter(|first| closed.is_none() && month < *first);
     let storage_billing = match crate::db::storage::billing_run(&mut *conn, "storage", period).await? {
         Some(run) => StorageBilling::Billed { storage_run: run.id.0 },
         None => match crate::db::storage::waiver(&mut *conn, period).await? {
             Some(w) => StorageBilling::Waived {
                 storage_waiver_reason: w.reason,
             },
+            None if first_closed.is_some() => StorageBilling::BeforeTheLedger,
             None => StorageBilling::NotBilled,
         },
     };
@@ -271,7 +283,10 @@ async fn statements_in(
                     seal: hex::encode(&c.seal),
                 },
                 (Some(c), None) => Status::ClosedWithoutStatement { closed_at: c.closed_at },
-                (None, _) => Status::Provisional,
+                (None, _) => match first_closed {
+                    Some(first_closed) => Status::BeforeTheLedger { first_closed },
+                    None => Status::Provisional,
+                },
             };
             Statement {
                 center: center.name.clone(),

@@ -2280,3 +2280,53 @@ async fn a_closed_month_refuses_writes_made_by_hand() {
     assert_eq!(closed, 0);
     assert!(verify(&db.pool, None).await.unwrap().iter().all(|c| c.holds()));
 }
+
+/// A month before the ledger's first closed month holds nothing and can
+/// take nothing: its statement says so (it said PROVISIONAL, "the month is
+/// open and may still change", and its storage "not billed yet").
+#[tokio::test]
+async fn a_month_before_the_ledgers_first_close_is_not_provisional() {
+    let db = crate::harness::sample_billed_through("2026-11").await;
+    crate::harness::ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
+    let first: chrono::NaiveDate = sqlx::query_scalar("SELECT min(period) FROM closed_period")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let before = Month::of_date(first).prev().to_string();
+    let json = |month: &str| -> serde_json::Value {
+        let out = crate::harness::ok(&db.cli(&[
+            "statement",
+            "--project",
+            "PAS1234",
+            "--month",
+            month,
+            "--format",
+            "json",
+        ]));
+        serde_json::from_str(&out).unwrap()
+    };
+    let s = json(&before);
+    assert_eq!(
+        (&s["status"], &s["first_closed"], &s["storage_billing"]),
+        (
+            &"before_the_ledger".into(),
+            &Month::of_date(first).to_string().into(),
+            &"before_the_ledger".into()
+        ),
+        "{s:#}"
+    );
+    let text = crate::harness::ok(&db.cli(&["statement", "--project", "PAS1234", "--month", &before]));
+    assert!(
+        text.contains(&format!(
+            "— CLOSED: before the ledger's first closed month, {}",
+            Month::of_date(first)
+        )),
+        "{text}"
+    );
+    assert!(
+        !text.contains("PROVISIONAL") && !text.contains("not billed yet"),
+        "{text}"
+    );
+    // An open month is still provisional.
+    assert_eq!(json("2026-11")["status"], "provisional");
+}
