@@ -747,7 +747,26 @@ pub enum Decision {
 }
 
 /// Compare an incoming job with the records of its run.
-pub fn classify(existing: &[Existing], incoming: &ResolvedJob, supersede: bool) -> Decision {
+/// What a conflict's message names by name: the ledger keeps ids.
+pub trait Names {
+    fn project(&self, id: ProjectId) -> String;
+    fn node_type(&self, id: NodeTypeId) -> String;
+}
+
+/// Names that are the ids themselves (`#12`): for deciding before any
+/// name is loaded (a conflict is decided again with [`Names`] that are).
+pub struct Ids;
+
+impl Names for Ids {
+    fn project(&self, id: ProjectId) -> String {
+        format!("#{}", id.0)
+    }
+    fn node_type(&self, id: NodeTypeId) -> String {
+        format!("#{}", id.0)
+    }
+}
+
+pub fn classify(existing: &[Existing], incoming: &ResolvedJob, supersede: bool, names: &dyn Names) -> Decision {
     if existing.is_empty() {
         return Decision::New;
     }
@@ -784,11 +803,11 @@ pub fn classify(existing: &[Existing], incoming: &ResolvedJob, supersede: bool) 
         };
     }
     Decision::Conflict {
-        differences: differences(&charging.charge, &incoming.charge),
+        differences: differences(&charging.charge, &incoming.charge, names),
     }
 }
 
-fn differences(old: &ChargeFields, new: &ChargeFields) -> Vec<String> {
+fn differences(old: &ChargeFields, new: &ChargeFields, names: &dyn Names) -> Vec<String> {
     let mut out = Vec::new();
     let mut diff = |name: &str, a: String, b: String| {
         if a != b {
@@ -808,8 +827,12 @@ fn differences(old: &ChargeFields, new: &ChargeFields) -> Vec<String> {
     diff("GPUs", old.gpus.to_string(), new.gpus.to_string());
     let q = |q: &Option<String>| q.clone().unwrap_or_else(|| "none".into());
     diff("queue", q(&old.queue), q(&new.queue));
-    diff("project", old.project_id.to_string(), new.project_id.to_string());
-    diff("node type", old.node_type_id.to_string(), new.node_type_id.to_string());
+    diff("project", names.project(old.project_id), names.project(new.project_id));
+    diff(
+        "node type",
+        names.node_type(old.node_type_id),
+        names.node_type(new.node_type_id),
+    );
     out
 }
 
@@ -850,8 +873,8 @@ pub enum Step {
 
 /// Decide what recording `job` does, given the records its run holds
 /// (none for a run not seen before) and whether conflicts supersede (D9).
-pub fn decide(held: &[Existing], job: &ResolvedJob, supersede: bool) -> Step {
-    let (revision, kind, replaces) = match classify(held, job, supersede) {
+pub fn decide(held: &[Existing], job: &ResolvedJob, supersede: bool, names: &dyn Names) -> Step {
+    let (revision, kind, replaces) = match classify(held, job, supersede, names) {
         Decision::New => (1, RecordKind::Original, None),
         Decision::Revision { revision } => (revision, RecordKind::Revision, None),
         Decision::Supersede { revision, replaces } => (revision, RecordKind::Supersede, Some(replaces)),

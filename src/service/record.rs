@@ -22,11 +22,11 @@ use crate::domain::entries::reversal;
 use crate::domain::kinds::SourceFormat;
 use crate::domain::period::Month;
 use crate::domain::posting::{
-    Existing, HeldAs, JobInput, JobKey, RecordKind, RejectKind, Rejection, ResolvedJob, Step, array_task_as_before,
-    charge_entries, decide, discount_entries, held_as, posting_period, read_array_task, resolve, resolve_for_run,
-    run_key, task_of,
+    Existing, HeldAs, Ids, JobInput, JobKey, Names, RecordKind, RejectKind, Rejection, ResolvedJob, Step,
+    array_task_as_before, charge_entries, decide, discount_entries, held_as, posting_period, read_array_task, resolve,
+    resolve_for_run, run_key, task_of,
 };
-use crate::ids::{JobId, JobRecordId, ProjectId};
+use crate::ids::{JobId, JobRecordId, NodeTypeId, ProjectId};
 use crate::ingest::{KeptOptions, ReadOptions, Reading};
 
 /// Where a job came from: enough to show it, store it and read it again.
@@ -1116,7 +1116,44 @@ struct Posting<'a> {
     now: chrono::DateTime<Utc>,
 }
 
+/// A conflict's names: project codes and the catalog's node types.
+struct Named<'a> {
+    projects: HashMap<ProjectId, String>,
+    catalog: &'a Catalog,
+}
+
+impl Names for Named<'_> {
+    fn project(&self, id: ProjectId) -> String {
+        self.projects.get(&id).cloned().unwrap_or_else(|| Ids.project(id))
+    }
+    fn node_type(&self, id: NodeTypeId) -> String {
+        self.catalog
+            .clusters
+            .iter()
+            .flat_map(|c| &c.node_types)
+            .find(|n| n.id == id)
+            .map_or_else(|| Ids.node_type(id), |n| n.name.clone())
+    }
+}
+
 impl Posting<'_> {
+    /// The names a conflict between `held` and `job` shows.
+    async fn names(
+        &self,
+        tx: &mut PgConnection,
+        held: &[Existing],
+        job: &ResolvedJob,
+    ) -> Result<Named<'_>, sqlx::Error> {
+        let mut ids: Vec<ProjectId> = held.iter().map(|e| e.charge.project_id).collect();
+        ids.push(job.charge.project_id);
+        ids.sort();
+        ids.dedup();
+        Ok(Named {
+            projects: crate::db::storage::project_codes(tx, &ids).await?.into_iter().collect(),
+            catalog: self.catalog,
+        })
+    }
+
     /// One round: load what the runs hold, let the domain decide each job
     /// (`domain::posting::decide`), then write what it decided.
     async fn round(
@@ -1141,7 +1178,7 @@ impl Posting<'_> {
         let mut kept_ids = Vec::with_capacity(round.len());
         for ((index, resolved), id) in round.into_iter().zip(ids) {
             if id.is_none()
-                && let Step::Reject(r) = decide(&[], &resolved, self.supersede)
+                && let Step::Reject(r) = decide(&[], &resolved, self.supersede, &Ids)
             {
                 self.reject(jobs, index, r, outcomes, rejections);
             } else {
@@ -1238,7 +1275,18 @@ impl Posting<'_> {
         }
         let mut plans: Vec<Plan> = Vec::new();
         for ((index, resolved), job) in round.iter().zip(&ids) {
-            match decide(held.get(job).map_or(&[][..], Vec::as_slice), resolved, self.supersede) {
+            let held = held.get(job).map_or(&[][..], Vec::as_slice);
+            let step = match decide(held, resolved, self.supersede, &Ids) {
+                // A conflict is decided again with the names it shows (the
+                // office reads them before superseding, which may move a
+                // charge to another project): loaded only for conflicts.
+                Step::Reject(r) if r.kind == RejectKind::Conflict => {
+                    let names = self.names(tx, held, resolved).await?;
+                    decide(held, resolved, self.supersede, &names)
+                }
+                step => step,
+            };
+            match step {
                 Step::Replay { record } => {
                     records[*index] = record;
                     outcomes[*index] = Some(Outcome::Replayed {

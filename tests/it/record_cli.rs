@@ -77,6 +77,25 @@ async fn job_record_from_an_epilogue() {
         .await
         .unwrap();
     assert_eq!(net.to_string(), "0.12");
+    // A conflict names the project and the node type, not their ids: the
+    // office reads it before a supersede that moves the charge.
+    let o = record(
+        &db,
+        &[
+            "--end",
+            "2026-10-05T12:10:00Z",
+            "--project",
+            "PZS0001",
+            "--queue",
+            "hugemem",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("(queue regular -> hugemem, project PAS1234 -> PZS0001, node type regular -> hugememory)"),
+        "{}",
+        stderr(&o)
+    );
 
     // One JSON object on stdin, JSON outcome out.
     let json = r#"{"cluster":"testclu","job_id":"78","array_index":3,"project":"PZS0001","queue":"gpu","cores":2,"gpus":1,"start":"2026-10-06T00:00:00Z","end":"2026-10-06T01:00:00Z"}"#;

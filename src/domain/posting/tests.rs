@@ -304,8 +304,8 @@ fn existing(r: &ResolvedJob, id: i64, revision: i32, kind: RecordKind) -> Existi
 fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
     let first = resolve_job(&job()).unwrap();
     let held = [existing(&first, 1, 1, RecordKind::Original)];
-    assert_eq!(classify(&[], &first, false), Decision::New);
-    assert_eq!(classify(&held, &first, false), Decision::Replay);
+    assert_eq!(classify(&[], &first, false, &Ids), Decision::New);
+    assert_eq!(classify(&held, &first, false, &Ids), Decision::Replay);
 
     // Exit code, state and name do not change the charge.
     let renamed = resolve_job(&JobInput {
@@ -316,7 +316,10 @@ fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
     })
     .unwrap();
     assert_eq!(renamed.charge_fingerprint, first.charge_fingerprint);
-    assert_eq!(classify(&held, &renamed, false), Decision::Revision { revision: 2 });
+    assert_eq!(
+        classify(&held, &renamed, false, &Ids),
+        Decision::Revision { revision: 2 }
+    );
 
     // A later end time does.
     let longer = resolve_job(&JobInput {
@@ -325,7 +328,7 @@ fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
         ..job()
     })
     .unwrap();
-    match classify(&held, &longer, false) {
+    match classify(&held, &longer, false, &Ids) {
         Decision::Conflict { differences } => assert_eq!(
             differences,
             ["end 2026-07-01 04:00:00 UTC -> 2026-07-01 05:00:00 UTC", "cores 4 -> 8"]
@@ -333,7 +336,7 @@ fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
         d => panic!("{d:?}"),
     }
     assert_eq!(
-        classify(&held, &longer, true),
+        classify(&held, &longer, true, &Ids),
         Decision::Supersede {
             revision: 2,
             replaces: JobRecordId(1)
@@ -346,7 +349,7 @@ fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
         existing(&first, 1, 1, RecordKind::Original),
         existing(&longer, 5, 2, RecordKind::Supersede),
     ];
-    assert_eq!(classify(&held, &first, false), Decision::Replay);
+    assert_eq!(classify(&held, &first, false, &Ids), Decision::Replay);
     let longer_renamed = resolve_job(&JobInput {
         end: local("2026-07-01T01:00:00"),
         cores: 8,
@@ -355,10 +358,13 @@ fn a_resent_record_is_a_replay_a_revision_or_a_conflict() {
     })
     .unwrap();
     assert_eq!(
-        classify(&held, &longer_renamed, false),
+        classify(&held, &longer_renamed, false, &Ids),
         Decision::Revision { revision: 3 }
     );
-    assert!(matches!(classify(&held, &renamed, false), Decision::Conflict { .. }));
+    assert!(matches!(
+        classify(&held, &renamed, false, &Ids),
+        Decision::Conflict { .. }
+    ));
 }
 
 #[test]
@@ -367,7 +373,7 @@ fn the_planner_decides_each_step_without_the_database() {
     let held = [existing(&first, 1, 1, RecordKind::Original)];
     // New, replay (naming the record it repeats), revision.
     assert_eq!(
-        decide(&[], &first, false),
+        decide(&[], &first, false, &Ids),
         Step::Record {
             revision: 1,
             kind: RecordKind::Original,
@@ -375,7 +381,7 @@ fn the_planner_decides_each_step_without_the_database() {
         }
     );
     assert_eq!(
-        decide(&held, &first, false),
+        decide(&held, &first, false, &Ids),
         Step::Replay {
             record: Some(JobRecordId(1))
         }
@@ -386,7 +392,7 @@ fn the_planner_decides_each_step_without_the_database() {
     })
     .unwrap();
     assert_eq!(
-        decide(&held, &renamed, false),
+        decide(&held, &renamed, false, &Ids),
         Step::Record {
             revision: 2,
             kind: RecordKind::Revision,
@@ -395,7 +401,7 @@ fn the_planner_decides_each_step_without_the_database() {
     );
     // A conflict is a rejection saying what differs and what to do.
     let longer = resolve_job(&JobInput { cores: 8, ..job() }).unwrap();
-    match decide(&held, &longer, false) {
+    match decide(&held, &longer, false, &Ids) {
         Step::Reject(r) => {
             assert_eq!(r.kind, RejectKind::Conflict);
             assert_eq!(
@@ -406,7 +412,7 @@ fn the_planner_decides_each_step_without_the_database() {
         s => panic!("{s:?}"),
     }
     assert_eq!(
-        decide(&held, &longer, true),
+        decide(&held, &longer, true, &Ids),
         Step::Record {
             revision: 2,
             kind: RecordKind::Supersede,
@@ -422,8 +428,8 @@ fn the_planner_decides_each_step_without_the_database() {
         }),
         ..longer.clone()
     };
-    assert!(matches!(decide(&[], &refused, false), Step::Reject(r) if r.kind == RejectKind::Invalid));
-    assert!(matches!(decide(&held, &refused, true), Step::Reject(r) if r.kind == RejectKind::Invalid));
+    assert!(matches!(decide(&[], &refused, false, &Ids), Step::Reject(r) if r.kind == RejectKind::Invalid));
+    assert!(matches!(decide(&held, &refused, true, &Ids), Step::Reject(r) if r.kind == RejectKind::Invalid));
     let refused_revision = ResolvedJob {
         refuse_new_charge: Some(Rejection {
             kind: RejectKind::Invalid,
@@ -432,7 +438,7 @@ fn the_planner_decides_each_step_without_the_database() {
         ..renamed.clone()
     };
     assert!(matches!(
-        decide(&held, &refused_revision, false),
+        decide(&held, &refused_revision, false, &Ids),
         Step::Record {
             kind: RecordKind::Revision,
             ..
@@ -463,13 +469,13 @@ fn a_record_without_a_submit_time_is_the_same_run_and_a_different_one_is_a_confl
     let held = [existing(&first, 1, 1, RecordKind::Original)];
     let unknown = resolve_job(&JobInput { submit: None, ..job() }).unwrap();
     assert_eq!(unknown.key, first.key, "matched on cluster, job id, index and start");
-    assert_eq!(classify(&held, &unknown, false), Decision::Replay);
+    assert_eq!(classify(&held, &unknown, false, &Ids), Decision::Replay);
     let other = resolve_job(&JobInput {
         submit: Some(local("2026-06-30T19:00:00")),
         ..job()
     })
     .unwrap();
-    match classify(&held, &other, true) {
+    match classify(&held, &other, true, &Ids) {
         Decision::Conflict { differences } => assert_eq!(
             differences,
             ["submit 2026-07-01 00:00:00 UTC -> 2026-06-30 23:00:00 UTC, which a supersede cannot change"]
@@ -789,7 +795,7 @@ fn time_suspended_is_not_charged_and_fingerprinted_only_when_there_is_some() {
     assert_eq!(dst.charge.suspended_seconds, 0);
     assert_eq!(dst.price.lines[0].quantity, dec!(6));
     // A conflict with a run recorded whole names the seconds.
-    let step = decide(&[existing(&plain, 1, 1, RecordKind::Original)], &said, false);
+    let step = decide(&[existing(&plain, 1, 1, RecordKind::Original)], &said, false, &Ids);
     match step {
         Step::Reject(r) => assert!(r.reason.contains("suspended 0 s -> 1800 s"), "{}", r.reason),
         other => panic!("{other:?}"),
