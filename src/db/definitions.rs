@@ -184,6 +184,12 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ("job_record", "job_record_no_truncate", "hl_refuse_change", 'A'),
     ("job_record", "job_record_references", "hl_job_record_references", 'A'),
     ("journal_export", "journal_export_append_only", "hl_refuse_change", 'A'),
+    (
+        "journal_export",
+        "journal_export_as_exported",
+        "hl_journal_export_as_exported",
+        'A',
+    ),
     ("journal_export", "journal_export_no_truncate", "hl_refuse_change", 'A'),
     (
         "ledger_entry",
@@ -271,6 +277,12 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
         "record_read_options",
         "record_read_options_no_truncate",
         "hl_refuse_change",
+        'A',
+    ),
+    (
+        "rejected_record",
+        "rejected_record_evidence",
+        "hl_rejected_record_evidence",
         'A',
     ),
     (

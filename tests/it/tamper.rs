@@ -809,3 +809,126 @@ async fn an_extensions_functions_are_not_findings_but_an_overload_hidden_in_one_
         ]
     );
 }
+
+/// Round 3 (an auditor's review of 2026-12-07): what a billing or ingest
+/// login could write with plain SQL and neither the database nor the audit
+/// noticed. Each is refused now.
+#[tokio::test]
+async fn a_month_billed_twice_a_backdated_entry_rewritten_evidence_and_a_false_export_log_are_refused() {
+    let db = october().await;
+    let p = &db.pool;
+    // 1. A copy of a project's storage charge of October, with its segments.
+    let e = as_role(
+        p,
+        "hpc_ledger_billing",
+        "WITH e AS (INSERT INTO ledger_entry (period, project_id, kind, metric, storage_rate_id, billing_run_id,
+                                               quantity, unit_rate, amount_exact, amount, author)
+                    SELECT period, project_id, kind, metric, storage_rate_id, billing_run_id, quantity, unit_rate,
+                           amount_exact, amount, author
+                      FROM ledger_entry WHERE kind = 'storage' AND period = '2026-10-01' ORDER BY id LIMIT 1
+                    RETURNING id)
+         INSERT INTO storage_charge_segment
+         SELECT e.id, s.first_day, s.last_day, s.days, s.quota_tb, s.tb_month_price
+           FROM storage_charge_segment s, e
+          WHERE s.ledger_entry_id = (SELECT min(id) FROM ledger_entry WHERE kind = 'storage' AND period = '2026-10-01')",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("ledger_entry_storage_once"), "{e}");
+    // 2. A debit backdated out of every allocation's window: posted now.
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "PAS1234",
+        "1000.00",
+        "--from",
+        "2026-07-01",
+        "--reason",
+        "award",
+    ]));
+    let used = |p: &PgPool| {
+        let p = p.clone();
+        async move {
+            let used: rust_decimal::Decimal = sqlx::query_scalar(
+                "SELECT used FROM audit.balances b JOIN project p ON p.code = b.project
+                  WHERE p.code = 'PAS1234' AND b.cluster IS NULL",
+            )
+            .fetch_one(&p)
+            .await
+            .unwrap();
+            used
+        }
+    };
+    let before = used(p).await;
+    as_role(
+        p,
+        "hpc_ledger_billing",
+        "INSERT INTO ledger_entry (posted_at, period, project_id, kind, quantity, unit_rate, amount_exact, amount,
+                                   author, reason)
+         SELECT TIMESTAMPTZ '2026-03-15 12:00+00', DATE '2026-11-01', id, 'adjustment', 1, 500, 500, 500,
+                'alice', 'backdated debit'
+           FROM project WHERE code = 'PAS1234'",
+    )
+    .await
+    .unwrap();
+    let posted: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT posted_at FROM ledger_entry WHERE reason = 'backdated debit'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert!(chrono::Utc::now() - posted < chrono::TimeDelta::minutes(5), "{posted}");
+    assert_eq!(used(p).await - before, rust_decimal::Decimal::new(50000, 2));
+    // 3. A rejection's record rewritten (to be dismissed as junk), by the
+    // roles that keep and resolve them.
+    let unknown = JOB.replace("PAS1234", "PNEW001");
+    let env = [("DATABASE_URL", db.url.as_str())];
+    let o = cli_with_env(
+        &["import", "--format", "jsonl", "-"],
+        &env,
+        Some(&format!("{unknown}\n")),
+    );
+    assert_eq!(o.status.code(), Some(4));
+    for role in ["hpc_ledger_billing", "hpc_ledger_ingest"] {
+        for set in [
+            "raw = 'junk', raw_sha256 = sha256('junk')",
+            "first_seen_at = now()",
+            "source_format = 'cli'",
+        ] {
+            let e = as_role(p, role, &format!("UPDATE rejected_record SET {set}"))
+                .await
+                .unwrap_err();
+            assert!(e.contains("is kept as it was read"), "{role}: {set}: {e}");
+        }
+    }
+    // Read again, it is updated as before (where and when it was seen).
+    let o = cli_with_env(
+        &["import", "--format", "jsonl", "-"],
+        &env,
+        Some(&format!("{unknown}\n")),
+    );
+    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(id(p, "SELECT times_seen::bigint FROM rejected_record WHERE raw LIKE '%PNEW001%'").await, 2);
+    // 4. A journal export logged with totals, and a date, of one's choosing.
+    ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
+    ok(&db.cli(&["export", "journal", "--month", "2026-10", "--out", "/dev/null"]));
+    let e = as_role(
+        p,
+        "hpc_ledger_billing",
+        "INSERT INTO journal_export (period, exported_at, exported_by, line_count, debit_total, credit_total, digest)
+         SELECT period, '2026-11-02', 'controller', 3, 9999.99, 0.01, digest FROM journal_export",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("journal is logged as it was"), "{e}");
+    // The log of the real export: now, with the journal's own figures.
+    let (at, lines): (chrono::DateTime<chrono::Utc>, i32) =
+        sqlx::query_as("SELECT exported_at, line_count FROM journal_export")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert!(
+        chrono::Utc::now() - at < chrono::TimeDelta::minutes(5) && lines > 0,
+        "{at} {lines}"
+    );
+    assert!(hpc_ledger::service::close::audit(p).await.unwrap().clean());
+}
