@@ -166,14 +166,14 @@ async fn constraints_refuse_what_cannot_be_true() {
     assert!(got.contains("the next month to close is 2026-04"), "{got}");
     // The reversal of the original posts once into April.
     sqlx::raw_sql(
-        "INSERT INTO ledger_entry (period, project_id, kind, corrects_id, job_record_id, quantity, unit_rate, amount_exact, amount, author, reason) VALUES ('2026-04-01', 1, 'reversal', 1, (SELECT job_record_id FROM ledger_entry WHERE id = 1), -8, 0.01, -0.08, -0.08, 't', 'wrong job')",
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, corrects_id, job_record_id, quantity, unit_rate, amount_exact, amount, author, reason) VALUES ('2026-04-01', 1, 'reversal', 'core_hours', 1, (SELECT job_record_id FROM ledger_entry WHERE id = 1), -8, 0.01, -0.08, -0.08, 't', 'wrong job')",
     )
     .execute(&db.pool)
     .await
     .unwrap();
     let got = refused(
         &db.pool,
-        "INSERT INTO ledger_entry (period, project_id, kind, corrects_id, job_record_id, quantity, unit_rate, amount_exact, amount, author, reason) VALUES ('2026-04-01', 1, 'reversal', 1, (SELECT job_record_id FROM ledger_entry WHERE id = 1), -8, 0.01, -0.08, -0.08, 't', 'wrong job')",
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, corrects_id, job_record_id, quantity, unit_rate, amount_exact, amount, author, reason) VALUES ('2026-04-01', 1, 'reversal', 'core_hours', 1, (SELECT job_record_id FROM ledger_entry WHERE id = 1), -8, 0.01, -0.08, -0.08, 't', 'wrong job')",
     )
     .await;
     assert!(got.contains("ledger_entry_one_reversal"), "{got}");

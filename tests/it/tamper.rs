@@ -907,7 +907,14 @@ async fn a_month_billed_twice_a_backdated_entry_rewritten_evidence_and_a_false_e
         Some(&format!("{unknown}\n")),
     );
     assert_eq!(o.status.code(), Some(4));
-    assert_eq!(id(p, "SELECT times_seen::bigint FROM rejected_record WHERE raw LIKE '%PNEW001%'").await, 2);
+    assert_eq!(
+        id(
+            p,
+            "SELECT times_seen::bigint FROM rejected_record WHERE raw LIKE '%PNEW001%'"
+        )
+        .await,
+        2
+    );
     // 4. A journal export logged with totals, and a date, of one's choosing.
     ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
     ok(&db.cli(&["export", "journal", "--month", "2026-10", "--out", "/dev/null"]));
@@ -930,5 +937,23 @@ async fn a_month_billed_twice_a_backdated_entry_rewritten_evidence_and_a_false_e
         chrono::Utc::now() - at < chrono::TimeDelta::minutes(5) && lines > 0,
         "{at} {lines}"
     );
+    // 5. A GPU-hour charge reversed as core-hours (the money back, the
+    // GPU-hours kept in the usage): a reversal mirrors its entry's metric.
+    let reverse_as = |metric: &str| {
+        format!(
+            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                       quantity, unit_rate, amount_exact, amount, charging_rules, author, reason)
+             SELECT '2026-11-01', project_id, 'reversal', '{metric}', job_record_id, rate_card_id, id, -quantity,
+                    unit_rate, -amount_exact, -amount, charging_rules, 'x', 'fix'
+               FROM ledger_entry WHERE kind = 'job' AND metric = 'gpu_hours' ORDER BY id LIMIT 1"
+        )
+    };
+    let e = as_role(p, "hpc_ledger_billing", &reverse_as("core_hours"))
+        .await
+        .unwrap_err();
+    assert!(e.contains("does not mirror the entry it reverses"), "{e}");
+    as_role(p, "hpc_ledger_billing", &reverse_as("gpu_hours"))
+        .await
+        .unwrap();
     assert!(hpc_ledger::service::close::audit(p).await.unwrap().clean());
 }
