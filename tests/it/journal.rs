@@ -410,6 +410,20 @@ async fn a_credit_month_reverses_the_sides_and_an_unfunded_statement_stops_the_e
         "{}",
         crate::harness::stdout(&o)
     );
+    // Expected is the journal recomputed, recorded the export's log (they
+    // were the other way round until migration 0064).
+    let (expected, recorded, digest): (String, String, String) = sqlx::query_as(
+        "SELECT d.expected, d.recorded, encode(hl_journal_digest(d.period), 'hex')
+           FROM audit.discrepancies d WHERE d.kind = 'journal' ORDER BY d.recorded LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(expected, digest);
+    assert!(
+        recorded.starts_with("export ") && !recorded.ends_with(&digest),
+        "{recorded}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
