@@ -922,9 +922,10 @@ fn pbs_hook(dir: &std::path::Path, config: &Value, job: &Value, server: &Value) 
 /// A check that reaches the ledger and is refused for how it is set up (a
 /// credential serve does not take, a ledger without a center) exits 1, and
 /// the PBS hook rejects the job, whatever `--on-unreachable` says: a wrong
-/// credential let every job start unchecked. An outage still follows `--on-unreachable`. serve's asking
-/// credential answers checks and budget gauges, and posts nothing. Two workers: the
-/// command line (blocking one) asks the server running on the other.
+/// credential let every job start unchecked. An outage still follows
+/// `--on-unreachable`. serve's asking credential answers checks and budget
+/// gauges, and posts nothing. Two workers: the command line (blocking one)
+/// asks the server running on the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_set_up_wrong_is_not_an_outage() {
     let db = db().await;
