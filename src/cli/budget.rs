@@ -348,6 +348,19 @@ impl JobArgs {
 /// exits 1 whatever `--on-unreachable` says.
 const MISCONFIGURED: &str = "the check is set up wrong (this is not an outage, so --on-unreachable does not apply)";
 
+/// Why `--server` is not `HOST:PORT` (serve's address, as `serve
+/// --listen` takes it), if it is not: a URL, a path, or no port.
+fn not_host_port(addr: &str) -> Option<&'static str> {
+    if addr.contains("://") || addr.contains('/') {
+        return Some("give serve's HOST:PORT, not a URL (as in ledger.example.edu:8080)");
+    }
+    let port = addr.rsplit_once(':').map(|(host, port)| (host, port.parse::<u16>()));
+    match port {
+        Some((host, Ok(_))) if !host.is_empty() => None,
+        _ => Some("give serve's HOST:PORT, with its port (as in ledger.example.edu:8080)"),
+    }
+}
+
 /// What to do when the ledger cannot be asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnUnreachable {
@@ -428,14 +441,12 @@ pub async fn run_check(args: CheckArgs, target: Option<&Target>) -> anyhow::Resu
             if args.tasks > 1 {
                 body["tasks"] = args.tasks.into();
             }
-            let addr = match tokio::net::lookup_host(addr.as_str())
-                .await
-                .ok()
-                .and_then(|mut a| a.next())
-            {
-                Some(a) => a,
-                None => return unreachable(format!("cannot resolve {addr}")),
-            };
+            // How the check is set up first: an address that is not
+            // HOST:PORT (a URL, a path, no port) or a credential file that
+            // cannot be read is no outage, whatever --on-unreachable says.
+            if let Some(why) = not_host_port(addr) {
+                anyhow::bail!("--server {addr}: {why}; {MISCONFIGURED}");
+            }
             let auth = match &args.basic_file {
                 Some(f) => Some(crate::serve::client::basic(
                     std::fs::read_to_string(f)
@@ -443,6 +454,15 @@ pub async fn run_check(args: CheckArgs, target: Option<&Target>) -> anyhow::Resu
                         .trim(),
                 )),
                 None => None,
+            };
+            // A name that does not resolve may be a DNS outage: unreachable.
+            let addr = match tokio::net::lookup_host(addr.as_str())
+                .await
+                .ok()
+                .and_then(|mut a| a.next())
+            {
+                Some(a) => a,
+                None => return unreachable(format!("cannot resolve {addr}")),
             };
             let reply = tokio::time::timeout(
                 std::time::Duration::from_secs(5),

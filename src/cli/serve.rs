@@ -50,6 +50,19 @@ pub struct Args {
 
 pub async fn run(args: Args, target: &Target, readers: &Readers, author: &str) -> anyhow::Result<ExitCode> {
     let credentials = Credentials::from_env().map_err(anyhow::Error::msg)?;
+    let checks = Credentials::checks_from_env().map_err(anyhow::Error::msg)?;
+    // An asking credential without a posting one would ask nothing of
+    // anyone: every client could post (on loopback) while the operator
+    // believes only Slurm can.
+    if credentials.is_empty() && !checks.is_empty() {
+        anyhow::bail!(
+            "{} (or {}) is set but no posting credential: without {} or {} anyone who can connect may post jobs and ask; set one of those too",
+            serve::CHECK_BASIC_ENV,
+            serve::CHECK_TOKEN_ENV,
+            serve::BASIC_ENV,
+            serve::TOKEN_ENV
+        );
+    }
     if credentials.is_empty() && !serve::open_allowed(&args.listen) {
         anyhow::bail!(
             "refusing to listen on {} without credentials: set {} (user:password, for Slurm's \
@@ -77,7 +90,6 @@ pub async fn run(args: Args, target: &Target, readers: &Readers, author: &str) -
         }
     );
     let web = Credentials::web_from_env().map_err(anyhow::Error::msg)?;
-    let checks = Credentials::checks_from_env().map_err(anyhow::Error::msg)?;
     let options = Options {
         credentials,
         checks,

@@ -1025,6 +1025,22 @@ async fn a_check_set_up_wrong_is_not_an_outage() {
         assert!(stderr(&o).contains(&format!("{a} answered 401")), "{}", stderr(&o));
         assert!(stderr(&o).contains("the check is set up wrong"), "{}", stderr(&o));
     }
+    // An address that is not HOST:PORT (serve's URL, as JobCompLoc and the
+    // PBS hook write it, or no port) is set up wrong: it was "cannot
+    // resolve", an outage, and every job started.
+    for (server, says) in [
+        (format!("http://{a}"), "not a URL"),
+        (format!("{a}/check"), "not a URL"),
+        ("127.0.0.1".to_owned(), "with its port"),
+    ] {
+        let o = check(&["--server", &server, "--basic-file", asks.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{server}: {}{}", stdout(&o), stderr(&o));
+        assert!(
+            stderr(&o).contains(says) && stderr(&o).contains("the check is set up wrong"),
+            "{server}: {}",
+            stderr(&o)
+        );
+    }
     // A 404 stays an outage: a proxy answers it while serve restarts.
     let (not_serve, answering) = not_serve().await;
     let o = check(&["--server", &not_serve]);

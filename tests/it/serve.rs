@@ -634,6 +634,22 @@ async fn the_command_serves_until_sigterm_and_refuses_open_non_loopback() {
     assert!(!o.status.success());
     let e = crate::harness::stderr(&o);
     assert!(e.contains("refusing to listen on 0.0.0.0:0 without credentials"), "{e}");
+    // An asking credential alone: on loopback every client could post and
+    // ask, the asking credential doing nothing; refused.
+    let o = crate::harness::cli_with_env(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            ("DATABASE_URL", db.url.as_str()),
+            ("HPC_LEDGER_SERVE_CHECK_BASIC", "hook:asks"),
+        ],
+        None,
+    );
+    assert!(!o.status.success());
+    let e = crate::harness::stderr(&o);
+    assert!(
+        e.contains("HPC_LEDGER_SERVE_CHECK_BASIC (or HPC_LEDGER_SERVE_CHECK_TOKEN) is set but no posting credential"),
+        "{e}"
+    );
 }
 
 /// One byte policy on every path: a Latin-1 job name is read as U+FFFD and
