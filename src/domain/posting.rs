@@ -746,7 +746,6 @@ pub enum Decision {
     Supersede { revision: i32, replaces: JobRecordId },
 }
 
-/// Compare an incoming job with the records of its run.
 /// What a conflict's message names by name: the ledger keeps ids.
 pub trait Names {
     fn project(&self, id: ProjectId) -> String;
@@ -766,6 +765,8 @@ impl Names for Ids {
     }
 }
 
+/// Compare an incoming job with the records of its run; a conflict names
+/// projects and node types by `names`.
 pub fn classify(existing: &[Existing], incoming: &ResolvedJob, supersede: bool, names: &dyn Names) -> Decision {
     if existing.is_empty() {
         return Decision::New;
