@@ -465,6 +465,10 @@ async fn refund_in(
     let (period, late) = target_month(&mut *tx, original, why.month, now).await?;
     let mut rows = Vec::new();
     for e in &entries {
+        // Its discount line and refunds so far, in one read: the net, and what
+        // a version 3 refund settles against.
+        let basis = sdb::refund_basis(&mut *tx, e.id).await?;
+        let net = (e.amount_exact + basis.discount_exact).max(Decimal::ZERO);
         let quantity = match by {
             RefundBy::Fraction(f) => {
                 if f <= Decimal::ZERO || f > Decimal::ONE {
@@ -490,7 +494,18 @@ async fn refund_in(
                 if e.amount_exact.is_zero() {
                     return invalid(format!("entry {} charged nothing", e.id));
                 }
-                div_round(e.quantity * a, e.amount_exact, QUANTITY_SCALE)
+                // The share of what the charge charged that A is: of its net
+                // from version 2 on (so an amount refund of half a discounted
+                // charge's net takes back half its quantity, as --fraction
+                // 0.5 does); version 1, which had no discounts, of its amount.
+                let base = if e.charging_rules == ChargingRules::V1 { e.amount_exact } else { net };
+                if base.is_zero() {
+                    return Err(CorrectError::Refused(format!(
+                        "entry {} is discounted in full: nothing is left to refund",
+                        e.id
+                    )));
+                }
+                div_round(e.quantity * a, base, QUANTITY_SCALE)
             }
         }
         .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
@@ -498,10 +513,6 @@ async fn refund_in(
         // at the rate; version 2 takes the share of the exact amount net of
         // its discount (docs/rules.md R8; an amount refund is that amount
         // exactly).
-        // Its discount line and refunds so far, in one read: the net, and what
-        // a version 3 refund settles against.
-        let basis = sdb::refund_basis(&mut *tx, e.id).await?;
-        let net = (e.amount_exact + basis.discount_exact).max(Decimal::ZERO);
         let exact = match (e.charging_rules, by) {
             (ChargingRules::V1, _) => exact_mul(negate(quantity), e.unit_rate),
             (_, RefundBy::Fraction(f)) => ratio(&[f, net], &[Decimal::ONE], EXACT_SCALE, Cut::Truncate).map(negate),

@@ -787,3 +787,70 @@ async fn a_discounted_charge_refunded_in_full_nets_zero() {
     );
     assert_eq!(findings(&db).await, []);
 }
+
+/// A refund of an amount takes back the share of the charge's net that the
+/// amount is, in quantity too (what usage reports net out): 100 core-hours
+/// at 0.0107 is 1.07, NEWFAC's 50 % line −0.535, so the net is 0.535 and a
+/// refund of 0.25 takes back 100 × 0.25 ÷ 0.535 = 46.728971962617
+/// core-hours (12 places), as `--fraction` 0.25 ÷ 0.535 would. Before
+/// 2026-12-07 it took 100 × 0.25 ÷ 1.07 = 23.364485981308: a refund of the
+/// whole net left half the core-hours in the usage report. A charge
+/// discounted in full has nothing to refund, and says so.
+#[tokio::test]
+async fn an_amount_refund_takes_back_its_share_of_the_net_in_quantity_too() {
+    let db = db().await;
+    ok(&record(&db, "Q1", "NEWFAC", 10, &[]));
+    ok(&db.cli(&[
+        "refund",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "Q1",
+        "--amount",
+        "0.25",
+        "--reason",
+        "short run",
+    ]));
+    let refunds: Vec<(Decimal, Decimal)> = sqlx::query_as(
+        "SELECT e.quantity, e.amount_exact FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+          JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id = 'Q1' AND e.kind = 'refund'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(refunds, [(dec("-46.728971962617"), dec("-0.25"))]);
+    let usage = ok(&db.cli(&[
+        "usage",
+        "--project",
+        "NEWFAC",
+        "--from",
+        "2026-04",
+        "--to",
+        "2026-04",
+        "--by",
+        "month",
+        "--format",
+        "csv",
+    ]));
+    assert!(usage.contains("53.271028037383"), "{usage}");
+
+    ok(&record(&db, "Q2", "FULL", 10, &[]));
+    let e = db.cli(&[
+        "refund",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "Q2",
+        "--amount",
+        "0.01",
+        "--reason",
+        "x",
+    ]);
+    assert!(!e.status.success());
+    assert!(
+        stderr(&e).contains("discounted in full: nothing is left to refund"),
+        "{}",
+        stderr(&e)
+    );
+    assert_eq!(findings(&db).await, []);
+}
