@@ -957,3 +957,55 @@ async fn a_month_billed_twice_a_backdated_entry_rewritten_evidence_and_a_false_e
         .unwrap();
     assert!(hpc_ledger::service::close::audit(p).await.unwrap().clean());
 }
+
+/// With plain SQL the billing role could post a refund of all of a job
+/// charge's core-hours for a cent (the usage report lost them while the
+/// money stayed charged) and an adjustment of quantity 1 at a rate of −10
+/// that posts 500.00 (an auditor's review of 2026-12-07); both are refused
+/// since migration 0065, and a refund whose quantity is its share is not.
+#[tokio::test]
+async fn a_refund_of_every_core_hour_for_a_cent_and_an_adjustment_not_its_own_rate_are_refused() {
+    let db = october().await;
+    let p = &db.pool;
+    let refund = |quantity: &str| {
+        format!(
+            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                       quantity, unit_rate, amount_exact, amount, author, reason, charging_rules)
+             SELECT period, project_id, 'refund', metric, job_record_id, rate_card_id, id,
+                    {quantity}, unit_rate, -0.01, -0.01, 'alice', 'a cent back', charging_rules
+               FROM ledger_entry
+              WHERE kind = 'job' AND charging_rules >= 3
+                AND NOT EXISTS (SELECT 1 FROM ledger_entry d WHERE d.corrects_id = ledger_entry.id)
+              ORDER BY amount_exact DESC LIMIT 1"
+        )
+    };
+    let e = as_role(p, "hpc_ledger_billing", &refund("-quantity"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("takes back") && e.contains("not the share of its net"),
+        "{e}"
+    );
+    // The cent's share of the quantity, to 12 places, is posted.
+    as_role(
+        p,
+        "hpc_ledger_billing",
+        &refund("-round(quantity * 0.01 / amount_exact, 12)"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        id(p, "SELECT count(*) FROM ledger_entry WHERE reason = 'a cent back'").await,
+        1
+    );
+    let e = as_role(
+        p,
+        "hpc_ledger_billing",
+        "INSERT INTO ledger_entry (period, project_id, kind, quantity, unit_rate, amount_exact, amount, author, reason)
+         SELECT DATE '2026-11-01', id, 'adjustment', 1, -10, 500, 500, 'alice', 'a debit at a credit rate'
+           FROM project WHERE code = 'PAS1234'",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("ledger_entry_adjustment_is_its_amount"), "{e}");
+}
