@@ -589,6 +589,8 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
     let out = crate::harness::stdout(&o);
     for line in [
         "function hl_refuse_change: its body is not the migrations' (replaced)",
+        // Replaced without its search path (migration 0066 gave it one).
+        "function hl_refuse_change: its settings are [], not the migrations' [search_path=public,pg_temp]",
         "trigger ledger_entry_guard on ledger_entry: disabled",
         "trigger closed_period_in_order on closed_period: enabled as O, not A",
         "view audit.seals: its query is not the migrations' (replaced)",
@@ -607,7 +609,7 @@ async fn the_audit_finds_its_own_guards_and_views_altered() {
     }
     // Nothing else is reported: the body check, the settings and the owner
     // each name only what was changed.
-    assert_eq!(out.matches("function hl_").count(), 6, "{out}");
+    assert_eq!(out.matches("function hl_").count(), 7, "{out}");
     // The auditor role finds the same (it reads catalogs and makes temporary views only).
     let auditor = format!("hl_aud_{}", std::process::id());
     sqlx::raw_sql(&format!("CREATE ROLE {auditor} LOGIN IN ROLE hpc_ledger_auditor"))
@@ -1008,4 +1010,52 @@ async fn a_refund_of_every_core_hour_for_a_cent_and_an_adjustment_not_its_own_ra
     .await
     .unwrap_err();
     assert!(e.contains("ledger_entry_adjustment_is_its_amount"), "{e}");
+}
+
+/// A temporary table of a guard's table's name does not answer for it (a
+/// security review of 2026-12-07): the guards looked their tables up by the
+/// session's search path, whose temporary schema comes first, so the
+/// ingest role posted a job charge into a closed month after `CREATE TEMP
+/// TABLE closed_period`, and the billing role a quota into billed months
+/// with a temporary `billing_run`. Every guard searches `public, pg_temp`
+/// since migration 0066.
+#[tokio::test]
+async fn a_temporary_table_does_not_stand_in_for_what_a_guard_reads() {
+    let db = october().await;
+    let p = &db.pool;
+    ok(&db.cli(&["close", "--month", "2026-07"]));
+    let copy = "CREATE TEMP TABLE closed_period (period date);
+         INSERT INTO public.ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity,
+                                          unit_rate, amount_exact, amount, author, charging_rules)
+         SELECT period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate, amount_exact,
+                amount, 'mallory', charging_rules
+           FROM public.ledger_entry WHERE kind = 'job' AND period = '2026-07-01' ORDER BY id LIMIT 1";
+    for role in ["hpc_ledger_ingest", "hpc_ledger_billing"] {
+        let e = as_role(p, role, copy).await.unwrap_err();
+        assert!(e.contains("2026-07, which is closed"), "{role}: {e}");
+    }
+    let e = as_role(
+        p,
+        "hpc_ledger_billing",
+        "CREATE TEMP TABLE billing_run (period date, kind text);
+         INSERT INTO public.storage_quota (project_id, effective_from, quota_tb, recorded_by)
+         SELECT id, '2026-05-01T00:00:00Z', 0, 'mallory' FROM public.project WHERE code = 'PAS1234'",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("billed"), "{e}");
+    ok(&db.cli(&["verify"]));
+    // Every trigger function but the seal digest's (which reads no table)
+    // runs with the ledger's own search path.
+    let loose: Vec<String> = sqlx::query_scalar(
+        "SELECT proname::text FROM pg_proc
+          WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'hl\\_%'
+            AND prorettype = 'trigger'::regtype AND proname <> 'hl_entry_seal_digest'
+            AND NOT coalesce(proconfig @> ARRAY['search_path=public, pg_temp'], false)
+          ORDER BY 1",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(loose, Vec::<String>::new());
 }
