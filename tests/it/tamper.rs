@@ -1059,3 +1059,43 @@ async fn a_temporary_table_does_not_stand_in_for_what_a_guard_reads() {
     .unwrap();
     assert_eq!(loose, Vec::<String>::new());
 }
+
+/// A charge posted today by retired rules (a security review of
+/// 2026-12-07): the ingest role posted a job charge claiming charging rules
+/// 1 (no single-node cap), which `audit` recomputed by version 1 and
+/// passed. A job or storage charge or an adjustment is posted by the rules
+/// in force since migration 0067.
+#[tokio::test]
+async fn a_charge_or_adjustment_posted_by_retired_rules_is_refused() {
+    let db = october().await;
+    let p = &db.pool;
+    let e = as_role(
+        p,
+        "hpc_ledger_ingest",
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate,
+                                   amount_exact, amount, author, charging_rules)
+         SELECT period, project_id, kind, metric, job_record_id, rate_card_id, quantity, unit_rate,
+                quantity * unit_rate, round(quantity * unit_rate, 2), 'mallory', 1
+           FROM ledger_entry WHERE kind = 'job' ORDER BY id LIMIT 1",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.contains("is posted by charging rules 1, but version 3 is in force"),
+        "{e}"
+    );
+    let e = as_role(
+        p,
+        "hpc_ledger_billing",
+        "INSERT INTO ledger_entry (period, project_id, kind, quantity, unit_rate, amount_exact, amount, author, reason,
+                                   charging_rules)
+         SELECT DATE '2026-11-01', id, 'adjustment', 1, -10, -10, -10, 'mallory', 'old rules', 2
+           FROM project WHERE code = 'PAS1234'",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.contains("is posted by charging rules 2, but version 3 is in force"),
+        "{e}"
+    );
+}
