@@ -39,7 +39,12 @@ fn main() -> ExitCode {
             for cause in e.chain().skip(1) {
                 eprintln!("  caused by: {}", hpc_ledger::db::redact(&cause.to_string()));
             }
-            if e.chain().any(|c| c.to_string().contains("permission denied")) {
+            // Refused by a privilege or by row-level security (ingest may post
+            // only job charges: a reversal or adjustment of its is refused so).
+            if e.chain().any(|c| {
+                let c = c.to_string();
+                c.contains("permission denied") || c.contains("violates row-level security policy")
+            }) {
                 eprintln!(
                     "  hint: the database role in use may not do this; see docs/security.md for the \
                      hpc_ledger_ingest, hpc_ledger_billing and hpc_ledger_auditor roles"

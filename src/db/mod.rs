@@ -348,22 +348,65 @@ pub fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
-/// A URL (or text containing one) with any password replaced by `***`.
+/// A URL (or text containing URLs) with every password replaced by `***`:
+/// the one in `user:password@` (up to the last `@` before the path, so a
+/// password with a space or an `@` in it is hidden whole) and a
+/// `password=` (or `sslpassword=`) query parameter's value.
 pub fn redact(text: &str) -> String {
-    let Some(scheme_end) = text.find("://") else {
-        return text.to_owned();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(scheme_end) = rest.find("://") {
+        let (head, url) = rest.split_at(scheme_end + 3);
+        out.push_str(head);
+        // The URL runs to the next whitespace after its authority, or to
+        // the next URL.
+        let authority_end = url.find(['/', '?', '#', '\n']).unwrap_or(url.len());
+        let authority = &url[..authority_end];
+        let after = match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":***");
+                &url[at..]
+            }
+            _ => url,
+        };
+        let end = after.find("://").map_or(after.len(), |next| {
+            after[..next].rfind(char::is_whitespace).map_or(next, |w| w + 1)
+        });
+        out.push_str(&redact_password_parameters(&after[..end]));
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `…?password=x&sslpassword=y` with each such value replaced by `***`.
+fn redact_password_parameters(url: &str) -> String {
+    let Some(query) = url.find('?') else {
+        return url.to_owned();
     };
-    let rest = &text[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', ' ']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match (authority.rfind('@'), authority.find(':')) {
-        (Some(at), Some(colon)) if colon < at => format!(
-            "{}{}:***{}",
-            &text[..scheme_end + 3],
-            &authority[..colon],
-            &text[scheme_end + 3 + at..]
-        ),
-        _ => text.to_owned(),
+    let mut out = url[..=query].to_owned();
+    let mut rest = &url[query + 1..];
+    loop {
+        let end = rest.find(['&', ' ', '\t', '\n']).unwrap_or(rest.len());
+        let (pair, tail) = rest.split_at(end);
+        match pair.split_once('=') {
+            Some((name, _)) if name.to_ascii_lowercase().ends_with("password") => {
+                out.push_str(name);
+                out.push_str("=***");
+            }
+            _ => out.push_str(pair),
+        }
+        match tail.chars().next() {
+            Some('&') => {
+                out.push('&');
+                rest = &tail[1..];
+            }
+            _ => {
+                out.push_str(tail);
+                return out;
+            }
+        }
     }
 }
 
@@ -695,6 +738,25 @@ mod tests {
         assert_eq!(redact("postgres://ledger@db/hpc"), "postgres://ledger@db/hpc");
         assert_eq!(redact("postgresql://u:p@h/d?host=/x"), "postgresql://u:***@h/d?host=/x");
         assert_eq!(redact("no url here"), "no url here");
+        // A password as a query parameter, with a space or an `@` in it, or
+        // in a second URL of the same message (a security review of
+        // 2026-12-07: these were printed as given).
+        assert_eq!(
+            redact("cannot connect to postgres://feed@127.0.0.1:5439/ledger?password=wrongSECRET: refused"),
+            "cannot connect to postgres://feed@127.0.0.1:5439/ledger?password=*** refused"
+        );
+        assert_eq!(
+            redact("postgres://u@h/d?sslmode=require&PassWord=x&sslpassword=y&application_name=a"),
+            "postgres://u@h/d?sslmode=require&PassWord=***&sslpassword=***&application_name=a"
+        );
+        assert_eq!(
+            redact("error: postgres://feed:wr ong@SECRET@h:5432/d failed"),
+            "error: postgres://feed:***@h:5432/d failed"
+        );
+        assert_eq!(
+            redact("primary postgres://a:one@p/d and replica postgres://b:two@r/d?password=three x"),
+            "primary postgres://a:***@p/d and replica postgres://b:***@r/d?password=*** x"
+        );
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
     }
 }

@@ -886,7 +886,14 @@ pub fn decide(held: &[Existing], job: &ResolvedJob, supersede: bool, names: &dyn
                 .map(|e| e.id);
             return Step::Replay { record };
         }
+        // A record that could not be charged on its own (no GPU count on a
+        // GPU node type) is not another account of the run to supersede it
+        // with: it is refused as it would be anew, not left as a conflict
+        // whose --supersede is refused.
         Decision::Conflict { differences } => {
+            if let Some(refusal) = &job.refuse_new_charge {
+                return Step::Reject(refusal.clone());
+            }
             return Step::Reject(Rejection {
                 kind: RejectKind::Conflict,
                 reason: format!(

@@ -406,14 +406,16 @@ impl SlurmParser {
         // The part of a resized job before a resize (its end is the resize):
         // a run that ended ([`resized_start`]).
         let resizing = state == "RESIZING";
-        if NOT_ENDED.contains(&state.as_str()) && !resizing {
-            return Ok(Item::Skip(Skip::NotEnded));
-        }
+        // No start is checked before the state (docs/rules.md): a PENDING
+        // line without one has not started (it was skipped as "not ended").
         let Some(start) = get("start") else {
             return Err("the input has no Start field".into());
         };
         if missing(start) {
             return Ok(Item::Skip(Skip::NeverStarted));
+        }
+        if NOT_ENDED.contains(&state.as_str()) && !resizing {
+            return Ok(Item::Skip(Skip::NotEnded));
         }
         let Some(end) = get("end") else {
             return Err("the input has no End field".into());
@@ -959,6 +961,25 @@ mod tests {
             vec![Item::Bad(
                 "27 fields where 26 are expected (is the delimiter \"|\" right?)".into()
             )]
+        );
+    }
+
+    #[test]
+    fn a_pending_line_without_a_start_never_started_and_a_running_one_has_not_ended() {
+        // The e2e job below, still pending in a dump (Start and End
+        // Unknown): no start is read before the state (docs/rules.md), so
+        // the summary does not say it will be charged once it ends.
+        let pending = "10|10|ledgere2e|regular|normal|e2e0002|root|0|root|0|2026-11-30T12:58:13|2026-11-30T13:58:13|Unknown|Unknown|00:00:00|0:0|PENDING|1|1|1|128M|||00:05:00|None assigned|wait";
+        assert_eq!(
+            parse_all(pending, &ReadOptions::default()),
+            vec![Item::Skip(Skip::NeverStarted)]
+        );
+        let running = pending
+            .replace("|Unknown|Unknown|", "|2026-11-30T13:58:13|Unknown|")
+            .replace("|PENDING|", "|RUNNING|");
+        assert_eq!(
+            parse_all(&running, &ReadOptions::default()),
+            vec![Item::Skip(Skip::NotEnded)]
         );
     }
 

@@ -140,8 +140,25 @@ fn with_timing(mut r: Response, started: Instant) -> Response {
 fn month_param(uri: &Uri, this: Month) -> Result<Month, String> {
     match query(uri, "month") {
         None => Ok(this),
-        Some(m) => m.parse(),
+        Some(m) => {
+            let month: Month = m.parse()?;
+            if shown(month, this) {
+                Ok(month)
+            } else {
+                Err(format!(
+                    "{month} is not a month the ledger can show: from 1990-01 to {this}"
+                ))
+            }
+        }
     }
+}
+
+/// Months a page or a statement can be of: none after this one (the
+/// billing time zone's), none before 1990 (no job record begins before).
+/// A statement of 0000-01 or 9999-12 was rendered, a PDF each time (a
+/// security review of 2026-12-07).
+fn shown(month: Month, this: Month) -> bool {
+    month.year() >= 1990 && month <= this
 }
 
 /// `GET /ui`.
@@ -269,6 +286,11 @@ pub(super) async fn statement(
     };
     if !matches!(ext, "html" | "pdf" | "csv") {
         return not_found();
+    }
+    match web::this_month(&app.reader, chrono::Utc::now()).await {
+        Ok(this) if shown(month, this) => {}
+        Ok(_) => return not_found(),
+        Err(e) => return failed(e),
     }
     let (s, d) = match web::statement(&app.reader, &p, month).await {
         Ok(x) => x,

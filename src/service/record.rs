@@ -1089,7 +1089,7 @@ async fn resolve_rejections(
                     && task_of(&job.input.job_id, job.input.array_index) == task_of(&input.job_id, input.array_index)
                     && timed(&job.input) == Some(times)
                     && job.input.cores == input.cores
-                    && job.input.gpus.unwrap_or(0) == input.gpus.unwrap_or(0)
+                    && (job.input.gpus.is_none() || input.gpus.is_none() || job.input.gpus == input.gpus)
                     && (job.input.nodes.is_none() || input.nodes.is_none() || job.input.nodes == input.nodes)
                     && (job.input.memory.is_none() || input.memory.is_none() || job.input.memory == input.memory)
             })

@@ -67,14 +67,15 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 rejected: &[],
             },
         ),
-        // 5 array-range records and an unknown state are rejected; RUNNING and
-        // PENDING have not ended; BAR never started.
+        // 5 array-range records and an unknown state are rejected; RUNNING
+        // has not ended; PENDING (no start, read before its state) and BAR
+        // never started.
         (
             "xdmod_slurm_sacct_parsable2_edgecases.log",
             Counts {
                 headers: 0,
                 recorded: 4,
-                skipped: &[(NotEnded, 2), (NeverStarted, 1)],
+                skipped: &[(NotEnded, 1), (NeverStarted, 2)],
                 rejected: &[(Malformed, 6)],
             },
         ),
@@ -1433,6 +1434,25 @@ async fn a_gpu_job_without_a_gpu_count_is_refused_only_as_a_new_charge() {
         reason.contains("\"gpu\", which has or prices GPUs, but its record gives no GPU count"),
         "{reason}"
     );
+    // Recorded as the rejection says, with its GPU count: the rejection is
+    // resolved (the two say the same run where both say; it said no GPU
+    // count), and the line read again stays what it was, not a conflict
+    // "GPUs 1 -> 0" asking for a --supersede that is refused (an operator's
+    // review of 2026-12-07: it stayed open, then turned into that conflict).
+    let told = dir.join("told.jsonl");
+    std::fs::write(&told, job(r#""gpus":1,"#, "72") + "\n").unwrap();
+    let s = import_file(&db.pool, &told, "told.jsonl", Format::Jsonl, None).await;
+    assert_eq!(s.recorded, 1);
+    let open = || async {
+        sqlx::query_as::<_, (String, Option<String>)>("SELECT kind, resolution FROM rejected_record ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(open().await, [("invalid".into(), Some("recorded_elsewhere".into()))]);
+    let s = import_file(&db.pool, &unsaid, "unsaid.jsonl", Format::Jsonl, None).await;
+    assert_eq!((s.replayed, s.recorded, s.rejected_total()), (1, 0, 1), "{s:#?}");
+    assert_eq!(open().await, [("invalid".into(), Some("recorded_elsewhere".into()))]);
 }
 
 #[tokio::test]

@@ -309,6 +309,22 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
             .status,
         404
     );
+    // No statement or page of a month that cannot have one: none after this
+    // month, none before 1990 (0000-01 and 9999-12 were rendered, a PDF a
+    // request: a security review of 2026-12-07).
+    for path in [
+        "/ui/projects/PAS1234/statements/0000-01.html",
+        "/ui/projects/PAS1234/statements/9999-12.pdf",
+    ] {
+        assert_eq!(s.get(path, Some(&token)).await.status, 404, "{path}");
+    }
+    for path in ["/ui/projects/PAS1234?month=0001-01", "/ui?month=9999-12"] {
+        let r = s
+            .get(path, Some(if path.starts_with("/ui?") { BILLING } else { &token }))
+            .await;
+        assert_eq!(r.status, 400, "{path}");
+        assert!(r.body.contains("is not a month the ledger can show"), "{}", r.body);
+    }
 
     // The billing office: every project, November's spend, the balances.
     let list = s.get("/ui?month=2026-11", Some(BILLING)).await;
