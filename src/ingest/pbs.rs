@@ -337,10 +337,38 @@ fn from_request(attrs: &HashMap<String, String>, spec: Option<&str>, reading: Re
         nodes: Some(nodes),
         cores: shape.cores,
         memory: shape.memory,
-        // A PBS request names its GPUs (`gpus=`, `ngpus`): none named is none.
-        gpus: Some(shape.gpus),
+        // A PBS request names its GPUs (`gpus=`, `ngpus`): none named is
+        // none, unless the record names GPUs where this reader does not
+        // read them: then it gives no GPU count (docs/rules.md).
+        gpus: if shape.gpus == 0 && names_gpus_elsewhere(attrs) {
+            None
+        } else {
+            Some(shape.gpus)
+        },
         exclusive,
     })
+}
+
+/// Whether a record whose request names no GPUs names some elsewhere, as
+/// some TORQUE sites log them (Open XDMoD reads them so):
+/// `Resource_List.gpu=2` or `gpus=2`, or `gpus=`/`gpu=` in
+/// `Resource_List.neednodes` or `nodect`. xdmod's job 10712 (`nodes=1:ppn=28`,
+/// `gpu=2`, `neednodes=1:ppn=28:gpus=1`, on a GPU queue) was charged as
+/// holding none; such a record gives no GPU count, which a GPU node type
+/// refuses to charge and any other reads as none, as before.
+fn names_gpus_elsewhere(attrs: &HashMap<String, String>) -> bool {
+    let some = |v: &str| v.trim().parse::<u32>().map_or(true, |n| n > 0);
+    let in_spec = |v: &str| {
+        v.split([':', '+', ','])
+            .filter_map(|part| part.split_once('='))
+            .any(|(k, n)| matches!(k.trim(), "gpus" | "gpu") && some(n))
+    };
+    ["Resource_List.gpu", "Resource_List.gpus"]
+        .iter()
+        .any(|k| attrs.get(*k).is_some_and(|v| some(v)))
+        || ["Resource_List.neednodes", "Resource_List.nodect"]
+            .iter()
+            .any(|k| attrs.get(*k).is_some_and(|v| in_spec(v)))
 }
 
 /// Cores and memory for `cores` from the record's `mem`/`pmem` (and `extra`
@@ -1102,6 +1130,32 @@ mod tests {
             parse("x;E;1;user=a Exit_status=-3", &ReadOptions::default()),
             Item::Skip(Skip::NeverStarted)
         );
+    }
+
+    #[test]
+    fn gpus_named_outside_the_request_make_a_record_without_a_gpu_count() {
+        // xdmod's test data (tests/fixtures/accounting/xdmod_pbs_torque_accounting_E.log):
+        // the request names no GPUs, `Resource_List.gpu` and `neednodes` do.
+        let line = "04/27/2020 23:59:13;E;10712;user=ybsbu group=caste account=caste jobname=test-gpu-job-3 Exit_status=0 queue=black ctime=1587912657 qtime=1587912657 etime=1587912657 start=1588046363 end=1588146363 exec_host=node0703/0-27 Resource_List.nodes=1:ppn=28:default Resource_List.gpu=2 Resource_List.walltime=96:00:00 Resource_List.feature=gpu Resource_List.nodect=1 Resource_List.neednodes=1:ppn=28:gpus=1:default";
+        let j = job(parse(line, &ReadOptions::default()));
+        assert_eq!((j.nodes, j.cores, j.gpus), (Some(1), 28, None));
+        // Either alone does too; neither, or a count of 0, says none.
+        let gpu_only = line.replace("1:ppn=28:gpus=1:default", "1:ppn=28:default");
+        assert_eq!(job(parse(&gpu_only, &ReadOptions::default())).gpus, None);
+        let need_only = line.replace(" Resource_List.gpu=2", "");
+        assert_eq!(job(parse(&need_only, &ReadOptions::default())).gpus, None);
+        let neither = need_only.replace("1:ppn=28:gpus=1:default", "1:ppn=28:default");
+        assert_eq!(job(parse(&neither, &ReadOptions::default())).gpus, Some(0));
+        let zero = line
+            .replace("gpu=2", "gpu=0")
+            .replace("1:ppn=28:gpus=1:default", "1:ppn=28:default");
+        assert_eq!(job(parse(&zero, &ReadOptions::default())).gpus, Some(0));
+        // A request that names them is read as before.
+        let named = line.replace(
+            "Resource_List.nodes=1:ppn=28:default",
+            "Resource_List.nodes=1:ppn=28:gpus=1",
+        );
+        assert_eq!(job(parse(&named, &ReadOptions::default())).gpus, Some(1));
     }
 
     #[test]
