@@ -302,10 +302,16 @@ fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz) -> String {
     ] {
         out.push_str(&format!("  {what:<10} {v:>14.2}\n"));
     }
+    // A burn that rounds to 0.00 but runs the pool out some day is not
+    // printed as 0.00 beside that day.
+    let burn = if x.burn_per_day > Decimal::ZERO && crate::domain::units::round_money(x.burn_per_day).is_zero() {
+        "under 0.01".to_owned()
+    } else {
+        format!("{:.2}", x.burn_per_day)
+    };
     out.push_str(&format!(
-        "  {:.1} % used; {:.2} a day over the last {} days; {}\n",
+        "  {:.1} % used; {burn} a day over the last {} days; {}\n",
         x.fraction_used * Decimal::ONE_HUNDRED,
-        x.burn_per_day,
         crate::domain::budget::BURN_DAYS,
         match (x.runs_out, x.remaining > Decimal::ZERO) {
             (_, false) => "spent".to_owned(),

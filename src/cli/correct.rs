@@ -153,7 +153,7 @@ fn print(c: &Correction, format: Format) -> anyhow::Result<()> {
             print!(
                 "{}",
                 table::render(
-                    &["entry", "posted", "corrects", "month", "metric", "quantity", "amount"],
+                    &["entry", "kind", "corrects", "month", "metric", "quantity", "amount"],
                     &rows
                 )
             );

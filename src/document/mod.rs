@@ -135,6 +135,8 @@ dl.facts dd { margin: 0; }
 .seal { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .78rem; word-break: break-all; }
 table { width: 100%; border-collapse: collapse; margin: .3rem 0 .2rem; }
 th, td { padding: .3rem .5rem; text-align: left; vertical-align: top; }
+td.t { overflow-wrap: anywhere; min-width: 5em; }
+td.d { white-space: nowrap; }
 thead th { font-size: .78rem; text-transform: uppercase; letter-spacing: .05em; color: var(--muted);
            border-bottom: 1px solid var(--rule); }
 tbody tr:nth-child(even) { background: var(--band); }
@@ -359,7 +361,7 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
         for l in &s.discounts {
             let _ = writeln!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{} %</td>{}{}</tr>",
+                "<tr><td class=\"t\">{}</td><td class=\"t\">{}</td><td class=\"t\">{}</td><td class=\"n\">{} %</td>{}{}</tr>",
                 esc(&l.on),
                 esc(&l.scope),
                 esc(&l.reason),
@@ -387,7 +389,7 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
         for c in &s.corrections {
             let _ = writeln!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
+                "<tr><td class=\"d\">{}</td><td>{}</td><td class=\"t\">{}</td><td class=\"t\">{}</td><td class=\"t\">{}</td>{}</tr>",
                 s.local(c.posted_at).format("%Y-%m-%d"),
                 esc(&c.kind),
                 esc(c.corrects.as_deref().unwrap_or("")),
@@ -450,7 +452,7 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
         for u in &users {
             let _ = writeln!(
                 o,
-                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>{}</tr>",
+                "<tr><td class=\"t\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>{}</tr>",
                 esc(&u.key),
                 u.jobs,
                 esc(&hours(u.core_hours)),

@@ -101,6 +101,43 @@ fn fit(s: &str, width: f32, size: f32) -> String {
     out
 }
 
+/// `s` in lines of at most `width` points: its words wrapped, a word
+/// longer than a line broken; at most `max` lines, the last cut with `…`
+/// when more is left.
+fn wrap(s: &str, width: f32, size: f32, max: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in s.split_whitespace() {
+        let candidate = if line.is_empty() {
+            word.to_owned()
+        } else {
+            format!("{line} {word}")
+        };
+        if text_width(&candidate, size, false) <= width {
+            line = candidate;
+            continue;
+        }
+        if !line.is_empty() {
+            lines.push(std::mem::take(&mut line));
+        }
+        // The word alone, broken where a line is full.
+        for c in word.chars() {
+            if !line.is_empty() && text_width(&line, size, false) + width_of(c, false) * size / 1000.0 > width {
+                lines.push(std::mem::take(&mut line));
+            }
+            line.push(c);
+        }
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    if lines.len() > max {
+        let rest = lines.split_off(max - 1).join(" ");
+        lines.push(fit(&format!("{rest}…"), width, size));
+    }
+    lines
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Align {
     Left,
@@ -226,17 +263,37 @@ impl Pages {
             p.page.restore_state();
             p.rule(p.y - 4.0, 0.5, 0.75);
         };
+        // A text cell wraps to at most this many lines (a correction's
+        // reason, what it corrects, a long name), each this much lower.
+        const LINES: usize = 6;
+        const LINE: f32 = 10.5;
         header(self);
         for (i, row) in rows.iter().enumerate() {
-            if self.y - ROW < BOTTOM {
-                self.need(ROW * 3.0);
+            let cells: Vec<Vec<String>> = cols
+                .iter()
+                .zip(row)
+                .map(|((_, w, align), cell)| match align {
+                    Align::Left => wrap(cell, w - 6.0, SIZE, LINES),
+                    Align::Right => vec![cell.clone()],
+                })
+                .collect();
+            let extra = LINE * (cells.iter().map(Vec::len).max().unwrap_or(1).max(1) - 1) as f32;
+            if self.y - ROW - extra < BOTTOM {
+                self.need(ROW * 3.0 + extra);
                 header(self);
             }
             self.y -= ROW;
             if i % 2 == 1 {
-                self.fill((0.953, 0.965, 0.976), MARGIN, self.y - 4.0, PAGE_W - 2.0 * MARGIN, ROW);
+                self.fill(
+                    (0.953, 0.965, 0.976),
+                    MARGIN,
+                    self.y - 4.0 - extra,
+                    PAGE_W - 2.0 * MARGIN,
+                    ROW + extra,
+                );
             }
-            self.cells(cols, row, REGULAR, SIZE);
+            self.cells(cols, &cells, REGULAR, SIZE, LINE);
+            self.y -= extra;
         }
         if let Some(f) = footer {
             self.need(ROW + 4.0);
@@ -255,15 +312,17 @@ impl Pages {
         self.y -= 4.0;
     }
 
-    fn cells(&mut self, cols: &[(&str, f32, Align)], row: &[String], font: Name, size: f32) {
+    /// A row's cells, each in its lines (one `line` below the other) from
+    /// the row's baseline down.
+    fn cells(&mut self, cols: &[(&str, f32, Align)], row: &[Vec<String>], font: Name, size: f32, line: f32) {
         let mut x = MARGIN;
-        for ((_, w, align), cell) in cols.iter().zip(row) {
-            match align {
-                Align::Left => {
-                    let s = fit(cell, w - 6.0, size);
-                    self.text(x + 3.0, self.y, font, size, &s);
+        for ((_, w, align), lines) in cols.iter().zip(row) {
+            for (k, s) in lines.iter().enumerate() {
+                let y = self.y - line * k as f32;
+                match align {
+                    Align::Left => self.text(x + 3.0, y, font, size, s),
+                    Align::Right => self.text_right(x + w - 3.0, y, font, size, s),
                 }
-                Align::Right => self.text_right(x + w - 3.0, self.y, font, size, cell),
             }
             x += w;
         }
@@ -551,12 +610,12 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
             .collect();
         p.table(
             &[
-                ("Date", 60.0, Align::Left),
-                ("Kind", 55.0, Align::Left),
-                ("Of", 140.0, Align::Left),
-                ("Reason", 110.0, Align::Left),
-                ("By", 65.0, Align::Left),
-                ("Amount", 69.0, Align::Right),
+                ("Date", 56.0, Align::Left),
+                ("Kind", 60.0, Align::Left),
+                ("Of", 110.0, Align::Left),
+                ("Reason", 153.0, Align::Left),
+                ("By", 60.0, Align::Left),
+                ("Amount", 60.0, Align::Right),
             ],
             &rows,
             Some(vec![
@@ -824,5 +883,24 @@ mod tests {
             cut.ends_with('…') && text_width(&cut, 9.0, false) <= 60.0 + 9.0,
             "{cut}"
         );
+    }
+
+    #[test]
+    fn a_cell_wraps_its_words_and_breaks_a_word_longer_than_a_line() {
+        // A correction's reason in the 110-point column (104 inside): the
+        // PDF cut it after about 20 characters (a review of 2026-12-07).
+        let reason = "credit 17: Überstunden im Oktober, ticket 4711";
+        let lines = wrap(reason, 104.0, 8.8, 4);
+        assert_eq!(lines.join(" "), reason);
+        assert!(
+            lines.len() > 1 && lines.iter().all(|l| text_width(l, 8.8, false) <= 104.0),
+            "{lines:?}"
+        );
+        let long = "x".repeat(200);
+        let lines = wrap(&long, 104.0, 8.8, 4);
+        assert_eq!(lines.len(), 4);
+        assert!(lines[3].ends_with('…'), "{lines:?}");
+        assert!(lines.iter().all(|l| text_width(l, 8.8, false) <= 104.0), "{lines:?}");
+        assert_eq!(wrap("", 104.0, 8.8, 4), vec![String::new()]);
     }
 }

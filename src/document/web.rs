@@ -90,7 +90,7 @@ pub fn overview(o: &Overview) -> String {
                 @for r in &o.rows {
                     tr {
                         td.code { a href={ "/ui/projects/" (seg(&r.code)) "?month=" (o.month) } { (r.code) } }
-                        td { (r.name) } td { (r.pi) }
+                        td.t { (r.name) } td.t { (r.pi) }
                         (amount(r.spend))
                         td {
                             @if r.pools.is_empty() { span.none { "not budgeted" } }
@@ -194,7 +194,7 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
             thead { tr { th { "User" } th.n { "Jobs" } th.n { "Core-hours" } th.n { "GPU-hours" } th.n { "Amount" } } }
             // Largest amount first, as the statement document lists them.
             tbody { @for u in &by_amount(&p.details.users) { tr {
-                td { (u.key) } td.n { (u.jobs) } td.n { (hours(u.core_hours)) } td.n { (hours(u.gpu_hours)) } (amount(u.amount))
+                td.t { (u.key) } td.n { (u.jobs) } td.n { (hours(u.core_hours)) } td.n { (hours(u.gpu_hours)) } (amount(u.amount))
             } } }
             tfoot { tr {
                 td { "Total" } td {} td {} td {}
@@ -213,10 +213,12 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
                     td { (j.cluster) "/" (j.job_id) @if let Some(i) = j.array_index { "_" (i) }
                          @if j.kind != "original" { " (" (j.kind) ")" }
                          @if j.replaced { " (replaced)" } }
-                    td { (j.user_name) } td { (j.node_type) } td.n { (j.cores) } td.n { (j.gpus) }
+                    td.t { (j.user_name) } td { (j.node_type) } td.n { (j.cores) } td.n { (j.gpus) }
                     // The hours charged: its time suspended is not (R1).
                     td.n { (hours(Decimal::from((j.ended_at - j.started_at).num_seconds() - i64::from(j.suspended_seconds)) / Decimal::from(3600))) }
-                    td { (j.state) }
+                    // A PBS record's type (E, R) says how its run ended;
+                    // Slurm's states are words already.
+                    td { (match j.state.as_str() { "E" => "ended", "R" => "rerun", s => s }) }
                     @if let Some(m) = j.archived_in {
                         td.n { "archived (" (m.format("%Y-%m")) ")" }
                     } @else {

@@ -800,7 +800,7 @@ async fn a_discounted_charge_refunded_in_full_nets_zero() {
 async fn an_amount_refund_takes_back_its_share_of_the_net_in_quantity_too() {
     let db = db().await;
     ok(&record(&db, "Q1", "NEWFAC", 10, &[]));
-    ok(&db.cli(&[
+    let o = ok(&db.cli(&[
         "refund",
         "--cluster",
         "c1",
@@ -811,6 +811,8 @@ async fn an_amount_refund_takes_back_its_share_of_the_net_in_quantity_too() {
         "--reason",
         "short run",
     ]));
+    // Each posted entry with its kind (the column was headed "posted").
+    assert!(o.starts_with("entry  kind ") && o.contains(" refund "), "{o}");
     let refunds: Vec<(Decimal, Decimal)> = sqlx::query_as(
         "SELECT e.quantity, e.amount_exact FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
           JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id = 'Q1' AND e.kind = 'refund'",

@@ -252,6 +252,11 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
         !jobs.contains(" UTC<") && (jobs.contains(" EST<") || jobs.contains(" EDT<")),
         "{jobs}"
     );
+    // A PBS record's type is not shown as its state (a PI read "E").
+    assert!(
+        jobs.contains("<td>ended</td>") && !jobs.contains("<td>E</td>"),
+        "{jobs}"
+    );
     let shown = jobs.matches("<tr>").count() - 1;
     let ids: Vec<i64> = sqlx::query_scalar(
         "SELECT r.id FROM job_record r JOIN project p ON p.id = r.project_id WHERE p.code = 'PAS1234' ORDER BY r.id DESC",
