@@ -381,6 +381,8 @@ pub fn redact(text: &str) -> String {
 }
 
 /// `…?password=x&sslpassword=y` with each such value replaced by `***`.
+/// A value runs to the next `&`, or to the `: ` or line break after the
+/// URL in a message: a password may hold a space (sqlx takes one).
 fn redact_password_parameters(url: &str) -> String {
     let Some(query) = url.find('?') else {
         return url.to_owned();
@@ -388,10 +390,15 @@ fn redact_password_parameters(url: &str) -> String {
     let mut out = url[..=query].to_owned();
     let mut rest = &url[query + 1..];
     loop {
-        let end = rest.find(['&', ' ', '\t', '\n']).unwrap_or(rest.len());
+        let end = [rest.find('&'), rest.find(": "), rest.find('\n')]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(rest.len());
         let (pair, tail) = rest.split_at(end);
         match pair.split_once('=') {
-            Some((name, _)) if name.to_ascii_lowercase().ends_with("password") => {
+            // The name as sqlx reads it: percent-decoded (`pass%77ord`).
+            Some((name, _)) if percent_decoded(name).to_ascii_lowercase().ends_with("password") => {
                 out.push_str(name);
                 out.push_str("=***");
             }
@@ -408,6 +415,25 @@ fn redact_password_parameters(url: &str) -> String {
             }
         }
     }
+}
+
+/// `%XX` escapes decoded (others kept as written).
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(b) = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The product's bulk tables whose planner statistics are due
@@ -743,7 +769,16 @@ mod tests {
         // 2026-12-07: these were printed as given).
         assert_eq!(
             redact("cannot connect to postgres://feed@127.0.0.1:5439/ledger?password=wrongSECRET: refused"),
-            "cannot connect to postgres://feed@127.0.0.1:5439/ledger?password=*** refused"
+            "cannot connect to postgres://feed@127.0.0.1:5439/ledger?password=***: refused"
+        );
+        // A space in the value, a name percent-encoded (sqlx decodes both).
+        assert_eq!(
+            redact("cannot connect to postgres://h/d?user=u&password=wr ongSECRET: refused"),
+            "cannot connect to postgres://h/d?user=u&password=***: refused"
+        );
+        assert_eq!(
+            redact("postgres://h/d?pass%77ord=SECRET"),
+            "postgres://h/d?pass%77ord=***"
         );
         assert_eq!(
             redact("postgres://u@h/d?sslmode=require&PassWord=x&sslpassword=y&application_name=a"),
@@ -755,7 +790,9 @@ mod tests {
         );
         assert_eq!(
             redact("primary postgres://a:one@p/d and replica postgres://b:two@r/d?password=three x"),
-            "primary postgres://a:***@p/d and replica postgres://b:***@r/d?password=*** x"
+            // (a value runs to `&`, `: ` or the line's end: the rest of
+            // such a line is hidden with it)
+            "primary postgres://a:***@p/d and replica postgres://b:***@r/d?password=***"
         );
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
     }

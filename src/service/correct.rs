@@ -17,7 +17,7 @@ use crate::domain::period::Month;
 use crate::domain::posting::posting_period;
 use crate::domain::pricing::ChargingRules;
 use crate::domain::units::Metric;
-use crate::domain::units::{Cut, EXACT_SCALE, QUANTITY_SCALE, div_round, exact_mul, negate, ratio, round_money};
+use crate::domain::units::{Cut, EXACT_SCALE, QUANTITY_SCALE, exact_mul, negate, ratio, round_money};
 use crate::ids::LedgerEntryId;
 
 #[derive(Debug, thiserror::Error)]
@@ -469,12 +469,30 @@ async fn refund_in(
         // a version 3 refund settles against.
         let basis = sdb::refund_basis(&mut *tx, e.id).await?;
         let net = (e.amount_exact + basis.discount_exact).max(Decimal::ZERO);
+        // Nothing charged, or all of it discounted: a refund would only take
+        // quantity out of the usage report (by --fraction, as often as it
+        // was asked: a review of 2026-12-07).
+        if e.amount_exact.is_zero() {
+            return Err(CorrectError::Refused(format!(
+                "entry {} charged nothing: there is nothing to refund",
+                e.id
+            )));
+        }
+        if net.is_zero() {
+            return Err(CorrectError::Refused(format!(
+                "entry {} is discounted in full: nothing is left to refund",
+                e.id
+            )));
+        }
+        // Quantities by long division (`ratio`): a net of 19 places (a
+        // discount of 7.1234 %) or a fraction of 16 digits overflowed the
+        // 128-bit product `div_round` forms ("too large to compute").
         let quantity = match by {
             RefundBy::Fraction(f) => {
                 if f <= Decimal::ZERO || f > Decimal::ONE {
                     return invalid(format!("a refund fraction is more than 0 and at most 1, not {f}"));
                 }
-                div_round(e.quantity * f, Decimal::ONE, QUANTITY_SCALE)
+                ratio(&[e.quantity, f], &[Decimal::ONE], QUANTITY_SCALE, Cut::Round)
             }
             RefundBy::Amount(a) => {
                 if entries.len() > 1 {
@@ -491,21 +509,12 @@ async fn refund_in(
                 if a <= Decimal::ZERO || a.scale() > 2 {
                     return invalid(format!("a refund amount is positive with at most 2 decimal places, not {a}"));
                 }
-                if e.amount_exact.is_zero() {
-                    return invalid(format!("entry {} charged nothing", e.id));
-                }
                 // The share of what the charge charged that A is: of its net
                 // from version 2 on (so an amount refund of half a discounted
                 // charge's net takes back half its quantity, as --fraction
                 // 0.5 does); version 1, which had no discounts, of its amount.
                 let base = if e.charging_rules == ChargingRules::V1 { e.amount_exact } else { net };
-                if base.is_zero() {
-                    return Err(CorrectError::Refused(format!(
-                        "entry {} is discounted in full: nothing is left to refund",
-                        e.id
-                    )));
-                }
-                div_round(e.quantity * a, base, QUANTITY_SCALE)
+                ratio(&[e.quantity, a], &[base], QUANTITY_SCALE, Cut::Round)
             }
         }
         .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
@@ -521,8 +530,15 @@ async fn refund_in(
         .ok_or_else(|| CorrectError::Invalid("the refund is too large to compute exactly".into()))?;
         let left = e.amount_exact - sdb::credited(&mut *tx, e.id).await?;
         if -exact > left {
+            // What is left exactly, when its cents would read as enough
+            // ("13.05 left, less than 13.05" for 13.049).
+            let exactly = if round_money(left) >= round_money(-exact) {
+                format!(" ({} exactly)", left.normalize())
+            } else {
+                String::new()
+            };
             return Err(CorrectError::Refused(format!(
-                "entry {} has {:.2} left to refund, less than {:.2}",
+                "entry {} has {:.2}{exactly} left to refund, less than {:.2}",
                 e.id,
                 round_money(left),
                 round_money(-exact)

@@ -856,3 +856,105 @@ async fn an_amount_refund_takes_back_its_share_of_the_net_in_quantity_too() {
     );
     assert_eq!(findings(&db).await, []);
 }
+
+/// Refunds of a charge whose net has many places, of a charge discounted in
+/// full, and many of one charge (a review of 2026-12-07): `refund --amount
+/// 0.01` of a charge whose quantity has 12 places and whose 10 % line makes
+/// the net 13 said "the refund is too large to compute exactly" (a 128-bit
+/// product overflowed), as did a fraction of 16 digits; `refund --fraction
+/// 1` of a charge discounted in full posted 0.00 as often as it was asked,
+/// each taking its whole quantity out of the usage report, and the database
+/// took a refund of a million core-hours of it for 0.00.
+#[tokio::test]
+async fn refunds_of_long_nets_and_of_charges_discounted_in_full() {
+    let db = db().await;
+    let quantity = |job: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Decimal>(
+                "SELECT coalesce(sum(e.quantity), 0) FROM ledger_entry e JOIN job_record r ON r.id = e.job_record_id
+                  JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id = $1",
+            )
+            .bind(job)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let refund = |job: &str, by: &str, value: &str| {
+        db.cli(&["refund", "--cluster", "c1", "--job-id", job, by, value, "--reason", "r"])
+    };
+    // 25 cores for 4 h 0 min 7 s: 100.048611111111 core-hours.
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "L2",
+        "--project",
+        "IND",
+        "--queue",
+        "batch",
+        "--cores",
+        "25",
+        "--start",
+        "2026-04-11T00:00:00Z",
+        "--end",
+        "2026-04-11T04:00:07Z",
+    ]));
+    let charged = quantity("L2").await;
+    assert_eq!(charged, dec("100.048611111111"));
+    ok(&refund("L2", "--amount", "0.01"));
+    ok(&refund("L2", "--fraction", "0.3333333333333333"));
+    // Each took its share of the net, to 12 places (the net's own places
+    // are the exact amount's and its 10 % line's).
+    let shares: Vec<(Decimal, Decimal)> = sqlx::query_as(
+        "SELECT f.quantity, -round(o.quantity * -f.amount_exact / (o.amount_exact + d.amount_exact), 12)
+           FROM ledger_entry f JOIN ledger_entry o ON o.id = f.corrects_id
+           JOIN ledger_entry d ON d.corrects_id = o.id AND d.kind = 'discount'
+          WHERE f.kind = 'refund' ORDER BY f.id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(shares.len(), 2);
+    assert_eq!(shares[0].0, shares[0].1, "{shares:?}");
+    // A fraction's exact amount is truncated, so its share is F itself.
+    assert_eq!(shares[1].0, dec("-33.349537037037"), "{shares:?}");
+
+    // Discounted in full: nothing to refund, by fraction either.
+    ok(&record(&db, "F2", "FULL", 10, &[]));
+    let e = refund("F2", "--fraction", "1");
+    assert!(!e.status.success());
+    assert!(
+        stderr(&e).contains("discounted in full: nothing is left to refund"),
+        "{}",
+        stderr(&e)
+    );
+    assert_eq!(quantity("F2").await, dec("100"));
+    // With SQL, its whole quantity once (0.00), but not again, and not more.
+    let by_hand = |q: &str| {
+        format!(
+            "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                       quantity, unit_rate, amount_exact, amount, author, reason, charging_rules)
+             SELECT o.period, o.project_id, 'refund', o.metric, o.job_record_id, o.rate_card_id, o.id, {q},
+                    o.unit_rate, 0, 0, 'x', 'by hand', o.charging_rules
+               FROM ledger_entry o JOIN job_record r ON r.id = o.job_record_id JOIN job j ON j.id = r.job_id
+              WHERE j.scheduler_job_id = 'F2' AND o.kind = 'job'"
+        )
+    };
+    sqlx::raw_sql(&by_hand("-100")).execute(&db.pool).await.unwrap();
+    for q in ["-100", "-1000000"] {
+        let e = sqlx::raw_sql(&by_hand(q))
+            .execute(&db.pool)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the refunds of entry") && e.contains("would take back"),
+            "{e}"
+        );
+    }
+    assert_eq!(quantity("F2").await, dec("0"));
+}

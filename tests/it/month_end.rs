@@ -2164,7 +2164,7 @@ async fn a_statement_dates_in_the_centers_zone_and_a_closed_month_without_entrie
         "--format",
         "html",
     ]));
-    assert!(html.contains("<td>2026-10-31</td>"), "{html}");
+    assert!(html.contains("<td class=\"d\">2026-10-31</td>"), "{html}");
 
     let none: String = sqlx::query_scalar(
         "SELECT code FROM project p WHERE NOT EXISTS (SELECT 1 FROM ledger_entry e
