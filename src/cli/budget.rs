@@ -231,8 +231,11 @@ pub async fn run_balance(args: BalanceArgs, target: &Target) -> anyhow::Result<E
             print!("{}", table::csv(&head, &rows));
         }
         ListFormat::Text if args.project.is_some() => {
+            // Whether a cluster without a pool of its own yet draws on a
+            // budgeted general pool (its jobs are checked against that).
+            let general = list.iter().any(|b| b.balance.cluster.is_none() && b.balance.budgeted);
             for b in &list {
-                print!("{}", balance_text(b, tz));
+                print!("{}", balance_text(b, tz, general));
             }
         }
         ListFormat::Text => {
@@ -277,17 +280,21 @@ fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 
     )
 }
 
-fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz) -> String {
+fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz, general_budgeted: bool) -> String {
     let x = &b.balance;
     let name = match &x.cluster {
         Some(c) => format!("{} on {c}", b.project),
         None => b.project.clone(),
     };
     if !x.budgeted {
-        return format!(
-            "{name}: no allocation in force at {} (not budgeted: its jobs are not checked)\n",
-            local_time(x.at, tz)
-        );
+        // A cluster whose own grant has not begun draws on the general pool
+        // (docs/budgets.md): its jobs are checked, against that pool. It
+        // said "not checked" (a billing office's review of 2026-12-07).
+        let why = match (&x.cluster, general_budgeted) {
+            (Some(_), true) => "its jobs draw on the general pool until a grant of its own begins",
+            _ => "not budgeted: its jobs are not checked",
+        };
+        return format!("{name}: no allocation in force at {} ({why})\n", local_time(x.at, tz));
     }
     let mut out = format!(
         "{name} at {} (allocations in force since {}):\n",

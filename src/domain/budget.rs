@@ -122,6 +122,13 @@ pub struct Verdict {
     pub reason: String,
 }
 
+/// ` on C` for a cluster's own pool (pools never spill: the general
+/// pool's remaining money does not pay for C's jobs, and a refusal that
+/// named only "remaining" read as the general pool's).
+fn on(balance: &Balance) -> String {
+    balance.cluster.as_ref().map_or(String::new(), |c| format!(" on {c}"))
+}
+
 pub fn verdict(balance: &Balance, cost: Decimal, floor: Decimal) -> Verdict {
     if !balance.budgeted {
         return Verdict {
@@ -136,15 +143,16 @@ pub fn verdict(balance: &Balance, cost: Decimal, floor: Decimal) -> Verdict {
     if after >= floor {
         Verdict {
             allowed: true,
-            reason: format!("{:.2} remaining covers {:.2}", balance.remaining, cost),
+            reason: format!("{:.2} remaining{} covers {:.2}", balance.remaining, on(balance), cost),
         }
     } else {
         Verdict {
             allowed: false,
             reason: format!(
-                "the job may cost {:.2} but the project has {:.2} remaining{}",
+                "the job may cost {:.2} but the project has {:.2} remaining{}{}",
                 cost,
                 balance.remaining,
+                on(balance),
                 if floor.is_zero() {
                     String::new()
                 } else {

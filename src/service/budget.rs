@@ -181,6 +181,21 @@ pub async fn transfer(
             return invalid("a transfer goes to another project");
         }
         let (g_from, g_until) = grant_of(&mut tx, src, from, from_grant).await?;
+        // A grant that has ended first: what is left of its pool is not
+        // the reason (the checks below gave "would restart the pool …:
+        // transfer less" for any amount of an ended grant).
+        let start = starting.unwrap_or_else(Utc::now).max(g_from);
+        if let Some(u) = g_until.filter(|u| start >= *u) {
+            return invalid(if Utc::now() >= u {
+                format!("grant {from_grant} has ended: nothing of it can be transferred")
+            } else {
+                format!(
+                    "--from {} is not before grant {from_grant} ends ({}): {to} could spend nothing of it",
+                    start.format("%Y-%m-%d %H:%M UTC"),
+                    u.format("%Y-%m-%d %H:%M UTC")
+                )
+            });
+        }
         // Only what the giving pool has not spent: the grant's own limit
         // (the database's) let a project that had spent 80 of 100 give 50
         // away, and both spend it. Read before the transfer out (once a
@@ -239,18 +254,6 @@ pub async fn transfer(
                     before_remaining - amount
                 ));
             }
-        }
-        let start = starting.unwrap_or_else(Utc::now).max(g_from);
-        if let Some(u) = g_until.filter(|u| start >= *u) {
-            return invalid(if Utc::now() >= u {
-                format!("grant {from_grant} has ended: nothing of it can be transferred")
-            } else {
-                format!(
-                    "--from {} is not before grant {from_grant} ends ({}): {to} could spend nothing of it",
-                    start.format("%Y-%m-%d %H:%M UTC"),
-                    u.format("%Y-%m-%d %H:%M UTC")
-                )
-            });
         }
         let inn = NewAllocation {
             project: dst,

@@ -1769,6 +1769,20 @@ async fn an_allocation_scoped_to_a_cluster_pays_only_for_that_cluster_and_never_
         (c2["balance"]["cluster"].as_str(), money(&c2["cost"])),
         (Some("c2"), "2.80".into())
     );
+    // Its reason names the pool (it read as the general pool's 83.20).
+    assert_eq!(
+        c2["reason"],
+        "the job may cost 2.80 but the project has 2.00 remaining on c2"
+    );
+    // Before c2's grant began, `balance` says its jobs draw on the general
+    // pool (it said "not budgeted: its jobs are not checked"), and P2, with
+    // no general pool, that they are not checked.
+    let before = ok(&db.cli(&["balance", "P1", "--at", "2026-09-15T00:00:00Z"]));
+    assert!(
+        before.contains("P1 on c2: no allocation in force at")
+            && before.contains("(its jobs draw on the general pool until a grant of its own begins)"),
+        "{before}"
+    );
     let (code, c1) = check_on(&db, "c1");
     assert_eq!(code, Some(0), "{c1}");
     assert_eq!(c1["balance"]["cluster"], Value::Null);
@@ -2102,4 +2116,50 @@ async fn giving_the_earliest_grant_away_whole_does_not_forget_what_was_spent() {
     let now = Utc::now().to_rfc3339();
     assert_eq!(money(&balance(&db, "P1", &now)["remaining"]), "10.20");
     assert_eq!(money(&balance(&db, "P2", &now)["allocated"]), "7.00");
+    // A grant that has ended says so, whatever the amount (it said "giving
+    // grant … away whole …: transfer less" for 1.00 of 150.00 left: a
+    // billing office's review of 2026-12-07).
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P2",
+        "150.00",
+        "--from",
+        "2026-01-01",
+        "--until",
+        "2026-07-01",
+        "--reason",
+        "first half",
+    ]));
+    ok(&db.cli(&[
+        "alloc",
+        "grant",
+        "P2",
+        "300.00",
+        "--from",
+        "2026-07-01",
+        "--reason",
+        "second half",
+    ]));
+    let list = json(&db.cli(&["alloc", "list", "--project", "P2", "--format", "json"]));
+    let ended = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["reason"] == "first half")
+        .unwrap()["id"]
+        .as_i64()
+        .unwrap()
+        .to_string();
+    for amount in ["1.00", "150.00"] {
+        let o = db.cli(&[
+            "alloc", "transfer", "P2", "P1", amount, "--grant", &ended, "--reason", "late",
+        ]);
+        assert!(!o.status.success());
+        assert!(
+            stderr(&o).contains(&format!("grant {ended} has ended: nothing of it can be transferred")),
+            "{}",
+            stderr(&o)
+        );
+    }
 }
