@@ -56,6 +56,8 @@ pub enum Cmd {
 
 pub async fn run(cmd: Cmd, target: &Target, by: &str) -> anyhow::Result<ExitCode> {
     let pool = target.open_configured().await?;
+    // Times in the billing time zone, as every other listing shows them.
+    let tz = crate::service::config::time_zone(&pool).await?;
     match cmd {
         Cmd::Grant {
             project,
@@ -74,7 +76,7 @@ pub async fn run(cmd: Cmd, target: &Target, by: &str) -> anyhow::Result<ExitCode
                          user name and the token as the password; or send `Authorization: Bearer <token>`.",
                         g.id,
                         g.project,
-                        g.expires_at.format("%Y-%m-%d %H:%M UTC")
+                        super::local_time(g.expires_at, tz)
                     );
                 }
             }
@@ -86,16 +88,16 @@ pub async fn run(cmd: Cmd, target: &Target, by: &str) -> anyhow::Result<ExitCode
                 .iter()
                 .map(|t| {
                     let state = match t.revoked_at {
-                        Some(r) => format!("revoked {}", r.format("%Y-%m-%d")),
+                        Some(r) => format!("revoked {}", r.with_timezone(&tz).format("%Y-%m-%d")),
                         None if t.expires_at <= now => "expired".into(),
                         None => "live".into(),
                     };
                     vec![
                         t.id.to_string(),
                         t.project.clone(),
-                        t.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                        super::local_time(t.created_at, tz),
                         t.created_by.clone(),
-                        t.expires_at.format("%Y-%m-%d %H:%M").to_string(),
+                        super::local_time(t.expires_at, tz),
                         state,
                         t.note.clone().unwrap_or_default(),
                     ]

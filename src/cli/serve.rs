@@ -81,15 +81,18 @@ pub async fn run(args: Args, target: &Target, readers: &Readers, author: &str) -
     };
     let listener = serve::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let web = Credentials::web_from_env().map_err(anyhow::Error::msg)?;
+    // Which routes ask for nothing: the posts (and the checks with them)
+    // without a posting credential; the web view asks for its own, or a
+    // project's token, whatever the posts do.
     tracing::info!(
         "serving on http://{addr} (POST /slurm/_doc, POST /jobs, GET /healthz, GET /metrics){}",
         if credentials.is_empty() {
-            "; no credentials required (loopback only)"
+            "; posts and checks need no credentials (loopback only)"
         } else {
             ""
         }
     );
-    let web = Credentials::web_from_env().map_err(anyhow::Error::msg)?;
     let options = Options {
         credentials,
         checks,

@@ -383,6 +383,12 @@ async fn the_web_view_shows_each_viewer_what_it_may_see_with_the_ledgers_numbers
         "{listed}"
     );
     assert!(!listed.contains(&pas.token), "a token is never shown again");
+    // In the billing time zone (America/New_York), as every other listing
+    // (they were in UTC, unlabelled).
+    assert!(
+        (listed.contains(" EST") || listed.contains(" EDT")) && !listed.contains(" UTC"),
+        "{listed}"
+    );
     let stored: i64 =
         sqlx::query_scalar("SELECT count(*) FROM access_token WHERE position($1::bytea in token_hash) > 0")
             .bind(pas.token.as_bytes())
