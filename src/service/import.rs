@@ -5,7 +5,7 @@
 //! unless they name the same job (then in the file's order). Also
 //! re-processing of rejected records.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{BufReader, Read};
 
 use rust_decimal::Decimal;
@@ -204,6 +204,20 @@ pub async fn import<R: Read + Send + 'static>(
 ) -> Result<(), ImportError> {
     let (name, format) = (how.name, how.format);
     let p = parser(format, how.options).map_err(ImportError::Options)?;
+    // Lines of this file once kept as cut short, by `file:line`: read whole
+    // and skipped (a job that never started, or had not ended), each
+    // resolves its rejection as skipped (a record to charge resolves it as
+    // recorded, in `Recorder::record`). Almost always none.
+    let mut watch: HashMap<String, Vec<(i64, String)>> = HashMap::new();
+    if format.whole_lines() {
+        let mut conn = recorder.pool().acquire().await.map_err(RecordError::Connection)?;
+        for (id, reference, raw) in rejected::open_cut_short_of(&mut conn, name)
+            .await
+            .map_err(RecordError::Db)?
+        {
+            watch.entry(reference).or_default().push((id, raw));
+        }
+    }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, ReadError>>(1);
     let file = name.to_owned();
     let batch_size = how.batch_size.max(1);
@@ -218,6 +232,8 @@ pub async fn import<R: Read + Send + 'static>(
             checked: false,
             malformed_run: 0,
             sent: false,
+            watch,
+            cut_skipped: Vec::new(),
         };
         let input = BufReader::with_capacity(1 << 16, input);
         let result = match format {
@@ -238,6 +254,7 @@ pub async fn import<R: Read + Send + 'static>(
                 let _ = r.tx.blocking_send(Err(e));
             }
         }
+        r.cut_skipped
     });
     // Two batches are posted at once, each by its own recorder on its own
     // connection, so that one batch's pricing and the other's writes share
@@ -322,11 +339,17 @@ pub async fn import<R: Read + Send + 'static>(
     drop(rx);
     if result.is_ok() {
         // The reader has sent everything: it is done, or it died.
-        if reader.join().is_err() {
+        let Ok(cut_skipped) = reader.join() else {
             return Err(ImportError::Read {
                 name: name.to_owned(),
                 source: std::io::Error::other("the reading thread failed"),
             });
+        };
+        if !cut_skipped.is_empty() {
+            let mut conn = recorder.pool().acquire().await.map_err(RecordError::Connection)?;
+            rejected::resolve_skipped(&mut conn, &cut_skipped, &recorder.author)
+                .await
+                .map_err(RecordError::Db)?;
         }
     }
     // On an error the reader may still be blocked reading stdin: leave it;
@@ -359,6 +382,10 @@ struct Reader {
     malformed_run: u64,
     /// Whether a batch was sent (then something may be recorded).
     sent: bool,
+    /// The file's open rejections of lines cut short, by `file:line`.
+    watch: HashMap<String, Vec<(i64, String)>>,
+    /// Those whose line, read whole, was skipped.
+    cut_skipped: Vec<i64>,
 }
 
 /// How a line that is not read is kept: its options and the job it names.
@@ -420,6 +447,14 @@ impl Reader {
             Some(Item::Skip(s)) => {
                 self.malformed_run = 0;
                 self.batch.skipped.push(s);
+                // The whole of a line once kept as cut short here.
+                if let Some(cut) = self.watch.get(&reference) {
+                    self.cut_skipped.extend(
+                        cut.iter()
+                            .filter(|(_, raw)| text.starts_with(raw.trim_end_matches('\u{FFFD}')))
+                            .map(|(id, _)| *id),
+                    );
+                }
             }
             Some(Item::Bad(reason)) => {
                 let job = self.p.job_key(&text);

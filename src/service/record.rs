@@ -164,6 +164,11 @@ pub struct Recorder {
 const RACE_RETRIES: usize = 5;
 
 impl Recorder {
+    /// The pool it records with.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     pub fn new(pool: PgPool, options: RecordOptions) -> Recorder {
         Recorder {
             pool,

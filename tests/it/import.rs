@@ -1200,6 +1200,55 @@ async fn the_last_line_of_a_file_cut_short_is_kept_until_the_whole_file_is_impor
     assert!(open(db.pool.clone()).await.is_empty());
 }
 
+/// A line kept as cut short whose whole record is skipped, not charged (a
+/// job still running when the dump was taken, one that never started) is
+/// resolved as skipped by the complete file under the same name: it stayed
+/// open, "not charged", although the message promises the complete file
+/// resolves it (a new user's review of 2026-12-07).
+#[tokio::test]
+async fn a_cut_line_whose_whole_record_is_skipped_is_resolved_by_the_complete_file() {
+    const REQUEUE: &str = "slurm_2205_requeue_sacct.txt";
+    let db = fixture_db().await;
+    let whole = std::fs::read_to_string(crate::fixtures::stripped(REQUEUE)).unwrap();
+    let (body, last) = whole.trim_end().rsplit_once('\n').unwrap();
+    // Job 3 as a dump taken while it ran, and one taken while it pended.
+    let running = last
+        .replace(
+            "|2026-11-30T19:13:50|00:00:30|0:0|COMPLETED|",
+            "|Unknown|00:00:30|0:0|RUNNING|",
+        )
+        .replace("3|3|testclu", "93|93|testclu");
+    let pending = last
+        .replace(
+            "|2026-11-30T19:13:20|2026-11-30T19:13:50|00:00:30|0:0|COMPLETED|",
+            "|Unknown|Unknown|00:00:00|0:0|PENDING|",
+        )
+        .replace("3|3|testclu", "94|94|testclu");
+    let open = |pool: PgPool| async move {
+        sqlx::query_as::<_, (String, Option<String>)>("SELECT source_ref, resolution FROM rejected_record ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    for (n, line) in [(1, running), (2, pending)] {
+        let name = format!("dump-{n}.txt");
+        let path = scratch_dir("cut-skipped").join(&name);
+        std::fs::write(&path, format!("{body}\n{}", &line[..line.len() - 5])).unwrap();
+        let s = import_cut(&db, &path, &name, REQUEUE).await;
+        assert_eq!(s.rejected[&RejectKind::Malformed], 1, "{s:#?}");
+        std::fs::write(&path, format!("{body}\n{line}\n")).unwrap();
+        let s = import_cut(&db, &path, &name, REQUEUE).await;
+        assert_eq!(s.rejected_total(), 0, "{s:#?}");
+    }
+    assert_eq!(
+        open(db.pool.clone()).await,
+        [
+            ("dump-1.txt:14".into(), Some("skipped".into())),
+            ("dump-2.txt:14".into(), Some("skipped".into()))
+        ]
+    );
+}
+
 /// Import `path` as `name`, read as the fixture `like` is.
 async fn import_cut(db: &crate::harness::TestDb, path: &std::path::Path, name: &str, like: &str) -> Summary {
     let (format, options) = crate::fixtures::options(like);
