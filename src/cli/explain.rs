@@ -45,9 +45,15 @@ fn render_job(r: &JobReport) -> String {
     let tz = r.time_zone;
     let t = |d: chrono::DateTime<chrono::Utc>| d.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z").to_string();
     let mut o = String::new();
+    // An array task's runs (all of one index) are headed by the task:
+    // `owens/1234_7`, not the job `owens/1234` (a run of its own too).
+    let task = match r.runs.first().and_then(|f| f.run.array_index) {
+        Some(i) if r.runs.iter().all(|x| x.run.array_index == Some(i)) => format!("_{i}"),
+        _ => String::new(),
+    };
     let _ = writeln!(
         o,
-        "{}/{}: {} run{} recorded (times in {})",
+        "{}/{}{task}: {} run{} recorded (times in {})",
         r.cluster,
         r.job_id,
         r.runs.len(),

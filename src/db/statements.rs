@@ -12,6 +12,7 @@ use crate::ids::{LedgerEntryId, ProjectId};
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Issued {
     pub number: i64,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub total: Decimal,
     pub entry_count: i64,
     pub issued_at: DateTime<Utc>,
@@ -86,6 +87,7 @@ pub struct JobLine {
     pub late: bool,
     pub jobs: i64,
     pub quantity: Decimal,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
 }
 
@@ -124,6 +126,7 @@ pub struct StorageLine {
     pub unit_rate: Decimal,
     pub tb_days: Decimal,
     pub quantity: Decimal,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
 }
 
@@ -162,7 +165,9 @@ pub struct DiscountLine {
     /// `project` or `class NAME`: whose discount it is.
     pub scope: String,
     /// The list amount of the charges it discounts.
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub list_amount: Decimal,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
 }
 
@@ -204,6 +209,7 @@ pub struct CorrectionLine {
     pub author: String,
     /// What it corrects: `job owens/1234 core_hours (2026-10)`, `storage (2026-10)`.
     pub corrects: Option<String>,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
 }
 
@@ -246,6 +252,7 @@ pub async fn correction_lines(
 pub struct DaySpend {
     pub day: NaiveDate,
     pub cluster: Option<String>,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
 }
 

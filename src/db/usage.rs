@@ -26,6 +26,7 @@ pub struct UsageRow {
     pub core_hours: Decimal,
     pub gpu_hours: Decimal,
     pub tb_months: Decimal,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
 }
 

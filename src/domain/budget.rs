@@ -58,15 +58,20 @@ pub struct Balance {
     /// has begun). A project that never had one is not (its jobs are not
     /// checked, `slurm sync` leaves its account alone).
     pub budgeted: bool,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub allocated: Decimal,
     pub pool_from: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub used: Decimal,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub held: Decimal,
     /// allocated − used − held.
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub remaining: Decimal,
     /// used ÷ allocated (0 without an allocation).
     pub fraction_used: Decimal,
     /// Drawn per day over the last [`BURN_DAYS`] days, to the cent.
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub burn_per_day: Decimal,
     /// When `remaining` runs out at that rate; `None` when nothing is drawn
     /// or nothing is left.

@@ -153,6 +153,17 @@ pub fn in_cents(x: Decimal) -> Decimal {
     y
 }
 
+/// Money in JSON: its string with at least its cents ("0.00", "-12.50";
+/// more places kept). sqlx reads a NUMERIC zero without its scale and a sum
+/// of nothing is `Decimal::ZERO`, which printed "0" beside "0.00".
+pub fn cents_str<S: serde::Serializer>(d: &Decimal, s: S) -> Result<S::Ok, S::Error> {
+    let mut x = *d;
+    if x.scale() < MONEY_SCALE {
+        x.rescale(MONEY_SCALE);
+    }
+    s.serialize_str(&x.to_string())
+}
+
 /// Round to the currency's minor unit, half away from zero: the same result
 /// as PostgreSQL's `round(numeric, 2)`.
 pub fn round_money(x: Decimal) -> Decimal {

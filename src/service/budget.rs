@@ -395,6 +395,7 @@ pub struct CheckAnswer {
     pub verdict: Verdict,
     /// The quote's net total: what the job costs if it runs its whole
     /// walltime (every task of an array, `tasks` of them).
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub cost: Decimal,
     /// The tasks checked together (an array's); 1 (not shown) for a job.
     #[serde(default = "one_task", skip_serializing_if = "is_one_task")]

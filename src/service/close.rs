@@ -86,6 +86,7 @@ pub struct CloseOutcome {
     pub closed_at: DateTime<Utc>,
     pub closed_by: String,
     pub entry_count: i64,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub total: Decimal,
     pub seal_algorithm: String,
     pub seal: String,
@@ -102,6 +103,7 @@ pub struct Anchor {
     pub seal_algorithm: String,
     pub seal: String,
     pub entries: i64,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub total: Decimal,
     #[serde(default)]
     pub currency: Option<String>,

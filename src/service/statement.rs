@@ -102,6 +102,7 @@ pub struct Statement {
     /// Discounts of the compute and storage charges (docs/rules.md R8).
     pub discounts: Vec<DiscountLine>,
     pub corrections: Vec<CorrectionLine>,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub total: Decimal,
     /// A budgeted project's pools at the month's end (or now, while the
     /// month runs): docs/budgets.md. Empty for a project not budgeted.

@@ -228,7 +228,7 @@ async fn a_balance_is_what_was_granted_less_what_was_drawn_in_its_window_and_hel
             money(&b["held"]),
             money(&b["remaining"])
         ),
-        ("100.00".into(), "56.00".into(), "0".into(), "44.00".into())
+        ("100.00".into(), "56.00".into(), "0.00".into(), "44.00".into())
     );
     // Drawn in the 30 days before 1 November (from 2 October): J1 (ended 5
     // October) and J2 (24 October), 56.00 → 1.87 a day; 44 ÷ (56/30) =
@@ -246,7 +246,7 @@ async fn a_balance_is_what_was_granted_less_what_was_drawn_in_its_window_and_hel
             money(&after["allocated"]),
             money(&after["remaining"])
         ),
-        (Some(true), "0".into(), "0".into())
+        (Some(true), "0.00".into(), "0.00".into())
     );
 
     // A credit (an adjustment) draws when posted: -10.00 now.
@@ -490,7 +490,7 @@ async fn holds_are_released_by_the_job_they_are_for_and_never_get_stuck() {
         &end,
     ]));
     let b = balance(&db, "P1", &now());
-    assert_eq!((money(&b["held"]), money(&b["used"])), ("0".into(), "0.28".into()));
+    assert_eq!((money(&b["held"]), money(&b["used"])), ("0.00".into(), "0.28".into()));
     // An array task's hook naming it as Slurm does (`51_2`) holds for the
     // task its record names apart (job 51, index 2), which releases it.
     json(&run("hold", job("51_2", "1", "1:00:00"), &["--format", "json"]));
@@ -516,7 +516,7 @@ async fn holds_are_released_by_the_job_they_are_for_and_never_get_stuck() {
         &end,
     ]));
     let b = balance(&db, "P1", &now());
-    assert_eq!((money(&b["held"]), money(&b["used"])), ("0".into(), "0.29".into()));
+    assert_eq!((money(&b["held"]), money(&b["used"])), ("0.00".into(), "0.29".into()));
     // A hold never settled expires at its walltime plus grace.
     json(&run(
         "hold",
@@ -525,7 +525,7 @@ async fn holds_are_released_by_the_job_they_are_for_and_never_get_stuck() {
     ));
     assert_eq!(money(&balance(&db, "P1", &now())["held"]), "0.28", "28 core-hours");
     let later = (Utc::now() + TimeDelta::minutes(61)).to_rfc3339();
-    assert_eq!(money(&balance(&db, "P1", &later)["held"]), "0", "expired");
+    assert_eq!(money(&balance(&db, "P1", &later)["held"]), "0.00", "expired");
     let statuses: Vec<(String, String)> = sqlx::query_as("SELECT job_id, status FROM audit.holds ORDER BY id")
         .fetch_all(&db.pool)
         .await
@@ -616,12 +616,12 @@ async fn a_past_balance_counts_the_holds_open_then() {
     let running = balance(&db, "P1", &(created + TimeDelta::milliseconds(500)).to_rfc3339());
     assert_eq!(
         (money(&running["held"]), money(&running["used"])),
-        ("2.80".into(), "0".into())
+        ("2.80".into(), "0.00".into())
     );
     let after = balance(&db, "P1", &Utc::now().to_rfc3339());
     assert_eq!(
         (money(&after["held"]), money(&after["used"])),
-        ("0".into(), "0.28".into())
+        ("0.00".into(), "0.28".into())
     );
 }
 
@@ -654,7 +654,7 @@ async fn a_grant_taken_back_whole_starts_no_pool() {
     let between = balance(&db, "P1", "2026-12-03T00:00:00Z");
     assert_eq!(
         (between["budgeted"].as_bool(), money(&between["remaining"])),
-        (Some(true), "0".into()),
+        (Some(true), "0.00".into()),
         "{between}"
     );
     grant("10.00", "2026-12-05", "the award, right start");
@@ -665,7 +665,7 @@ async fn a_grant_taken_back_whole_starts_no_pool() {
             money(&after["remaining"]),
             after["pool_from"].as_str()
         ),
-        ("0".into(), "10.00".into(), Some("2026-12-05T00:00:00Z")),
+        ("0.00".into(), "10.00".into(), Some("2026-12-05T00:00:00Z")),
         "{after}"
     );
 }
@@ -708,7 +708,7 @@ async fn a_hold_not_yet_released_is_the_jobs_own_in_the_check() {
     // It started an hour ago and ends in an hour (2 h: 0.56).
     record(&db, "H9", "P1", 28, &(Utc::now() - TimeDelta::hours(1)).to_rfc3339(), 2);
     let now = balance(&db, "P1", &Utc::now().to_rfc3339());
-    assert_eq!((money(&now["held"]), money(&now["used"])), ("2.80".into(), "0".into()));
+    assert_eq!((money(&now["held"]), money(&now["used"])), ("2.80".into(), "0.00".into()));
     // 2.80 against 5.00 less the other holds (none): it may start.
     let o = job("check");
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));

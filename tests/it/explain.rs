@@ -94,6 +94,8 @@ async fn a_job_shows_how_its_charge_was_reached_and_what_corrected_it() {
     // An array task, named as Slurm names it; a job id that only looks like one.
     let out = ok(&db.cli(&["job", "show", "owens/1006_0"]));
     assert!(out.contains("Run 1 (array task 0): started "), "{out}");
+    // Headed by the task, not the job (it said "owens/1006: 1 run").
+    assert!(out.starts_with("owens/1006_0: 1 run recorded"), "{out}");
     ok(&db.cli(&[
         "job",
         "record",
