@@ -6,7 +6,9 @@
 -- refund of -1,000,000 core-hours for 0.00 was accepted the same way.
 -- hpc-ledger now refuses to refund a charge that charged nothing or is
 -- discounted in full; the database refuses refunds whose quantities, less
--- those reversed, exceed the charge's.
+-- those reversed, exceed the charge's, and any refund of a reversed charge
+-- (a charge discounted in full, reversed, then refunded by hand took its
+-- core-hours out of usage a second time).
 --
 -- The ledger's guard of migration 0067 (its search path kept), with that cap.
 -- Rows posted before are not re-checked.
@@ -177,12 +179,15 @@ BEGIN
             WHERE f.corrects_id = o.id AND f.kind = 'refund'
               AND NOT EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = f.id AND r.kind = 'reversal')) t
      WHERE o.id IN (SELECT corrects_id FROM new_entries WHERE kind = 'refund')
-       AND t.taken > abs(o.quantity) + 0.000000000001 * t.refunds
+       AND (t.taken > abs(o.quantity) + 0.000000000001 * t.refunds
+            -- Nothing is left of a reversed charge to refund (its net
+            -- may be 0, so the money check passes a 0.00 refund of it).
+            OR EXISTS (SELECT 1 FROM ledger_entry r WHERE r.corrects_id = o.id AND r.kind = 'reversal'))
      LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'the refunds of entry % would take back % of its quantity %', bad.id, bad.taken, bad.quantity
             USING ERRCODE = 'HL008',
-                  DETAIL = 'A charge''s refunds, less those reversed, take back no more than its quantity (docs/rules.md, "A refund''s quantity").';
+                  DETAIL = 'A charge''s refunds, less those reversed, take back no more than its quantity, and a reversed charge is not refunded (docs/rules.md, "A refund''s quantity").';
     END IF;
     -- Credits of a charge (refunds, reversal, discount, less their
     -- reversals) never exceed it.
@@ -204,3 +209,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- A refund gives back: its exact amount is not positive either (only its
+-- cents were held to that, so a refund of +0.004 with a matching quantity
+-- passed the share check). NOT VALID: new rows only.
+ALTER TABLE ledger_entry ADD CONSTRAINT ledger_entry_refund_gives_back
+    CHECK (kind <> 'refund' OR amount_exact <= 0) NOT VALID;

@@ -358,9 +358,17 @@ pub fn redact(text: &str) -> String {
     while let Some(scheme_end) = rest.find("://") {
         let (head, url) = rest.split_at(scheme_end + 3);
         out.push_str(head);
-        // The URL runs to the next whitespace after its authority, or to
-        // the next URL.
-        let authority_end = url.find(['/', '?', '#', '\n']).unwrap_or(url.len());
+        // The authority runs to the path, query or fragment, or, when the
+        // URL has none, to the first whitespace after its first `@` (the
+        // message goes on: "…@h:5432 refused; mail admin@example.org"); a
+        // password may hold a space, so whitespace before that `@` does not
+        // end it.
+        let mut authority_end = url.find(['/', '?', '#', '\n']).unwrap_or(url.len());
+        if let Some(first_at) = url[..authority_end].find('@')
+            && let Some(ws) = url[first_at..authority_end].find(char::is_whitespace)
+        {
+            authority_end = first_at + ws;
+        }
         let authority = &url[..authority_end];
         let after = match (authority.rfind('@'), authority.find(':')) {
             (Some(at), Some(colon)) if colon < at => {
@@ -370,8 +378,14 @@ pub fn redact(text: &str) -> String {
             }
             _ => url,
         };
+        // The URL runs to the whitespace before the next URL, if any (a
+        // whitespace character may be several bytes: NBSP, U+3000).
         let end = after.find("://").map_or(after.len(), |next| {
-            after[..next].rfind(char::is_whitespace).map_or(next, |w| w + 1)
+            after[..next]
+                .char_indices()
+                .rev()
+                .find(|(_, c)| c.is_whitespace())
+                .map_or(next, |(w, c)| w + c.len_utf8())
         });
         out.push_str(&redact_password_parameters(&after[..end]));
         rest = &after[end..];
@@ -780,6 +794,23 @@ mod tests {
             redact("postgres://h/d?pass%77ord=SECRET"),
             "postgres://h/d?pass%77ord=***"
         );
+        // A URL without a path, and an `@` later in the message: the host
+        // and the message stay (they were eaten, the host shown as `b"`).
+        assert_eq!(
+            redact("cannot connect to postgres://a%40b:pw@127.0.0.1:5432: role \"a@b\" does not exist"),
+            "cannot connect to postgres://a%40b:***@127.0.0.1:5432: role \"a@b\" does not exist"
+        );
+        assert_eq!(
+            redact("postgres://u:wr ong@h:5432 refused; mail admin@example.org"),
+            "postgres://u:***@h:5432 refused; mail admin@example.org"
+        );
+        // Whitespace of several bytes before a second URL (it panicked,
+        // slicing inside the character).
+        assert_eq!(
+            redact("postgres://u:p@h/d\u{a0}postgres://x:q@y/z"),
+            "postgres://u:***@h/d\u{a0}postgres://x:***@y/z"
+        );
+        assert_eq!(redact("x://a:b@c/d\u{3000}y://z"), "x://a:***@c/d\u{3000}y://z");
         assert_eq!(
             redact("postgres://u@h/d?sslmode=require&PassWord=x&sslpassword=y&application_name=a"),
             "postgres://u@h/d?sslmode=require&PassWord=***&sslpassword=***&application_name=a"

@@ -269,17 +269,24 @@ pub async fn raw_sha256(conn: &mut PgConnection, id: i64) -> Result<Vec<u8>, sql
 }
 
 /// The open rejections of lines cut short (`cut_short` in their options)
-/// read from `name`: (id, `file:line`, the cut text).
-pub async fn open_cut_short_of(conn: &mut PgConnection, name: &str) -> Result<Vec<(i64, String, String)>, sqlx::Error> {
+/// read from `name` that name their job: (id, `file:line`, the cut text,
+/// the job).
+pub async fn open_cut_short_of(
+    conn: &mut PgConnection,
+    name: &str,
+) -> Result<Vec<(i64, String, String, String)>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT id, source_ref, raw FROM rejected_record
+        r#"SELECT id, source_ref, raw, job_key AS "job_key!" FROM rejected_record
             WHERE resolved_at IS NULL AND kind = 'malformed' AND (read_options ->> 'cut_short')::boolean
-              AND left(source_ref, length($1) + 1) = $1 || ':'"#,
+              AND job_key IS NOT NULL AND left(source_ref, length($1) + 1) = $1 || ':'"#,
         name
     )
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.id, r.source_ref, r.raw)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.id, r.source_ref, r.raw, r.job_key))
+        .collect())
 }
 
 /// Mark rejected records resolved as skipped: read again, they hold nothing

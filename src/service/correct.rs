@@ -471,18 +471,18 @@ async fn refund_in(
         let net = (e.amount_exact + basis.discount_exact).max(Decimal::ZERO);
         // Nothing charged, or all of it discounted: a refund would only take
         // quantity out of the usage report (by --fraction, as often as it
-        // was asked: a review of 2026-12-07).
-        if e.amount_exact.is_zero() {
-            return Err(CorrectError::Refused(format!(
-                "entry {} charged nothing: there is nothing to refund",
-                e.id
-            )));
-        }
-        if net.is_zero() {
-            return Err(CorrectError::Refused(format!(
-                "entry {} is discounted in full: nothing is left to refund",
-                e.id
-            )));
+        // was asked: a review of 2026-12-07). A share of a job's charges
+        // passes over such a line (a GPU-hour line at a rate of 0 beside its
+        // core-hours); one entry asked for by itself is refused.
+        if e.amount_exact.is_zero() || net.is_zero() {
+            if entries.len() > 1 && matches!(by, RefundBy::Fraction(_)) {
+                continue;
+            }
+            return Err(CorrectError::Refused(if e.amount_exact.is_zero() {
+                format!("entry {} charged nothing: there is nothing to refund", e.id)
+            } else {
+                format!("entry {} is discounted in full: nothing is left to refund", e.id)
+            }));
         }
         // Quantities by long division (`ratio`): a net of 19 places (a
         // discount of 7.1234 %) or a fraction of 16 digits overflowed the
@@ -568,6 +568,11 @@ async fn refund_in(
             charging_rules: e.charging_rules,
             discount_id: None,
         });
+    }
+    if rows.is_empty() {
+        return Err(CorrectError::Refused(
+            "the job's charges charged nothing, or are discounted in full: nothing is left to refund".into(),
+        ));
     }
     post(&mut *tx, EntryKind::Refund, rows, &request, why).await
 }

@@ -208,14 +208,14 @@ pub async fn import<R: Read + Send + 'static>(
     // and skipped (a job that never started, or had not ended), each
     // resolves its rejection as skipped (a record to charge resolves it as
     // recorded, in `Recorder::record`). Almost always none.
-    let mut watch: HashMap<String, Vec<(i64, String)>> = HashMap::new();
+    let mut watch: HashMap<String, Vec<CutLine>> = HashMap::new();
     if format.whole_lines() {
         let mut conn = recorder.pool().acquire().await.map_err(RecordError::Connection)?;
-        for (id, reference, raw) in rejected::open_cut_short_of(&mut conn, name)
+        for (id, reference, raw, job) in rejected::open_cut_short_of(&mut conn, name)
             .await
             .map_err(RecordError::Db)?
         {
-            watch.entry(reference).or_default().push((id, raw));
+            watch.entry(reference).or_default().push(CutLine { id, raw, job });
         }
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, ReadError>>(1);
@@ -383,9 +383,17 @@ struct Reader {
     /// Whether a batch was sent (then something may be recorded).
     sent: bool,
     /// The file's open rejections of lines cut short, by `file:line`.
-    watch: HashMap<String, Vec<(i64, String)>>,
+    watch: HashMap<String, Vec<CutLine>>,
     /// Those whose line, read whole, was skipped.
     cut_skipped: Vec<i64>,
+}
+
+/// A line kept as cut short: its rejection, what was read of it, the job
+/// it names.
+struct CutLine {
+    id: i64,
+    raw: String,
+    job: String,
 }
 
 /// How a line that is not read is kept: its options and the job it names.
@@ -447,12 +455,19 @@ impl Reader {
             Some(Item::Skip(s)) => {
                 self.malformed_run = 0;
                 self.batch.skipped.push(s);
-                // The whole of a line once kept as cut short here.
+                // The whole of a line once kept as cut short here: its text
+                // begins with the cut one and it names the same job (a file
+                // of the same name, a later dump, may hold another job at
+                // that line: the text alone, cut a few bytes in, would not do).
                 if let Some(cut) = self.watch.get(&reference) {
+                    let job = self.p.job_key(&text);
                     self.cut_skipped.extend(
                         cut.iter()
-                            .filter(|(_, raw)| text.starts_with(raw.trim_end_matches('\u{FFFD}')))
-                            .map(|(id, _)| *id),
+                            .filter(|c| {
+                                job.as_deref().is_some_and(|j| j.eq_ignore_ascii_case(&c.job))
+                                    && text.starts_with(c.raw.trim_end_matches('\u{FFFD}'))
+                            })
+                            .map(|c| c.id),
                     );
                 }
             }

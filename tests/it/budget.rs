@@ -708,7 +708,10 @@ async fn a_hold_not_yet_released_is_the_jobs_own_in_the_check() {
     // It started an hour ago and ends in an hour (2 h: 0.56).
     record(&db, "H9", "P1", 28, &(Utc::now() - TimeDelta::hours(1)).to_rfc3339(), 2);
     let now = balance(&db, "P1", &Utc::now().to_rfc3339());
-    assert_eq!((money(&now["held"]), money(&now["used"])), ("2.80".into(), "0.00".into()));
+    assert_eq!(
+        (money(&now["held"]), money(&now["used"])),
+        ("2.80".into(), "0.00".into())
+    );
     // 2.80 against 5.00 less the other holds (none): it may start.
     let o = job("check");
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));

@@ -957,4 +957,93 @@ async fn refunds_of_long_nets_and_of_charges_discounted_in_full() {
         );
     }
     assert_eq!(quantity("F2").await, dec("0"));
+    // Reversed (its refund with it), nothing of it is refunded again: with
+    // a net of 0 the money check passes a 0.00 refund, and the quantity cap
+    // counted refunds only.
+    ok(&db.cli(&["reverse", "--cluster", "c1", "--job-id", "F2", "--reason", "r"]));
+    assert_eq!(quantity("F2").await, dec("0"));
+    let e = sqlx::raw_sql(&by_hand("-100"))
+        .execute(&db.pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the refunds of entry") && e.contains("would take back"),
+        "{e}"
+    );
+    // A refund's exact amount gives back too (only its cents were held to it).
+    let e = sqlx::raw_sql(
+        "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
+                                   quantity, unit_rate, amount_exact, amount, author, reason, charging_rules)
+         SELECT o.period, o.project_id, 'refund', o.metric, o.job_record_id, o.rate_card_id, o.id, -0.000001,
+                o.unit_rate, 0.004, 0, 'x', 'by hand', o.charging_rules
+           FROM ledger_entry o JOIN job_record r ON r.id = o.job_record_id JOIN job j ON j.id = r.job_id
+          WHERE j.scheduler_job_id = 'L2' AND o.kind = 'job'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("ledger_entry_refund_gives_back"), "{e}");
+}
+
+/// A share of a job's charges passes over a line that charged nothing (a
+/// GPU-hour line at a rate of 0 beside its core-hours: 4 cores × 4 h ×
+/// 0.01 = 0.16, 4 GPU-hours × 0 = 0.00): the core-hours are refunded; that
+/// line refunded by itself is refused. The refusal of lines that charged
+/// nothing refused the whole job's share (a review of 2026-12-07).
+#[tokio::test]
+async fn a_share_of_a_job_passes_over_a_line_that_charged_nothing() {
+    let db = TestDb::new().await;
+    let free_gpus = CENTER.replace("gpu_hour = 0.5", "gpu_hour = 0");
+    hpc_ledger::service::config::apply(&db.pool, &hpc_ledger::config::parse(&free_gpus).unwrap(), "t")
+        .await
+        .unwrap();
+    ok(&db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "G1",
+        "--project",
+        "ACAD",
+        "--queue",
+        "gpu",
+        "--cores",
+        "4",
+        "--gpus",
+        "1",
+        "--start",
+        "2026-04-10T00:00:00Z",
+        "--end",
+        "2026-04-10T04:00:00Z",
+    ]));
+    assert_eq!(
+        amounts(&entries(&db, "G1").await),
+        pairs(&[("job", "0.16"), ("job", "0")])
+    );
+    let gpu_line = entries(&db, "G1").await[1].0.to_string();
+    ok(&db.cli(&[
+        "refund",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "G1",
+        "--fraction",
+        "0.5",
+        "--reason",
+        "half",
+    ]));
+    assert_eq!(
+        amounts(&entries(&db, "G1").await),
+        pairs(&[("job", "0.16"), ("job", "0"), ("refund", "-0.08")])
+    );
+    let e = db.cli(&["refund", "--entry", &gpu_line, "--fraction", "0.5", "--reason", "x"]);
+    assert!(
+        stderr(&e).contains("charged nothing: there is nothing to refund"),
+        "{}",
+        stderr(&e)
+    );
+    assert_eq!(findings(&db).await, []);
 }

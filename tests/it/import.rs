@@ -1230,6 +1230,16 @@ async fn a_cut_line_whose_whole_record_is_skipped_is_resolved_by_the_complete_fi
             .await
             .unwrap()
     };
+    // A later dump of the same name with another job, skipped, at that
+    // line does not resolve it (the cut text alone, "9", begins alike).
+    let other = pending.replace("94|94|testclu", "95|95|testclu");
+    let path = scratch_dir("cut-skipped").join("dump-0.txt");
+    std::fs::write(&path, format!("{body}\n{}", &pending[..1])).unwrap();
+    let s = import_cut(&db, &path, "dump-0.txt", REQUEUE).await;
+    assert_eq!(s.rejected[&RejectKind::Malformed], 1, "{s:#?}");
+    std::fs::write(&path, format!("{body}\n{other}\n")).unwrap();
+    import_cut(&db, &path, "dump-0.txt", REQUEUE).await;
+    assert_eq!(open(db.pool.clone()).await, [("dump-0.txt:14".into(), None)]);
     for (n, line) in [(1, running), (2, pending)] {
         let name = format!("dump-{n}.txt");
         let path = scratch_dir("cut-skipped").join(&name);
@@ -1243,6 +1253,7 @@ async fn a_cut_line_whose_whole_record_is_skipped_is_resolved_by_the_complete_fi
     assert_eq!(
         open(db.pool.clone()).await,
         [
+            ("dump-0.txt:14".into(), None),
             ("dump-1.txt:14".into(), Some("skipped".into())),
             ("dump-2.txt:14".into(), Some("skipped".into()))
         ]
