@@ -216,25 +216,8 @@ impl Pages {
 
     fn paragraph(&mut self, s: &str, size: f32) {
         // Words wrapped to the width of the page.
-        let width = PAGE_W - 2.0 * MARGIN;
-        let mut line = String::new();
-        let mut lines = Vec::new();
-        for word in s.split_whitespace() {
-            let candidate = if line.is_empty() {
-                word.to_owned()
-            } else {
-                format!("{line} {word}")
-            };
-            if text_width(&candidate, size, false) > width && !line.is_empty() {
-                lines.push(std::mem::replace(&mut line, word.to_owned()));
-            } else {
-                line = candidate;
-            }
-        }
-        if !line.is_empty() {
-            lines.push(line);
-        }
-        for l in lines {
+        let lines = wrap(s, PAGE_W - 2.0 * MARGIN, size, usize::MAX);
+        for l in lines.into_iter().filter(|l| !l.is_empty()) {
             self.need(size + 4.0);
             self.y -= size + 3.0;
             self.page.save_state().set_fill_rgb(0.36, 0.4, 0.46);

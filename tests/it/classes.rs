@@ -944,17 +944,19 @@ async fn refunds_of_long_nets_and_of_charges_discounted_in_full() {
               WHERE j.scheduler_job_id = 'F2' AND o.kind = 'job'"
         )
     };
+    let refused = |q: &'static str| {
+        let (pool, sql) = (db.pool.clone(), by_hand(q));
+        async move {
+            let e = sqlx::raw_sql(&sql).execute(&pool).await.unwrap_err().to_string();
+            assert!(
+                e.contains("the refunds of entry") && e.contains("would take back"),
+                "{e}"
+            );
+        }
+    };
     sqlx::raw_sql(&by_hand("-100")).execute(&db.pool).await.unwrap();
     for q in ["-100", "-1000000"] {
-        let e = sqlx::raw_sql(&by_hand(q))
-            .execute(&db.pool)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("the refunds of entry") && e.contains("would take back"),
-            "{e}"
-        );
+        refused(q).await;
     }
     assert_eq!(quantity("F2").await, dec("0"));
     // Reversed (its refund with it), nothing of it is refunded again: with
@@ -962,15 +964,7 @@ async fn refunds_of_long_nets_and_of_charges_discounted_in_full() {
     // counted refunds only.
     ok(&db.cli(&["reverse", "--cluster", "c1", "--job-id", "F2", "--reason", "r"]));
     assert_eq!(quantity("F2").await, dec("0"));
-    let e = sqlx::raw_sql(&by_hand("-100"))
-        .execute(&db.pool)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("the refunds of entry") && e.contains("would take back"),
-        "{e}"
-    );
+    refused("-100").await;
     // A refund's exact amount gives back too (only its cents were held to it).
     let e = sqlx::raw_sql(
         "INSERT INTO ledger_entry (period, project_id, kind, metric, job_record_id, rate_card_id, corrects_id,
