@@ -17,6 +17,7 @@ pub struct AllocationRow {
     pub id: AllocationId,
     pub project: String,
     pub kind: String,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
     pub valid_from: DateTime<Utc>,
     pub valid_until: Option<DateTime<Utc>>,
@@ -286,6 +287,7 @@ pub struct HoldRow {
     pub cluster: String,
     pub job_id: String,
     pub array_index: Option<i32>,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,

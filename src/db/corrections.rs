@@ -25,6 +25,7 @@ pub struct EntryRow {
     pub quantity: Decimal,
     pub unit_rate: Decimal,
     pub amount_exact: Decimal,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
     /// Already reversed.
     pub reversed: bool,

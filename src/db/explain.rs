@@ -122,6 +122,7 @@ pub struct EntryRow {
     pub quantity: Decimal,
     pub unit_rate: Decimal,
     pub amount_exact: Decimal,
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub amount: Decimal,
     pub charging_rules: i16,
     pub late: bool,

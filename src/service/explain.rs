@@ -105,6 +105,7 @@ pub struct Run {
     pub charge: Option<Charge>,
     pub entries: Vec<EntryRow>,
     /// The sum of every entry above: what the run costs now.
+    #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub net: Decimal,
     /// The first archived month holding charges of its records, whose
     /// entries are in that month's archive file, not among `entries`.

@@ -90,6 +90,11 @@ async fn a_job_shows_how_its_charge_was_reached_and_what_corrected_it() {
     assert_eq!(json["runs"][0]["net"], "2.88");
     assert_eq!(json["runs"][0]["charge"]["charging_rules"], 3);
     assert_eq!(json["runs"][0]["entries"][1]["corrects_id"], charge);
+    // A charge of 0.00 (the debug partition's rate is 0) prints its cents.
+    let free: serde_json::Value =
+        serde_json::from_str(&ok(&db.cli(&["job", "show", "owens/1009", "--format", "json"]))).unwrap();
+    assert_eq!(free["runs"][0]["entries"][0]["amount"], "0.00", "{free}");
+    assert_eq!(free["runs"][0]["net"], "0.00", "{free}");
 
     // An array task, named as Slurm names it; a job id that only looks like one.
     let out = ok(&db.cli(&["job", "show", "owens/1006_0"]));
