@@ -246,7 +246,7 @@ pub async fn run_balance(args: BalanceArgs, target: &Target) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 9], Vec<Vec<String>>) {
+fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 10], Vec<Vec<String>>) {
     let rows = list
         .iter()
         .map(|b| {
@@ -261,6 +261,7 @@ fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 
                 format!("{:.1}", x.fraction_used * Decimal::ONE_HUNDRED),
                 format!("{:.2}", x.burn_per_day),
                 x.runs_out.map_or(String::new(), |t| local_time(t, tz)),
+                x.next_end.map_or(String::new(), |t| local_time(t, tz)),
             ]
         })
         .collect();
@@ -275,6 +276,7 @@ fn balance_table(list: &[ProjectBalance], tz: chrono_tz::Tz) -> ([&'static str; 
             "% used",
             "per day",
             "runs out",
+            "grant ends",
         ],
         rows,
     )
@@ -311,7 +313,7 @@ fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz, general_budgeted: bool) -
     }
     // A burn that rounds to 0.00 but runs the pool out some day is not
     // printed as 0.00 beside that day.
-    let burn = if x.burn_per_day > Decimal::ZERO && crate::domain::units::round_money(x.burn_per_day).is_zero() {
+    let burn = if x.burn_per_day.is_zero() && x.drawn_recently > Decimal::ZERO {
         "under 0.01".to_owned()
     } else {
         format!("{:.2}", x.burn_per_day)
@@ -323,6 +325,11 @@ fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz, general_budgeted: bool) -
         match (x.runs_out, x.remaining > Decimal::ZERO) {
             (_, false) => "spent".to_owned(),
             (Some(t), true) => format!("runs out around {}", local_time(t, tz)),
+            // It would last past a grant's end: what is left then expires.
+            (None, true) if x.drawn_recently > Decimal::ZERO && x.next_end.is_some() => format!(
+                "does not run out before {}, when a grant in force ends (what is left of it then expires)",
+                x.next_end.map_or(String::new(), |t| local_time(t, tz))
+            ),
             (None, true) => "nothing drawn lately".to_owned(),
         }
     ));

@@ -142,7 +142,15 @@ pub async fn sums(
                                 hl_day_end(((($2 + interval '1 microsecond') AT TIME ZONE c.time_zone)::date - 1), c.time_zone)
                                     - interval '1 microsecond')
                       AS "recent!",
-                  b.begun AS "ever!"
+                  b.begun AS "ever!",
+                  -- the first end of the pool's grants in force (with something left of them), as
+                  -- hl_pool_balance finds their start: what is not spent by then expires
+                  (SELECT min(a.valid_until) FROM allocation a
+                    WHERE a.project_id = $1 AND a.cluster_id IS NOT DISTINCT FROM $4
+                      AND a.kind IN ('grant', 'transfer_in')
+                      AND a.valid_from <= $2 AND $2 < a.valid_until
+                      AND a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id), 0) > 0)
+                      AS next_end
              FROM hl_pool_balance($1, $4, $2) b, center c"#,
         project as ProjectId,
         at,
@@ -158,6 +166,7 @@ pub async fn sums(
         held: r.held,
         drawn_recently: r.recent,
         ever_allocated: r.ever,
+        next_end: r.next_end,
     })
 }
 

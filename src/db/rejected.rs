@@ -50,10 +50,15 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
     let key: Vec<Option<String>> = rows.iter().map(|r| r.job_key.as_deref().map(no_nul)).collect();
     sqlx::query!(
         "INSERT INTO rejected_record (source_format, source_ref, read_options, raw, raw_sha256, kind, reason, job_key, raw_bytes)
-         SELECT DISTINCT ON (f, h) f, s, o, r, h, k, re, jk, rb
-           FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::text[],
-                       $9::bytea[])
-                AS u(f, s, o, r, h, k, re, jk, rb)
+         -- In the batch's order (its lines' order), so that ids grow with the
+         -- lines; a line given twice is kept once, at its first place.
+         SELECT f, s, o, r, h, k, re, jk, rb
+           FROM (SELECT DISTINCT ON (f, h) f, s, o, r, h, k, re, jk, rb, n
+                   FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::bytea[], $6::text[], $7::text[],
+                               $8::text[], $9::bytea[]) WITH ORDINALITY
+                        AS u(f, s, o, r, h, k, re, jk, rb, n)
+                  ORDER BY f, h, n) d
+          ORDER BY n
          ON CONFLICT (source_format, raw_sha256) DO UPDATE
             SET source_ref = EXCLUDED.source_ref, read_options = EXCLUDED.read_options, kind = EXCLUDED.kind,
                 reason = EXCLUDED.reason, job_key = EXCLUDED.job_key, last_seen_at = now(),

@@ -40,6 +40,10 @@ pub struct Sums {
     pub held: Decimal,
     /// Drawn in the [`BURN_DAYS`] whole days before the instant's day.
     pub drawn_recently: Decimal,
+    /// The first end, after the instant, of the pool's grants in force
+    /// (`None`: none of them ends). What is not spent by then expires with
+    /// its grant, so the pool is not said to run out after it.
+    pub next_end: Option<DateTime<Utc>>,
     /// Whether the pool has an allocation entry that has begun by the
     /// instant: a pool that has had one is budgeted, also when none is in
     /// force any more (then it has nothing left to spend).
@@ -70,12 +74,19 @@ pub struct Balance {
     pub remaining: Decimal,
     /// used ÷ allocated (0 without an allocation).
     pub fraction_used: Decimal,
+    /// Drawn in the last [`BURN_DAYS`] days (the burn rate's sum).
+    #[serde(serialize_with = "crate::domain::units::cents_str", default)]
+    pub drawn_recently: Decimal,
     /// Drawn per day over the last [`BURN_DAYS`] days, to the cent.
     #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub burn_per_day: Decimal,
-    /// When `remaining` runs out at that rate; `None` when nothing is drawn
-    /// or nothing is left.
+    /// When `remaining` runs out at that rate; `None` when nothing is drawn,
+    /// nothing is left, or it would last past `next_end`.
     pub runs_out: Option<DateTime<Utc>>,
+    /// The first end of a grant in force (docs/budgets.md: what is not
+    /// spent expires with it); `None` when none of them ends.
+    #[serde(default)]
+    pub next_end: Option<DateTime<Utc>>,
 }
 
 impl Balance {
@@ -90,7 +101,10 @@ impl Balance {
                     .ok()
                     .and_then(|s| at.checked_add_signed(TimeDelta::seconds(s)))
             })
-            .flatten();
+            .flatten()
+            // A grant in force ends first: what is left then expires, it is
+            // not run out at this rate.
+            .filter(|t| s.next_end.is_none_or(|end| *t <= end));
         Balance {
             at,
             cluster: None,
@@ -105,8 +119,10 @@ impl Balance {
             } else {
                 Decimal::ZERO
             },
+            drawn_recently: s.drawn_recently,
             burn_per_day: round_money(burn),
             runs_out,
+            next_end: s.next_end,
         }
     }
 }
@@ -213,6 +229,7 @@ mod tests {
             held,
             drawn_recently: recent,
             ever_allocated: true,
+            next_end: None,
         }
     }
 
@@ -227,6 +244,18 @@ mod tests {
             (dec!(1400), dec!(30.00), dec!(0.7))
         );
         assert_eq!(b.runs_out, Some(at("2026-12-17T16:00:00Z")));
+        // The grant ends on 1 December, before that day: what is left then
+        // expires, the pool does not run out at this rate.
+        let ends = |end: &str| Sums {
+            next_end: Some(at(end)),
+            ..sums(dec!(5000), dec!(3500), dec!(100), dec!(900))
+        };
+        assert_eq!(Balance::new(now, ends("2026-12-01T00:00:00Z")).runs_out, None);
+        assert_eq!(
+            Balance::new(now, ends("2026-12-17T16:00:00Z")).runs_out,
+            Some(at("2026-12-17T16:00:00Z")),
+            "runs out the instant it ends"
+        );
         // Nothing drawn lately: no run-out date; spent: none either.
         assert_eq!(
             Balance::new(now, sums(dec!(10), dec!(0), dec!(0), dec!(0))).runs_out,
@@ -246,6 +275,7 @@ mod tests {
                 held: Decimal::ZERO,
                 drawn_recently: dec!(3),
                 ever_allocated: false,
+                next_end: None,
             },
         );
         assert!(!none.budgeted);
@@ -273,6 +303,7 @@ mod tests {
                 held: Decimal::ZERO,
                 drawn_recently: Decimal::ZERO,
                 ever_allocated: false,
+                next_end: None,
             },
         );
         assert!(verdict(&free, dec!(1000), Decimal::ZERO).allowed, "not budgeted");

@@ -889,10 +889,19 @@ pub fn decide(held: &[Existing], job: &ResolvedJob, supersede: bool, names: &dyn
         // A record that could not be charged on its own (no GPU count on a
         // GPU node type) is not another account of the run to supersede it
         // with: it is refused as it would be anew, not left as a conflict
-        // whose --supersede is refused.
+        // whose --supersede is refused. What else differs is said too: the
+        // record fixed as the refusal asks is a conflict next.
         Decision::Conflict { differences } => {
             if let Some(refusal) = &job.refuse_new_charge {
-                return Step::Reject(refusal.clone());
+                let mut refusal = refusal.clone();
+                if !differences.is_empty() {
+                    refusal.reason = format!(
+                        "{}; it also differs from the job already recorded ({})",
+                        refusal.reason,
+                        differences.join(", ")
+                    );
+                }
+                return Step::Reject(refusal);
             }
             return Step::Reject(Rejection {
                 kind: RejectKind::Conflict,

@@ -169,6 +169,80 @@ fn money(v: &Value) -> String {
     v.as_str().unwrap_or_else(|| panic!("{v}")).to_owned()
 }
 
+/// A pool whose grant ends before the burn rate would spend what is left
+/// does not run out: what is left expires with the grant (docs/budgets.md),
+/// so no run-out date after the grant's end is printed. Same draws as the
+/// test below: 44.00 left on 1 November at 1.87 a day would last until 24
+/// November.
+#[tokio::test]
+async fn a_pool_whose_grant_ends_first_does_not_run_out_after_its_end() {
+    let db = db().await;
+    for (project, until) in [("P1", "2026-11-30"), ("P2", "2026-11-10")] {
+        ok(&db.cli(&[
+            "alloc",
+            "grant",
+            project,
+            "100.00",
+            "--from",
+            "2026-07-01",
+            "--until",
+            until,
+            "--reason",
+            "award",
+        ]));
+        record(&db, &format!("{project}-1"), project, 28, "2026-10-01T00:00:00Z", 100);
+        record(&db, &format!("{project}-2"), project, 28, "2026-10-20T00:00:00Z", 100);
+    }
+    let at = "2026-11-01T00:00:00Z";
+    let p1 = balance(&db, "P1", at);
+    assert_eq!(
+        (
+            p1["runs_out"].as_str(),
+            p1["next_end"].as_str(),
+            money(&p1["drawn_recently"])
+        ),
+        (
+            Some("2026-11-24T13:42:51Z"),
+            Some("2026-11-30T00:00:00Z"),
+            "56.00".into()
+        ),
+        "{p1}"
+    );
+    let p2 = balance(&db, "P2", at);
+    assert_eq!(
+        (
+            money(&p2["remaining"]),
+            money(&p2["burn_per_day"]),
+            p2["runs_out"].as_str(),
+            p2["next_end"].as_str()
+        ),
+        ("44.00".into(), "1.87".into(), None, Some("2026-11-10T00:00:00Z")),
+        "{p2}"
+    );
+    let text = ok(&db.cli(&["balance", "P2", "--at", at]));
+    assert!(
+        text.contains(
+            "1.87 a day over the last 30 days; does not run out before 2026-11-10 00:00 UTC, when a grant in force ends"
+        ),
+        "{text}"
+    );
+    assert!(ok(&db.cli(&["balance", "P1", "--at", at])).contains("runs out around 2026-11-24 13:42 UTC"));
+    // The list: P1's run-out date and both grants' ends.
+    let csv = ok(&db.cli(&["balance", "--all", "--at", at, "--format", "csv"]));
+    assert!(
+        csv.starts_with("project,cluster,allocated,used,held,remaining,% used,per day,runs out,grant ends\n"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("P1,all,100.00,56.00,0.00,44.00,56.0,1.87,2026-11-24 13:42 UTC,2026-11-30 00:00 UTC\n"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("P2,all,100.00,56.00,0.00,44.00,56.0,1.87,,2026-11-10 00:00 UTC\n"),
+        "{csv}"
+    );
+}
+
 /// A grant that ends with the month, renewed from the next: the month's
 /// statement shows the budget of the month's last instant (the grant it
 /// drew from), not the next month's first (the renewal, nothing drawn).

@@ -26,6 +26,12 @@ async fn a_junk_import_is_dismissed_without_sql_and_stays_dismissed() {
         serde_json::from_str::<Vec<serde_json::Value>>(&out).unwrap()
     };
     assert_eq!(open(&db).len(), 4);
+    // Their ids grow with the lines they were read from.
+    let by_id: Vec<String> = sqlx::query_scalar("SELECT raw FROM rejected_record ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(by_id[..3], ["garbled line", "not json", "[1,2]"], "{by_id:?}");
 
     // Nothing named, no reason, an id that is not open: refused, nothing dismissed.
     let o = db.cli(&["rejected", "dismiss", "--reason", "x"]);

@@ -430,6 +430,14 @@ fn the_planner_decides_each_step_without_the_database() {
     };
     assert!(matches!(decide(&[], &refused, false, &Ids), Step::Reject(r) if r.kind == RejectKind::Invalid));
     assert!(matches!(decide(&held, &refused, true, &Ids), Step::Reject(r) if r.kind == RejectKind::Invalid));
+    // What else differs from the run recorded is said beside the refusal.
+    match decide(&held, &refused, false, &Ids) {
+        Step::Reject(r) => assert_eq!(
+            r.reason,
+            "no; it also differs from the job already recorded (cores 4 -> 8)"
+        ),
+        s => panic!("{s:?}"),
+    }
     let refused_revision = ResolvedJob {
         refuse_new_charge: Some(Rejection {
             kind: RejectKind::Invalid,
