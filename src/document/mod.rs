@@ -417,7 +417,7 @@ pub fn statement_html(s: &Statement, d: &Details, generated: &str) -> String {
             let _ = writeln!(
                 o,
                 "<tr><td>{}</td><td>{}</td>{}{}{}{}<td class=\"n\">{:.1}</td></tr>",
-                esc(b.cluster.as_deref().map_or("every cluster", |c| c)),
+                esc(crate::domain::budget::pool_label(b, &s.budgets)),
                 s.local(b.at).format("%Y-%m-%d %H:%M %Z"),
                 amount_cell(b.allocated),
                 amount_cell(b.used),

@@ -620,7 +620,7 @@ pub fn statement_pdf(s: &Statement, d: &Details, generated: &str) -> Vec<u8> {
             .iter()
             .map(|b| {
                 vec![
-                    b.cluster.clone().unwrap_or_else(|| "every cluster".into()),
+                    crate::domain::budget::pool_label(b, &s.budgets).to_owned(),
                     s.local(b.at).format("%Y-%m-%d %H:%M %Z").to_string(),
                     m(b.allocated),
                     m(b.used),

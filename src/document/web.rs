@@ -97,7 +97,7 @@ pub fn overview(o: &Overview) -> String {
                             @for (i, b) in r.pools.iter().enumerate() {
                                 @if i > 0 { "; " }
                                 span data-amount=(format!("{:.2}", b.remaining)) { (money(b.remaining)) }
-                                " (" (b.cluster.as_deref().unwrap_or("every cluster")) ")"
+                                " (" (crate::domain::budget::pool_label(b, &r.pools)) ")"
                             }
                         }
                     }
@@ -181,7 +181,7 @@ pub fn project(p: &ProjectPage, who: &str) -> String {
             table #budget {
                 thead { tr { th { "Pool" } th { "At" } th.n { "Allocated" } th.n { "Used" } th.n { "Held" } th.n { "Remaining" } } }
                 tbody { @for b in &s.budgets { tr {
-                    td { (b.cluster.as_deref().unwrap_or("every cluster")) }
+                    td { (crate::domain::budget::pool_label(b, &s.budgets)) }
                     td { (s.local(b.at).format("%Y-%m-%d %H:%M %Z")) }
                     (amount(b.allocated)) (amount(b.used)) (amount(b.held)) (amount(b.remaining))
                 } } }

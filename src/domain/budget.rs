@@ -127,6 +127,18 @@ impl Balance {
     }
 }
 
+/// How a pool is named to a reader, among `pools` (a project's): a
+/// cluster's own pool by the cluster; the general pool "every cluster"
+/// when it is the project's only one, else "general (other clusters)": it
+/// pays for no cluster that has a pool of its own (docs/budgets.md).
+pub fn pool_label<'a>(pool: &'a Balance, pools: &[Balance]) -> &'a str {
+    match &pool.cluster {
+        Some(c) => c,
+        None if pools.iter().any(|b| b.cluster.is_some()) => "general (other clusters)",
+        None => "every cluster",
+    }
+}
+
 impl Balance {
     /// The same balance, of the pool of `cluster`'s scoped allocations.
     pub fn of_cluster(mut self, cluster: Option<String>) -> Balance {

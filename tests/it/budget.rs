@@ -1863,6 +1863,28 @@ async fn an_allocation_scoped_to_a_cluster_pays_only_for_that_cluster_and_never_
     let (code, c1) = check_on(&db, "c1");
     assert_eq!(code, Some(0), "{c1}");
     assert_eq!(c1["balance"]["cluster"], Value::Null);
+    // The statement names the general pool beside c2's as the one of the
+    // other clusters (it said "every cluster", c2 included).
+    let dir = std::env::temp_dir().join(format!("hl-pools-{}", uuid::Uuid::new_v4().simple()));
+    ok(&db.cli(&[
+        "statement",
+        "--project",
+        "P1",
+        "--month",
+        "2026-10",
+        "--format",
+        "html",
+        "--out",
+        dir.to_str().unwrap(),
+    ]));
+    let html = std::fs::read_to_string(dir.join("2026-10-P1.html")).unwrap();
+    let budget = &html[html.find("<h2>Budget</h2>").unwrap_or_else(|| panic!("{html}"))..];
+    assert!(
+        budget.contains("<tr><td>general (other clusters)</td>") && budget.contains("<tr><td>c2</td>"),
+        "{budget}"
+    );
+    assert!(!budget.contains("every cluster"), "{budget}");
+    std::fs::remove_dir_all(&dir).unwrap();
     // A transfer of part of the c2 grant is c2's for the receiving project too.
     let list = json(&db.cli(&["alloc", "list", "--project", "P1", "--format", "json"]));
     let gpu = list.as_array().unwrap().iter().find(|a| a["cluster"] == "c2").unwrap()["id"].to_string();
