@@ -549,6 +549,9 @@ mod tests {
         check("4194304kb", 1, 4 * GIB);
         check("143425316860b", 1, 143_425_316_860);
         check("62.50G", 1, 67_108_864_000);
+        // To the nearest byte, a half byte up (docs/rules.md).
+        check("2.5b", 1, 3);
+        check("2.4b", 1, 2);
         check("1024", 1, 1024);
         check("3000", MIB, 3000 * MIB);
         check("1TB", 1, TIB);

@@ -810,6 +810,23 @@ mod tests {
             .unwrap();
         assert_eq!(size(shared, &now), (Some(4), 8));
         assert_eq!(size(shared, &now.before_0056()), (Some(8), 8));
+        // Resource_List.ncpus beside nodes= is not read (docs/rules.md),
+        // unlike beside a select.
+        let line = "11/14/2023 23:13:20;E;1.srv;user=a queue=q ctime=1700000000 start=1700000000 end=1700003600 \
+                    Resource_List.nodes=1:ppn=2 Resource_List.ncpus=6 exec_host=n1/0-5";
+        assert_eq!(size(line, &now), (Some(1), 2));
+    }
+
+    /// The leading date is not read (docs/recording.md): a `grep` prefix
+    /// before it, as in APEL's test data, leaves the record as it is.
+    #[test]
+    fn the_leading_date_is_not_read() {
+        let line = "03/27/2015 00:06:27;E;1.srv;user=a queue=q ctime=1427422724 start=1427422800 end=1427439812 \
+                    Resource_List.nodes=1:ppn=4";
+        let plain = job(parse(line, &ReadOptions::default()));
+        let prefixed = job(parse(&format!("20150327:{line}"), &ReadOptions::default()));
+        assert_eq!(plain, prefixed);
+        assert_eq!((prefixed.cores, prefixed.end), (4, plain.end));
     }
 
     /// TORQUE 6's `-L` requests (real OSC records): memory per task, summed

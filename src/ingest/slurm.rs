@@ -1034,7 +1034,9 @@ mod tests {
              10_[1-3]|TIMEOUT|2024-01-01T00:00:00|2024-01-01T01:00:00|1\n\
              11|FOO|2024-01-01T00:00:00|2024-01-01T01:00:00|1\n\
              12_7|REQUEUED|2024-01-01T00:00:00|2024-01-01T01:00:00|2\n\
-             13|COMPLETED|2024-01-01T00:00:00|2024-01-01T01:00:00|2|extra\n",
+             13|COMPLETED|2024-01-01T00:00:00|2024-01-01T01:00:00|2|extra\n\
+             14|REVOKED|None|None|1\n\
+             15|REVOKED|2024-01-01T00:00:00|2024-01-01T01:00:00|1\n",
             &opts,
         );
         assert_eq!(items[0], Item::Skip(Skip::Step));
@@ -1052,6 +1054,10 @@ mod tests {
             items[6],
             Item::Bad("6 fields where 5 are expected (is the delimiter \"|\" right?)".into())
         );
+        // A federated job's copy revoked here (a sibling started it): no
+        // start, never started; with a run here, not charged (docs/rules.md).
+        assert_eq!(items[7], Item::Skip(Skip::NeverStarted));
+        assert_eq!(items[8], Item::Bad("unknown job state \"REVOKED\"".into()));
     }
 
     #[test]
