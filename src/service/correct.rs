@@ -318,7 +318,9 @@ async fn post(
     if !why.again {
         let mut same = Vec::new();
         for r in &rows {
-            match sdb::identical(&mut *tx, r).await? {
+            // A month not named is the one open now: a retry may land in
+            // the next (docs/month-end.md).
+            match sdb::identical(&mut *tx, r, why.month.is_none()).await? {
                 Some(found) => same.push(found),
                 None => break,
             }

@@ -1503,6 +1503,43 @@ async fn the_same_correction_twice_is_refused_unless_asked_and_a_key_posts_once(
         "{}",
         stderr(&o)
     );
+    // Its month closed meanwhile (a script killed after it posted, retried
+    // after the close): the retry, whose month is now the next, is refused
+    // too, not a second credit; naming another month is another adjustment.
+    let month: String =
+        sqlx::query_scalar("SELECT to_char(period, 'YYYY-MM') FROM ledger_entry WHERE kind = 'adjustment'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    ok(&db.cli(&["bill", "storage", "--month", &month]));
+    ok(&db.cli(&["close", "--through", &month, "--author", "billing"]));
+    let credit = |extra: &[&str]| {
+        let mut args = vec![
+            "adjust",
+            "--project",
+            "PZS0708",
+            "--amount",
+            "-10.00",
+            "--reason",
+            "award credit",
+        ];
+        args.extend_from_slice(extra);
+        db.cli(&args)
+    };
+    let o = credit(&[]);
+    assert!(
+        stderr(&o).contains("an identical adjustment was posted on "),
+        "{}",
+        stderr(&o)
+    );
+    let next = month.parse::<Month>().unwrap().next().to_string();
+    ok(&credit(&["--month", &next]));
+    let periods: Vec<String> =
+        sqlx::query_scalar("SELECT to_char(period, 'YYYY-MM') FROM ledger_entry WHERE kind = 'adjustment' ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(periods, [month.clone(), next]);
     // A key is kept even for a reversal whose target is gone by the time the
     // script retries: the retry shows the reversal, not "already reversed".
     let rev = |key: &str| {
