@@ -50,6 +50,17 @@ fn main() -> ExitCode {
                      hpc_ledger_ingest, hpc_ledger_billing and hpc_ledger_auditor roles"
                 );
             }
+            // The connection went (a restart, a failover, an administrator):
+            // what was committed stays, and every writer takes up where it
+            // stopped (months closed or billed are reported as done).
+            if hpc_ledger::db::errors::lost_database(e.chain())
+                && !e.chain().any(|c| c.to_string().contains("run the same command again"))
+            {
+                eprintln!(
+                    "  hint: the database connection was lost or the server is restarting; what was done before \
+                     stays done: run the same command again once the database answers"
+                );
+            }
             ExitCode::FAILURE
         }
     }

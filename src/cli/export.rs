@@ -54,6 +54,31 @@ pub struct JournalArgs {
     dry_run: bool,
 }
 
+/// Write `bytes` to `path` as a whole: into a hidden file beside it, synced,
+/// then renamed over it and the directory synced.
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map_or_else(|| "journal".into(), |n| n.to_string_lossy());
+    let partial = dir.join(format!(".{name}.partial"));
+    let written = (|| {
+        let mut f = std::fs::File::create(&partial)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&partial, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
 pub async fn run(cmd: Cmd, target: &Target, by: &str) -> anyhow::Result<ExitCode> {
     let Cmd::Journal(args) = cmd;
     let pool = target.open_configured().await?;
@@ -67,7 +92,9 @@ pub async fn run(cmd: Cmd, target: &Target, by: &str) -> anyhow::Result<ExitCode
             JournalFormat::Json => serde_json::to_string_pretty(journal).map_err(|e| e.to_string())? + "\n",
         };
         match &out {
-            Some(path) => std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display())),
+            // Whole and on disk before the export is logged: a kill or a
+            // power cut leaves the file that was there or the new one.
+            Some(path) => write_durably(path, text.as_bytes()).map_err(|e| format!("{}: {e}", path.display())),
             None => {
                 use std::io::Write as _;
                 let mut stdout = std::io::stdout().lock();

@@ -68,3 +68,30 @@ pub fn guard_message(e: &sqlx::Error) -> Option<String> {
 pub fn is_already_reversed(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.constraint() == Some("ledger_entry_one_reversal"))
 }
+
+/// What PostgreSQL and sqlx print when a connection is lost or the server
+/// goes away (57P01–57P03, an I/O error, a closed pool): matched in an
+/// error's text where the [`sqlx::Error`] itself is no longer at hand (a
+/// use case's error keeps only its message).
+const LOST: &[&str] = &[
+    "terminating connection",
+    "error communicating with database",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "the database system is in recovery mode",
+    "server closed the connection",
+    "pool timed out while waiting for an open connection",
+    "attempted to acquire a connection on a closed pool",
+];
+
+/// Whether an error, or anything that caused it, is the database gone or
+/// busy now rather than a refusal ([`is_transient`]): a command that stops
+/// so is run again as it was.
+pub fn lost_database<'a>(mut chain: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> bool {
+    chain.any(|c| {
+        c.downcast_ref::<sqlx::Error>().is_some_and(is_transient) || {
+            let text = c.to_string();
+            LOST.iter().any(|p| text.contains(p))
+        }
+    })
+}

@@ -1434,7 +1434,10 @@ pub async fn verify_archive(
                             ));
                         }
                     }
-                    _ => problems.push(format!("{month} is not archived in this ledger")),
+                    _ => problems.push(format!(
+                        "{month} is not archived in this ledger (an `archive` stopped before it recorded the month \
+                         leaves its file: run `hpc-ledger archive --through {month}` again, which writes it again)"
+                    )),
                 }
                 // A month archived before its records' text could leave
                 // has that text in its records' file, checked there.

@@ -182,6 +182,8 @@ async fn a_closed_months_journal_debits_funding_by_share_and_credits_revenue_by_
     let dir = std::env::temp_dir().join(format!("hl-journal-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("journal.csv");
+    // A file there before is replaced whole (written beside it, then renamed).
+    std::fs::write(&file, "an older journal\n").unwrap();
     let o = db.cli(&[
         "export",
         "journal",
@@ -192,6 +194,21 @@ async fn a_closed_months_journal_debits_funding_by_share_and_credits_revenue_by_
     ]);
     ok(&o);
     assert!(stderr(&o).contains("logged as export"), "{}", stderr(&o));
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["journal.csv"], "nothing left beside it");
+    // A file that cannot be written is not logged as exported.
+    let o = db.cli(&[
+        "export",
+        "journal",
+        "--month",
+        "2026-10",
+        "--out",
+        dir.join("missing/journal.csv").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let csv = std::fs::read_to_string(&file).unwrap();
     let mut rows = csv.lines();
     assert_eq!(

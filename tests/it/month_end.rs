@@ -1405,6 +1405,57 @@ async fn one_months_audit_reads_that_month_and_what_it_points_to() {
     }
 }
 
+/// A close whose connection is cut (an administrator's
+/// `pg_terminate_backend`, a restart, a failover) stops saying to run it
+/// again, and run again it closes the month.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_close_whose_connection_is_cut_says_to_run_it_again() {
+    let db = october().await;
+    // The close waits behind this lock until its connection is cut.
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE closed_period IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let url = db.url.clone();
+    let close = std::thread::spawn(move || {
+        crate::harness::cli_with_env(
+            &["close", "--through", "2026-10", "--author", "billing"],
+            &[("DATABASE_URL", url.as_str())],
+            None,
+        )
+    });
+    let mut cut = 0;
+    for _ in 0..300 {
+        cut = sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()) t",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if cut > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(cut, 1, "the close waited on the lock");
+    lock.rollback().await.unwrap();
+    let o = close.join().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "hint: the database connection was lost or the server is restarting; what was done before stays done: \
+             run the same command again once the database answers"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"])).contains("2026-10 closed by billing")
+    );
+}
+
 #[tokio::test]
 async fn the_same_correction_twice_is_refused_unless_asked_and_a_key_posts_once() {
     // Issue 20, item 3: `refund --fraction 0.5` run twice refunded 100 %.
