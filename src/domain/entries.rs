@@ -168,6 +168,12 @@ mod tests {
             settle(dec!(1.07), None, &[dec!(-0.535), dec!(-0.10)]),
             [dec!(-0.53), dec!(-0.10)]
         );
+        // ... unless the net in cents is not the exact net rounded (each
+        // line of a discounted charge rounded): the cent goes with it
+        // (docs/rules.md's examples). 1.006 at 50 %: C 0.51, N 0.503.
+        assert_eq!(settle(dec!(1.006), Some(dec!(50)), &[dec!(-0.10)]), [dec!(-0.11)]);
+        // 1.07 at 50 %: C 0.53, N 0.535.
+        assert_eq!(settle(dec!(1.07), Some(dec!(50)), &[dec!(-0.10)]), [dec!(-0.09)]);
         // A full refund whose exact amount was truncated to 12 places (a
         // 10 % discount gives the net 13): the net, to the cent.
         let charge = dec!(0.105011111111);
