@@ -51,6 +51,10 @@ pub struct PostingState {
     pub rules_version: i64,
     pub last_closed: Option<NaiveDate>,
     pub rejections_to_resolve: bool,
+    /// The positions (0-based) of the batch's records that were reassigned
+    /// to a project (`rejected reassign`, migration 0025): read with that
+    /// project also once their own account exists.
+    pub reassigned: Vec<usize>,
 }
 
 pub async fn posting_state(
@@ -67,7 +71,10 @@ pub async fn posting_state(
                             WHERE r.resolved_at IS NULL OR r.resolution = 'dismissed')
                    OR EXISTS (SELECT 1 FROM rejected_record
                                WHERE resolved_at IS NULL AND lower(job_key) = ANY($3) AND kind <> 'conflict'))
-                  AS "to_resolve!""#,
+                  AS "to_resolve!",
+                  ARRAY(SELECT u.n - 1 FROM UNNEST($1::text[], $2::bytea[]) WITH ORDINALITY AS u(f, h, n)
+                          JOIN project_reassignment a ON a.source_format = u.f AND a.raw_sha256 = u.h)
+                  AS "reassigned!""#,
         formats as &[SourceFormat],
         hashes,
         keys
@@ -78,6 +85,11 @@ pub async fn posting_state(
         rules_version: row.version,
         last_closed: row.last_closed,
         rejections_to_resolve: row.to_resolve,
+        reassigned: row
+            .reassigned
+            .into_iter()
+            .filter_map(|n| usize::try_from(n).ok())
+            .collect(),
     })
 }
 

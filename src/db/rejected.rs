@@ -273,25 +273,32 @@ pub async fn raw_sha256(conn: &mut PgConnection, id: i64) -> Result<Vec<u8>, sql
         .await
 }
 
-/// The open rejections of lines cut short (`cut_short` in their options)
-/// read from `name` that name their job: (id, `file:line`, the cut text,
-/// the job).
-pub async fn open_cut_short_of(
-    conn: &mut PgConnection,
-    name: &str,
-) -> Result<Vec<(i64, String, String, String)>, sqlx::Error> {
-    let rows = sqlx::query!(
-        r#"SELECT id, source_ref, raw, job_key AS "job_key!" FROM rejected_record
-            WHERE resolved_at IS NULL AND kind = 'malformed' AND (read_options ->> 'cut_short')::boolean
-              AND job_key IS NOT NULL AND left(source_ref, length($1) + 1) = $1 || ':'"#,
+/// An open malformed rejection of a line of a file (`open_malformed_of`).
+pub struct OpenMalformed {
+    pub id: i64,
+    /// `file:line`.
+    pub source_ref: String,
+    /// The text kept (for a line cut short, what was read of it).
+    pub raw: String,
+    pub job_key: Option<String>,
+    /// Kept as cut short (`cut_short` in its options).
+    pub cut_short: bool,
+}
+
+/// The open malformed rejections of lines read from `name`: lines cut
+/// short, and lines read with options that could not read them (a
+/// headerless dump without `--fields`).
+pub async fn open_malformed_of(conn: &mut PgConnection, name: &str) -> Result<Vec<OpenMalformed>, sqlx::Error> {
+    sqlx::query_as!(
+        OpenMalformed,
+        r#"SELECT id, source_ref, raw, job_key,
+                  coalesce((read_options ->> 'cut_short')::boolean, false) AS "cut_short!"
+             FROM rejected_record
+            WHERE resolved_at IS NULL AND kind = 'malformed' AND left(source_ref, length($1) + 1) = $1 || ':'"#,
         name
     )
     .fetch_all(&mut *conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (r.id, r.source_ref, r.raw, r.job_key))
-        .collect())
+    .await
 }
 
 /// Mark rejected records resolved as skipped: read again, they hold nothing

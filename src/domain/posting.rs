@@ -534,7 +534,9 @@ fn resolve_priced(
     let Some(code) = input.project.as_deref() else {
         return reject(
             RejectKind::UnknownProject,
-            "the record names no project/account (give the importer a default project)",
+            "the record names no project/account: give the importer a default project (--default-project), \
+             or read it from another field (PBS/TORQUE records of sites that charge by Unix group: \
+             --project-from account,group)",
         );
     };
     let Some(&project_id) = projects.get(&code.to_lowercase()) else {

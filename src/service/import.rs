@@ -204,18 +204,24 @@ pub async fn import<R: Read + Send + 'static>(
 ) -> Result<(), ImportError> {
     let (name, format) = (how.name, how.format);
     let p = parser(format, how.options).map_err(ImportError::Options)?;
-    // Lines of this file once kept as cut short, by `file:line`: read whole
-    // and skipped (a job that never started, or had not ended), each
-    // resolves its rejection as skipped (a record to charge resolves it as
-    // recorded, in `Recorder::record`). Almost always none.
+    // Lines of this file once kept as malformed, by `file:line`: read whole
+    // (a line cut short) or readable now (a headerless dump imported again
+    // with `--fields`) and skipped (a job that never started, or had not
+    // ended), each resolves its rejection as skipped (a record to charge
+    // resolves it as recorded, in `Recorder::record`). Almost always none.
     let mut watch: HashMap<String, Vec<CutLine>> = HashMap::new();
     if format.whole_lines() {
         let mut conn = recorder.pool().acquire().await.map_err(RecordError::Connection)?;
-        for (id, reference, raw, job) in rejected::open_cut_short_of(&mut conn, name)
+        for m in rejected::open_malformed_of(&mut conn, name)
             .await
             .map_err(RecordError::Db)?
         {
-            watch.entry(reference).or_default().push(CutLine { id, raw, job });
+            watch.entry(m.source_ref).or_default().push(CutLine {
+                id: m.id,
+                raw: m.raw,
+                job: m.job_key,
+                cut_short: m.cut_short,
+            });
         }
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Batch, ReadError>>(1);
@@ -382,18 +388,20 @@ struct Reader {
     malformed_run: u64,
     /// Whether a batch was sent (then something may be recorded).
     sent: bool,
-    /// The file's open rejections of lines cut short, by `file:line`.
+    /// The file's open malformed rejections (lines cut short, lines not
+    /// readable then), by `file:line`.
     watch: HashMap<String, Vec<CutLine>>,
-    /// Those whose line, read whole, was skipped.
+    /// Those whose line, read whole or readable now, was skipped.
     cut_skipped: Vec<i64>,
 }
 
-/// A line kept as cut short: its rejection, what was read of it, the job
-/// it names.
+/// A line kept as malformed: its rejection, what was read of it, the job
+/// it names, whether it was cut short.
 struct CutLine {
     id: i64,
     raw: String,
-    job: String,
+    job: Option<String>,
+    cut_short: bool,
 }
 
 /// How a line that is not read is kept: its options and the job it names.
@@ -459,13 +467,18 @@ impl Reader {
                 // begins with the cut one and it names the same job (a file
                 // of the same name, a later dump, may hold another job at
                 // that line: the text alone, cut a few bytes in, would not do).
-                if let Some(cut) = self.watch.get(&reference) {
+                // A line kept as malformed whole: the same text, read now.
+                if let Some(kept) = self.watch.get(&reference) {
                     let job = self.p.job_key(&text);
                     self.cut_skipped.extend(
-                        cut.iter()
-                            .filter(|c| {
-                                job.as_deref().is_some_and(|j| j.eq_ignore_ascii_case(&c.job))
-                                    && text.starts_with(c.raw.trim_end_matches('\u{FFFD}'))
+                        kept.iter()
+                            .filter(|c| match (&c.job, c.cut_short) {
+                                (Some(cut_job), true) => {
+                                    job.as_deref().is_some_and(|j| j.eq_ignore_ascii_case(cut_job))
+                                        && text.starts_with(c.raw.trim_end_matches('\u{FFFD}'))
+                                }
+                                (None, true) => false,
+                                (_, false) => text == c.raw,
                             })
                             .map(|c| c.id),
                     );

@@ -353,6 +353,7 @@ impl Recorder {
             .collect();
         let mut pending: Vec<(usize, ResolvedJob)> = Vec::with_capacity(jobs.len());
         let mut unknown_project: Vec<(usize, Rejection)> = Vec::new();
+        let mut known_reassigned: Vec<(usize, ResolvedJob)> = Vec::new();
         let mut refused: Vec<(usize, Rejection)> = Vec::new();
         // An array task named in its job id (`123_4`, no index) is the task
         // `sacct` names so (docs/recording.md); recorded before 2026-12-07
@@ -367,6 +368,10 @@ impl Recorder {
                 continue;
             }
             match resolve(&job.input, catalog, &self.projects, now) {
+                // Reassigned once its account was unknown: read with the
+                // project it was reassigned to, also now that its account
+                // exists (a replay, as `audit --deep` reads it).
+                Ok(r) if state.reassigned.contains(&i) => known_reassigned.push((i, r)),
                 Ok(r) => pending.push((i, r)),
                 Err(r) if r.kind == RejectKind::UnknownProject => unknown_project.push((i, r)),
                 Err(r) => refused.push((i, r)),
@@ -376,9 +381,15 @@ impl Recorder {
         // (`rejected reassign`, migration 0025) is charged to that project,
         // and recorded (and priced again below, if need be) with it.
         let mut reassigned: Vec<(usize, String)> = Vec::new();
-        if !unknown_project.is_empty() {
-            let formats: Vec<SourceFormat> = unknown_project.iter().map(|(i, _)| formats[*i]).collect();
-            let hashes: Vec<Vec<u8>> = unknown_project.iter().map(|(i, _)| hashes[*i].clone()).collect();
+        if !unknown_project.is_empty() || !known_reassigned.is_empty() {
+            // Each as it read: refused for its unknown account, or resolved.
+            let reads: Vec<(usize, Result<ResolvedJob, Rejection>)> = unknown_project
+                .into_iter()
+                .map(|(i, r)| (i, Err(r)))
+                .chain(known_reassigned.into_iter().map(|(i, r)| (i, Ok(r))))
+                .collect();
+            let formats: Vec<SourceFormat> = reads.iter().map(|(i, _)| formats[*i]).collect();
+            let hashes: Vec<Vec<u8>> = reads.iter().map(|(i, _)| hashes[*i].clone()).collect();
             let found: HashMap<(SourceFormat, Vec<u8>), String> = rejected::reassigned(&mut *tx, &formats, &hashes)
                 .await?
                 .into_iter()
@@ -394,9 +405,12 @@ impl Recorder {
                     self.projects.insert(p.code.to_lowercase(), p.id);
                 }
             }
-            for ((i, rejection), (format, hash)) in unknown_project.into_iter().zip(formats.into_iter().zip(hashes)) {
+            for ((i, read), (format, hash)) in reads.into_iter().zip(formats.into_iter().zip(hashes)) {
                 let Some(code) = found.get(&(format, hash)) else {
-                    refused.push((i, rejection));
+                    match read {
+                        Ok(r) => pending.push((i, r)),
+                        Err(rejection) => refused.push((i, rejection)),
+                    }
                     continue;
                 };
                 let mut input = jobs[i].input.clone();

@@ -3211,3 +3211,66 @@ code = "rv2acct"
     assert_eq!(seen[0], want);
     assert_eq!(seen[1], want);
 }
+
+/// A headerless dump imported without `--fields` is kept line by line as
+/// malformed ("name the fields"); imported again with its fields, the jobs
+/// it charges resolve their lines as recorded and the lines it skips (job
+/// steps here; a job not ended or never started likewise) resolve theirs as
+/// skipped: nothing is left open that the advised fix does not clear.
+#[tokio::test]
+async fn a_headerless_dump_read_again_with_its_fields_resolves_every_line() {
+    let db = fixture_db().await;
+    // APEL's real headerless lines: jobs and job steps (`.batch`).
+    let body = std::fs::read_to_string(crate::fixtures::stripped("apel_slurm_sacct_parsable2.log")).unwrap();
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("headerless-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("dump.txt");
+    std::fs::write(&file, &body).unwrap();
+    let f = file.to_str().unwrap();
+    let lines = body.lines().count() as i64;
+    let import = |extra: &[&str]| {
+        let mut args = vec![
+            "import",
+            "--format",
+            "slurm",
+            "--cluster",
+            "apel",
+            "--default-project",
+            "gridpp",
+        ];
+        args.extend_from_slice(extra);
+        args.push(f);
+        db.cli(&args)
+    };
+    let o = import(&[]);
+    assert_eq!(o.status.code(), Some(4), "{}", crate::harness::stderr(&o));
+    assert!(
+        crate::harness::stdout(&o).contains("fields and no header"),
+        "{}",
+        crate::harness::stdout(&o)
+    );
+    let open = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM rejected_record WHERE resolved_at IS NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(open().await, lines, "every line kept");
+    let fields =
+        "JobID,JobName,User,Group,Start,End,Elapsed,CPUTimeRAW,Partition,NCPUS,NNodes,NodeList,MaxRSS,MaxVMSize,State";
+    let out = crate::harness::ok(&import(&["--fields", fields]));
+    assert!(out.contains("rejected:    0"), "{out}");
+    assert_eq!(open().await, 0, "{out}");
+    let resolved: Vec<(String, i64)> =
+        sqlx::query_as("SELECT resolution, count(*) FROM rejected_record GROUP BY resolution ORDER BY resolution")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let skipped = resolved.iter().find(|(r, _)| r == "skipped").map_or(0, |(_, n)| *n);
+    assert!(
+        skipped > 0 && resolved.iter().map(|(_, n)| n).sum::<i64>() == lines,
+        "{resolved:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

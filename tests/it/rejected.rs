@@ -384,5 +384,23 @@ async fn a_mistyped_account_is_reassigned_with_a_reason_and_the_raw_record_kept(
         "{}",
         stdout(&o)
     );
+    // Once an account of that name exists (a new project PAS1243), the
+    // record read again is still the reassigned job: a replay, not a
+    // conflict whose --supersede would leave `audit --deep` failing.
+    let config = dir.join("center.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[[project]]\ncode = \"PAS1243\"\nname = \"New lab\"\npi = \"Dr. New\"\n",
+            crate::harness::EXAMPLE
+        ),
+    )
+    .unwrap();
+    ok(&db.cli(&["config", "apply", config.to_str().unwrap()]));
+    let o = db.cli(&["import", "--format", "jsonl", f]);
+    assert!(stdout(&o).contains("replayed:    1"), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(!stdout(&o).contains("conflict"), "{}", stdout(&o));
+    let o = db.cli(&["audit", "--deep"]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -264,6 +264,7 @@ fn a_record_that_names_no_cluster_or_project_is_rejected_with_the_flag_to_give()
     let e = resolve_job(&JobInput { project: None, ..job() }).unwrap_err();
     assert_eq!(e.kind, RejectKind::UnknownProject);
     assert!(e.reason.contains("give the importer a default project"), "{}", e.reason);
+    assert!(e.reason.contains("--project-from account,group"), "{}", e.reason);
 }
 
 #[test]
