@@ -440,8 +440,17 @@ fn plan_cluster<'c>(
         match queues.get(queue) {
             Some(old) if name_of(*old) == Some(node_type.as_str()) => report.queues.unchanged += 1,
             old => {
-                if old.is_some() {
+                if let Some(old) = old {
                     report.queues.updated += 1;
+                    // The map is not dated: a late record of a job that ran
+                    // before the move is priced on the new node type.
+                    report.notes.push(format!(
+                        "{key}: queue {queue:?} now runs on node type {node_type:?}, not {:?}: a job of that queue \
+                         recorded from now on is priced on {node_type:?}, also one that ran before this change (the \
+                         queue map is not dated); record such a late job with `job record … --node-type {:?}`",
+                        name_of(*old).unwrap_or("?"),
+                        name_of(*old).unwrap_or("?"),
+                    ));
                 } else {
                     report.queues.added += 1;
                 }

@@ -94,13 +94,22 @@ async fn edits_to_unpriced_rules_are_applied() {
     apply_text(&db.pool, EXAMPLE).await.unwrap();
     let edited = EXAMPLE
         .replace("hugemem = \"hugememory\"", "bigmem = \"hugememory\"")
+        .replace("debug = \"regular\"", "debug = \"hugememory\"")
         .replace("core_hour = 0.0160", "core_hour = 0.0170")
         .replace(
             "[[project]]\ncode = \"PDE0001\"",
             "[[project]]\ncode = \"PNEW01\"\nquota = [{ from = 2026-11-01, tb = 1 }]\n\n[[project]]\ncode = \"PDE0001\"",
         );
     let r = apply_text(&db.pool, &edited).await.unwrap();
-    assert_eq!(r.queues, counts(1, 0, 1, 10));
+    assert_eq!(r.queues, counts(1, 1, 1, 9));
+    // A queue moved to another node type says what that does to late records.
+    assert!(
+        r.notes.iter().any(|n| n.contains(
+            "queue \"debug\" now runs on node type \"hugememory\", not \"regular\": a job of that queue recorded from now on"
+        ) && n.contains("--node-type \"regular\"")),
+        "{:?}",
+        r.notes
+    );
     assert_eq!(r.rate_cards, counts(0, 1, 0, 8));
     assert_eq!(r.projects, counts(1, 0, 0, 5));
     assert_eq!(r.quotas, counts(1, 0, 0, 5));
