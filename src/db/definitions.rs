@@ -312,6 +312,7 @@ pub const TRIGGERS: &[(&str, &str, &str, char)] = &[
     ),
     ("revenue_account", "revenue_account_whole", "hl_journal_set_whole", 'A'),
     ("statement", "statement_append_only", "hl_refuse_change", 'A'),
+    ("statement", "statement_header", "hl_statement_header", 'A'),
     ("statement", "statement_no_truncate", "hl_refuse_change", 'A'),
     (
         "storage_charge_segment",

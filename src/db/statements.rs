@@ -16,6 +16,12 @@ pub struct Issued {
     pub total: Decimal,
     pub entry_count: i64,
     pub issued_at: DateTime<Utc>,
+    /// The project's name and PI when it was issued (migration 0069; `None`
+    /// for a statement issued before).
+    #[serde(skip)]
+    pub project_name: Option<String>,
+    #[serde(skip)]
+    pub project_pi: Option<String>,
 }
 
 pub async fn issued(
@@ -25,7 +31,8 @@ pub async fn issued(
 ) -> Result<Vec<(ProjectId, Issued)>, sqlx::Error> {
     let ids: Vec<i64> = projects.iter().map(|p| p.0).collect();
     let rows = sqlx::query!(
-        r#"SELECT project_id AS "project_id: ProjectId", number, total, entry_count, issued_at
+        r#"SELECT project_id AS "project_id: ProjectId", number, total, entry_count, issued_at, project_name,
+                  project_pi
              FROM statement WHERE period = $1 AND project_id = ANY($2)"#,
         period,
         &ids
@@ -42,6 +49,8 @@ pub async fn issued(
                     total: r.total,
                     entry_count: r.entry_count,
                     issued_at: r.issued_at,
+                    project_name: r.project_name,
+                    project_pi: r.project_pi,
                 },
             )
         })

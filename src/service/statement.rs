@@ -289,6 +289,17 @@ async fn statements_in(
                     None => Status::Provisional,
                 },
             };
+            // A final statement reads as it was issued: the project's name
+            // and PI kept with it (migration 0069), not today's.
+            let mut project = headers[id].clone();
+            if let (Some(_), Some(i)) = (&closed, issued.get(id)) {
+                if let Some(name) = &i.project_name {
+                    project.name.clone_from(name);
+                }
+                if let Some(pi) = &i.project_pi {
+                    project.pi.clone_from(pi);
+                }
+            }
             Statement {
                 center: center.name.clone(),
                 // A closed month's currency is the one sealed with it (seal v2).
@@ -297,7 +308,7 @@ async fn statements_in(
                     .and_then(|c| c.currency.clone())
                     .unwrap_or_else(|| center.currency.clone()),
                 month,
-                project: headers[id].clone(),
+                project,
                 status,
                 storage_billing: storage_billing.clone(),
                 compute,

@@ -1405,6 +1405,51 @@ async fn one_months_audit_reads_that_month_and_what_it_points_to() {
     }
 }
 
+/// A final statement reprinted after its project's PI and name changed
+/// reads as it was issued (migration 0069); an open month's shows today's.
+#[tokio::test]
+async fn a_final_statement_keeps_the_name_and_pi_it_was_issued_with() {
+    let db = october().await;
+    ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
+    let dir = std::env::temp_dir().join(format!("hl-header-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("center.toml");
+    let changed = crate::harness::EXAMPLE
+        .replace("Dr. Ada Lovelace", "Dr. Grace Hopper")
+        .replace("Computational Chemistry Lab", "Quantum Chemistry Lab");
+    assert_ne!(changed, crate::harness::EXAMPLE);
+    std::fs::write(&config, changed).unwrap();
+    ok(&db.cli(&["config", "apply", config.to_str().unwrap()]));
+    let header = |month: &str| {
+        let s: serde_json::Value = serde_json::from_str(&ok(&db.cli(&[
+            "statement",
+            "--project",
+            "PAS1234",
+            "--month",
+            month,
+            "--format",
+            "json",
+        ])))
+        .unwrap();
+        (
+            s["project"]["name"].as_str().unwrap_or_default().to_owned(),
+            s["project"]["pi"].as_str().unwrap_or_default().to_owned(),
+            s["number"].is_i64(),
+        )
+    };
+    assert_eq!(
+        header("2026-10"),
+        ("Computational Chemistry Lab".into(), "Dr. Ada Lovelace".into(), true),
+        "the final statement as issued"
+    );
+    assert_eq!(
+        header("2026-11"),
+        ("Quantum Chemistry Lab".into(), "Dr. Grace Hopper".into(), false),
+        "an open month's, as the project is now"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A close whose connection is cut (an administrator's
 /// `pg_terminate_backend`, a restart, a failover) stops saying to run it
 /// again, and run again it closes the month.
