@@ -58,7 +58,8 @@ fn main() -> ExitCode {
             {
                 eprintln!(
                     "  hint: the database connection was lost or the server is restarting; what was done before \
-                     stays done: run the same command again once the database answers"
+                     stays done: run the same command again once the database answers (a correction run with \
+                     --again may have been posted: look first, or give it an --idempotency-key)"
                 );
             }
             ExitCode::FAILURE

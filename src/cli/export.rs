@@ -55,9 +55,23 @@ pub struct JournalArgs {
 }
 
 /// Write `bytes` to `path` as a whole: into a hidden file beside it, synced,
-/// then renamed over it and the directory synced.
+/// then renamed over it and the directory synced. A path that is not a
+/// regular file (`/dev/null`, `/dev/stdout`, a named pipe) is written in
+/// place, never replaced; a symbolic link's target is the file replaced.
 fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
+    let target;
+    let path = match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+            return f.write_all(bytes).and_then(|()| f.flush());
+        }
+        Ok(_) if std::fs::symlink_metadata(path)?.file_type().is_symlink() => {
+            target = std::fs::canonicalize(path)?;
+            target.as_path()
+        }
+        _ => path,
+    };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),

@@ -181,20 +181,20 @@ pub async fn find_runs(
 
 /// An earlier correction like `e`: the same kind, the same corrected entry
 /// (or, for an adjustment, the same project and month, or with
-/// `any_month_today` any month when posted in the last 24 hours: a retried
-/// adjustment whose month was not named posts into another month once a
-/// close or a month's end came in between), the same exact amount and the
-/// same reason; its id, when and by whom.
+/// `any_month_today` an earlier month when posted in the last 24 hours: a
+/// retried adjustment whose month was not named posts into a later month
+/// once a close or a month's end came in between), the same exact amount
+/// and the same reason; its id, when and by whom.
 pub async fn identical(
     conn: &mut PgConnection,
     e: &NewEntry,
     any_month_today: bool,
-) -> Result<Option<(LedgerEntryId, DateTime<Utc>, String)>, sqlx::Error> {
+) -> Result<Option<(LedgerEntryId, DateTime<Utc>, String, NaiveDate)>, sqlx::Error> {
     let row = sqlx::query!(
-        r#"SELECT id AS "id: LedgerEntryId", posted_at, author FROM ledger_entry
+        r#"SELECT id AS "id: LedgerEntryId", posted_at, author, period FROM ledger_entry
             WHERE kind = $1 AND corrects_id IS NOT DISTINCT FROM $2 AND project_id = $3 AND amount_exact = $4
               AND reason IS NOT DISTINCT FROM $5
-              AND ($2 IS NOT NULL OR period = $6 OR ($7 AND posted_at > now() - interval '24 hours'))
+              AND ($2 IS NOT NULL OR period = $6 OR ($7 AND period < $6 AND posted_at > now() - interval '24 hours'))
             ORDER BY id DESC LIMIT 1"#,
         e.kind as EntryKind,
         e.corrects_id.map(|c| c.0),
@@ -206,7 +206,7 @@ pub async fn identical(
     )
     .fetch_optional(&mut *conn)
     .await?;
-    Ok(row.map(|r| (r.id, r.posted_at, r.author)))
+    Ok(row.map(|r| (r.id, r.posted_at, r.author, r.period)))
 }
 
 /// A correction posted with an idempotency key.

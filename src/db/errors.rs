@@ -70,7 +70,8 @@ pub fn is_already_reversed(e: &sqlx::Error) -> bool {
 }
 
 /// What PostgreSQL and sqlx print when a connection is lost or the server
-/// goes away (57P01–57P03, an I/O error, a closed pool): matched in an
+/// goes away (57P01–57P03, an I/O error, a closed pool, no connection in
+/// time): matched in an
 /// error's text where the [`sqlx::Error`] itself is no longer at hand (a
 /// use case's error keeps only its message).
 const LOST: &[&str] = &[
@@ -84,12 +85,12 @@ const LOST: &[&str] = &[
     "attempted to acquire a connection on a closed pool",
 ];
 
-/// Whether an error, or anything that caused it, is the database gone or
-/// busy now rather than a refusal ([`is_transient`]): a command that stops
-/// so is run again as it was.
+/// Whether an error, or anything that caused it, is the database gone
+/// ([`is_connection_error`]; not a timeout, a full disk or a lost race,
+/// which say otherwise): a command that stops so is run again as it was.
 pub fn lost_database<'a>(mut chain: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> bool {
     chain.any(|c| {
-        c.downcast_ref::<sqlx::Error>().is_some_and(is_transient) || {
+        c.downcast_ref::<sqlx::Error>().is_some_and(is_connection_error) || {
             let text = c.to_string();
             LOST.iter().any(|p| text.contains(p))
         }

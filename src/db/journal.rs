@@ -151,7 +151,9 @@ pub struct LineRow {
 pub async fn lines(conn: &mut PgConnection, period: NaiveDate) -> Result<Vec<LineRow>, sqlx::Error> {
     sqlx::query_as!(
         LineRow,
-        r#"SELECT j.statement AS "statement!", p.code AS project, p.name AS project_name, j.side AS "side!",
+        r#"SELECT j.statement AS "statement!", p.code AS project,
+                  -- the name the statement was issued with (migration 0069)
+                  coalesce(s.project_name, p.name) AS "project_name!", j.side AS "side!",
                   j.fund AS "fund!", j.cost_center AS "cost_center!", j.grant_code, j.account AS "account!",
                   j.service, j.share, j.amount AS "amount!", s.total
              FROM hl_journal_lines($1) j

@@ -22,6 +22,16 @@ pub struct NewRejection {
     pub job_key: Option<String>,
 }
 
+/// The position a `file:line` (or `file:jobs[N]`) names, if it names one.
+fn position(source_ref: &str) -> Option<u64> {
+    let (_, tail) = source_ref.rsplit_once(':')?;
+    let n = tail
+        .strip_prefix("jobs[")
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(tail);
+    n.parse().ok()
+}
+
 /// `s` with every NUL replaced by U+FFFD, as the byte policy reads one.
 fn no_nul(s: &str) -> String {
     s.replace('\0', "\u{FFFD}")
@@ -33,6 +43,12 @@ pub async fn upsert(conn: &mut PgConnection, rows: &[NewRejection]) -> Result<()
     if rows.is_empty() {
         return Ok(());
     }
+    // In the order of the lines they were read from (a batch keeps its
+    // malformed lines apart from its refused jobs), so that ids grow with
+    // the lines: by the number ending each `file:line` (`file:jobs[N]`).
+    let mut sorted: Vec<&NewRejection> = rows.iter().collect();
+    sorted.sort_by_key(|r| position(&r.source_ref));
+    let rows = sorted;
     let format: Vec<SourceFormat> = rows.iter().map(|r| r.source_format).collect();
     // PostgreSQL text cannot hold NUL: a job key or reason read from a
     // record's decoded text (`"cluster": "a\u0000b"`) may. The exact bytes

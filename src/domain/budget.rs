@@ -129,12 +129,15 @@ impl Balance {
 
 /// How a pool is named to a reader, among `pools` (a project's): a
 /// cluster's own pool by the cluster; the general pool "every cluster"
-/// when it is the project's only one, else "general (other clusters)": it
-/// pays for no cluster that has a pool of its own (docs/budgets.md).
+/// when it is the project's only one (or the others have not begun), else
+/// "general (other clusters)": it pays for no cluster whose own pool has
+/// begun (docs/budgets.md).
 pub fn pool_label<'a>(pool: &'a Balance, pools: &[Balance]) -> &'a str {
     match &pool.cluster {
         Some(c) => c,
-        None if pools.iter().any(|b| b.cluster.is_some()) => "general (other clusters)",
+        // A cluster's own pool whose grant has not begun yet: that cluster
+        // still draws on the general pool.
+        None if pools.iter().any(|b| b.cluster.is_some() && b.budgeted) => "general (other clusters)",
         None => "every cluster",
     }
 }

@@ -327,11 +327,12 @@ async fn post(
         }
         if !rows.is_empty() && same.len() == rows.len() {
             let ids: Vec<String> = same.iter().map(|(id, ..)| id.to_string()).collect();
-            let (_, at, by) = &same[0];
+            let (_, at, by, period) = &same[0];
             let tz = center_zone(&mut *tx).await?;
             return Err(CorrectError::Refused(format!(
-                "an identical {kind} was posted on {} by {by} (entr{} {}): pass --again to post another, or \
-                 --idempotency-key to make a retried script safe",
+                "an identical {kind} was posted into {} on {} by {by} (entr{} {}): pass --again to post another, \
+                 or --idempotency-key to make a retried script safe",
+                Month::of_date(*period),
                 at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"),
                 if ids.len() == 1 { "y" } else { "ies" },
                 ids.join(", ")

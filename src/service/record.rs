@@ -516,7 +516,11 @@ impl Recorder {
         // then (a replay, a revision), not a second run; a sacct record of
         // a run jobcomp recorded hours off is kept as a conflict.
         let earlier = if readings.any() {
-            self.earlier_readings(&mut *tx, jobs, &pending, catalog, now, readings)
+            let resolved = Resolved {
+                pending: &pending,
+                reassigned: &reassigned,
+            };
+            self.earlier_readings(&mut *tx, jobs, resolved, catalog, now, readings)
                 .await?
         } else {
             Earlier::default()
@@ -681,7 +685,7 @@ impl Recorder {
         &self,
         conn: &mut PgConnection,
         jobs: &[Submission],
-        pending: &[(usize, ResolvedJob)],
+        Resolved { pending, reassigned }: Resolved<'_>,
         catalog: &Catalog,
         now: chrono::DateTime<Utc>,
         readings: jobs::Readings,
@@ -869,6 +873,11 @@ impl Recorder {
                     continue;
                 }
             };
+            // Reassigned to a project: read with it, also once its own
+            // account exists (as the record read now is).
+            if let Some((_, code)) = reassigned.iter().find(|(at, _)| *at == i) {
+                input.project = Some(code.clone());
+            }
             let then = match resolve(&input, catalog, &self.projects, now) {
                 Ok(then) => then,
                 // Its account reassigned to a project (`rejected reassign`):
@@ -919,6 +928,13 @@ impl Recorder {
         }
         Ok(())
     }
+}
+
+/// A batch's jobs as resolved, by position, and those of them reassigned
+/// to a project (`rejected reassign`).
+struct Resolved<'a> {
+    pending: &'a [(usize, ResolvedJob)],
+    reassigned: &'a [(usize, String)],
 }
 
 /// What [`Recorder::earlier_readings`] found: records to read as they were

@@ -235,6 +235,20 @@ async fn a_closed_months_journal_debits_funding_by_share_and_credits_revenue_by_
         (1, lines.len() as i32, true, j["digest"].as_str().unwrap().to_owned()),
         "one export logged (dry runs are not), with the dry run's digest"
     );
+    // A symbolic link stays one: the file it names is the one written.
+    let link = dir.join("latest.csv");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    std::fs::write(&file, "older\n").unwrap();
+    ok(&db.cli(&[
+        "export",
+        "journal",
+        "--month",
+        "2026-10",
+        "--out",
+        link.to_str().unwrap(),
+    ]));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), csv);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

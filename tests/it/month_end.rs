@@ -1533,7 +1533,7 @@ async fn the_same_correction_twice_is_refused_unless_asked_and_a_key_posts_once(
     let o = refund_half(&[]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("an identical refund was posted on ")
+        stderr(&o).contains("an identical refund was posted into ")
             && stderr(&o).contains(&format!("(entry {id}): pass --again to post another")),
         "{}",
         stderr(&o)
@@ -1595,7 +1595,7 @@ async fn the_same_correction_twice_is_refused_unless_asked_and_a_key_posts_once(
         "award credit",
     ]);
     assert!(
-        stderr(&o).contains("an identical adjustment was posted on "),
+        stderr(&o).contains("an identical adjustment was posted into "),
         "{}",
         stderr(&o)
     );
@@ -1624,7 +1624,7 @@ async fn the_same_correction_twice_is_refused_unless_asked_and_a_key_posts_once(
     };
     let o = credit(&[]);
     assert!(
-        stderr(&o).contains("an identical adjustment was posted on "),
+        stderr(&o).contains("an identical adjustment was posted into "),
         "{}",
         stderr(&o)
     );

@@ -404,3 +404,35 @@ async fn a_mistyped_account_is_reassigned_with_a_reason_and_the_raw_record_kept(
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The rejections of one file take their ids in the order of its lines,
+/// whatever each was rejected for (malformed lines are kept apart from
+/// refused jobs while a batch is read).
+#[tokio::test]
+async fn rejection_ids_follow_the_lines_they_were_read_from() {
+    let db = fixture_db().await;
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("order-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mixed.jsonl");
+    let job = |id: &str, project: &str, queue: &str| {
+        format!(
+            r#"{{"cluster":"testclu","job_id":"{id}","project":"{project}","queue":"{queue}","cores":1,"start":"2026-10-01T00:00:00Z","end":"2026-10-01T01:00:00Z"}}"#
+        )
+    };
+    let lines = [
+        job("1", "nobody", "regular"),
+        "garbled".to_owned(),
+        job("3", "pas1234", "nosuchqueue"),
+        "also garbled".to_owned(),
+    ];
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    db.cli(&["import", "--format", "jsonl", file.to_str().unwrap()]);
+    let refs: Vec<String> = sqlx::query_scalar("SELECT source_ref FROM rejected_record ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let lines: Vec<&str> = refs.iter().map(|r| r.rsplit_once(':').unwrap().1).collect();
+    assert_eq!(lines, ["1", "2", "3", "4"], "{refs:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -920,6 +920,12 @@ async fn a_month_billed_twice_a_backdated_entry_rewritten_evidence_and_a_false_e
     // 4. A journal export logged with totals, and a date, of one's choosing.
     ok(&db.cli(&["close", "--through", "2026-10", "--author", "billing"]));
     ok(&db.cli(&["export", "journal", "--month", "2026-10", "--out", "/dev/null"]));
+    // Written into, not replaced by a file (the journal is written beside a
+    // regular file and renamed over it; a device is written in place).
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_char_device(&std::fs::metadata("/dev/null").unwrap().file_type()),
+        "/dev/null is still the device"
+    );
     let e = as_role(
         p,
         "hpc_ledger_billing",
