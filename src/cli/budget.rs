@@ -324,6 +324,14 @@ fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz, general_budgeted: bool) -
         crate::domain::budget::BURN_DAYS,
         match (x.runs_out, x.remaining > Decimal::ZERO) {
             (_, false) => "spent".to_owned(),
+            // Other grants end later: it may run out on them, sooner if what
+            // the first leaves expires unspent.
+            (Some(t), true) if x.next_end.is_some_and(|e| e < t) => format!(
+                "runs out around {} at this rate, or sooner: a grant in force ends first, on {}, and what is left \
+                 of it then expires",
+                local_time(t, tz),
+                x.next_end.map_or(String::new(), |e| local_time(e, tz))
+            ),
             (Some(t), true) => format!("runs out around {}", local_time(t, tz)),
             // It would last past a grant's end: what is left then expires.
             (None, true) if x.drawn_recently > Decimal::ZERO && x.next_end.is_some() => format!(

@@ -79,9 +79,20 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path
         .file_name()
         .map_or_else(|| "journal".into(), |n| n.to_string_lossy());
-    let partial = dir.join(format!(".{name}.partial"));
+    let partial = dir.join(format!(".{name}.{}.partial", std::process::id()));
+    // The file replaced keeps its mode and, where this user may, its owner
+    // (a journal kept 0640 for finance stays so).
+    let before = std::fs::metadata(path).ok();
     let written = (|| {
-        let mut f = std::fs::File::create(&partial)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&partial)?;
+        if let Some(m) = &before {
+            use std::os::unix::fs::MetadataExt as _;
+            f.set_permissions(m.permissions())?;
+            let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&partial, path)?;

@@ -44,6 +44,9 @@ pub struct Sums {
     /// (`None`: none of them ends). What is not spent by then expires with
     /// its grant, so the pool is not said to run out after it.
     pub next_end: Option<DateTime<Utc>>,
+    /// Whether every grant in force ends at `next_end` (none later, none
+    /// open-ended): then nothing is left to run out after it.
+    pub all_end_then: bool,
     /// Whether the pool has an allocation entry that has begun by the
     /// instant: a pool that has had one is budgeted, also when none is in
     /// force any more (then it has nothing left to spend).
@@ -81,7 +84,10 @@ pub struct Balance {
     #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub burn_per_day: Decimal,
     /// When `remaining` runs out at that rate; `None` when nothing is drawn,
-    /// nothing is left, or it would last past `next_end`.
+    /// nothing is left, or it would last past `next_end` when every grant
+    /// in force ends then (with grants that end later it is given: the pool
+    /// may still run out on them, sooner than this if what the first leaves
+    /// expires unspent).
     pub runs_out: Option<DateTime<Utc>>,
     /// The first end of a grant in force (docs/budgets.md: what is not
     /// spent expires with it); `None` when none of them ends.
@@ -102,9 +108,9 @@ impl Balance {
                     .and_then(|s| at.checked_add_signed(TimeDelta::seconds(s)))
             })
             .flatten()
-            // A grant in force ends first: what is left then expires, it is
-            // not run out at this rate.
-            .filter(|t| s.next_end.is_none_or(|end| *t <= end));
+            // Every grant in force ends first: what is left then expires, it
+            // is not run out at this rate.
+            .filter(|t| !s.all_end_then || s.next_end.is_none_or(|end| *t <= end));
         Balance {
             at,
             cluster: None,
@@ -245,6 +251,7 @@ mod tests {
             drawn_recently: recent,
             ever_allocated: true,
             next_end: None,
+            all_end_then: false,
         }
     }
 
@@ -263,9 +270,19 @@ mod tests {
         // expires, the pool does not run out at this rate.
         let ends = |end: &str| Sums {
             next_end: Some(at(end)),
+            all_end_then: true,
             ..sums(dec!(5000), dec!(3500), dec!(100), dec!(900))
         };
         assert_eq!(Balance::new(now, ends("2026-12-01T00:00:00Z")).runs_out, None);
+        // Another grant in force ends later: the pool may run out on it.
+        let first_of_two = Sums {
+            all_end_then: false,
+            ..ends("2026-12-01T00:00:00Z")
+        };
+        assert_eq!(
+            Balance::new(now, first_of_two).runs_out,
+            Some(at("2026-12-17T16:00:00Z"))
+        );
         assert_eq!(
             Balance::new(now, ends("2026-12-17T16:00:00Z")).runs_out,
             Some(at("2026-12-17T16:00:00Z")),
@@ -291,6 +308,7 @@ mod tests {
                 drawn_recently: dec!(3),
                 ever_allocated: false,
                 next_end: None,
+                all_end_then: false,
             },
         );
         assert!(!none.budgeted);
@@ -319,6 +337,7 @@ mod tests {
                 drawn_recently: Decimal::ZERO,
                 ever_allocated: false,
                 next_end: None,
+                all_end_then: false,
             },
         );
         assert!(verdict(&free, dec!(1000), Decimal::ZERO).allowed, "not budgeted");

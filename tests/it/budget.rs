@@ -227,6 +227,39 @@ async fn a_pool_whose_grant_ends_first_does_not_run_out_after_its_end() {
         "{text}"
     );
     assert!(ok(&db.cli(&["balance", "P1", "--at", at])).contains("runs out around 2026-11-24 13:42 UTC"));
+    // Two grants, the first ending on 10 November, the other next year: the
+    // pool may run out on the second (150 - 56 = 94 at 1.87 a day: 50.36
+    // days), sooner if the first's leftover expires; said so.
+    for (amount, until) in [("100.00", "2026-11-10"), ("50.00", "2027-06-01")] {
+        ok(&db.cli(&[
+            "alloc",
+            "grant",
+            "FREE",
+            amount,
+            "--from",
+            "2026-07-01",
+            "--until",
+            until,
+            "--reason",
+            "award",
+        ]));
+    }
+    record(&db, "F-1", "FREE", 28, "2026-10-01T00:00:00Z", 100);
+    record(&db, "F-2", "FREE", 28, "2026-10-20T00:00:00Z", 100);
+    let two = balance(&db, "FREE", at);
+    assert_eq!(
+        (two["runs_out"].as_str(), two["next_end"].as_str()),
+        (Some("2026-12-21T08:34:17Z"), Some("2026-11-10T00:00:00Z")),
+        "{two}"
+    );
+    let text = ok(&db.cli(&["balance", "FREE", "--at", at]));
+    assert!(
+        text.contains(
+            "runs out around 2026-12-21 08:34 UTC at this rate, or sooner: a grant in force ends first, on \
+             2026-11-10 00:00 UTC"
+        ),
+        "{text}"
+    );
     // The list: P1's run-out date and both grants' ends.
     let csv = ok(&db.cli(&["balance", "--all", "--at", at, "--format", "csv"]));
     assert!(

@@ -184,6 +184,9 @@ async fn a_closed_months_journal_debits_funding_by_share_and_credits_revenue_by_
     let file = dir.join("journal.csv");
     // A file there before is replaced whole (written beside it, then renamed).
     std::fs::write(&file, "an older journal\n").unwrap();
+    // ... and keeps its mode (finance's journal is not for every user).
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
     let o = db.cli(&[
         "export",
         "journal",
@@ -199,6 +202,7 @@ async fn a_closed_months_journal_debits_funding_by_share_and_credits_revenue_by_
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["journal.csv"], "nothing left beside it");
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o640);
     // A file that cannot be written is not logged as exported.
     let o = db.cli(&[
         "export",
