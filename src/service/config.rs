@@ -364,7 +364,9 @@ async fn apply_cluster(
     let mut ends = plan.end_cards;
     ends.sort_by_key(End::lengthens);
     for e in ends {
-        reference::set_rate_card_until(tx, e.id, e.new).await?;
+        if let Err(err) = reference::set_rate_card_until(tx, e.id, e.new).await {
+            return Err(end_refused(&e, err));
+        }
     }
     for (node_type, class, card) in plan.insert_cards {
         reference::insert_rate_card(tx, cluster, ids[node_type], class, card).await?;
@@ -528,6 +530,7 @@ fn plan_cluster<'c>(
                 old: row.period.valid_until,
                 new: d.valid_until,
                 id: row.id,
+                what: format!("{key}: the {name} rate card from {}", row.period.valid_from),
             });
             report.rate_cards.updated += 1;
         } else {
@@ -579,6 +582,27 @@ struct End<K> {
     id: K,
     old: Option<DateTime<Utc>>,
     new: Option<DateTime<Utc>>,
+    /// How the file names it ("cluster[0] (\"owens\"): the regular rate
+    /// card from …"), for a refusal.
+    what: String,
+}
+
+/// An end the database refused (a rule that priced a charge ends only
+/// after the last charge it priced), named as the file names the rule,
+/// with what to do; any other error as it is.
+fn end_refused<K>(e: &End<K>, err: sqlx::Error) -> ApplyError {
+    match crate::db::errors::guard_message(&err) {
+        Some(why) => ApplyError::Refused(vec![format!(
+            "{} cannot end {}: it priced charges after that (the database: {why}); a rule that priced a \
+             charge ends only after the last charge it priced: start the rule after it later",
+            e.what,
+            e.new.map_or_else(
+                || "never".to_owned(),
+                |t| format!("at {}", t.format("%Y-%m-%d %H:%M:%S UTC"))
+            )
+        )]),
+        None => ApplyError::Db(err.into()),
+    }
 }
 
 impl<K> End<K> {
@@ -649,6 +673,7 @@ async fn apply_storage_rates(
                 id: r.value.key,
                 old: r.valid_until,
                 new: d.valid_until,
+                what: format!("the storage rate from {}", r.valid_from),
             });
             report.storage_rates.updated += 1;
         } else {
@@ -663,7 +688,9 @@ async fn apply_storage_rates(
     }
     ends.sort_by_key(End::lengthens);
     for e in ends {
-        reference::set_storage_rate_until(tx, e.id, e.new).await?;
+        if let Err(err) = reference::set_storage_rate_until(tx, e.id, e.new).await {
+            return Err(end_refused(&e, err));
+        }
     }
     for (class, d) in reinserts {
         reference::insert_storage_rate(tx, class, d).await?;
@@ -990,6 +1017,7 @@ async fn apply_discounts(
                 id: row.id,
                 old: row.period.valid_until,
                 new: d.period.valid_until,
+                what: describe(row),
             });
             report.discounts.updated += 1;
         } else {
@@ -1006,7 +1034,9 @@ async fn apply_discounts(
     }
     ends.sort_by_key(End::lengthens);
     for e in ends {
-        reference::set_discount_until(tx, e.id, e.new).await?;
+        if let Err(err) = reference::set_discount_until(tx, e.id, e.new).await {
+            return Err(end_refused(&e, err));
+        }
     }
     for (scope, d) in inserts {
         let new = reference::NewDiscount {

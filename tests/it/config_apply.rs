@@ -174,6 +174,14 @@ async fn a_rate_card_that_priced_a_charge_never_changes() {
     let text = EXAMPLE.replace(&format!("{july}\nmemory_per_core = \"4GB\"\n"), &september);
     let p = refusals(apply_text(&db.pool, &text).await);
     assert!(p[0].contains("priced jobs submitted after"), "{p:?}");
+    // Named as the file names the card (not by its id alone), with what to do.
+    assert!(
+        p[0].starts_with(
+            "cluster[0] (\"owens\"): the regular rate card from 2026-07-01 04:00:00 UTC cannot end at \
+             2026-08-01 04:00:00 UTC: it priced charges after that"
+        ) && p[0].ends_with("start the rule after it later"),
+        "{p:?}"
+    );
 
     // Nothing of a refused apply stays, not even its harmless parts.
     let text = text.replace("name = \"Climate Modeling Group\"", "name = \"Renamed\"");
