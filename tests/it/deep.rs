@@ -7,12 +7,13 @@ use crate::fixtures::{fixture_db, import_fixture, stripped};
 use crate::harness::{TestDb, stderr, stdout};
 
 /// Every real record this project keeps, through each way of recording.
-const FIXTURES: [&str; 17] = [
+const FIXTURES: [&str; 18] = [
     "apel_slurm_sacct_parsable2.log",
     "apel_torque_accounting_E.log",
     "hbjobinfo_habrok_sacct_snowman.txt",
     "hnormalise_torque_accounting.log",
     "ncar_pbspro_casper_accounting.log",
+    "ncar_qhist_casper_pbspro_2025.log",
     "safe_cirrus_sacct_parsable.log",
     "safe_fzk_torque_doubled_nodes.log",
     "safe_hector_cray_mppwidth.log",

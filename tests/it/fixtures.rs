@@ -92,7 +92,9 @@ pub fn options(name: &str) -> (Format, ReadOptions) {
         "xdmod_pbs_torque_accounting_E.log" => pbs("edge"),
         "apel_torque_accounting_E.log" => pbs("ral"),
         "hnormalise_torque_accounting.log" => pbs("vsc"),
-        "ncar_pbspro_casper_accounting.log" | "ncar_pbsparse_casper_records.log" => pbs("casper"),
+        "ncar_pbspro_casper_accounting.log"
+        | "ncar_pbsparse_casper_records.log"
+        | "ncar_qhist_casper_pbspro_2025.log" => pbs("casper"),
         "safe_fzk_torque_doubled_nodes.log" => pbs("fzk"),
         "safe_hector_cray_mppwidth.log" | "safe_pbs_no_resource_list.log" => pbs("hector"),
         "safe_oxford_sacct_parsable_allocgres.log" => (

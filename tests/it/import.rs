@@ -46,7 +46,7 @@ fn check(name: &str, s: &Summary, want: Counts) {
 async fn every_real_fixture_imports_with_the_expected_counts() {
     use RejectKind::*;
     use Skip::*;
-    let cases: [(&str, Counts); 18] = [
+    let cases: [(&str, Counts); 19] = [
         // 4 jobs; the last has no partition, 0 nodes, 0 CPUs and an AllocTRES of only `gres/gpu=2`.
         (
             "xdmod_slurm_sacct_parsable2_unit.log",
@@ -233,6 +233,17 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 headers: 0,
                 recorded: 4,
                 skipped: &[(OtherRecord, 2)],
+                rejected: &[],
+            },
+        ),
+        // PBS Pro 2025 (NCAR/qhist): 4 E records and the R record of a rerun
+        // job's first run are charged; 13 Q and S records are skipped.
+        (
+            "ncar_qhist_casper_pbspro_2025.log",
+            Counts {
+                headers: 0,
+                recorded: 5,
+                skipped: &[(OtherRecord, 13)],
                 rejected: &[],
             },
         ),
