@@ -83,11 +83,18 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     // The file replaced keeps its mode and, where this user may, its owner
     // (a journal kept 0640 for finance stays so).
     let before = std::fs::metadata(path).ok();
+    let mut f = match std::fs::OpenOptions::new().write(true).create_new(true).open(&partial) {
+        Ok(f) => f,
+        // A directory this user may not write in, beside a file it may:
+        // the file is written in place, synced, as it was before.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && before.is_some() => {
+            let mut f = std::fs::OpenOptions::new().write(true).truncate(true).open(path)?;
+            f.write_all(bytes)?;
+            return f.sync_all();
+        }
+        Err(e) => return Err(e),
+    };
     let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&partial)?;
         if let Some(m) = &before {
             use std::os::unix::fs::MetadataExt as _;
             f.set_permissions(m.permissions())?;
