@@ -333,10 +333,16 @@ fn balance_text(b: &ProjectBalance, tz: chrono_tz::Tz, general_budgeted: bool) -
                 x.next_end.map_or(String::new(), |e| local_time(e, tz))
             ),
             (Some(t), true) => format!("runs out around {}", local_time(t, tz)),
-            // It would last past a grant's end: what is left then expires.
-            (None, true) if x.drawn_recently > Decimal::ZERO && x.next_end.is_some() => format!(
-                "does not run out before {}, when a grant in force ends (what is left of it then expires)",
-                x.next_end.map_or(String::new(), |t| local_time(t, tz))
+            // It would last past the grants' end: what is left then expires.
+            (None, true) if x.drawn_recently > Decimal::ZERO && x.last_end.is_some() => format!(
+                "does not run out before {}, when {} in force end{} (what is left then expires)",
+                x.last_end.map_or(String::new(), |t| local_time(t, tz)),
+                if x.next_end == x.last_end {
+                    "a grant"
+                } else {
+                    "the grants"
+                },
+                if x.next_end == x.last_end { "s" } else { "" }
             ),
             (None, true) => "nothing drawn lately".to_owned(),
         }

@@ -83,7 +83,17 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     // The file replaced keeps its mode and, where this user may, its owner
     // (a journal kept 0640 for finance stays so).
     let before = std::fs::metadata(path).ok();
-    let mut f = match std::fs::OpenOptions::new().write(true).create_new(true).open(&partial) {
+    let create = || std::fs::OpenOptions::new().write(true).create_new(true).open(&partial);
+    // One left by an export killed before its rename (a container's
+    // process is often the same pid every run): removed, not in the way.
+    let created = match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&partial)?;
+            create()
+        }
+        other => other,
+    };
+    let mut f = match created {
         Ok(f) => f,
         // A directory this user may not write in, beside a file it may:
         // the file is written in place, synced, as it was before.
@@ -98,7 +108,10 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
         if let Some(m) = &before {
             use std::os::unix::fs::MetadataExt as _;
             f.set_permissions(m.permissions())?;
-            let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
+            // Its owner where this user may (root), else at least its group.
+            if std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid())).is_err() {
+                let _ = std::os::unix::fs::fchown(&f, None, Some(m.gid()));
+            }
         }
         f.write_all(bytes)?;
         f.sync_all()?;

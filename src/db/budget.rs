@@ -151,15 +151,14 @@ pub async fn sums(
                       AND a.valid_from <= $2 AND $2 < a.valid_until
                       AND a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id), 0) > 0)
                       AS next_end,
-                  -- and whether they all end then (none open-ended, none later)
-                  coalesce((SELECT bool_and(a.valid_until IS NOT NULL)
-                                   AND max(a.valid_until) IS NOT DISTINCT FROM min(a.valid_until)
+                  -- and the last (none when one of them never ends)
+                  (SELECT CASE WHEN bool_or(a.valid_until IS NULL) THEN NULL ELSE max(a.valid_until) END
                               FROM allocation a
                              WHERE a.project_id = $1 AND a.cluster_id IS NOT DISTINCT FROM $4
                                AND a.kind IN ('grant', 'transfer_in')
                                AND a.valid_from <= $2 AND (a.valid_until IS NULL OR $2 < a.valid_until)
                                AND a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id),
-                                                       0) > 0), false) AS "all_end_then!"
+                                                       0) > 0) AS last_end
              FROM hl_pool_balance($1, $4, $2) b, center c"#,
         project as ProjectId,
         at,
@@ -176,7 +175,7 @@ pub async fn sums(
         drawn_recently: r.recent,
         ever_allocated: r.ever,
         next_end: r.next_end,
-        all_end_then: r.all_end_then,
+        last_end: r.last_end,
     })
 }
 

@@ -44,9 +44,9 @@ pub struct Sums {
     /// (`None`: none of them ends). What is not spent by then expires with
     /// its grant, so the pool is not said to run out after it.
     pub next_end: Option<DateTime<Utc>>,
-    /// Whether every grant in force ends at `next_end` (none later, none
-    /// open-ended): then nothing is left to run out after it.
-    pub all_end_then: bool,
+    /// The last end of the pool's grants in force (`None`: one of them
+    /// never ends): nothing is left to run out after it.
+    pub last_end: Option<DateTime<Utc>>,
     /// Whether the pool has an allocation entry that has begun by the
     /// instant: a pool that has had one is budgeted, also when none is in
     /// force any more (then it has nothing left to spend).
@@ -84,15 +84,18 @@ pub struct Balance {
     #[serde(serialize_with = "crate::domain::units::cents_str")]
     pub burn_per_day: Decimal,
     /// When `remaining` runs out at that rate; `None` when nothing is drawn,
-    /// nothing is left, or it would last past `next_end` when every grant
-    /// in force ends then (with grants that end later it is given: the pool
-    /// may still run out on them, sooner than this if what the first leaves
+    /// nothing is left, or it would last past `last_end` (after
+    /// `next_end` and before that, it is given: the pool may run out on the
+    /// grants that end later, sooner than this if what the first leaves
     /// expires unspent).
     pub runs_out: Option<DateTime<Utc>>,
     /// The first end of a grant in force (docs/budgets.md: what is not
     /// spent expires with it); `None` when none of them ends.
     #[serde(default)]
     pub next_end: Option<DateTime<Utc>>,
+    /// The last end of the grants in force; `None` when one never ends.
+    #[serde(default)]
+    pub last_end: Option<DateTime<Utc>>,
 }
 
 impl Balance {
@@ -110,7 +113,7 @@ impl Balance {
             .flatten()
             // Every grant in force ends first: what is left then expires, it
             // is not run out at this rate.
-            .filter(|t| !s.all_end_then || s.next_end.is_none_or(|end| *t <= end));
+            .filter(|t| s.last_end.is_none_or(|end| *t <= end));
         Balance {
             at,
             cluster: None,
@@ -129,6 +132,7 @@ impl Balance {
             burn_per_day: round_money(burn),
             runs_out,
             next_end: s.next_end,
+            last_end: s.last_end,
         }
     }
 }
@@ -251,7 +255,7 @@ mod tests {
             drawn_recently: recent,
             ever_allocated: true,
             next_end: None,
-            all_end_then: false,
+            last_end: None,
         }
     }
 
@@ -270,19 +274,27 @@ mod tests {
         // expires, the pool does not run out at this rate.
         let ends = |end: &str| Sums {
             next_end: Some(at(end)),
-            all_end_then: true,
+            last_end: Some(at(end)),
             ..sums(dec!(5000), dec!(3500), dec!(100), dec!(900))
         };
         assert_eq!(Balance::new(now, ends("2026-12-01T00:00:00Z")).runs_out, None);
-        // Another grant in force ends later: the pool may run out on it.
-        let first_of_two = Sums {
-            all_end_then: false,
+        // Another grant in force ends later (or never): the pool may run out
+        // on it; not after the last end.
+        for last in [Some(at("2027-01-01T00:00:00Z")), None] {
+            let first_of_two = Sums {
+                last_end: last,
+                ..ends("2026-12-01T00:00:00Z")
+            };
+            assert_eq!(
+                Balance::new(now, first_of_two).runs_out,
+                Some(at("2026-12-17T16:00:00Z"))
+            );
+        }
+        let both_end_first = Sums {
+            last_end: Some(at("2026-12-10T00:00:00Z")),
             ..ends("2026-12-01T00:00:00Z")
         };
-        assert_eq!(
-            Balance::new(now, first_of_two).runs_out,
-            Some(at("2026-12-17T16:00:00Z"))
-        );
+        assert_eq!(Balance::new(now, both_end_first).runs_out, None);
         assert_eq!(
             Balance::new(now, ends("2026-12-17T16:00:00Z")).runs_out,
             Some(at("2026-12-17T16:00:00Z")),
@@ -308,7 +320,7 @@ mod tests {
                 drawn_recently: dec!(3),
                 ever_allocated: false,
                 next_end: None,
-                all_end_then: false,
+                last_end: None,
             },
         );
         assert!(!none.budgeted);
@@ -337,7 +349,7 @@ mod tests {
                 drawn_recently: Decimal::ZERO,
                 ever_allocated: false,
                 next_end: None,
-                all_end_then: false,
+                last_end: None,
             },
         );
         assert!(verdict(&free, dec!(1000), Decimal::ZERO).allowed, "not budgeted");

@@ -592,6 +592,12 @@ struct End<K> {
 /// with what to do; any other error as it is.
 fn end_refused<K>(e: &End<K>, err: sqlx::Error) -> ApplyError {
     match crate::db::errors::guard_message(&err) {
+        // Only the refusal to end before what a rule priced (migrations
+        // 0002, 0026, 0037: "… it cannot end before them"); any other as
+        // the database says it.
+        Some(why) if !why.contains("it cannot end before them") => {
+            ApplyError::Refused(vec![format!("{}: {why}", e.what)])
+        }
         Some(why) => ApplyError::Refused(vec![format!(
             "{} cannot end {}: it priced charges after that (the database: {why}); a rule that priced a \
              charge ends only after the last charge it priced: start the rule after it later",
