@@ -142,24 +142,20 @@ pub async fn sums(
                                 hl_day_end(((($2 + interval '1 microsecond') AT TIME ZONE c.time_zone)::date - 1), c.time_zone)
                                     - interval '1 microsecond')
                       AS "recent!",
-                  b.begun AS "ever!",
-                  -- the first end of the pool's grants in force (with something left of them), as
-                  -- hl_pool_balance finds their start: what is not spent by then expires
-                  (SELECT min(a.valid_until) FROM allocation a
-                    WHERE a.project_id = $1 AND a.cluster_id IS NOT DISTINCT FROM $4
-                      AND a.kind IN ('grant', 'transfer_in')
-                      AND a.valid_from <= $2 AND $2 < a.valid_until
-                      AND a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id), 0) > 0)
-                      AS next_end,
-                  -- and the last (none when one of them never ends)
-                  (SELECT CASE WHEN bool_or(a.valid_until IS NULL) THEN NULL ELSE max(a.valid_until) END
-                              FROM allocation a
-                             WHERE a.project_id = $1 AND a.cluster_id IS NOT DISTINCT FROM $4
-                               AND a.kind IN ('grant', 'transfer_in')
-                               AND a.valid_from <= $2 AND (a.valid_until IS NULL OR $2 < a.valid_until)
-                               AND a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id),
-                                                       0) > 0) AS last_end
-             FROM hl_pool_balance($1, $4, $2) b, center c"#,
+                  b.begun AS "ever!", g.next_end, g.last_end
+             FROM hl_pool_balance($1, $4, $2) b, center c,
+                  -- the pool's grants in force (with something left of them, as hl_pool_balance finds
+                  -- their start): the first end (what is not spent by then expires) and the last (none
+                  -- when one of them never ends)
+                  LATERAL (SELECT min(a.valid_until) AS next_end,
+                                  CASE WHEN bool_or(a.valid_until IS NULL) THEN NULL ELSE max(a.valid_until) END
+                                      AS last_end
+                             FROM allocation a
+                            WHERE a.project_id = $1 AND a.cluster_id IS NOT DISTINCT FROM $4
+                              AND a.kind IN ('grant', 'transfer_in')
+                              AND a.valid_from <= $2 AND (a.valid_until IS NULL OR $2 < a.valid_until)
+                              AND a.amount + coalesce((SELECT sum(t.amount) FROM allocation t WHERE t.grant_id = a.id),
+                                                      0) > 0) g"#,
         project as ProjectId,
         at,
         crate::domain::budget::BURN_DAYS as i32,
