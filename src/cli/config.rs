@@ -126,7 +126,7 @@ pub fn render(s: &InForce) -> String {
                 let queues: Vec<&str> = cl
                     .queues
                     .iter()
-                    .filter(|(_, nt)| **nt == t.name)
+                    .filter(|(q, _)| crate::domain::rules::queue_node_type(&cl.queues, q, s.at) == Some(&t.name))
                     .map(|(q, _)| q.as_str())
                     .collect();
                 match card {

@@ -13,7 +13,7 @@ use crate::domain::catalog::{
     CardRow, Catalog, CenterInfo, ClassChange, ClusterInfo, DiscountRow, DiscountScope, NodeTypeInfo, RateClass,
 };
 use crate::domain::pricing::RateCard;
-use crate::domain::rules::{Dated, Scheduler};
+use crate::domain::rules::{Dated, QueueMap, Scheduler};
 use crate::domain::storage::{QuotaChange, StoragePrice};
 use crate::domain::units::Bytes;
 use crate::ids::{ClusterId, DiscountId, NodeTypeId, ProjectId, RateCardId, RateClassId, StorageRateId};
@@ -151,9 +151,10 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
     .fetch_all(&mut *conn)
     .await?;
     let queues = sqlx::query!(
-        "SELECT q.cluster_id, q.queue, n.name AS node_type
-           FROM queue_map q JOIN node_type n ON n.id = q.node_type_id
-          ORDER BY q.cluster_id, q.queue"
+        r#"SELECT q.cluster_id, q.queue, n.name AS node_type,
+                  nullif(q.valid_from, '-infinity') AS valid_from, q.valid_until
+             FROM queue_map q JOIN node_type n ON n.id = q.node_type_id
+            ORDER BY q.cluster_id, q.queue, q.valid_from"#
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -186,8 +187,14 @@ pub async fn load_catalog(conn: &mut PgConnection) -> Result<Catalog, sqlx::Erro
             queues: queues
                 .iter()
                 .filter(|q| q.cluster_id == c.id)
-                .map(|q| (q.queue.clone(), q.node_type.clone()))
-                .collect(),
+                .fold(QueueMap::new(), |mut map, q| {
+                    map.entry(q.queue.clone()).or_default().push(Dated {
+                        valid_from: q.valid_from.unwrap_or(DateTime::<Utc>::MIN_UTC),
+                        valid_until: q.valid_until,
+                        value: q.node_type.clone(),
+                    });
+                    map
+                }),
             rate_cards: cards
                 .iter()
                 .filter(|(cid, _)| *cid == id)
@@ -502,13 +509,15 @@ pub async fn upsert_node_type(
     .await
 }
 
-/// The queue map of a cluster: queue -> node type id.
+/// The queue map of a cluster in force now: queue -> node type id. A queue
+/// that left the map is not in it.
 pub async fn load_queue_map(
     conn: &mut PgConnection,
     cluster: ClusterId,
 ) -> Result<BTreeMap<String, NodeTypeId>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT queue, node_type_id AS "node_type_id: NodeTypeId" FROM queue_map WHERE cluster_id = $1"#,
+        r#"SELECT queue, node_type_id AS "node_type_id: NodeTypeId" FROM queue_map
+            WHERE cluster_id = $1 AND valid_until IS NULL"#,
         cluster as ClusterId
     )
     .fetch_all(&mut *conn)
@@ -516,29 +525,54 @@ pub async fn load_queue_map(
     Ok(rows.into_iter().map(|r| (r.queue, r.node_type_id)).collect())
 }
 
-pub async fn set_queue(
+/// The instant a configuration change takes effect: read once the rules
+/// lock is held ([`super::lock_rules`]), so every job priced by the rules
+/// before it was recorded, and priced at an instant, before it.
+pub async fn change_instant(conn: &mut PgConnection) -> Result<DateTime<Utc>, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT clock_timestamp() AS "now!""#)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// Map a queue to a node type from `at` on (docs/rules.md D4): the mapping in
+/// force ends at `at`. A queue never mapped before is mapped from -infinity,
+/// so its late records, refused as an unknown queue, price once it is.
+pub async fn map_queue(
     conn: &mut PgConnection,
     cluster: ClusterId,
     queue: &str,
     node_type: NodeTypeId,
+    at: DateTime<Utc>,
 ) -> Result<(), sqlx::Error> {
+    end_queue(&mut *conn, cluster, queue, at).await?;
     sqlx::query!(
-        "INSERT INTO queue_map (cluster_id, queue, node_type_id) VALUES ($1, $2, $3)
-         ON CONFLICT (cluster_id, queue) DO UPDATE SET node_type_id = EXCLUDED.node_type_id",
+        "INSERT INTO queue_map (cluster_id, queue, node_type_id, valid_from)
+         SELECT $1, $2, $3,
+                CASE WHEN EXISTS (SELECT 1 FROM queue_map WHERE cluster_id = $1 AND queue = $2)
+                     THEN $4::timestamptz ELSE '-infinity'::timestamptz END",
         cluster as ClusterId,
         queue,
-        node_type as NodeTypeId
+        node_type as NodeTypeId,
+        at
     )
     .execute(&mut *conn)
     .await?;
     Ok(())
 }
 
-pub async fn remove_queue(conn: &mut PgConnection, cluster: ClusterId, queue: &str) -> Result<(), sqlx::Error> {
+/// End a queue's mapping in force at `at` (a job priced later through it is
+/// an unknown queue's); the mappings before stay for the jobs before.
+pub async fn end_queue(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+    queue: &str,
+    at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "DELETE FROM queue_map WHERE cluster_id = $1 AND queue = $2",
+        "UPDATE queue_map SET valid_until = $3 WHERE cluster_id = $1 AND queue = $2 AND valid_until IS NULL",
         cluster as ClusterId,
-        queue
+        queue,
+        at
     )
     .execute(&mut *conn)
     .await?;

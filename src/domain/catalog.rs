@@ -2,7 +2,7 @@
 //! cards and storage rates, rate classes, the projects' class history and
 //! discounts. Loaded once, consulted per job without I/O.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -10,7 +10,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 
 use super::pricing::RateCard;
-use super::rules::{Dated, NodeTypeError, Scheduler, resolve_node_type};
+use super::rules::{Dated, NodeTypeError, QueueMap, Scheduler, resolve_node_type};
 use super::storage::StoragePrice;
 use super::units::Bytes;
 use crate::ids::{ClusterId, DiscountId, NodeTypeId, ProjectId, RateCardId, RateClassId, StorageRateId};
@@ -56,9 +56,32 @@ pub struct ClusterInfo {
     #[serde(serialize_with = "opt_tz_name")]
     pub time_zone: Option<Tz>,
     pub node_types: Vec<NodeTypeInfo>,
-    /// Queue/partition -> node type name.
-    pub queues: BTreeMap<String, String>,
+    /// Queue/partition -> node type name, dated (docs/rules.md D4).
+    #[serde(serialize_with = "queue_rows")]
+    pub queues: QueueMap,
     pub rate_cards: Vec<CardRow>,
+}
+
+/// Each queue's mappings as `{node_type, from, until}`, `from` null for
+/// the beginning of time (a queue's first mapping).
+fn queue_rows<S: serde::Serializer>(map: &QueueMap, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Row<'a> {
+        node_type: &'a str,
+        from: Option<DateTime<Utc>>,
+        until: Option<DateTime<Utc>>,
+    }
+    s.collect_map(map.iter().map(|(queue, rows)| {
+        let rows: Vec<Row> = rows
+            .iter()
+            .map(|d| Row {
+                node_type: &d.value,
+                from: (d.valid_from != DateTime::<Utc>::MIN_UTC).then_some(d.valid_from),
+                until: d.valid_until,
+            })
+            .collect();
+        (queue, rows)
+    }))
 }
 
 fn opt_tz_name<S: serde::Serializer>(tz: &Option<Tz>, s: S) -> Result<S::Ok, S::Error> {
@@ -73,15 +96,16 @@ impl ClusterInfo {
         self.node_types.iter().find(|t| t.name == name)
     }
 
-    /// The node type of a job (docs/rules.md D4).
+    /// The node type of a job priced at `at` (docs/rules.md D4).
     pub fn resolve_node_type(
         &self,
         queue: Option<&str>,
         explicit: Option<&str>,
         gpus: u32,
+        at: DateTime<Utc>,
     ) -> Result<&NodeTypeInfo, NodeTypeError> {
         let names: Vec<&str> = self.node_types.iter().map(|t| t.name.as_str()).collect();
-        let name = resolve_node_type(&self.name, &self.queues, &names, queue, explicit, gpus)?;
+        let name = resolve_node_type(&self.name, &self.queues, &names, queue, explicit, gpus, at)?;
         Ok(self.node_type(name).expect("resolved names are known"))
     }
 

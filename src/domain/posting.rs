@@ -542,21 +542,24 @@ fn resolve_priced(
     let Some(&project_id) = projects.get(&code.to_lowercase()) else {
         return reject(RejectKind::UnknownProject, format!("unknown project {code:?}"));
     };
+    let priced_from = run_submitted_at.unwrap_or(submitted_at);
+    let at = pricing_instant(priced_from, started_at);
     let node_type = cluster
         .resolve_node_type(
             input.queue.as_deref(),
             input.node_type.as_deref(),
             input.gpus.unwrap_or(0),
+            at,
         )
         .map_err(|e| Rejection {
             kind: match e {
-                NodeTypeError::UnknownQueue { .. } | NodeTypeError::Missing => RejectKind::UnknownQueue,
+                NodeTypeError::UnknownQueue { .. } | NodeTypeError::QueueEnded { .. } | NodeTypeError::Missing => {
+                    RejectKind::UnknownQueue
+                }
                 NodeTypeError::UnknownNodeType { .. } => RejectKind::Invalid,
             },
             reason: e.to_string(),
         })?;
-    let priced_from = run_submitted_at.unwrap_or(submitted_at);
-    let at = pricing_instant(priced_from, started_at);
     let class = catalog.class_of(project_id, at);
     let Some(card) = cluster.rate_card(node_type.id, class, at) else {
         return reject(

@@ -77,23 +77,48 @@ pub enum NodeTypeError {
         queue: String,
         hint: String,
     },
+    #[error(
+        "queue {queue:?} on cluster {cluster} left the queue map at {ended}, before the job's pricing instant {at}: \
+         record the job with its node type (`--node-type`, a JSON line's `node_type`), or map the queue again in the \
+         center configuration for jobs from then on"
+    )]
+    QueueEnded {
+        cluster: String,
+        queue: String,
+        ended: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
     #[error("unknown node type {node_type:?} on cluster {cluster}")]
     UnknownNodeType { cluster: String, node_type: String },
     #[error("the job names neither a queue nor a node type")]
     Missing,
 }
 
+/// A cluster's queue map: each queue's node type names, dated (docs/rules.md
+/// D4), oldest first; no two of one queue in force at one instant.
+pub type QueueMap = BTreeMap<String, Vec<Dated<String>>>;
+
+/// The node type a queue runs on at `t`, if it is mapped then.
+pub fn queue_node_type<'a>(queue_map: &'a QueueMap, queue: &str, t: DateTime<Utc>) -> Option<&'a str> {
+    queue_map
+        .get(queue)
+        .and_then(|rows| in_force_at(rows, t))
+        .map(|d| d.value.as_str())
+}
+
 /// Decide a job's node type (docs/rules.md D4): an explicit node type wins; else its
-/// queue through the cluster's mapping; a GPU job whose queue has no mapping
-/// (or that names no queue) is a `gpu` job if the cluster has that type. An
-/// unknown queue is an error, never a silent default.
+/// queue through the cluster's mapping in force at the job's pricing instant
+/// `at`; a GPU job whose queue has no mapping then (or that names no queue) is
+/// a `gpu` job if the cluster has that type. An unknown queue is an error,
+/// never a silent default.
 pub fn resolve_node_type<'a>(
     cluster: &str,
-    queue_map: &'a BTreeMap<String, String>,
+    queue_map: &'a QueueMap,
     node_types: &[&'a str],
     queue: Option<&str>,
     explicit: Option<&'a str>,
     gpus: u32,
+    at: DateTime<Utc>,
 ) -> Result<&'a str, NodeTypeError> {
     let known = |name: &str| node_types.iter().copied().find(|t| *t == name);
     if let Some(t) = explicit {
@@ -102,21 +127,31 @@ pub fn resolve_node_type<'a>(
             node_type: t.to_owned(),
         });
     }
-    if let Some(t) = queue.and_then(|q| queue_map.get(q)) {
-        return Ok(t.as_str());
+    if let Some(t) = queue.and_then(|q| queue_node_type(queue_map, q, at)) {
+        return Ok(t);
     }
     if gpus > 0
         && let Some(t) = known(GPU_NODE_TYPE)
     {
         return Ok(t);
     }
-    match queue {
-        Some(q) => Err(NodeTypeError::UnknownQueue {
+    // A queue mapped once, but not at `at`: it left the map before the job.
+    let ended = queue
+        .and_then(|q| queue_map.get(q))
+        .and_then(|rows| rows.iter().filter_map(|d| d.valid_until).filter(|u| *u <= at).max());
+    match (queue, ended) {
+        (Some(q), Some(ended)) => Err(NodeTypeError::QueueEnded {
+            cluster: cluster.to_owned(),
+            queue: q.to_owned(),
+            ended,
+            at,
+        }),
+        (Some(q), None) => Err(NodeTypeError::UnknownQueue {
             cluster: cluster.to_owned(),
             queue: q.to_owned(),
             hint: crate::domain::names::did_you_mean(q, queue_map.keys().map(String::as_str)),
         }),
-        None => Err(NodeTypeError::Missing),
+        (None, _) => Err(NodeTypeError::Missing),
     }
 }
 
@@ -168,14 +203,23 @@ mod tests {
         assert!(b.overlaps(&c));
     }
 
+    fn always(t: &str) -> Vec<Dated<String>> {
+        vec![Dated {
+            valid_from: DateTime::<Utc>::MIN_UTC,
+            valid_until: None,
+            value: t.to_owned(),
+        }]
+    }
+
     #[test]
     fn node_type_comes_from_explicit_type_then_queue_then_gpus() {
-        let map: BTreeMap<String, String> = [("batch", "regular"), ("bigmem", "hugememory")]
+        let map: QueueMap = [("batch", "regular"), ("bigmem", "hugememory")]
             .into_iter()
-            .map(|(q, t)| (q.to_owned(), t.to_owned()))
+            .map(|(q, t)| (q.to_owned(), always(t)))
             .collect();
         let types = ["regular", "hugememory", "gpu"];
-        let resolve = |queue, explicit, gpus| resolve_node_type("c1", &map, &types, queue, explicit, gpus);
+        let t = at("2026-03-01T00:00:00Z");
+        let resolve = |queue, explicit, gpus| resolve_node_type("c1", &map, &types, queue, explicit, gpus, t);
         assert_eq!(resolve(Some("batch"), None, 0), Ok("regular"));
         assert_eq!(resolve(Some("bigmem"), None, 0), Ok("hugememory"));
         assert_eq!(resolve(Some("batch"), Some("gpu"), 0), Ok("gpu"));
@@ -206,8 +250,48 @@ mod tests {
         let map = BTreeMap::new();
         let types = ["regular"];
         assert!(matches!(
-            resolve_node_type("c1", &map, &types, Some("x"), None, 4),
+            resolve_node_type("c1", &map, &types, Some("x"), None, 4, at("2026-03-01T00:00:00Z")),
             Err(NodeTypeError::UnknownQueue { .. })
         ));
+    }
+
+    #[test]
+    fn a_queue_is_read_through_the_mapping_in_force_at_the_pricing_instant() {
+        // `batch` ran on regular nodes until 2026-06-01, on hugememory
+        // from then until 2026-09-01, and left the map then.
+        let moved = at("2026-06-01T00:00:00Z");
+        let removed = at("2026-09-01T00:00:00Z");
+        let mut rows = always("regular");
+        rows[0].valid_until = Some(moved);
+        rows.push(Dated {
+            valid_from: moved,
+            valid_until: Some(removed),
+            value: "hugememory".to_owned(),
+        });
+        let map: QueueMap = [("batch".to_owned(), rows)].into_iter().collect();
+        let types = ["regular", "hugememory", "gpu"];
+        let resolve = |t: &str, gpus| resolve_node_type("c1", &map, &types, Some("batch"), None, gpus, at(t));
+        assert_eq!(resolve("2026-05-31T23:59:59Z", 0), Ok("regular"));
+        assert_eq!(resolve("2026-06-01T00:00:00Z", 0), Ok("hugememory"));
+        assert_eq!(resolve("2026-08-31T23:59:59Z", 0), Ok("hugememory"));
+        assert_eq!(
+            resolve("2026-09-01T00:00:00Z", 0),
+            Err(NodeTypeError::QueueEnded {
+                cluster: "c1".into(),
+                queue: "batch".into(),
+                ended: removed,
+                at: removed,
+            })
+        );
+        assert_eq!(
+            resolve("2026-10-01T00:00:00Z", 2),
+            Ok("gpu"),
+            "a GPU job of a queue out of the map is a gpu job, as an unmapped one"
+        );
+        assert_eq!(
+            queue_node_type(&map, "batch", at("2026-01-01T00:00:00Z")),
+            Some("regular")
+        );
+        assert_eq!(queue_node_type(&map, "batch", removed), None);
     }
 }

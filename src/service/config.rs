@@ -351,11 +351,16 @@ async fn apply_cluster(
         let id = reference::upsert_node_type(tx, cluster, &n.name, cores, gpus, memory, &n.description).await?;
         ids.insert(n.name.as_str(), id);
     }
-    for (queue, node_type) in plan.set_queues {
-        reference::set_queue(tx, cluster, queue, ids[node_type]).await?;
-    }
-    for queue in plan.remove_queues {
-        reference::remove_queue(tx, cluster, &queue).await?;
+    // A queue moved or removed changes from this instant on (docs/rules.md
+    // D4): the jobs priced before keep the node type they were priced on.
+    if !plan.set_queues.is_empty() || !plan.remove_queues.is_empty() {
+        let at = reference::change_instant(tx).await?;
+        for (queue, node_type) in plan.set_queues {
+            reference::map_queue(tx, cluster, queue, ids[node_type], at).await?;
+        }
+        for queue in plan.remove_queues {
+            reference::end_queue(tx, cluster, &queue, at).await?;
+        }
     }
     for id in plan.delete_cards {
         reference::delete_rate_card(tx, id).await?;
@@ -444,12 +449,9 @@ fn plan_cluster<'c>(
             old => {
                 if let Some(old) = old {
                     report.queues.updated += 1;
-                    // The map is not dated: a late record of a job that ran
-                    // before the move is priced on the new node type.
                     report.notes.push(format!(
-                        "{key}: queue {queue:?} now runs on node type {node_type:?}, not {:?}: a job of that queue \
-                         recorded from now on is priced on {node_type:?}, also one that ran before this change (the \
-                         queue map is not dated); record such a late job with `job record … --node-type {:?}`",
+                        "{key}: queue {queue:?} runs on node type {node_type:?} from now on, not {:?}: a job of that \
+                         queue submitted before now stays priced on {:?}, also when its record comes later",
                         name_of(*old).unwrap_or("?"),
                         name_of(*old).unwrap_or("?"),
                     ));
@@ -463,6 +465,11 @@ fn plan_cluster<'c>(
     for queue in queues.keys().filter(|q| !c.queues.contains_key(*q)) {
         plan.remove_queues.push(queue.clone());
         report.queues.removed += 1;
+        report.notes.push(format!(
+            "{key}: queue {queue:?} leaves the queue map from now on: a job of it submitted before now is still \
+             priced on {:?}, a later one is refused as an unknown queue",
+            queues.get(queue).and_then(|id| name_of(*id)).unwrap_or("?"),
+        ));
     }
 
     // Rate cards, matched by node type, class and start.
@@ -1073,6 +1080,10 @@ pub async fn show(pool: &PgPool, at: DateTime<Utc>) -> Result<InForce, DbError> 
     let mut catalog = reference::load_catalog(&mut conn).await?;
     for c in &mut catalog.clusters {
         c.rate_cards.retain(|r| r.period.in_force_at(at));
+        for rows in c.queues.values_mut() {
+            rows.retain(|q| q.in_force_at(at));
+        }
+        c.queues.retain(|_, rows| !rows.is_empty());
     }
     catalog.storage_rates.retain(|r| r.in_force_at(at));
     catalog.discounts.retain(|d| d.period.in_force_at(at));

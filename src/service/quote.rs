@@ -187,7 +187,7 @@ pub async fn quote_in(
     let asks_for_gpus = match request.gpus {
         GpuSpec::Total(g) | GpuSpec::PerNode(g) => g,
     };
-    let node_type = cluster.resolve_node_type(q.queue.as_deref(), q.node_type.as_deref(), asks_for_gpus)?;
+    let node_type = cluster.resolve_node_type(q.queue.as_deref(), q.node_type.as_deref(), asks_for_gpus, q.at)?;
     let (project, class) = match (&q.project, &q.class) {
         (Some(_), Some(_)) => return Err(QuoteError::ProjectAndClass),
         (Some(code), None) => {

@@ -105,8 +105,9 @@ async fn edits_to_unpriced_rules_are_applied() {
     // A queue moved to another node type says what that does to late records.
     assert!(
         r.notes.iter().any(|n| n.contains(
-            "queue \"debug\" now runs on node type \"hugememory\", not \"regular\": a job of that queue recorded from now on"
-        ) && n.contains("--node-type \"regular\"")),
+            "queue \"debug\" runs on node type \"hugememory\" from now on, not \"regular\": a job of that queue \
+             submitted before now stays priced on \"regular\", also when its record comes later"
+        )),
         "{:?}",
         r.notes
     );
@@ -385,4 +386,171 @@ async fn a_code_the_database_lowers_otherwise_is_refused() {
         .await
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The queue map is dated (docs/rules.md D4): a queue moved to another node
+/// type, or taken out of the file, changes from the apply on; a late record
+/// of a job submitted before is priced as the map stood then.
+#[tokio::test]
+async fn a_queue_moved_or_removed_changes_only_for_jobs_after_the_apply() {
+    let db = TestDb::with_example().await;
+    let record = |job: &str, queue: &str, day: u32| {
+        let json = format!(
+            r#"{{"cluster":"owens","job_id":"{job}","project":"PZS0708","queue":"{queue}","cores":1,"start":"2026-10-{day}T08:00:00-04:00","end":"2026-10-{day}T18:00:00-04:00"}}"#
+        );
+        let o = crate::harness::cli_with_env(
+            &["job", "record", "--json", "--format", "json"],
+            &[("DATABASE_URL", &db.url)],
+            Some(&json),
+        );
+        let v: serde_json::Value = serde_json::from_str(&crate::harness::ok(&o)).unwrap();
+        assert_eq!(v["outcome"], "recorded", "{v}");
+        v["amount"].as_str().unwrap().to_owned()
+    };
+    let node_type_of = |job: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT n.name FROM job_record r JOIN job j ON j.id = r.job_id JOIN node_type n ON n.id = r.node_type_id
+                  WHERE j.scheduler_job_id = $1",
+            )
+            .bind(job)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // 10 core-hours on a regular node at 0.0120.
+    assert_eq!(record("7001", "debug", 20), "0.12");
+
+    // debug moves to the 48-core hugememory nodes; serial leaves the map.
+    let moved = EXAMPLE
+        .replace("debug = \"regular\"", "debug = \"hugememory\"")
+        .replace("serial = \"regular\"\n", "");
+    let r = apply_text(&db.pool, &moved).await.unwrap();
+    assert_eq!(r.queues, counts(0, 1, 1, 9));
+    assert!(
+        r.notes.iter().any(|n| n.contains(
+            "queue \"debug\" runs on node type \"hugememory\" from now on, not \"regular\": a job of that queue \
+             submitted before now stays priced on \"regular\""
+        )),
+        "{:?}",
+        r.notes
+    );
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("queue \"serial\" leaves the queue map from now on")),
+        "{:?}",
+        r.notes
+    );
+
+    // Late records of October jobs: priced as the map stood in October.
+    assert_eq!(record("7002", "debug", 21), "0.12");
+    assert_eq!(record("7003", "serial", 22), "0.12");
+    assert_eq!(node_type_of("7002").await, "regular");
+    assert_eq!(node_type_of("7003").await, "regular");
+
+    // The map in force after the move reads the new node type.
+    let later = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
+    let shown = crate::harness::ok(&db.cli(&["config", "show", "--at", &later]));
+    let hugememory = shown.lines().find(|l| l.starts_with("hugememory ")).unwrap();
+    assert!(hugememory.trim_end().ends_with("debug,hugemem"), "{shown}");
+    assert!(!shown.contains("serial"), "{shown}");
+    let json: serde_json::Value = serde_json::from_str(&crate::harness::ok(
+        &db.cli(&["config", "show", "--at", &later, "--format", "json"]),
+    ))
+    .unwrap();
+    let queues = &json["catalog"]["clusters"][0]["queues"];
+    assert_eq!(
+        queues["batch"],
+        serde_json::json!([{"node_type": "regular", "from": null, "until": null}])
+    );
+    assert_eq!(queues["debug"][0]["node_type"], "hugememory");
+    assert!(queues["debug"][0]["from"].is_string(), "{queues}");
+    assert!(queues["serial"].is_null(), "{queues}");
+    let before = crate::harness::ok(&db.cli(&["config", "show", "--at", "2026-10-21"]));
+    let regular = before.lines().find(|l| l.starts_with("regular ")).unwrap();
+    assert!(regular.trim_end().ends_with("batch,debug,parallel,serial"), "{before}");
+
+    // Applied again as it was: each queue from this second instant on.
+    let r = apply_text(&db.pool, EXAMPLE).await.unwrap();
+    assert_eq!(r.queues, counts(1, 1, 0, 9));
+    let rows: Vec<(String, String, bool, bool)> = sqlx::query_as(
+        "SELECT q.queue, n.name, q.valid_from = '-infinity', q.valid_until IS NULL
+           FROM queue_map q JOIN node_type n ON n.id = q.node_type_id JOIN cluster c ON c.id = q.cluster_id
+          WHERE c.name = 'owens' AND q.queue IN ('debug', 'serial') ORDER BY q.queue, q.valid_from",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let row = |q: &str, t: &str, first: bool, open: bool| (q.to_owned(), t.to_owned(), first, open);
+    assert_eq!(
+        rows,
+        [
+            row("debug", "regular", true, false),
+            row("debug", "hugememory", false, false),
+            row("debug", "regular", false, true),
+            row("serial", "regular", true, false),
+            row("serial", "regular", false, true),
+        ]
+    );
+    // Each row ends where the next begins, but serial's, out of the map
+    // between the two applies.
+    let gaps: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM queue_map a JOIN queue_map b ON b.cluster_id = a.cluster_id AND b.queue = a.queue
+          WHERE a.valid_until IS NOT NULL AND b.valid_from > a.valid_from
+            AND b.valid_from = (SELECT min(valid_from) FROM queue_map c
+                                 WHERE c.cluster_id = a.cluster_id AND c.queue = a.queue AND c.valid_from > a.valid_from)
+            AND b.valid_from <> a.valid_until",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(gaps, 1);
+}
+
+/// The database keeps the queue map's history whoever writes to it: a
+/// mapping is only ended, never before now, and never overlaps another.
+#[tokio::test]
+async fn the_queue_maps_history_is_never_rewritten() {
+    let db = TestDb::with_example().await;
+    for (sql, says) in [
+        (
+            "DELETE FROM queue_map WHERE queue = 'batch'",
+            "a queue mapping is never removed, only ended",
+        ),
+        (
+            "UPDATE queue_map SET node_type_id = (SELECT id FROM node_type WHERE name = 'hugememory' AND cluster_id = queue_map.cluster_id) WHERE queue = 'batch'",
+            "a queue mapping is never changed, only ended",
+        ),
+        (
+            "UPDATE queue_map SET valid_until = now() - interval '1 day' WHERE queue = 'batch'",
+            "a mapping ends no earlier than now",
+        ),
+        (
+            "INSERT INTO queue_map (cluster_id, queue, node_type_id, valid_from)
+             SELECT cluster_id, queue, node_type_id, now() + interval '1 day' FROM queue_map WHERE queue = 'batch'",
+            "would map to two node types at once",
+        ),
+        (
+            "INSERT INTO queue_map (cluster_id, queue, node_type_id, valid_from)
+             SELECT cluster_id, 'newq', node_type_id, now() - interval '1 day' FROM queue_map WHERE queue = 'batch'",
+            "only a queue's first mapping starts in the past",
+        ),
+    ] {
+        let err = sqlx::raw_sql(sql).execute(&db.pool).await.unwrap_err();
+        let db_err = err.as_database_error().unwrap();
+        assert_eq!(db_err.code().as_deref(), Some("HL004"), "{sql}: {err}");
+        assert!(db_err.message().contains(says), "{sql}: {err}");
+    }
+    // Ending now, and mapping a new queue from -infinity, are what config apply does.
+    sqlx::raw_sql(
+        "UPDATE queue_map SET valid_until = now() WHERE queue = 'debug';
+         INSERT INTO queue_map (cluster_id, queue, node_type_id)
+         SELECT cluster_id, 'newq', node_type_id FROM queue_map WHERE queue = 'batch'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
 }

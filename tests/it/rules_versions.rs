@@ -416,8 +416,9 @@ async fn a_record_without_a_card_at_its_own_instant_is_priced_as_its_run() {
 
 /// A job charged before its queue was removed, or mapped to a node type
 /// with no card, and sent again unchanged is the replay it was before the
-/// change (nothing kept for the billing office to dismiss); a new job in
-/// that queue is still refused.
+/// change (nothing kept for the billing office to dismiss); a job of that
+/// queue that ran before is priced as the map stood then, one that ran
+/// after the queue left the map is refused.
 #[tokio::test]
 async fn a_record_sent_again_after_its_queue_changed_is_a_replay() {
     let db = db().await;
@@ -456,17 +457,63 @@ async fn a_record_sent_again_after_its_queue_changed_is_a_replay() {
     assert!(stdout(&o).contains("replayed"), "{}", stdout(&o));
     ok(&o);
     assert_eq!(open().await, Vec::<String>::new());
-    // A new job in it, or the same job changed, is refused as before.
-    assert!(!job("101").status.success());
+    // The same job changed is refused as before: a conflict with its
+    // charge (priced through the map of July, D4), for `--supersede`.
     assert!(
         !record_july(&db, "100", "P1", "2026-07-01T03:30:00Z", &[])
             .status
             .success()
     );
-    assert_eq!(open().await, ["unknown_queue", "unknown_queue"]);
+    // Another July job recorded late is priced as the map stood in July
+    // (D4: the map is dated).
+    let o = job("101");
+    assert!(stdout(&o).contains("recorded"), "{}", stdout(&o));
+    ok(&o);
+    // A job that ran after the queue left the map is refused, named so.
+    let removed_at: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT max(valid_until) FROM queue_map WHERE queue = 'batch'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let start = removed_at + chrono::Duration::seconds(1);
+    let end = start + chrono::Duration::seconds(1);
+    while chrono::Utc::now() <= end + chrono::Duration::milliseconds(100) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (start, end) = (
+        start.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        end.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    );
+    let o = db.cli(&[
+        "job",
+        "record",
+        "--cluster",
+        "c1",
+        "--job-id",
+        "102",
+        "--project",
+        "P1",
+        "--queue",
+        "batch",
+        "--cores",
+        "1",
+        "--submit",
+        &start,
+        "--start",
+        &start,
+        "--end",
+        &end,
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        crate::harness::stderr(&o).contains("queue \"batch\" on cluster c1 left the queue map at"),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+    assert_eq!(open().await, ["conflict", "unknown_queue"]);
     let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(charges, 1);
+    assert_eq!(charges, 2);
 }

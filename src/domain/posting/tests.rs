@@ -68,7 +68,14 @@ fn catalog() -> Catalog {
                     memory_per_node: None,
                 },
             ],
-            queues: BTreeMap::from([("batch".into(), "regular".into())]),
+            queues: BTreeMap::from([(
+                "batch".into(),
+                vec![Dated {
+                    valid_from: DateTime::<Utc>::MIN_UTC,
+                    valid_until: None,
+                    value: "regular".into(),
+                }],
+            )]),
             rate_cards: vec![
                 card(
                     1,
