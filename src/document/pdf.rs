@@ -4,13 +4,16 @@
 //! the PDF specification), in the standard Helvetica and Courier fonts that
 //! every PDF reader has, so nothing is embedded and no browser or external
 //! program is needed. Text is WinAnsi-encoded (Latin-1 and the usual
-//! punctuation; anything else prints as `?`). Numbers are right-aligned
-//! with Helvetica's own widths (every digit is 556/1000 em).
+//! punctuation); a letter WinAnsi cannot encode (`ř`, `Ł`, Cyrillic, Greek)
+//! is shown in DejaVu Sans, embedded as a subset only when a document has
+//! one ([`unicode`]); Chinese, Japanese and Korean print as `?`. Numbers
+//! are right-aligned with Helvetica's own widths (every digit is 556/1000
+//! em).
 //!
 //! Content streams are left uncompressed: the document stays small (a few
 //! tens of kilobytes) and its text can be read back by a program.
 
-use pdf_writer::{Content, Finish, Name, Pdf, Rect, Ref, Str, TextStr};
+use pdf_writer::{Content, Finish, Name, Pdf, Rect, Ref, TextStr};
 use rust_decimal::Decimal;
 
 use super::{ChartData, line_is_product, money};
@@ -25,42 +28,48 @@ const REGULAR: Name<'static> = Name(b"F1");
 const BOLD: Name<'static> = Name(b"F2");
 const MONO: Name<'static> = Name(b"F3");
 
-/// Text as WinAnsi bytes (PDF's standard Latin encoding).
+mod unicode;
+
+/// Text as WinAnsi bytes (PDF's standard Latin encoding), `?` for a
+/// character it has not.
 fn win_ansi(s: &str) -> Vec<u8> {
-    s.chars()
-        .map(|c| match c {
-            ' '..='~' => c as u8,
-            '\u{a0}'..='\u{ff}' => c as u32 as u8,
-            '€' => 0x80,
-            '‚' => 0x82,
-            'ƒ' => 0x83,
-            '„' => 0x84,
-            '…' => 0x85,
-            '†' => 0x86,
-            '‡' => 0x87,
-            'ˆ' => 0x88,
-            '‰' => 0x89,
-            'Š' => 0x8a,
-            '‹' => 0x8b,
-            'Œ' => 0x8c,
-            'Ž' => 0x8e,
-            '‘' => 0x91,
-            '’' => 0x92,
-            '“' => 0x93,
-            '”' => 0x94,
-            '•' => 0x95,
-            '–' => 0x96,
-            '—' => 0x97,
-            '˜' => 0x98,
-            '™' => 0x99,
-            'š' => 0x9a,
-            '›' => 0x9b,
-            'œ' => 0x9c,
-            'ž' => 0x9e,
-            'Ÿ' => 0x9f,
-            _ => b'?',
-        })
-        .collect()
+    s.chars().map(|c| win_ansi_byte(c).unwrap_or(b'?')).collect()
+}
+
+/// A character's byte in WinAnsi, if it has one.
+fn win_ansi_byte(c: char) -> Option<u8> {
+    Some(match c {
+        ' '..='~' => c as u8,
+        '\u{a0}'..='\u{ff}' => c as u32 as u8,
+        '€' => 0x80,
+        '‚' => 0x82,
+        'ƒ' => 0x83,
+        '„' => 0x84,
+        '…' => 0x85,
+        '†' => 0x86,
+        '‡' => 0x87,
+        'ˆ' => 0x88,
+        '‰' => 0x89,
+        'Š' => 0x8a,
+        '‹' => 0x8b,
+        'Œ' => 0x8c,
+        'Ž' => 0x8e,
+        '‘' => 0x91,
+        '’' => 0x92,
+        '“' => 0x93,
+        '”' => 0x94,
+        '•' => 0x95,
+        '–' => 0x96,
+        '—' => 0x97,
+        '˜' => 0x98,
+        '™' => 0x99,
+        'š' => 0x9a,
+        '›' => 0x9b,
+        'œ' => 0x9c,
+        'ž' => 0x9e,
+        'Ÿ' => 0x9f,
+        _ => return None,
+    })
 }
 
 /// A character's width in Helvetica, per 1000 em: exact for what numbers
@@ -149,6 +158,8 @@ struct Pages {
     done: Vec<Content>,
     page: Content,
     y: f32,
+    /// The font for letters WinAnsi has not.
+    fonts: unicode::Fallback,
 }
 
 impl Pages {
@@ -157,6 +168,7 @@ impl Pages {
             done: Vec::new(),
             page: Content::new(),
             y: PAGE_H - MARGIN,
+            fonts: unicode::Fallback::default(),
         }
     }
 
@@ -170,12 +182,9 @@ impl Pages {
     }
 
     fn text(&mut self, x: f32, y: f32, font: Name, size: f32, s: &str) {
-        self.page
-            .begin_text()
-            .set_font(font, size)
-            .next_line(x, y)
-            .show(Str(&win_ansi(s)))
-            .end_text();
+        self.page.begin_text().next_line(x, y);
+        self.fonts.show(&mut self.page, font, font == BOLD, size, s);
+        self.page.end_text();
     }
 
     fn text_right(&mut self, right: f32, y: f32, font: Name, size: f32, s: &str) {
@@ -800,12 +809,27 @@ fn finish(mut p: Pages, title: &str, subject: &str) -> Vec<u8> {
     let last = std::mem::replace(&mut p.page, Content::new());
     p.done.push(last);
     let n = p.done.len();
+    // The page numbers, bottom right, before the fonts are written: a
+    // title may hold letters of the fallback font.
+    let mut contents = std::mem::take(&mut p.done);
+    for (i, content) in contents.iter_mut().enumerate() {
+        let label = format!("{title} — page {} of {n}", i + 1);
+        let w = text_width(&label, 7.5, false);
+        content
+            .save_state()
+            .set_fill_rgb(0.36, 0.4, 0.46)
+            .begin_text()
+            .next_line(PAGE_W - MARGIN - w, 30.0);
+        p.fonts.show(content, REGULAR, false, 7.5, &label);
+        content.end_text().restore_state();
+    }
     let mut pdf = Pdf::new();
     let catalog = Ref::new(1);
     let tree = Ref::new(2);
     let (regular, bold, mono, info) = (Ref::new(3), Ref::new(4), Ref::new(5), Ref::new(6));
     let first_page = 7;
     let page_ids: Vec<Ref> = (0..n).map(|i| Ref::new(first_page + 2 * i as i32)).collect();
+    let fallback = p.fonts.write(&mut pdf, first_page + 2 * n as i32);
     pdf.catalog(catalog).pages(tree);
     pdf.pages(tree).kids(page_ids.iter().copied()).count(n as i32);
     for (font, base) in [(regular, "Helvetica"), (bold, "Helvetica-Bold"), (mono, "Courier")] {
@@ -817,30 +841,21 @@ fn finish(mut p: Pages, title: &str, subject: &str) -> Vec<u8> {
         .title(TextStr(title))
         .subject(TextStr(subject))
         .producer(TextStr(concat!("hpc-ledger ", env!("CARGO_PKG_VERSION"))));
-    for (i, mut content) in p.done.into_iter().enumerate() {
+    for (i, content) in contents.into_iter().enumerate() {
         let page_id = page_ids[i];
         let content_id = Ref::new(page_id.get() + 1);
-        // The page number, bottom right.
-        let label = format!("{title} — page {} of {n}", i + 1);
-        let w = text_width(&label, 7.5, false);
-        content
-            .save_state()
-            .set_fill_rgb(0.36, 0.4, 0.46)
-            .begin_text()
-            .set_font(REGULAR, 7.5)
-            .next_line(PAGE_W - MARGIN - w, 30.0)
-            .show(Str(&win_ansi(&label)))
-            .end_text()
-            .restore_state();
         let mut page = pdf.page(page_id);
         page.media_box(Rect::new(0.0, 0.0, PAGE_W, PAGE_H));
         page.parent(tree);
         page.contents(content_id);
-        page.resources()
-            .fonts()
-            .pair(REGULAR, regular)
-            .pair(BOLD, bold)
-            .pair(MONO, mono);
+        let mut resources = page.resources();
+        let mut fonts = resources.fonts();
+        fonts.pair(REGULAR, regular).pair(BOLD, bold).pair(MONO, mono);
+        for &(name, id) in &fallback {
+            fonts.pair(name, id);
+        }
+        fonts.finish();
+        resources.finish();
         page.finish();
         pdf.stream(content_id, &content.finish());
     }
@@ -850,6 +865,179 @@ fn finish(mut p: Pages, title: &str, subject: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The text a PDF written by [`finish`] shows, a line for each text
+    /// object, read back as a reader would: each string of a `Tj` decoded
+    /// through its font, WinAnsi for the standard fonts, the document's own
+    /// ToUnicode map for the fallback font (`/U1`). Only as much of PDF as
+    /// these documents use.
+    fn shown_text(pdf: &[u8]) -> String {
+        let text = String::from_utf8_lossy(pdf);
+        // The ToUnicode map: `<CID> <UTF-16BE>` lines.
+        let mut to_unicode = std::collections::HashMap::new();
+        if let Some(start) = text.find("beginbfchar") {
+            let end = start + text[start..].find("endbfchar").unwrap();
+            for line in text[start..end].lines().skip(1) {
+                let hex: Vec<&str> = line.split(['<', '>', ' ']).filter(|s| !s.is_empty()).collect();
+                if let [cid, unit] = hex[..] {
+                    let cid = u16::from_str_radix(cid, 16).unwrap();
+                    let c = char::from_u32(u32::from_str_radix(unit, 16).unwrap()).unwrap();
+                    to_unicode.insert(cid, c);
+                }
+            }
+        }
+        // The pages' content streams: those whose dictionary has only a
+        // length (not the font program, not the map).
+        let mut streams = Vec::new();
+        let mut from = 0;
+        while let Some(k) = find(&pdf[from..], b"stream\n") {
+            let at = from + k;
+            if pdf[..at].ends_with(b"end") {
+                from = at + 1;
+                continue;
+            }
+            let dict = &pdf[..at];
+            let dict = &dict[dict.len().saturating_sub(200)..];
+            let dict = &dict[find_last(dict, b"obj").unwrap()..];
+            let body = at + b"stream\n".len();
+            let end = body + find(&pdf[body..], b"\nendstream").unwrap();
+            if !dict.windows(7).any(|w| w == b"Length1") && !dict.windows(4).any(|w| w == b"CMap") {
+                streams.push(&pdf[body..end]);
+            }
+            from = end;
+        }
+        let mut out = String::new();
+        for b in streams {
+            let mut font = String::new();
+            let mut pending: Vec<u8> = Vec::new();
+            let mut i = 0;
+            while i < b.len() {
+                match b[i] {
+                    b'/' => {
+                        let end = i + b[i..].iter().position(|c| *c == b' ').unwrap();
+                        font = String::from_utf8_lossy(&b[i + 1..end]).into_owned();
+                        i = end;
+                    }
+                    b'(' => {
+                        pending.clear();
+                        let mut depth = 1;
+                        i += 1;
+                        while depth > 0 {
+                            match b[i] {
+                                b'\\' => {
+                                    i += 1;
+                                    match b[i] {
+                                        b'0'..=b'7' => {
+                                            let digits = std::str::from_utf8(&b[i..i + 3]).unwrap();
+                                            pending.push(u8::from_str_radix(digits, 8).unwrap());
+                                            i += 2;
+                                        }
+                                        b'n' => pending.push(b'\n'),
+                                        b'r' => pending.push(b'\r'),
+                                        b't' => pending.push(b'\t'),
+                                        b'b' => pending.push(8),
+                                        b'f' => pending.push(12),
+                                        c => pending.push(c),
+                                    }
+                                }
+                                b'(' => {
+                                    depth += 1;
+                                    pending.push(b'(');
+                                }
+                                b')' => {
+                                    depth -= 1;
+                                    if depth > 0 {
+                                        pending.push(b')');
+                                    }
+                                }
+                                c => pending.push(c),
+                            }
+                            i += 1;
+                        }
+                    }
+                    b'<' => {
+                        let end = i + b[i..].iter().position(|c| *c == b'>').unwrap();
+                        let hex = std::str::from_utf8(&b[i + 1..end]).unwrap();
+                        pending = (0..hex.len() / 2)
+                            .map(|k| u8::from_str_radix(&hex[2 * k..2 * k + 2], 16).unwrap())
+                            .collect();
+                        i = end + 1;
+                    }
+                    b'T' if b[i..].starts_with(b"Tj") => {
+                        if font.starts_with('U') {
+                            for pair in pending.chunks(2) {
+                                out.push(to_unicode[&u16::from_be_bytes([pair[0], pair[1]])]);
+                            }
+                        } else {
+                            out.extend(pending.iter().map(|&c| match c {
+                                0x80 => '€',
+                                0x97 => '—',
+                                c => char::from(c),
+                            }));
+                        }
+                        i += 2;
+                    }
+                    b'E' if b[i..].starts_with(b"ET") => {
+                        out.push('\n');
+                        i += 2;
+                    }
+                    _ => i += 1,
+                }
+            }
+        }
+        out
+    }
+
+    fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+        hay.windows(needle.len()).position(|w| w == needle)
+    }
+
+    fn find_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
+        hay.windows(needle.len()).rposition(|w| w == needle)
+    }
+
+    #[test]
+    fn letters_winansi_has_not_are_shown_in_the_embedded_font() {
+        // "Jiří Dvořák" printed as "Ji?í Dvo?ák" (PDF statements before
+        // 2026-12-07).
+        let lines = [
+            "PI: Jiří Dvořák",
+            "Łukasz Wróbel",
+            "Лаборатория (Иванов)",
+            "Δημήτρης",
+            "张伟",
+        ];
+        let mut p = Pages::new();
+        for (i, s) in lines.into_iter().enumerate() {
+            p.text(MARGIN, 700.0 - 20.0 * i as f32, REGULAR, 10.0, s);
+        }
+        let pdf = finish(p, "Dvořák", "subject");
+        assert_eq!(
+            shown_text(&pdf),
+            "PI: Jiří Dvořák\nŁukasz Wróbel\nЛаборатория (Иванов)\nΔημήτρης\n??\nDvořák — page 1 of 1\n",
+            "Chinese, which DejaVu Sans has not, prints as ?"
+        );
+        let text = String::from_utf8_lossy(&pdf);
+        assert!(text.contains("+DejaVuSans"), "the subset is embedded and named so");
+        assert!(text.contains("/FontFile2"));
+        assert!(!text.contains("DejaVuSans-Bold"), "only the fonts a document uses");
+        // The subset holds the glyphs used, not the whole font (760 kB).
+        assert!(pdf.len() < 60_000, "{} bytes", pdf.len());
+
+        // Bold text in the bold face.
+        let mut p = Pages::new();
+        p.text(MARGIN, 700.0, BOLD, 10.0, "Total — Dvořák");
+        let pdf = finish(p, "statement", "subject");
+        assert_eq!(shown_text(&pdf), "Total — Dvořák\nstatement — page 1 of 1\n");
+        assert!(String::from_utf8_lossy(&pdf).contains("+DejaVuSans-Bold"));
+
+        // Text WinAnsi has is the document it was: nothing embedded.
+        let mut p = Pages::new();
+        p.text(MARGIN, 700.0, BOLD, 10.0, "PI: Renée Müller — 5 €");
+        let pdf = finish(p, "statement", "subject");
+        assert_eq!(shown_text(&pdf), "PI: Renée Müller — 5 €\nstatement — page 1 of 1\n");
+        assert!(!String::from_utf8_lossy(&pdf).contains("DejaVu"));
+    }
 
     #[test]
     fn text_is_win_ansi() {
