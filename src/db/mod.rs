@@ -748,12 +748,18 @@ async fn set_one(conn: &mut PgConnection, statement: &'static str) -> Result<(),
         .map(|_| ())
 }
 
-/// Serialise a configuration change against pricing (until the transaction ends).
+/// Serialise a configuration change against pricing (until the transaction
+/// ends), and record when the lock was taken (`hpc_ledger.rules_locked_at`):
+/// no job is priced from then until the transaction ends, so a rule may
+/// change from that instant (the queue map's guard, migration 0070).
 pub async fn lock_rules(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query!("SELECT pg_advisory_xact_lock($1)", RULES_LOCK)
-        .execute(&mut *conn)
-        .await
-        .map(|_| ())
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock($1), set_config('hpc_ledger.rules_locked_at', clock_timestamp()::text, true)",
+        RULES_LOCK
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map(|_| ())
 }
 
 /// Analyze the reference tables (autovacuum never analyzes tables this

@@ -2,7 +2,7 @@
 //! storage rates, rate classes, projects with their quota and class history,
 //! and discounts.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -509,27 +509,43 @@ pub async fn upsert_node_type(
     .await
 }
 
-/// The queue map of a cluster in force now: queue -> node type id. A queue
-/// that left the map is not in it.
-pub async fn load_queue_map(
-    conn: &mut PgConnection,
-    cluster: ClusterId,
-) -> Result<BTreeMap<String, NodeTypeId>, sqlx::Error> {
+/// A cluster's queue map as `config apply` compares it with the file.
+#[derive(Debug, Default)]
+pub struct QueuesNow {
+    /// The mappings in force: queue -> node type id.
+    pub in_force: BTreeMap<String, NodeTypeId>,
+    /// Queues mapped once that left the map.
+    pub ended: BTreeSet<String>,
+}
+
+/// The queue map of a cluster now.
+pub async fn load_queue_map(conn: &mut PgConnection, cluster: ClusterId) -> Result<QueuesNow, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT queue, node_type_id AS "node_type_id: NodeTypeId" FROM queue_map
-            WHERE cluster_id = $1 AND valid_until IS NULL"#,
+        r#"SELECT queue, node_type_id AS "node_type_id: NodeTypeId", valid_until IS NULL AS "open!" FROM queue_map
+            WHERE cluster_id = $1"#,
         cluster as ClusterId
     )
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.queue, r.node_type_id)).collect())
+    let mut out = QueuesNow::default();
+    for r in &rows {
+        if r.open {
+            out.in_force.insert(r.queue.clone(), r.node_type_id);
+        }
+    }
+    for r in rows {
+        if !out.in_force.contains_key(&r.queue) {
+            out.ended.insert(r.queue);
+        }
+    }
+    Ok(out)
 }
 
-/// The instant a configuration change takes effect: read once the rules
-/// lock is held ([`super::lock_rules`]), so every job priced by the rules
-/// before it was recorded, and priced at an instant, before it.
+/// The instant a configuration change takes effect: when this transaction
+/// took the rules lock ([`super::lock_rules`], which must be held), so every
+/// job priced by the rules before was recorded, and started, before it.
 pub async fn change_instant(conn: &mut PgConnection) -> Result<DateTime<Utc>, sqlx::Error> {
-    sqlx::query_scalar!(r#"SELECT clock_timestamp() AS "now!""#)
+    sqlx::query_scalar!(r#"SELECT current_setting('hpc_ledger.rules_locked_at')::timestamptz AS "at!""#)
         .fetch_one(&mut *conn)
         .await
 }

@@ -96,7 +96,7 @@ impl ClusterInfo {
         self.node_types.iter().find(|t| t.name == name)
     }
 
-    /// The node type of a job priced at `at` (docs/rules.md D4).
+    /// The node type of a job that started at `at` (docs/rules.md D4).
     pub fn resolve_node_type(
         &self,
         queue: Option<&str>,

@@ -544,12 +544,14 @@ fn resolve_priced(
     };
     let priced_from = run_submitted_at.unwrap_or(submitted_at);
     let at = pricing_instant(priced_from, started_at);
+    // The nodes a queue gave the job are those it had when the job
+    // started (D4); its price is that of its pricing instant (D5).
     let node_type = cluster
         .resolve_node_type(
             input.queue.as_deref(),
             input.node_type.as_deref(),
             input.gpus.unwrap_or(0),
-            at,
+            started_at,
         )
         .map_err(|e| Rejection {
             kind: match e {

@@ -78,9 +78,9 @@ pub enum NodeTypeError {
         hint: String,
     },
     #[error(
-        "queue {queue:?} on cluster {cluster} left the queue map at {ended}, before the job's pricing instant {at}: \
-         record the job with its node type (`--node-type`, a JSON line's `node_type`), or map the queue again in the \
-         center configuration for jobs from then on"
+        "queue {queue:?} on cluster {cluster} left the queue map at {ended}, before the job started ({at}): give the \
+         job's node type (`--node-type`, a JSON line's `node_type`), or map the queue again in the center \
+         configuration for jobs from then on"
     )]
     QueueEnded {
         cluster: String,
@@ -107,9 +107,9 @@ pub fn queue_node_type<'a>(queue_map: &'a QueueMap, queue: &str, t: DateTime<Utc
 }
 
 /// Decide a job's node type (docs/rules.md D4): an explicit node type wins; else its
-/// queue through the cluster's mapping in force at the job's pricing instant
-/// `at`; a GPU job whose queue has no mapping then (or that names no queue) is
-/// a `gpu` job if the cluster has that type. An unknown queue is an error,
+/// queue through the cluster's mapping in force when the job started, `at`;
+/// a GPU job whose queue has no mapping then (or that names no queue) is a
+/// `gpu` job if the cluster has that type. An unknown queue is an error,
 /// never a silent default.
 pub fn resolve_node_type<'a>(
     cluster: &str,
@@ -149,7 +149,13 @@ pub fn resolve_node_type<'a>(
         (Some(q), None) => Err(NodeTypeError::UnknownQueue {
             cluster: cluster.to_owned(),
             queue: q.to_owned(),
-            hint: crate::domain::names::did_you_mean(q, queue_map.keys().map(String::as_str)),
+            hint: crate::domain::names::did_you_mean(
+                q,
+                queue_map
+                    .iter()
+                    .filter(|(_, rows)| in_force_at(rows, at).is_some())
+                    .map(|(q, _)| q.as_str()),
+            ),
         }),
         (None, _) => Err(NodeTypeError::Missing),
     }
@@ -256,7 +262,7 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_is_read_through_the_mapping_in_force_at_the_pricing_instant() {
+    fn a_queue_is_read_through_the_mapping_in_force_when_the_job_started() {
         // `batch` ran on regular nodes until 2026-06-01, on hugememory
         // from then until 2026-09-01, and left the map then.
         let moved = at("2026-06-01T00:00:00Z");

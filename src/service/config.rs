@@ -400,7 +400,7 @@ fn plan_cluster<'c>(
     key: &str,
     c: &'c ClusterConfig,
     node_types: &[reference::NodeTypeRow],
-    queues: &BTreeMap<String, NodeTypeId>,
+    now: &reference::QueuesNow,
     existing_cards: &[CardUse],
     classes: &Classes,
     report: &mut ApplyReport,
@@ -443,6 +443,7 @@ fn plan_cluster<'c>(
     let name_of = |id: NodeTypeId| node_types.iter().find(|n| n.id == id).map(|n| n.name.as_str());
 
     // Queues.
+    let queues = &now.in_force;
     for (queue, node_type) in &c.queues {
         match queues.get(queue) {
             Some(old) if name_of(*old) == Some(node_type.as_str()) => report.queues.unchanged += 1,
@@ -451,12 +452,20 @@ fn plan_cluster<'c>(
                     report.queues.updated += 1;
                     report.notes.push(format!(
                         "{key}: queue {queue:?} runs on node type {node_type:?} from now on, not {:?}: a job of that \
-                         queue submitted before now stays priced on {:?}, also when its record comes later",
+                         queue that started before now stays priced on {:?}, also when its record comes later (one that starts \
+                         later is priced on {node_type:?}'s rate card of its submit time)",
                         name_of(*old).unwrap_or("?"),
                         name_of(*old).unwrap_or("?"),
                     ));
                 } else {
                     report.queues.added += 1;
+                    if now.ended.contains(queue) {
+                        report.notes.push(format!(
+                            "{key}: queue {queue:?} is in the queue map again, on node type {node_type:?}, from now on: \
+                             a job of it that started while it was out of the map is still refused; record such a \
+                             job with its node type (`job record … --node-type`, a JSON line's `node_type`)"
+                        ));
+                    }
                 }
                 plan.set_queues.push((queue.as_str(), node_type.as_str()));
             }
@@ -466,7 +475,7 @@ fn plan_cluster<'c>(
         plan.remove_queues.push(queue.clone());
         report.queues.removed += 1;
         report.notes.push(format!(
-            "{key}: queue {queue:?} leaves the queue map from now on: a job of it submitted before now is still \
+            "{key}: queue {queue:?} leaves the queue map from now on: a job of it that started before now is still \
              priced on {:?}, a later one is refused as an unknown queue",
             queues.get(queue).and_then(|id| name_of(*id)).unwrap_or("?"),
         ));

@@ -106,7 +106,7 @@ async fn edits_to_unpriced_rules_are_applied() {
     assert!(
         r.notes.iter().any(|n| n.contains(
             "queue \"debug\" runs on node type \"hugememory\" from now on, not \"regular\": a job of that queue \
-             submitted before now stays priced on \"regular\", also when its record comes later"
+             that started before now stays priced on \"regular\", also when its record comes later"
         )),
         "{:?}",
         r.notes
@@ -432,7 +432,7 @@ async fn a_queue_moved_or_removed_changes_only_for_jobs_after_the_apply() {
     assert!(
         r.notes.iter().any(|n| n.contains(
             "queue \"debug\" runs on node type \"hugememory\" from now on, not \"regular\": a job of that queue \
-             submitted before now stays priced on \"regular\""
+             that started before now stays priced on \"regular\""
         )),
         "{:?}",
         r.notes
@@ -450,6 +450,40 @@ async fn a_queue_moved_or_removed_changes_only_for_jobs_after_the_apply() {
     assert_eq!(record("7003", "serial", 22), "0.12");
     assert_eq!(node_type_of("7002").await, "regular");
     assert_eq!(node_type_of("7003").await, "regular");
+
+    // A job submitted before the move that started after it ran on the
+    // queue's new nodes (D4: the map of its start), at the new node type's
+    // card of its submit time (D5); its record without the submit time
+    // reads the same node type, a replay of the same run.
+    let moved_at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+        "SELECT valid_from FROM queue_map WHERE queue = 'debug' AND valid_until IS NULL AND cluster_id =
+            (SELECT id FROM cluster WHERE name = 'owens')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let start = moved_at + chrono::Duration::seconds(1);
+    let end = start + chrono::Duration::seconds(1);
+    while chrono::Utc::now() <= end + chrono::Duration::milliseconds(100) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let utc = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    for submit in [
+        format!(r#""submit":"{}","#, utc(moved_at - chrono::Duration::hours(1))),
+        String::new(),
+    ] {
+        let json = format!(
+            r#"{{"cluster":"owens","job_id":"7004","project":"PZS0708","queue":"debug","cores":1,{submit}"start":"{}","end":"{}"}}"#,
+            utc(start),
+            utc(end)
+        );
+        crate::harness::ok(&crate::harness::cli_with_env(
+            &["job", "record", "--json"],
+            &[("DATABASE_URL", &db.url)],
+            Some(&json),
+        ));
+    }
+    assert_eq!(node_type_of("7004").await, "hugememory");
 
     // The map in force after the move reads the new node type.
     let later = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
@@ -476,6 +510,14 @@ async fn a_queue_moved_or_removed_changes_only_for_jobs_after_the_apply() {
     // Applied again as it was: each queue from this second instant on.
     let r = apply_text(&db.pool, EXAMPLE).await.unwrap();
     assert_eq!(r.queues, counts(1, 1, 0, 9));
+    assert!(
+        r.notes.iter().any(|n| n.contains(
+            "queue \"serial\" is in the queue map again, on node type \"regular\", from now on: a job of it that \
+             started while it was out of the map is still refused"
+        )),
+        "{:?}",
+        r.notes
+    );
     let rows: Vec<(String, String, bool, bool)> = sqlx::query_as(
         "SELECT q.queue, n.name, q.valid_from = '-infinity', q.valid_until IS NULL
            FROM queue_map q JOIN node_type n ON n.id = q.node_type_id JOIN cluster c ON c.id = q.cluster_id
@@ -528,6 +570,13 @@ async fn the_queue_maps_history_is_never_rewritten() {
             "UPDATE queue_map SET valid_until = now() - interval '1 day' WHERE queue = 'batch'",
             "a mapping ends no earlier than now",
         ),
+        // Ended at the transaction's start, after which jobs may have been
+        // priced through it (a review of 2026-12-07: a job recorded during
+        // the sleep was charged through a mapping that ended before it).
+        (
+            "BEGIN; SELECT pg_sleep(0.2); UPDATE queue_map SET valid_until = now() WHERE queue = 'batch'; COMMIT;",
+            "a mapping ends no earlier than now",
+        ),
         (
             "INSERT INTO queue_map (cluster_id, queue, node_type_id, valid_from)
              SELECT cluster_id, queue, node_type_id, now() + interval '1 day' FROM queue_map WHERE queue = 'batch'",
@@ -539,18 +588,31 @@ async fn the_queue_maps_history_is_never_rewritten() {
             "only a queue's first mapping starts in the past",
         ),
     ] {
-        let err = sqlx::raw_sql(sql).execute(&db.pool).await.unwrap_err();
+        let mut conn = db.pool.acquire().await.unwrap();
+        let err = sqlx::raw_sql(sql).execute(&mut *conn).await.unwrap_err();
         let db_err = err.as_database_error().unwrap();
         assert_eq!(db_err.code().as_deref(), Some("HL004"), "{sql}: {err}");
         assert!(db_err.message().contains(says), "{sql}: {err}");
+        sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.unwrap();
     }
-    // Ending now, and mapping a new queue from -infinity, are what config apply does.
+    // Ending at the instant the rules lock was taken, or later, and mapping
+    // a new queue from -infinity, are what config apply does.
+    let mut tx = db.pool.begin().await.unwrap();
+    hpc_ledger::db::lock_rules(&mut tx).await.unwrap();
     sqlx::raw_sql(
-        "UPDATE queue_map SET valid_until = now() WHERE queue = 'debug';
+        "UPDATE queue_map SET valid_until = current_setting('hpc_ledger.rules_locked_at')::timestamptz
+          WHERE queue = 'debug';
+         UPDATE queue_map SET valid_until = now() + interval '1 day' WHERE queue = 'serial';
          INSERT INTO queue_map (cluster_id, queue, node_type_id)
          SELECT cluster_id, 'newq', node_type_id FROM queue_map WHERE queue = 'batch'",
     )
-    .execute(&db.pool)
+    .execute(&mut *tx)
     .await
     .unwrap();
+    tx.commit().await.unwrap();
+    // The guard takes the same lock as the product (db::RULES_LOCK).
+    assert!(
+        include_str!("../../migrations/0070_queue_map_dated.sql")
+            .contains(&format!("pg_advisory_xact_lock({})", hpc_ledger::db::RULES_LOCK))
+    );
 }
