@@ -462,20 +462,11 @@ async fn a_queue_moved_or_removed_changes_only_for_jobs_after_the_apply() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let start = moved_at + chrono::Duration::seconds(1);
-    let end = start + chrono::Duration::seconds(1);
-    while chrono::Utc::now() <= end + chrono::Duration::milliseconds(100) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let utc = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    for submit in [
-        format!(r#""submit":"{}","#, utc(moved_at - chrono::Duration::hours(1))),
-        String::new(),
-    ] {
+    let (start, end) = crate::harness::a_second_after(moved_at);
+    let submitted = (moved_at - chrono::Duration::hours(1)).format("%Y-%m-%dT%H:%M:%SZ");
+    for submit in [format!(r#""submit":"{submitted}","#), String::new()] {
         let json = format!(
-            r#"{{"cluster":"owens","job_id":"7004","project":"PZS0708","queue":"debug","cores":1,{submit}"start":"{}","end":"{}"}}"#,
-            utc(start),
-            utc(end)
+            r#"{{"cluster":"owens","job_id":"7004","project":"PZS0708","queue":"debug","cores":1,{submit}"start":"{start}","end":"{end}"}}"#
         );
         crate::harness::ok(&crate::harness::cli_with_env(
             &["job", "record", "--json"],

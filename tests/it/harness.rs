@@ -347,3 +347,16 @@ pub async fn until<T>(
         tokio::time::sleep(every).await;
     }
 }
+
+/// A run of one second that starts a second after `after` and has ended by
+/// the time this returns (the recorder refuses a job that ends in the
+/// future), as `YYYY-MM-DDTHH:MM:SSZ` start and end.
+pub fn a_second_after(after: chrono::DateTime<chrono::Utc>) -> (String, String) {
+    let start = after + chrono::Duration::seconds(1);
+    let end = start + chrono::Duration::seconds(1);
+    while chrono::Utc::now() <= end + chrono::Duration::milliseconds(100) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let utc = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    (utc(start), utc(end))
+}

@@ -475,15 +475,7 @@ async fn a_record_sent_again_after_its_queue_changed_is_a_replay() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    let start = removed_at + chrono::Duration::seconds(1);
-    let end = start + chrono::Duration::seconds(1);
-    while chrono::Utc::now() <= end + chrono::Duration::milliseconds(100) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let (start, end) = (
-        start.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        end.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    );
+    let (start, end) = crate::harness::a_second_after(removed_at);
     let o = db.cli(&[
         "job",
         "record",
