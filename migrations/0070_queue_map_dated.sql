@@ -44,10 +44,12 @@ BEGIN
     -- jobs, so none is priced from then until this transaction ends), as
     -- db::lock_rules records it, else the clock once the lock is held: not
     -- the transaction's start, after which jobs may have been priced
-    -- through the row being ended.
+    -- through the row being ended; never before that start (a setting
+    -- made by hand earlier than it is not a lock's).
     PERFORM pg_advisory_xact_lock(7523094288207667810);
-    locked_at := coalesce(nullif(current_setting('hpc_ledger.rules_locked_at', true), '')::timestamptz,
-                          clock_timestamp());
+    locked_at := greatest(coalesce(nullif(current_setting('hpc_ledger.rules_locked_at', true), '')::timestamptz,
+                                   clock_timestamp()),
+                          now());
     IF TG_OP = 'UPDATE' THEN
         IF (NEW.id, NEW.cluster_id, NEW.queue, NEW.node_type_id, NEW.valid_from)
            IS DISTINCT FROM (OLD.id, OLD.cluster_id, OLD.queue, OLD.node_type_id, OLD.valid_from) THEN

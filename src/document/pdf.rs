@@ -73,8 +73,13 @@ fn win_ansi_byte(c: char) -> Option<u8> {
 }
 
 /// A character's width in Helvetica, per 1000 em: exact for what numbers
-/// are made of, an average for letters (used to fit text, not to align it).
+/// are made of, an average for letters (used to fit text, not to align it);
+/// a letter WinAnsi has not, its width in the embedded font that shows it
+/// (`?`'s where none does).
 fn width_of(c: char, bold: bool) -> f32 {
+    if win_ansi_byte(c).is_none() {
+        return unicode::advance(c, bold).unwrap_or(556.0);
+    }
     match c {
         '0'..='9' => 556.0,
         ',' | '.' | ' ' | ':' | '/' => 278.0,
@@ -85,6 +90,7 @@ fn width_of(c: char, bold: bool) -> f32 {
         'A'..='Z' => 722.0,
         'i' | 'j' | 'l' => 222.0,
         'm' | 'w' => 833.0,
+        _ if c.is_uppercase() => 722.0,
         _ if bold => 611.0,
         _ => 540.0,
     }
@@ -1006,6 +1012,7 @@ mod tests {
             "Лаборатория (Иванов)",
             "Δημήτρης",
             "张伟",
+            "PI: שלום",
         ];
         let mut p = Pages::new();
         for (i, s) in lines.into_iter().enumerate() {
@@ -1014,8 +1021,8 @@ mod tests {
         let pdf = finish(p, "Dvořák", "subject");
         assert_eq!(
             shown_text(&pdf),
-            "PI: Jiří Dvořák\nŁukasz Wróbel\nЛаборатория (Иванов)\nΔημήτρης\n??\nDvořák — page 1 of 1\n",
-            "Chinese, which DejaVu Sans has not, prints as ?"
+            "PI: Jiří Dvořák\nŁukasz Wróbel\nЛаборатория (Иванов)\nΔημήτρης\n??\nPI: ????\nDvořák — page 1 of 1\n",
+            "Chinese, which DejaVu Sans has not, and Hebrew, which would be drawn backwards, print as ?"
         );
         let text = String::from_utf8_lossy(&pdf);
         assert!(text.contains("+DejaVuSans"), "the subset is embedded and named so");
@@ -1037,6 +1044,48 @@ mod tests {
         let pdf = finish(p, "statement", "subject");
         assert_eq!(shown_text(&pdf), "PI: Renée Müller — 5 €\nstatement — page 1 of 1\n");
         assert!(!String::from_utf8_lossy(&pdf).contains("DejaVu"));
+    }
+
+    /// Text in the embedded font is measured as it is drawn: `fit` cut a
+    /// long Cyrillic name for Helvetica's widths and it ran off the page,
+    /// a user name over the next column (a review of 2026-12-07).
+    #[test]
+    fn text_in_the_embedded_font_is_measured_as_drawn() {
+        let name = "ЛАБОРАТОРИЯ ВЫЧИСЛИТЕЛЬНОЙ ХИМИИ ЮЖНОГО ФИЛИАЛА ЖЖЖ";
+        let mut p = Pages::new();
+        p.text(MARGIN, 700.0, REGULAR, 10.0, name);
+        let pdf = finish(p, "t", "s");
+        // The widths the PDF gives its glyphs (`/W [cid [w] …]`), by CID:
+        // CIDs are given in the order letters are first drawn, from 1.
+        let text = String::from_utf8_lossy(&pdf);
+        let w = &text[text.find("/W [").unwrap() + 4..];
+        let w = &w[..w.find("]]").unwrap() + 1];
+        let tokens: Vec<&str> = w.split(['[', ']', ' ']).filter(|t| !t.is_empty()).collect();
+        let widths: std::collections::HashMap<u16, f32> = tokens
+            .chunks(2)
+            .map(|p| (p[0].parse().unwrap(), p[1].parse().unwrap()))
+            .collect();
+        let mut cids: Vec<char> = Vec::new();
+        let mut drawn = 0.0;
+        for c in name.chars() {
+            if c == ' ' {
+                drawn += 278.0; // Helvetica's space
+                continue;
+            }
+            let cid = match cids.iter().position(|k| *k == c) {
+                Some(i) => i + 1,
+                None => {
+                    cids.push(c);
+                    cids.len()
+                }
+            };
+            drawn += widths[&(cid as u16)];
+        }
+        let measured = text_width(name, 10.0, false) * 100.0;
+        assert!((measured - drawn).abs() < 0.5, "measured {measured}, drawn {drawn}");
+        // So a cut name fits where it is put.
+        let cut = fit(name, 200.0, 10.0);
+        assert!(cut.ends_with('…') && text_width(&cut, 10.0, false) <= 200.0, "{cut}");
     }
 
     #[test]

@@ -568,6 +568,12 @@ async fn the_queue_maps_history_is_never_rewritten() {
             "BEGIN; SELECT pg_sleep(0.2); UPDATE queue_map SET valid_until = now() WHERE queue = 'batch'; COMMIT;",
             "a mapping ends no earlier than now",
         ),
+        // The lock's time, set by hand before the transaction began.
+        (
+            "BEGIN; SELECT set_config('hpc_ledger.rules_locked_at', '2000-01-01', true);
+             UPDATE queue_map SET valid_until = '2026-01-01' WHERE queue = 'batch'; COMMIT;",
+            "a mapping ends no earlier than now",
+        ),
         (
             "INSERT INTO queue_map (cluster_id, queue, node_type_id, valid_from)
              SELECT cluster_id, queue, node_type_id, now() + interval '1 day' FROM queue_map WHERE queue = 'batch'",

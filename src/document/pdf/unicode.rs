@@ -2,14 +2,18 @@
 //! "Łukasz", "Иванов" or "Δημήτρης" has letters outside WinAnsi, which
 //! printed as `?` in Helvetica. Such letters are shown in DejaVu Sans
 //! (regular and bold, `src/document/fonts/`, the Bitstream Vera license),
-//! embedded as a CID font subset to the glyphs the document uses, with a
-//! ToUnicode map so the text can be searched and copied. Text WinAnsi can
-//! encode stays in Helvetica, so a statement without such letters is the
-//! document it was, with nothing embedded. DejaVu Sans has Latin, Greek,
-//! Cyrillic, Armenian, Georgian, Hebrew and Arabic letters (not joined),
-//! but no Chinese, Japanese or Korean: those still print as `?`.
+//! embedded as a CID font subset to the glyphs the document uses
+//! (compressed), with a ToUnicode map so the text can be searched and
+//! copied, and measured with the font's own widths. Text WinAnsi can encode
+//! stays in Helvetica, so a statement without such letters is the document
+//! it was, with nothing embedded. DejaVu Sans has the Latin, Greek,
+//! Cyrillic, Armenian and Georgian letters; what it has not (Chinese,
+//! Japanese, Korean, the Indic scripts, Thai, most emoji) still prints as
+//! `?`, and so do right-to-left scripts (Hebrew, Arabic), which would need
+//! reordering and, for Arabic, joining, and control characters.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use pdf_writer::types::{CidFontType, FontFlags, SystemInfo};
 use pdf_writer::writers::WMode;
@@ -19,6 +23,36 @@ use super::win_ansi;
 
 static SANS: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 static SANS_BOLD: &[u8] = include_bytes!("../fonts/DejaVuSans-Bold.ttf");
+static SANS_FACE: LazyLock<ttf_parser::Face<'static>> =
+    LazyLock::new(|| ttf_parser::Face::parse(SANS, 0).expect("the embedded font parses"));
+static SANS_BOLD_FACE: LazyLock<ttf_parser::Face<'static>> =
+    LazyLock::new(|| ttf_parser::Face::parse(SANS_BOLD, 0).expect("the embedded font parses"));
+
+fn face(bold: bool) -> &'static ttf_parser::Face<'static> {
+    if bold { &SANS_BOLD_FACE } else { &SANS_FACE }
+}
+
+/// Whether `c` is of a script written right to left (Hebrew, Arabic,
+/// Syriac, Thaana, N'Ko and their presentation forms): not shown, since
+/// glyphs are drawn left to right in the order written.
+fn right_to_left(c: char) -> bool {
+    matches!(c as u32, 0x0590..=0x08FF | 0xFB1D..=0xFDFF | 0xFE70..=0xFEFF | 0x10800..=0x10FFF | 0x1E800..=0x1EFFF)
+}
+
+/// Whether the fallback font shows `c` (a character WinAnsi has not).
+fn shows(c: char, bold: bool) -> bool {
+    !c.is_control() && !right_to_left(c) && face(bold).glyph_index(c).is_some_and(|g| g.0 != 0)
+}
+
+/// The width of `c` in the fallback font, per 1000 em, if it shows it.
+pub(super) fn advance(c: char, bold: bool) -> Option<f32> {
+    if !shows(c, bold) {
+        return None;
+    }
+    let f = face(bold);
+    let glyph = f.glyph_index(c)?;
+    Some(f32::from(f.glyph_hor_advance(glyph)?) * 1000.0 / f32::from(f.units_per_em()))
+}
 
 /// The resource names of the two fallback fonts on each page.
 pub(super) const UNICODE: Name<'static> = Name(b"U1");
@@ -34,24 +68,20 @@ const SYSTEM_INFO: SystemInfo = SystemInfo {
 /// will number them (their CIDs).
 struct Embedded {
     data: &'static [u8],
-    face: ttf_parser::Face<'static>,
+    face: &'static ttf_parser::Face<'static>,
     remapper: subsetter::GlyphRemapper,
     /// CID -> (the font's own glyph id, the character it shows).
     used: BTreeMap<u16, (u16, char)>,
 }
 
 impl Embedded {
-    fn new(data: &'static [u8]) -> Embedded {
+    fn new(bold: bool) -> Embedded {
         Embedded {
-            data,
-            face: ttf_parser::Face::parse(data, 0).expect("the embedded font parses"),
+            data: if bold { SANS_BOLD } else { SANS },
+            face: face(bold),
             remapper: subsetter::GlyphRemapper::new(),
             used: BTreeMap::new(),
         }
-    }
-
-    fn has(&self, c: char) -> bool {
-        self.face.glyph_index(c).is_some_and(|g| g.0 != 0)
     }
 
     /// `s` as two-byte CIDs (Identity-H); every character is one the font has.
@@ -120,7 +150,13 @@ impl Embedded {
             .italic_angle(0.0)
             .ascent(scale(self.face.ascender()))
             .descent(scale(self.face.descender()))
-            .cap_height(scale(self.face.capital_height().unwrap_or(self.face.ascender())))
+            .cap_height(scale(self.face.capital_height().unwrap_or_else(|| {
+                // DejaVu's OS/2 table is too old to give it: the top of H.
+                self.face
+                    .glyph_index('H')
+                    .and_then(|g| self.face.glyph_bounding_box(g))
+                    .map_or(self.face.ascender(), |b| b.y_max)
+            })))
             .stem_v(80.0)
             .font_file2(program);
 
@@ -131,7 +167,10 @@ impl Embedded {
         pdf.cmap(to_unicode, &cmap.finish()).writing_mode(WMode::Horizontal);
 
         let subset = subsetter::subset(self.data, 0, &self.remapper).expect("the embedded font subsets");
-        pdf.stream(program, &subset).pair(Name(b"Length1"), subset.len() as i32);
+        let deflated = miniz_oxide::deflate::compress_to_vec_zlib(&subset, 9);
+        pdf.stream(program, &deflated)
+            .filter(pdf_writer::Filter::FlateDecode)
+            .pair(Name(b"Length1"), subset.len() as i32);
     }
 }
 
@@ -145,9 +184,9 @@ pub(super) struct Fallback {
 impl Fallback {
     fn font(&mut self, bold: bool) -> &mut Embedded {
         if bold {
-            self.bold.get_or_insert_with(|| Embedded::new(SANS_BOLD))
+            self.bold.get_or_insert_with(|| Embedded::new(true))
         } else {
-            self.regular.get_or_insert_with(|| Embedded::new(SANS))
+            self.regular.get_or_insert_with(|| Embedded::new(false))
         }
     }
 
@@ -164,7 +203,7 @@ impl Fallback {
         // shown as `?`), or the fallback font.
         let mut runs: Vec<(bool, String)> = Vec::new();
         for c in s.chars() {
-            let fallback = super::win_ansi_byte(c).is_none() && self.font(bold).has(c);
+            let fallback = super::win_ansi_byte(c).is_none() && shows(c, bold);
             match runs.last_mut() {
                 Some((kind, run)) if *kind == fallback => run.push(c),
                 _ => runs.push((fallback, c.to_string())),
