@@ -246,8 +246,13 @@ impl Pages {
     fn table(&mut self, cols: &[(&str, f32, Align)], rows: &[Vec<String>], footer: Option<Vec<String>>) {
         const SIZE: f32 = 8.8;
         const ROW: f32 = 13.5;
+        // The footer stays on the page of the last row (a total alone atop a
+        // page reads as nobody's), and so the header of a one-row table.
+        const FOOTER: f32 = ROW + 5.0;
+        let keep = if footer.is_some() { FOOTER } else { 0.0 };
+        let first_row_keeps = if rows.len() == 1 { keep } else { 0.0 };
         let header = |p: &mut Pages| {
-            p.need(ROW * 2.0);
+            p.need(ROW * 2.0 + first_row_keeps);
             p.y -= ROW;
             let mut x = MARGIN;
             p.page.save_state().set_fill_rgb(0.36, 0.4, 0.46);
@@ -276,8 +281,9 @@ impl Pages {
                 })
                 .collect();
             let extra = LINE * (cells.iter().map(Vec::len).max().unwrap_or(1).max(1) - 1) as f32;
-            if self.y - ROW - extra < BOTTOM {
-                self.need(ROW * 3.0 + extra);
+            let keep = if i + 1 == rows.len() { keep } else { 0.0 };
+            if self.y - ROW - extra - keep < BOTTOM {
+                self.need(ROW * 3.0 + extra + keep);
                 header(self);
             }
             self.y -= ROW;
@@ -294,7 +300,7 @@ impl Pages {
             self.y -= extra;
         }
         if let Some(f) = footer {
-            self.need(ROW + 4.0);
+            self.need(FOOTER);
             self.rule(self.y - 5.0, 0.8, 0.1);
             self.y -= ROW + 1.0;
             // Its label, left, over the empty cells after it; its amounts.
@@ -1086,6 +1092,33 @@ mod tests {
         // So a cut name fits where it is put.
         let cut = fit(name, 200.0, 10.0);
         assert!(cut.ends_with('…') && text_width(&cut, 10.0, false) <= 200.0, "{cut}");
+    }
+
+    /// A table's total is drawn on the page of its last row: it stood alone
+    /// atop the next page of a demo statement (looked at, 2026-12-07).
+    #[test]
+    fn a_tables_total_stays_with_its_last_row() {
+        let cols = [("user", 300.0, Align::Left), ("amount", 199.0, Align::Right)];
+        let row = |u: &str| vec![u.to_owned(), "1.00".to_owned()];
+        for rows in [vec![row("ada")], vec![row("ada"), row("bob"), row("cy")]] {
+            let mut p = Pages::new();
+            // Room for the header and one row, not for the total too.
+            p.y = BOTTOM + 2.0 * 13.5 + 2.0;
+            if rows.len() > 1 {
+                p.y += 2.0 * 13.5;
+            }
+            p.table(&cols, &rows, Some(vec!["Total".into(), "3.00".into()]));
+            let pdf = finish(p, "t", "s");
+            let shown = shown_text(&pdf);
+            let pages: Vec<&str> = shown.split("t — page ").collect();
+            let last = rows.last().unwrap()[0].as_str();
+            let page_of = |s: &str| pages.iter().position(|p| p.contains(&format!("\n{s}\n"))).unwrap();
+            assert_eq!(page_of(last), page_of("Total"), "{shown}");
+            assert!(
+                !pages[0].ends_with("AMOUNT\n"),
+                "a header alone at a page's foot: {shown}"
+            );
+        }
     }
 
     #[test]
