@@ -22,6 +22,9 @@ pub struct Issued {
     pub project_name: Option<String>,
     #[serde(skip)]
     pub project_pi: Option<String>,
+    /// The center's name when it was issued (migration 0071).
+    #[serde(skip)]
+    pub center_name: Option<String>,
 }
 
 pub async fn issued(
@@ -32,7 +35,7 @@ pub async fn issued(
     let ids: Vec<i64> = projects.iter().map(|p| p.0).collect();
     let rows = sqlx::query!(
         r#"SELECT project_id AS "project_id: ProjectId", number, total, entry_count, issued_at, project_name,
-                  project_pi
+                  project_pi, center_name
              FROM statement WHERE period = $1 AND project_id = ANY($2)"#,
         period,
         &ids
@@ -51,6 +54,7 @@ pub async fn issued(
                     issued_at: r.issued_at,
                     project_name: r.project_name,
                     project_pi: r.project_pi,
+                    center_name: r.center_name,
                 },
             )
         })

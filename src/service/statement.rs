@@ -290,9 +290,14 @@ async fn statements_in(
                 },
             };
             // A final statement reads as it was issued: the project's name
-            // and PI kept with it (migration 0069), not today's.
+            // and PI kept with it (migration 0069) and the center's (0071),
+            // not today's.
             let mut project = headers[id].clone();
+            let mut center_name = center.name.clone();
             if let (Some(_), Some(i)) = (&closed, issued.get(id)) {
+                if let Some(name) = &i.center_name {
+                    center_name.clone_from(name);
+                }
                 if let Some(name) = &i.project_name {
                     project.name.clone_from(name);
                 }
@@ -301,7 +306,7 @@ async fn statements_in(
                 }
             }
             Statement {
-                center: center.name.clone(),
+                center: center_name,
                 // A closed month's currency is the one sealed with it (seal v2).
                 currency: closed
                     .as_ref()

@@ -1416,7 +1416,11 @@ async fn a_final_statement_keeps_the_name_and_pi_it_was_issued_with() {
     let config = dir.join("center.toml");
     let changed = crate::harness::EXAMPLE
         .replace("Dr. Ada Lovelace", "Dr. Grace Hopper")
-        .replace("Computational Chemistry Lab", "Quantum Chemistry Lab");
+        .replace("Computational Chemistry Lab", "Quantum Chemistry Lab")
+        .replace(
+            "name = \"Example State University Research Computing\"",
+            "name = \"Example State University Advanced Research Computing\"",
+        );
     assert_ne!(changed, crate::harness::EXAMPLE);
     std::fs::write(&config, changed).unwrap();
     ok(&db.cli(&["config", "apply", config.to_str().unwrap()]));
@@ -1434,18 +1438,29 @@ async fn a_final_statement_keeps_the_name_and_pi_it_was_issued_with() {
         (
             s["project"]["name"].as_str().unwrap_or_default().to_owned(),
             s["project"]["pi"].as_str().unwrap_or_default().to_owned(),
+            s["center"].as_str().unwrap_or_default().to_owned(),
             s["number"].is_i64(),
         )
     };
     assert_eq!(
         header("2026-10"),
-        ("Computational Chemistry Lab".into(), "Dr. Ada Lovelace".into(), true),
+        (
+            "Computational Chemistry Lab".into(),
+            "Dr. Ada Lovelace".into(),
+            "Example State University Research Computing".into(),
+            true
+        ),
         "the final statement as issued"
     );
     assert_eq!(
         header("2026-11"),
-        ("Quantum Chemistry Lab".into(), "Dr. Grace Hopper".into(), false),
-        "an open month's, as the project is now"
+        (
+            "Quantum Chemistry Lab".into(),
+            "Dr. Grace Hopper".into(),
+            "Example State University Advanced Research Computing".into(),
+            false
+        ),
+        "an open month's, as the project and the center are now"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
