@@ -3,7 +3,7 @@
 //! whether a job may start. Pure: the sums come from the database
 //! (`hl_balance`, `hl_drawn`), the clock is an argument.
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -104,11 +104,14 @@ impl Balance {
         let burn = s.drawn_recently / Decimal::from(BURN_DAYS);
         let runs_out = (burn > Decimal::ZERO && remaining > Decimal::ZERO)
             .then(|| {
-                // Whole seconds: remaining ÷ burn days.
+                // Whole seconds: remaining ÷ burn days, from `at` to its
+                // nearest second (a statement's balance is at its month's
+                // last microsecond: its run-out date read …:59.999999).
                 let seconds = (remaining / burn * Decimal::from(86_400)).trunc();
                 i64::try_from(seconds)
                     .ok()
                     .and_then(|s| at.checked_add_signed(TimeDelta::seconds(s)))
+                    .map(|t| t.round_subsecs(0))
             })
             .flatten()
             // Every grant in force ends first: what is left then expires, it
@@ -270,6 +273,11 @@ mod tests {
             (dec!(1400), dec!(30.00), dec!(0.7))
         );
         assert_eq!(b.runs_out, Some(at("2026-12-17T16:00:00Z")));
+        // At a month's last microsecond (a statement's balance): the run-out
+        // date in whole seconds, not at …:59.999999.
+        let last = at("2026-11-01T03:59:59.999999Z");
+        let b = Balance::new(last, sums(dec!(5000), dec!(3500), dec!(100), dec!(900)));
+        assert_eq!(b.runs_out, Some(at("2026-12-17T20:00:00Z")));
         // The grant ends on 1 December, before that day: what is left then
         // expires, the pool does not run out at this rate.
         let ends = |end: &str| Sums {
