@@ -30,6 +30,8 @@ pub enum InputFormat {
     Jobcomp,
     /// `sacct --json` output of Slurm 22.05 to 25.05 (or slurmrestd's /slurmdb jobs), read as a stream.
     SacctJson,
+    /// Slurm's jobcomp/filetxt log (`JobCompLoc`), one `JobId=… JobState=…` line per job (see docs/slurm.md).
+    JobcompFiletxt,
 }
 
 #[derive(Debug, clap::Args)]
@@ -100,7 +102,7 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
         retry_rejected(&pool, &mut recorder, &mut summary, &args.ids).await?;
     } else {
         let Some(format) = args.format else {
-            anyhow::bail!("give --format slurm|pbs|jsonl|jobcomp|sacct-json (or --retry-rejected)");
+            anyhow::bail!("give --format slurm|pbs|jsonl|jobcomp|sacct-json|jobcomp-filetxt (or --retry-rejected)");
         };
         let format = match format {
             InputFormat::Slurm => ingest::Format::Slurm,
@@ -108,6 +110,7 @@ pub async fn run(args: Args, target: &Target, author: &str) -> anyhow::Result<Ex
             InputFormat::Jsonl => ingest::Format::Jsonl,
             InputFormat::Jobcomp => ingest::Format::Jobcomp,
             InputFormat::SacctJson => ingest::Format::SacctJson,
+            InputFormat::JobcompFiletxt => ingest::Format::JobcompFiletxt,
         };
         let options = ReadOptions {
             cluster: args.cluster.clone(),

@@ -86,6 +86,7 @@ named! {
         Jobcomp => "jobcomp",
         Cli => "cli",
         SacctJson => "sacct-json",
+        JobcompFiletxt => "jobcomp-filetxt",
     }
 }
 

@@ -284,6 +284,7 @@ fn fuzz_parsers_on_arbitrary_bytes() {
         Format::Jsonl,
         Format::Jobcomp,
         Format::SacctJson,
+        Format::JobcompFiletxt,
     ] {
         fuzz(
             &format!("{} on arbitrary bytes", format.as_str()),

@@ -8,6 +8,7 @@
 //! bounded, numbered lines from any reader, so memory stays flat however
 //! large the input.
 
+pub mod filetxt;
 pub mod jobcomp;
 pub mod json_bytes;
 pub mod jsonl;
@@ -36,6 +37,9 @@ pub enum Format {
     /// `sacct --json` (Slurm 22.05 to 25.05): one document, read as a stream of jobs.
     #[serde(rename = "sacct-json")]
     SacctJson,
+    /// Slurm's jobcomp/filetxt log: one `JobId=… JobState=…` line per job.
+    #[serde(rename = "jobcomp-filetxt")]
+    JobcompFiletxt,
 }
 
 impl Format {
@@ -47,6 +51,7 @@ impl Format {
             Format::Jsonl => SourceFormat::Jsonl,
             Format::Jobcomp => SourceFormat::Jobcomp,
             Format::SacctJson => SourceFormat::SacctJson,
+            Format::JobcompFiletxt => SourceFormat::JobcompFiletxt,
         }
     }
 
@@ -59,6 +64,7 @@ impl Format {
             SourceFormat::Jsonl => Some(Format::Jsonl),
             SourceFormat::Jobcomp => Some(Format::Jobcomp),
             SourceFormat::SacctJson => Some(Format::SacctJson),
+            SourceFormat::JobcompFiletxt => Some(Format::JobcompFiletxt),
             SourceFormat::Json | SourceFormat::Cli => None,
         }
     }
@@ -473,10 +479,10 @@ pub trait Parser {
 
 impl Format {
     /// Whether every record is a line a program wrote whole, newline
-    /// included (`sacct`, PBS): a last line without one was cut short. A
-    /// JSON line cut short does not parse.
+    /// included (`sacct`, PBS, slurmctld's jobcomp/filetxt): a last line
+    /// without one was cut short. A JSON line cut short does not parse.
     pub fn whole_lines(self) -> bool {
-        matches!(self, Format::Slurm | Format::Pbs)
+        matches!(self, Format::Slurm | Format::Pbs | Format::JobcompFiletxt)
     }
 
     /// What an input of this format is, for messages.
@@ -487,6 +493,7 @@ impl Format {
             Format::Jsonl => "JSON lines of hpc-ledger's job format",
             Format::Jobcomp => "Slurm jobcomp/elasticsearch documents",
             Format::SacctJson => "sacct --json output",
+            Format::JobcompFiletxt => "a Slurm jobcomp/filetxt log",
         }
     }
 }
@@ -511,6 +518,9 @@ pub fn sniff(line: &str) -> Option<Format> {
             Ok(serde_json::Value::Object(o)) if o.contains_key("job_id") => Some(Format::Jsonl),
             _ => None,
         };
+    }
+    if t.starts_with("JobId=") && t.contains(" JobState=") {
+        return Some(Format::JobcompFiletxt);
     }
     let b = t.as_bytes();
     let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
@@ -720,6 +730,7 @@ pub fn parser(format: Format, options: &ReadOptions) -> Result<Box<dyn Parser + 
         Format::Jsonl => Box::new(jsonl::JsonlParser::new(options)),
         Format::Jobcomp => Box::new(jobcomp::JobcompParser::new(options)),
         Format::SacctJson => Box::new(sacct_json::SacctJsonParser::new(options)),
+        Format::JobcompFiletxt => Box::new(filetxt::FiletxtParser::new(options)),
     })
 }
 
@@ -1117,7 +1128,7 @@ mod sniff_tests {
 
     #[test]
     fn an_input_that_is_plainly_another_format_is_named() {
-        let cases: [(&str, Option<Format>); 9] = [
+        let cases: [(&str, Option<Format>); 10] = [
             ("{", Some(Format::SacctJson)),
             (r#"{"meta": {}, "jobs": []}"#, Some(Format::SacctJson)),
             (r#"{"jobid":4,"@start":"2026-11-30T08:48:04"}"#, Some(Format::Jobcomp)),
@@ -1125,6 +1136,10 @@ mod sniff_tests {
             ("10/15/2026 09:00:00;E;5003.pitzer-batch;user=alan", Some(Format::Pbs)),
             ("JobID|JobIDRaw|Cluster", Some(Format::Slurm)),
             ("4103947_[9-11,20]|4103947|ub-hpc|general", Some(Format::Slurm)),
+            (
+                "JobId=17 UserId=alice(1001) GroupId=alice(1001) Name=ft-fail JobState=FAILED Partition=regular",
+                Some(Format::JobcompFiletxt),
+            ),
             ("5908801_3☃gpulong☃1", None),
             ("garbage", None),
         ];

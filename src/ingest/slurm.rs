@@ -267,10 +267,19 @@ fn node_count(field: &str, value: &str) -> Result<u32, String> {
     u32::try_from(nodes / scale).map_err(|_| format!("{field} {value:?} is too large"))
 }
 
+/// The per-CPU flag of a memory request in Slurm before 17.11 (bit 31 of a
+/// count of MiB), which later versions' `sacct` no longer recognises in
+/// the jobs of that time: it prints `3000Mc` as `2147486648Mn`.
+const OLD_MEM_PER_CPU: u64 = (1 << 31) * MIB;
+
 /// `ReqMem`: `3000Mc` per CPU, `48000Mn` per node (Slurm before 21.08);
 /// plain, the job's total (21.08 and later print the memory of the job's
 /// requested TRES, `job_get_tres_mem`: what it asked for on all its nodes),
-/// or per node as records read before `slurm_totals` were read.
+/// or per node as records read before `slurm_totals` were read. A value
+/// per node of 2³¹ MiB or more is the old per-CPU flag: `2147486648Mn` is
+/// 3000 MiB per CPU (every such record of Open XDMoD's Slurm 16 jobs has
+/// `AllocTRES` `mem=` exactly that times its CPUs; read as written it was
+/// 2 PiB a node, always refused).
 fn req_mem(value: &str, nodes: u32, cores: u32, plain_total: bool) -> Result<Option<Bytes>, String> {
     let v = value.trim();
     let (size, times) = match (v.strip_suffix('c'), v.strip_suffix('n')) {
@@ -279,6 +288,11 @@ fn req_mem(value: &str, nodes: u32, cores: u32, plain_total: bool) -> Result<Opt
         (None, None) => (v, if plain_total { 1 } else { nodes }),
     };
     let b = Bytes::parse(size, MIB).map_err(|e| format!("ReqMem: {e}"))?;
+    let (b, times) = if v.ends_with('n') && b.0 >= OLD_MEM_PER_CPU {
+        (Bytes(b.0 - OLD_MEM_PER_CPU), cores)
+    } else {
+        (b, times)
+    };
     if b.0 == 0 {
         return Ok(None);
     }
@@ -1060,6 +1074,25 @@ mod tests {
         assert_eq!(items[8], Item::Bad("unknown job state \"REVOKED\"".into()));
     }
 
+    /// Open XDMoD's Slurm 16 job 167758 (`ReqMem` `2147486648Mn`, AllocTRES
+    /// `mem=24000M` on 8 CPUs): without its AllocTRES it reads the memory
+    /// AllocTRES gives (it was 2 PiB a node, refused as invalid).
+    #[test]
+    fn the_old_per_cpu_flag_reads_as_alloc_tres_says() {
+        let line = "167758|167758|phillips|black|banana-cream|taifl|taifl|104733|honbu|330719|2016-12-30T00:02:42|2016-12-30T00:02:42|2016-12-30T00:02:42|2016-12-30T00:03:06|00:00:24|0:0|COMPLETED|1|8|8|2147486648Mn|cpu=8,mem=24000M,node=1|billing=8,cpu=8,mem=24000M,node=1|1-06:00:00|cpn-f13-42-02|x";
+        let with = parse_all(line, &ReadOptions::default());
+        let without = parse_all(
+            &line.replace("|billing=8,cpu=8,mem=24000M,node=1|", "||"),
+            &ReadOptions::default(),
+        );
+        let (with, without) = (job(&with[0]), job(&without[0]));
+        assert_eq!(with.memory, Some(Bytes(24000 * MIB)));
+        assert_eq!(
+            (without.nodes, without.cores, without.memory),
+            (with.nodes, with.cores, with.memory)
+        );
+    }
+
     #[test]
     fn old_records_without_alloc_tres_fall_back_to_reqmem() {
         // XDMoD unit fixture, first line: per-CPU memory on 32 nodes.
@@ -1072,6 +1105,15 @@ mod tests {
         );
         assert_eq!(req_mem("48000Mn", 3, 36, true), Ok(Some(Bytes(48000 * MIB * 3))));
         assert_eq!(req_mem("0n", 1, 1, true), Ok(None));
+        // The old per-CPU flag: 3000 MiB per CPU, as AllocTRES says of the
+        // real records (8 CPUs: mem=24000M); 2³¹ − 1 MiB a node is a node's.
+        assert_eq!(req_mem("2147486648Mn", 1, 8, true), Ok(Some(Bytes(24000 * MIB))));
+        assert_eq!(req_mem("2147487648Mn", 2, 16, false), Ok(Some(Bytes(16 * 4000 * MIB))));
+        assert_eq!(req_mem("2147483648Mn", 1, 8, true), Ok(None));
+        assert_eq!(
+            req_mem("2147483647Mn", 2, 8, true),
+            Ok(Some(Bytes(2 * 2147483647 * MIB)))
+        );
         // Plain (Slurm 21.08 and later): the job's total; per node as read
         // before `slurm_totals`.
         assert_eq!(req_mem("30512M", 4, 4, true), Ok(Some(Bytes(30512 * MIB))));

@@ -46,7 +46,7 @@ fn check(name: &str, s: &Summary, want: Counts) {
 async fn every_real_fixture_imports_with_the_expected_counts() {
     use RejectKind::*;
     use Skip::*;
-    let cases: [(&str, Counts); 19] = [
+    let cases: [(&str, Counts); 20] = [
         // 4 jobs; the last has no partition, 0 nodes, 0 CPUs and an AllocTRES of only `gres/gpu=2`.
         (
             "xdmod_slurm_sacct_parsable2_unit.log",
@@ -150,6 +150,16 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 headers: 1,
                 recorded: 27,
                 skipped: &[(NeverStarted, 1)],
+                rejected: &[],
+            },
+        ),
+        // The same Slurm 22.05 run's jobcomp/filetxt log: jobs 16-18, as slurmctld wrote them.
+        (
+            "slurm_2205_lab_jobcomp_filetxt.log",
+            Counts {
+                headers: 0,
+                recorded: 3,
+                skipped: &[],
                 rejected: &[],
             },
         ),
@@ -272,6 +282,74 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
             .unwrap();
         assert_eq!(kept as u64, s.rejected_total(), "{name}: every rejection is kept");
     }
+}
+
+/// slurmctld's jobcomp/filetxt lines of jobs 16-18 say what sacct says of
+/// the same runs: imported alone they charge the same quantities, and the
+/// sacct dump imported after them finds each run recorded with that charge
+/// (no second charge, no conflict); a filetxt log read as sacct output is
+/// refused before anything is kept, naming the flag that reads it.
+#[tokio::test]
+async fn a_jobcomp_filetxt_log_charges_what_sacct_charges() {
+    let by_sacct = fixture_db().await;
+    import_fixture(&by_sacct, "slurm_2205_lab_sacct_header.txt", false).await;
+    let db = fixture_db().await;
+    let filetxt = crate::fixtures::stripped("slurm_2205_lab_jobcomp_filetxt.log");
+    let o = db.cli(&["import", "--format", "slurm", filetxt.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        crate::harness::stderr(&o).contains("this looks like a Slurm jobcomp/filetxt log, not sacct --parsable2 output: read it with --format jobcomp-filetxt"),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+    let o = db.cli(&[
+        "import",
+        "--format",
+        "jobcomp-filetxt",
+        "--output",
+        "json",
+        filetxt.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", crate::harness::stderr(&o));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["recorded"], 3, "{summary}");
+    for job in ["16", "17", "18"] {
+        let filetxt = charges(&db.pool, "testclu", job, None).await;
+        assert!(!filetxt.is_empty(), "job {job}");
+        assert_eq!(
+            filetxt,
+            charges(&by_sacct.pool, "testclu", job, None).await,
+            "job {job}"
+        );
+    }
+    // Job 18: 2 nodes × 4 cores and 4 GPUs for 2 s.
+    assert_eq!(
+        charges(&db.pool, "testclu", "18", None).await,
+        lines(&[
+            ("core_hours", "0.004444444444", "0.00"),
+            ("gpu_hours", "0.002222222222", "0.00")
+        ])
+    );
+    // Each kept line, read again, says what the ledger stores.
+    let deep = hpc_ledger::service::deep::deep_audit(&db.pool).await.unwrap();
+    assert_eq!(
+        (deep.records, deep.differences_found),
+        (3, 0),
+        "{:#?}",
+        deep.differences
+    );
+    let s = import_fixture(&db, "slurm_2205_lab_sacct_header.txt", false).await;
+    assert_eq!((s.recorded, s.replayed + s.revised), (13, 3), "{s:#?}");
+    assert!(s.rejected.is_empty(), "{s:#?}");
+    let entries: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let sacct_entries: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entry")
+        .fetch_one(&by_sacct.pool)
+        .await
+        .unwrap();
+    assert_eq!(entries, sacct_entries);
 }
 
 /// The entries of a job: (metric, quantity, amount), ordered.

@@ -7,7 +7,9 @@
 # every job is charged once, as the rules of docs/rules.md say (computed independently by
 # check.py from sacct and tests/slurm/center.toml), that `sacct` imported into
 # a second ledger charges the same, that re-importing it into the first records
-# nothing new, and that restarting serve while Slurm posts loses nothing.
+# nothing new, and that restarting serve while Slurm posts loses nothing; then
+# (slurmctld restarted with jobcomp/filetxt) that the lines Slurm writes to its
+# filetxt log charge what sacct says of the same jobs.
 # Tears everything down on exit. See tests/slurm/README.md.
 #
 #   sudo tests/slurm/e2e.sh        (from anywhere; root: it installs packages and starts daemons)
@@ -613,3 +615,69 @@ waitfor 90 "E2E0003's job $B_ID to start after the top-up" b_started
 actions=$(sql "$URL1" "SELECT string_agg(action, ',' ORDER BY id) FROM enforcement_action")
 [ "$actions" = "block,unblock" ] || fail "enforcement_action holds '$actions', expected 'block,unblock'"
 SUMMARY+=("budgets:            E2E0003 spent its 0.50 ($remaining left); after slurm sync its job $B_ID was '$b_first'; after a top-up and a sync it was '$(squeue -h -j "$B_ID" -o %T)' (sacctmgr changes recorded: $actions)")
+
+# ------------------------------------------------------------------ jobcomp/filetxt (docs/slurm.md)
+# slurmctld restarted with JobCompType=jobcomp/filetxt: the lines it writes for
+# real jobs (a name and a working directory with spaces, two nodes, GPUs, an
+# array, a failure, one cancelled while pending), imported into the second
+# ledger, charge what check.py computes from the same jobs' sacct output and
+# what that output imported into the first ledger charges; the sacct output
+# imported after them into the second ledger records nothing new.
+waitfor 120 "the queue to empty" queue_empty
+FILETXT=$OUT/jobcomp-filetxt.log
+: > "$FILETXT"
+chown slurm:slurm "$FILETXT"
+sed -i -e 's|^JobCompType=.*|JobCompType=jobcomp/filetxt|' -e "s|^JobCompLoc=.*|JobCompLoc=$FILETXT|" "$ETC/slurm.conf"
+stop_pid "$(pidfile "$VAR/run/slurmctld.pid")" slurmctld
+slurmctld || die "slurmctld did not start with jobcomp/filetxt: $(tail -n 3 "$VAR/log/slurmctld.log")"
+waitfor 60 slurmctld scontrol ping
+waitfor 60 "nodes c01, c02 idle" nodes_idle
+FT_IDS=()
+ft() { # ft NAME SBATCH-ARGS...
+    local id
+    id=$(sbatch --parsable -o "$JOBS/%x-%j.out" -J "$1" "${@:2}") || die "sbatch $1 failed"
+    FT_IDS+=("${id%%;*}")
+}
+mkdir -p "$JOBS/a dir with spaces"
+ft "ft spaced name" -D "$JOBS/a dir with spaces" -A E2E0001 -p regular -N 1 -n 1 --mem=256M -t 2 --wrap 'sleep 2'
+ft ft-multinode -D "$JOBS" -A E2E0002 -p regular -N 2 --ntasks-per-node=1 --mem=300M -t 2 --wrap 'srun sleep 2'
+ft ft-gpu -D "$JOBS" -A E2E0001 -p gpu -N 1 -n 2 --gres=gpu:2 --mem=1G -t 2 --wrap 'sleep 2'
+ft ft-array -D "$JOBS" -A E2E0002 -p regular -N 1 -n 1 --mem-per-cpu=256M --array=0-1 -t 2 --wrap 'sleep 2'
+ft ft-fails -D "$JOBS" -A E2E0001 -p hugemem -N 1 -c 2 --mem=6G -t 2 --wrap 'sleep 1; exit 3'
+ft ft-cancel-pending -D "$JOBS" -A E2E0002 -p regular -N 1 -n 1 --mem=128M -t 5 --begin=now+3600 --wrap 'sleep 2'
+scancel "${FT_IDS[-1]}"
+waitfor 180 "the queue to empty" queue_empty
+ft_lines() { [ "$(wc -l < "$FILETXT")" -ge 7 ]; }  # 6 jobs, the array's 2 tasks
+waitfor 60 "slurmctld to write 7 lines to $FILETXT" ft_lines
+ft_settled() {
+    sacct --parsable2 --noheader --allocations --duplicates -j "$(IFS=,; echo "${FT_IDS[*]}")" --format "$SACCT_FORMAT" \
+        > "$OUT/sacct-filetxt.tmp" || return 1
+    [ "$(wc -l < "$OUT/sacct-filetxt.tmp")" -ge 7 ] && ! awk -F'|' '$14 == "Unknown" || $17 ~ /^(PENDING|RUNNING|COMPLETING|SUSPENDED)/ {bad = 1} END {exit !bad}' "$OUT/sacct-filetxt.tmp"
+}
+waitfor 60 "slurmdbd to record the end of the filetxt jobs" ft_settled
+sacct --parsable2 --allocations --duplicates -j "$(IFS=,; echo "${FT_IDS[*]}")" --format "$SACCT_FORMAT" > "$OUT/sacct-filetxt.txt" \
+    || die "sacct failed"
+read -r FT_STARTED FT_NEVER FT_TOTAL < <("$PY" "$HERE/check.py" total "$CONFIG" "$OUT/sacct-filetxt.txt")
+FT_IN=$(printf "'%s'," "${FT_IDS[@]}")
+FT_SQL=${LEDGER_SQL/ ORDER BY/ AND j.scheduler_job_id IN (${FT_IN%,}) ORDER BY}
+ledger "$L2" import --format jobcomp-filetxt --output json "$FILETXT" > "$OUT/import-filetxt.json" 2>"$OUT/import-filetxt.err"
+rc=$?
+[ $rc = 0 ] || fail "import --format jobcomp-filetxt exited $rc (out/import-filetxt.json, out/import-filetxt.err)"
+ft_recorded=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("recorded"))' "$OUT/import-filetxt.json" 2>/dev/null)
+[ "$ft_recorded" = "$FT_STARTED" ] || fail "the filetxt import recorded $ft_recorded jobs, sacct says $FT_STARTED started"
+sql "$URL2" "$FT_SQL" > "$OUT/ledger-filetxt.tsv" || die "cannot read the second ledger"
+check verify "$CONFIG" "$OUT/sacct-filetxt.txt" "$OUT/ledger-filetxt.tsv" filetxt --source jobcomp-filetxt --one-record \
+    || fail "the ledger fed by the jobcomp/filetxt log differs from the charges computed from sacct"
+ledger "$L1" import --format slurm --output json "$OUT/sacct-filetxt.txt" > "$OUT/import-filetxt-sacct.json" 2>&1 \
+    || fail "import of the filetxt jobs' sacct output into the first ledger failed (out/import-filetxt-sacct.json)"
+sql "$URL1" "$FT_SQL" > "$OUT/ledger-filetxt-sacct.tsv" || die "cannot read the first ledger"
+check same "$OUT/ledger-filetxt.tsv" "$OUT/ledger-filetxt-sacct.tsv" filetxt sacct \
+    || fail "the jobcomp/filetxt log and sacct charged some jobs differently"
+ledger "$L2" import --format slurm --output json "$OUT/sacct-filetxt.txt" > "$OUT/import-filetxt-again.json" 2>&1
+ft_again=$("$PY" -c 'import json, sys; s = json.load(open(sys.argv[1])); print(s.get("recorded"), s.get("superseded"))' "$OUT/import-filetxt-again.json" 2>/dev/null)
+[ "$ft_again" = "0 0" ] || fail "sacct's output imported after the filetxt log recorded/superseded '$ft_again', expected '0 0'"
+ledger "$L2" audit --deep > "$OUT/audit-deep-filetxt.txt" 2>&1 \
+    || fail "hpc-ledger audit --deep after the filetxt import exited $? (out/audit-deep-filetxt.txt)"
+ft_charged=$(sql "$URL2" "SELECT coalesce(sum(le.amount), 0) FROM ledger_entry le JOIN job_record r ON r.id = le.job_record_id JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id IN (${FT_IN%,})")
+[ "$ft_charged" = "$FT_TOTAL" ] || fail "the filetxt jobs were charged $ft_charged, the rules give $FT_TOTAL"
+SUMMARY+=("jobcomp/filetxt:    $(wc -l < "$FILETXT") lines for jobs ${FT_IDS[*]}: $ft_recorded recorded ($FT_NEVER never started), $ft_charged USD (the rules, computed from sacct: $FT_TOTAL); sacct imported after them: recorded/superseded $ft_again")

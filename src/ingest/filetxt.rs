@@ -1,0 +1,350 @@
+//! Slurm's `jobcomp/filetxt` log (`JobCompType=jobcomp/filetxt`, the file
+//! named by `JobCompLoc`): one line per finished job, written by slurmctld
+//! as `JobId=… UserId=alice(1001) GroupId=… Name=… JobState=… Partition=…
+//! TimeLimit=… StartTime=… EndTime=… NodeList=… NodeCnt=… ProcCnt=…
+//! WorkDir=… ReservationName=… Tres=… Account=… QOS=… WcKey=… Cluster=…
+//! SubmitTime=… EligibleTime=…[ ArrayJobId=… ArrayTaskId=…][ HetJobId=…
+//! HetJobOffset=…] DerivedExitCode=… ExitCode=…` (its `JOB_FORMAT`).
+//!
+//! The fields are those of the `jobcomp/elasticsearch` document of the same
+//! job under other names, and a line is read exactly as that document is
+//! ([`super::jobcomp::read_document`]): its cores are `ProcCnt` (the job's
+//! allocated CPUs), its nodes `NodeCnt`, its memory and GPUs from `Tres`
+//! (the job's requested TRES, as the document's `tres_req`); a requeued
+//! run (state `PENDING` with a start and an end) is `REQUEUED`, a job that
+//! never ran (no CPUs, no nodes) is skipped. Unlike the document's, its
+//! times are slurmctld's local time (`localtime_r`), read in the cluster's
+//! `time_zone` as `sacct`'s are. Values are not quoted: a job name or a
+//! working directory may hold spaces, so a field runs until the next of
+//! the fields that may follow it.
+
+use serde_json::{Map, Value};
+
+use super::{Item, KeptOptions, Parser, ReadOptions};
+
+/// The fields of a line, in the order slurmctld writes them. `Gres` stood
+/// where `Tres` stands in Slurm before 15.08.
+const KEYS: &[&str] = &[
+    "JobId",
+    "UserId",
+    "GroupId",
+    "Name",
+    "JobState",
+    "Partition",
+    "TimeLimit",
+    "StartTime",
+    "EndTime",
+    "NodeList",
+    "NodeCnt",
+    "ProcCnt",
+    "WorkDir",
+    "ReservationName",
+    "Tres",
+    "Gres",
+    "Account",
+    "QOS",
+    "WcKey",
+    "Cluster",
+    "SubmitTime",
+    "EligibleTime",
+    "ArrayJobId",
+    "ArrayTaskId",
+    "HetJobId",
+    "HetJobOffset",
+    "DerivedExitCode",
+    "ExitCode",
+];
+
+/// Where `word` stands in [`KEYS`] at or after `from`, when it begins a
+/// field there (`Key=…`), and its value.
+fn field_start(word: &str, from: usize) -> Option<(usize, &'static str, &str)> {
+    let (k, v) = word.split_once('=')?;
+    KEYS.get(from..)?
+        .iter()
+        .position(|key| *key == k)
+        .map(|at| (from + at, KEYS[from + at], v))
+}
+
+/// A line's fields, by name. A word begins a field when it is `Key=…` with
+/// a key that may come next (one of [`KEYS`] after the last found), unless
+/// the word after it begins a field that cannot follow that one; any other
+/// word belongs to the value before it: a job name or a directory with
+/// spaces, or one that reads like a field (`Name=a JobState=x JobState=…`).
+fn fields(line: &str) -> Result<Vec<(&'static str, String)>, String> {
+    let line = line.trim_end_matches(['\n', '\r', ' ']);
+    if !line.starts_with("JobId=") {
+        return Err("not a jobcomp/filetxt line (it does not begin with JobId=)".into());
+    }
+    let words: Vec<&str> = line.split(' ').collect();
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    let mut next = 0;
+    for (i, word) in words.iter().enumerate() {
+        let starts = field_start(word, next).filter(|(at, _, _)| {
+            words
+                .get(i + 1)
+                .is_none_or(|after| field_start(after, 0).is_none() || field_start(after, at + 1).is_some())
+        });
+        match (starts, out.last_mut()) {
+            (Some((at, key, value)), _) => {
+                out.push((key, value.to_owned()));
+                next = at + 1;
+            }
+            (None, Some((_, value))) => {
+                value.push(' ');
+                value.push_str(word);
+            }
+            (None, None) => unreachable!("the line begins with JobId="),
+        }
+    }
+    for key in ["JobState", "StartTime", "EndTime", "NodeCnt", "ProcCnt"] {
+        if !out.iter().any(|(k, _)| *k == key) {
+            return Err(format!("no {key}= field"));
+        }
+    }
+    Ok(out)
+}
+
+/// The `jobcomp/elasticsearch` document the line says the same as: each
+/// field under the document's name, an absent time (`Unknown`, `unknown`)
+/// or an empty value left out.
+fn document(line: &str) -> Result<Map<String, Value>, String> {
+    let mut doc = Map::new();
+    for (key, value) in fields(line)? {
+        let value = value.trim();
+        let name = match key {
+            "JobId" => "jobid",
+            // `alice(1001)`: the name, or the number when Slurm knew none.
+            "UserId" => {
+                let user = value.split_once('(').map_or(value, |(name, _)| name);
+                if !user.is_empty() {
+                    doc.insert("username".into(), Value::String(user.to_owned()));
+                }
+                continue;
+            }
+            "Name" => "job_name",
+            "JobState" => "state",
+            "Partition" => "partition",
+            "StartTime" => "@start",
+            "EndTime" => "@end",
+            "SubmitTime" => "@submit",
+            "NodeList" => "nodes",
+            "NodeCnt" => "total_nodes",
+            "ProcCnt" => "total_cpus",
+            "Tres" => "tres_req",
+            "Account" => "account",
+            "Cluster" => "cluster",
+            "ArrayJobId" => "array_job_id",
+            "ArrayTaskId" => "array_task_id",
+            "HetJobId" => "het_job_id",
+            "HetJobOffset" => "het_job_offset",
+            "ExitCode" => "exit_code",
+            _ => continue,
+        };
+        // slurmctld writes `unknown` for a time it does not have (a submit
+        // time), `Unknown` for a start or end of 0, and `unknown` for the
+        // cluster of a job without an association.
+        let absent = value.is_empty()
+            || (matches!(name, "@start" | "@end" | "@submit" | "cluster") && value.eq_ignore_ascii_case("unknown"));
+        if !absent {
+            doc.insert(name.into(), Value::String(value.to_owned()));
+        }
+    }
+    Ok(doc)
+}
+
+/// Read one line.
+pub fn read_line(line: &str, options: &ReadOptions) -> Result<Item, String> {
+    let doc = document(line)?;
+    // Local times, whatever the options say of documents.
+    let local = ReadOptions {
+        jobcomp_utc: false,
+        ..options.clone()
+    };
+    super::jobcomp::read_document(&doc, &local)
+}
+
+/// One line per job.
+pub struct FiletxtParser {
+    options: KeptOptions,
+}
+
+impl FiletxtParser {
+    pub fn new(options: &ReadOptions) -> FiletxtParser {
+        FiletxtParser {
+            options: KeptOptions::new(options.clone()),
+        }
+    }
+}
+
+impl Parser for FiletxtParser {
+    fn parse(&mut self, line: &str) -> Option<Item> {
+        if line.trim().is_empty() {
+            return None;
+        }
+        Some(read_line(line, &self.options).unwrap_or_else(Item::Bad))
+    }
+
+    fn options(&self) -> KeptOptions {
+        self.options.clone()
+    }
+
+    fn job_key(&self, line: &str) -> Option<String> {
+        // As the job is keyed once read (an array task `123_4`, a
+        // heterogeneous component `123+1`), as far as the line gives it.
+        let doc = document(line).ok()?;
+        let field = |k: &str| doc.get(k).and_then(Value::as_str).map(str::trim);
+        let cluster = field("cluster").or(self.options.cluster.as_deref()).unwrap_or("?");
+        let id = match (field("array_job_id"), field("array_task_id"), field("het_job_id")) {
+            (Some(job), Some(task), _) if job != "0" => format!("{job}_{task}"),
+            (_, _, Some(het)) if het != "0" => format!("{het}+{}", field("het_job_offset").unwrap_or("0")),
+            _ => field("jobid")?.to_owned(),
+        };
+        Some(format!("{cluster}/{id}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::posting::{JobInput, Stamp};
+    use crate::domain::units::{Bytes, GIB, MIB};
+    use crate::ingest::Skip;
+    use chrono::NaiveDateTime;
+
+    /// The three lines slurmctld 22.05 wrote with `JobCompType=jobcomp/filetxt`
+    /// (tests/fixtures/accounting/slurm_2205_lab_jobcomp_filetxt.log).
+    fn fixture() -> Vec<String> {
+        include_str!("../../tests/fixtures/accounting/slurm_2205_lab_jobcomp_filetxt.log")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn job(line: &str) -> JobInput {
+        match read_line(line, &ReadOptions::default()) {
+            Ok(Item::Job(j)) => *j,
+            other => panic!("not a job: {other:?}"),
+        }
+    }
+
+    fn local(s: &str) -> Stamp {
+        Stamp::Local(NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").unwrap())
+    }
+
+    #[test]
+    fn the_lines_slurm_wrote() {
+        let lines = fixture();
+        assert_eq!(lines.len(), 3);
+        let failed = job(&lines[0]);
+        assert_eq!(failed.key(), "testclu/17");
+        assert_eq!(
+            (failed.state.as_str(), failed.exit_code.as_deref()),
+            ("FAILED", Some("3:0"))
+        );
+        assert_eq!((failed.nodes, failed.cores, failed.gpus), (Some(1), 1, None));
+        assert_eq!(failed.memory, Some(Bytes(100 * MIB)));
+        assert_eq!((failed.user.as_str(), failed.job_name.as_str()), ("alice", "ft-fail"));
+        assert_eq!(failed.project.as_deref(), Some("pas1234"));
+        assert_eq!(failed.queue.as_deref(), Some("regular"));
+        assert_eq!(failed.start, local("2026-11-30T08:49:43"));
+        assert_eq!(failed.end, local("2026-11-30T08:49:44"));
+        assert_eq!(failed.submit, Some(local("2026-11-30T08:49:43")));
+        let gpu = job(&lines[2]);
+        assert_eq!(gpu.key(), "testclu/18");
+        assert_eq!((gpu.nodes, gpu.cores, gpu.gpus), (Some(2), 2, Some(4)));
+        assert_eq!(gpu.memory, Some(Bytes(2 * GIB)));
+        assert_eq!(
+            (gpu.queue.as_deref(), gpu.project.as_deref()),
+            (Some("gpu"), Some("pzs0001"))
+        );
+        assert_eq!(gpu.end, local("2026-11-30T08:49:48"));
+    }
+
+    /// The same job as the `jobcomp/elasticsearch` document says it, but for
+    /// the time zone: the document's times are UTC.
+    #[test]
+    fn a_line_reads_as_the_document_of_the_same_job() {
+        let line = &fixture()[2];
+        let doc = r#"{"jobid":18,"@start":"2026-11-30T08:49:46","@end":"2026-11-30T08:49:48",
+            "@submit":"2026-11-30T08:49:43","partition":"gpu","nodes":"c[01-02]","total_cpus":2,"total_nodes":2,
+            "state":"COMPLETED","exit_code":"0:0","cluster":"testclu","account":"pzs0001","username":"bob",
+            "job_name":"ft-gpu","tres_req":"cpu=2,mem=2G,node=2,billing=42,gres/gpu=4"}"#;
+        let (_, item) = crate::ingest::jobcomp::parse_document(doc, &ReadOptions::default()).unwrap();
+        assert_eq!(read_line(line, &ReadOptions::default()), Ok(item));
+    }
+
+    #[test]
+    fn names_and_directories_with_spaces_arrays_and_heterogeneous_jobs() {
+        let line = "JobId=41 UserId=carol(1003) GroupId=carol(1003) Name=my run JobState=x \
+                    JobState=TIMEOUT Partition=regular TimeLimit=60 StartTime=2026-11-02T10:00:00 \
+                    EndTime=2026-11-02T11:00:00 NodeList=c01 NodeCnt=1 ProcCnt=4 WorkDir=/home/carol/my runs \
+                    ReservationName= Tres=cpu=4,mem=8G,node=1 Account=PAS1234 QOS=normal WcKey= Cluster=owens \
+                    SubmitTime=unknown EligibleTime=unknown ArrayJobId=40 ArrayTaskId=3 DerivedExitCode=0:0 \
+                    ExitCode=0:15 \n";
+        let j = job(line);
+        // A name holding a field's name: a state the reader does not know.
+        assert_eq!(j.job_name, "my run JobState=x");
+        assert_eq!(j.state, "TIMEOUT");
+        assert_eq!((j.key(), j.array_index), ("owens/40_3".to_owned(), Some(3)));
+        assert_eq!((j.cores, j.memory), (4, Some(Bytes(8 * GIB))));
+        assert_eq!(j.submit, None);
+        let parser = FiletxtParser::new(&ReadOptions::default());
+        assert_eq!(parser.job_key(line).as_deref(), Some("owens/40_3"));
+        let het = line
+            .replace(" ArrayJobId=40 ArrayTaskId=3", " HetJobId=40 HetJobOffset=1")
+            .replace("Cluster=owens", "Cluster=unknown");
+        let options = ReadOptions {
+            cluster: Some("pitzer".into()),
+            ..ReadOptions::default()
+        };
+        let j = match read_line(&het, &options) {
+            Ok(Item::Job(j)) => *j,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(j.key(), "pitzer/40+1");
+        assert_eq!(
+            FiletxtParser::new(&options).job_key(&het).as_deref(),
+            Some("pitzer/40+1")
+        );
+    }
+
+    #[test]
+    fn what_is_not_charged() {
+        let line = &fixture()[1];
+        // Cancelled while pending: no CPUs, no nodes, no start.
+        let pending = line
+            .replace("JobState=COMPLETED", "JobState=CANCELLED")
+            .replace("StartTime=2026-11-30T08:49:43", "StartTime=Unknown")
+            .replace(
+                "NodeList=c01 NodeCnt=1 ProcCnt=1",
+                "NodeList=(null) NodeCnt=0 ProcCnt=0",
+            );
+        assert_eq!(
+            read_line(&pending, &ReadOptions::default()),
+            Ok(Item::Skip(Skip::NeverStarted))
+        );
+        // A requeued run: the job's new state with that run's times.
+        let requeued = job(&line.replace("JobState=COMPLETED", "JobState=PENDING"));
+        assert_eq!(requeued.state, "REQUEUED");
+        assert_eq!(
+            read_line(
+                &line.replace("JobState=COMPLETED", "JobState=RUNNING"),
+                &ReadOptions::default()
+            ),
+            Ok(Item::Skip(Skip::NotEnded))
+        );
+        // Damaged: a line of something else, a field missing, a ran job
+        // without its end.
+        let bad = |l: &str| match read_line(l, &ReadOptions::default()) {
+            Err(e) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(bad("17|alice|…").contains("does not begin with JobId="));
+        assert_eq!(bad(&line.replace(" ProcCnt=1", "")), "no ProcCnt= field");
+        assert!(
+            bad(&line.replace("EndTime=2026-11-30T08:49:45", "EndTime=Unknown")).contains("without `@start` or `@end`")
+        );
+        assert!(bad(&line.replace("JobState=COMPLETED", "JobState=EXPLODED")).contains("unknown job state"));
+    }
+}
