@@ -22,6 +22,38 @@ use serde_json::{Map, Value};
 
 use super::{Item, KeptOptions, Parser, ReadOptions};
 
+/// slurmctld before 24.05.2 built each line in a buffer of 1,024 bytes: a
+/// longer record was cut at 1,023 bytes, without its newline, and the next
+/// job's line followed it on the same line ("jobcomp/filetxt - Fix
+/// truncation of job record lines > 1024 characters", Slurm 24.05.2). A
+/// long working directory, job name or node list makes such a record.
+pub const SLURM_CUT: usize = 1023;
+
+/// Why the part of a line before such a cut is not charged.
+pub const CUT_BY_SLURM: &str = "cut by Slurm at 1,023 bytes (jobcomp/filetxt before Slurm 24.05.2 wrote a longer \
+                                record so, without its newline, and the next job's line after it on the same line): \
+                                what followed the cut is lost; record this job from sacct";
+
+/// The records a line holds: more than one where, after a record's first
+/// [`SLURM_CUT`] bytes, the next job's `JobId=N UserId=` begins (each part
+/// but the last a record cut by Slurm).
+pub fn split_cut(bytes: &[u8]) -> Vec<&[u8]> {
+    let begins = |b: &[u8]| {
+        b.strip_prefix(b"JobId=").is_some_and(|after| {
+            let digits = after.iter().take_while(|c| c.is_ascii_digit()).count();
+            digits > 0 && after[digits..].starts_with(b" UserId=")
+        })
+    };
+    let mut parts = Vec::new();
+    let mut rest = bytes;
+    while begins(rest) && rest.len() > SLURM_CUT && begins(&rest[SLURM_CUT..]) {
+        parts.push(&rest[..SLURM_CUT]);
+        rest = &rest[SLURM_CUT..];
+    }
+    parts.push(rest);
+    parts
+}
+
 /// The fields of a line, in the order slurmctld writes them. `Gres` stood
 /// where `Tres` stands in Slurm before 15.08.
 const KEYS: &[&str] = &[
@@ -307,6 +339,33 @@ mod tests {
             FiletxtParser::new(&options).job_key(&het).as_deref(),
             Some("pitzer/40+1")
         );
+    }
+
+    /// Slurm before 24.05.2: a record over 1,023 bytes cut there, the next
+    /// job's line after it; only there (a name that reads like a record, a
+    /// line of another length, are one record).
+    #[test]
+    fn a_line_slurm_cut_holds_the_next_jobs_line() {
+        let lines = fixture();
+        let long = lines[1].replace(
+            "WorkDir=/srv/slurm-lab/jobs",
+            &format!("WorkDir=/srv/{}", "d/".repeat(400)),
+        );
+        assert!(long.len() > SLURM_CUT);
+        let glued = format!("{}{}", &long[..SLURM_CUT], lines[2]);
+        assert_eq!(
+            split_cut(glued.as_bytes()),
+            [&long.as_bytes()[..SLURM_CUT], lines[2].as_bytes()]
+        );
+        // Two cuts in a row.
+        let twice = format!("{}{}{}", &long[..SLURM_CUT], &long[..SLURM_CUT], lines[2]);
+        assert_eq!(split_cut(twice.as_bytes()).len(), 3);
+        // Not at 1,023 bytes, or not the next job's line there: one record.
+        let shifted = format!("{} {}", &long[..SLURM_CUT], lines[2]);
+        assert_eq!(split_cut(shifted.as_bytes()).len(), 1);
+        let named = format!("{}JobId=x UserId=y", &long[..SLURM_CUT]);
+        assert_eq!(split_cut(named.as_bytes()).len(), 1);
+        assert_eq!(split_cut(lines[2].as_bytes()), [lines[2].as_bytes()]);
     }
 
     #[test]

@@ -575,12 +575,62 @@ impl Reader {
                 }
             };
             let reference = format!("{}:{number}", self.file);
-            if lines.unterminated() && self.format.whole_lines() {
+            let cut = lines.unterminated() && self.format.whole_lines();
+            let line = match self.cut_by_slurm(&reference, line, lines.bytes_read())? {
+                Some(last) => last,
+                None => continue,
+            };
+            if cut {
                 self.record_cut_short(reference, line, lines.bytes_read())?;
             } else {
                 self.record(reference, line, lines.bytes_read())?;
             }
         }
+    }
+
+    /// A jobcomp/filetxt line that holds records Slurm cut at 1,023 bytes
+    /// before the next job's ([`crate::ingest::filetxt::split_cut`]): each
+    /// cut record kept as malformed (with options that say so, as a line cut
+    /// short: a retry does not charge it either), under the line's own
+    /// reference; the last record returned to be read as a line. Any other
+    /// line is returned as it is.
+    fn cut_by_slurm(&mut self, reference: &str, line: RawLine, read_so_far: u64) -> Result<Option<RawLine>, ReadError> {
+        use crate::ingest::filetxt;
+        let bytes = match &line {
+            _ if self.format != Format::JobcompFiletxt => return Ok(Some(line)),
+            RawLine::Text(text) => text.as_bytes(),
+            RawLine::Lossy { bytes, .. } => bytes.as_slice(),
+            RawLine::Unreadable { .. } => return Ok(Some(line)),
+        };
+        let mut parts: Vec<RawLine> = filetxt::split_cut(bytes)
+            .into_iter()
+            .map(|part| match crate::ingest::decode(part.to_vec()) {
+                (text, None) => RawLine::Text(text),
+                (text, Some(bytes)) => RawLine::Lossy { text, bytes },
+            })
+            .collect();
+        let last = parts.pop();
+        for part in parts {
+            let (text, bytes) = match part {
+                RawLine::Text(text) => (text, None),
+                RawLine::Lossy { text, bytes } => (text, Some(bytes)),
+                RawLine::Unreadable { .. } => unreachable!("decoded parts are text"),
+            };
+            let kept = Kept {
+                options: KeptOptions::new(ReadOptions {
+                    cut_short: true,
+                    ..self.p.options().read_options().clone()
+                }),
+                job: self.p.cut_job_key(&text),
+            };
+            let line = RawLine::Unreadable {
+                reason: filetxt::CUT_BY_SLURM.into(),
+                prefix: text,
+                bytes,
+            };
+            self.keep(reference.to_owned(), line, Some(kept), read_so_far)?;
+        }
+        Ok(last)
     }
 
     /// The last line of a `sacct` or PBS input that ends without a newline:

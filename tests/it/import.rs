@@ -352,6 +352,68 @@ async fn a_jobcomp_filetxt_log_charges_what_sacct_charges() {
     assert_eq!(entries, sacct_entries);
 }
 
+/// Slurm before 24.05.2 cut a jobcomp/filetxt record over 1,023 bytes there,
+/// without its newline, and wrote the next job's line after it: the cut
+/// record is kept as malformed, saying so (its project and memory were read
+/// from the next job's fields, or the next job was lost inside it), and the
+/// next job is charged as its own line would be.
+#[tokio::test]
+async fn a_filetxt_record_slurm_cut_is_kept_and_the_next_job_charged() {
+    let text = std::fs::read_to_string(crate::fixtures::stripped("slurm_2205_lab_jobcomp_filetxt.log")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let long = lines[1].replace(
+        "WorkDir=/srv/slurm-lab/jobs",
+        &format!("WorkDir=/srv/{}", "deep/".repeat(150)),
+    );
+    let cut = hpc_ledger::ingest::filetxt::SLURM_CUT;
+    assert!(long.len() > cut);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("filetxt-cut-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("slurm_jobcomp.log");
+    std::fs::write(&log, format!("{}{}\n{}\n", &long[..cut], lines[2], lines[0])).unwrap();
+    let db = fixture_db().await;
+    let o = db.cli(&[
+        "import",
+        "--format",
+        "jobcomp-filetxt",
+        "--output",
+        "json",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(4), "{}", crate::harness::stderr(&o));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (summary["lines"].as_u64(), summary["recorded"].as_u64()),
+        (Some(3), Some(2)),
+        "{summary}"
+    );
+    let kept: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT source_ref, reason, job_key FROM rejected_record")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].0.ends_with("slurm_jobcomp.log:1"), "{kept:?}");
+    assert!(kept[0].1.starts_with("cut by Slurm at 1,023 bytes"), "{kept:?}");
+    // Its cluster was after the cut: the job, on a cluster the line no longer names.
+    assert_eq!(kept[0].2.as_deref(), Some("?/16"), "{kept:?}");
+    // Jobs 18 and 17 charged as their own lines charge them.
+    let alone = fixture_db().await;
+    import_fixture(&alone, "slurm_2205_lab_jobcomp_filetxt.log", false).await;
+    for job in ["17", "18"] {
+        let got = charges(&db.pool, "testclu", job, None).await;
+        assert!(!got.is_empty(), "job {job}");
+        assert_eq!(got, charges(&alone.pool, "testclu", job, None).await, "job {job}");
+    }
+    assert!(charges(&db.pool, "testclu", "16", None).await.is_empty());
+    // A retry does not charge it either.
+    let o = db.cli(&["import", "--retry-rejected"]);
+    assert_eq!(o.status.code(), Some(4), "{}", crate::harness::stderr(&o));
+    assert!(charges(&db.pool, "testclu", "16", None).await.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The entries of a job: (metric, quantity, amount), ordered.
 async fn charges(pool: &PgPool, cluster: &str, job: &str, array: Option<i32>) -> Vec<(String, String, String)> {
     sqlx::query_as::<_, (String, Decimal, Decimal)>(
