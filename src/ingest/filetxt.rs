@@ -306,6 +306,37 @@ mod tests {
         assert_eq!(read_line(line, &ReadOptions::default()), Ok(item));
     }
 
+    /// Lines of tests/slurm/e2e.sh's filetxt phase: a name and a working
+    /// directory with spaces, an array task, a job cancelled while pending.
+    #[test]
+    fn the_lines_of_the_real_slurm_run() {
+        let lines: Vec<&str> = include_str!("../../tests/fixtures/accounting/slurm_2205_e2e_jobcomp_filetxt.log")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect();
+        let by_id = |id: &str| {
+            lines
+                .iter()
+                .find(|l| l.starts_with(&format!("JobId={id} ")))
+                .unwrap()
+                .to_string()
+        };
+        let spaced = job(&by_id("33"));
+        assert_eq!(
+            (spaced.job_name.as_str(), spaced.key()),
+            ("ft spaced name", "ledgere2e/33".to_owned())
+        );
+        assert_eq!((spaced.cores, spaced.memory), (1, Some(Bytes(256 * MIB))));
+        // The array's tasks: 0 ran as job 39, 1 as job 36, the array's own id.
+        let task = job(&by_id("39"));
+        assert_eq!((task.key(), task.array_index), ("ledgere2e/36_0".to_owned(), Some(0)));
+        assert_eq!(job(&by_id("36")).key(), "ledgere2e/36_1");
+        assert_eq!(
+            read_line(&by_id("38"), &ReadOptions::default()),
+            Ok(Item::Skip(Skip::NeverStarted))
+        );
+    }
+
     #[test]
     fn names_and_directories_with_spaces_arrays_and_heterogeneous_jobs() {
         let line = "JobId=41 UserId=carol(1003) GroupId=carol(1003) Name=my run JobState=x \

@@ -7,7 +7,7 @@ use crate::fixtures::{fixture_db, import_fixture, stripped};
 use crate::harness::{TestDb, stderr, stdout};
 
 /// Every real record this project keeps, through each way of recording.
-const FIXTURES: [&str; 18] = [
+const FIXTURES: [&str; 20] = [
     "apel_slurm_sacct_parsable2.log",
     "apel_torque_accounting_E.log",
     "hbjobinfo_habrok_sacct_snowman.txt",
@@ -19,7 +19,9 @@ const FIXTURES: [&str; 18] = [
     "safe_hector_cray_mppwidth.log",
     "safe_oxford_sacct_parsable_allocgres.log",
     "safe_pbs_no_resource_list.log",
+    "slurm_2205_e2e_jobcomp_filetxt.log",
     "slurm_2205_e2e_sacct_jobs.txt",
+    "slurm_2205_lab_jobcomp_filetxt.log",
     "slurm_2205_lab_sacct.json",
     "slurm_2205_lab_sacct_header.txt",
     "xdmod_pbs_torque_accounting_E.log",

@@ -105,7 +105,9 @@ pub fn options(name: &str) -> (Format, ReadOptions) {
             },
         ),
         "slurm_2205_lab_sacct.json" => (Format::SacctJson, ReadOptions::default()),
-        "slurm_2205_lab_jobcomp_filetxt.log" => (Format::JobcompFiletxt, ReadOptions::default()),
+        "slurm_2205_lab_jobcomp_filetxt.log" | "slurm_2205_e2e_jobcomp_filetxt.log" => {
+            (Format::JobcompFiletxt, ReadOptions::default())
+        }
         "safe_cirrus_sacct_parsable.log" => (
             Format::Slurm,
             ReadOptions {

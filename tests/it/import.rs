@@ -46,7 +46,7 @@ fn check(name: &str, s: &Summary, want: Counts) {
 async fn every_real_fixture_imports_with_the_expected_counts() {
     use RejectKind::*;
     use Skip::*;
-    let cases: [(&str, Counts); 20] = [
+    let cases: [(&str, Counts); 21] = [
         // 4 jobs; the last has no partition, 0 nodes, 0 CPUs and an AllocTRES of only `gres/gpu=2`.
         (
             "xdmod_slurm_sacct_parsable2_unit.log",
@@ -160,6 +160,17 @@ async fn every_real_fixture_imports_with_the_expected_counts() {
                 headers: 0,
                 recorded: 3,
                 skipped: &[],
+                rejected: &[],
+            },
+        ),
+        // tests/slurm/e2e.sh's jobcomp/filetxt phase: 6 jobs (an array of 2
+        // tasks), a name and a directory with spaces; one cancelled pending.
+        (
+            "slurm_2205_e2e_jobcomp_filetxt.log",
+            Counts {
+                headers: 0,
+                recorded: 6,
+                skipped: &[(NeverStarted, 1)],
                 rejected: &[],
             },
         ),
