@@ -54,13 +54,12 @@ pub fn split_cut(bytes: &[u8]) -> Vec<&[u8]> {
     parts
 }
 
-/// The fields of a line, in the order slurmctld writes them. `Gres` stood
-/// where `Tres` stands in Slurm before 15.08.
-const KEYS: &[&str] = &[
-    "JobId",
-    "UserId",
-    "GroupId",
-    "Name",
+/// The fields before the job name, one word each.
+const HEAD: [&str; 3] = ["JobId", "UserId", "GroupId"];
+
+/// The fields between the job name and the working directory, one word
+/// each.
+const MIDDLE: [&str; 8] = [
     "JobState",
     "Partition",
     "TimeLimit",
@@ -69,7 +68,12 @@ const KEYS: &[&str] = &[
     "NodeList",
     "NodeCnt",
     "ProcCnt",
-    "WorkDir",
+];
+
+/// The fields after the working directory, one word each, in the order
+/// slurmctld writes them (`Gres` stood where `Tres` stands in Slurm before
+/// 15.08; the array's and the heterogeneous job's only for such jobs).
+const TAIL: [&str; 15] = [
     "ReservationName",
     "Tres",
     "Gres",
@@ -87,52 +91,95 @@ const KEYS: &[&str] = &[
     "ExitCode",
 ];
 
-/// Where `word` stands in [`KEYS`] at or after `from`, when it begins a
-/// field there (`Key=…`), and its value.
-fn field_start(word: &str, from: usize) -> Option<(usize, &'static str, &str)> {
-    let (k, v) = word.split_once('=')?;
-    KEYS.get(from..)?
-        .iter()
-        .position(|key| *key == k)
-        .map(|at| (from + at, KEYS[from + at], v))
-}
+/// Why a line whose job name or working directory holds fields of its own
+/// is not read.
+const AMBIGUOUS: &str = "its job name or working directory holds fields of its own, so the line can be read more \
+                         than one way (the user chooses both): not charged on a guess; record this job from sacct";
 
-/// A line's fields, by name. A word begins a field when it is `Key=…` with
-/// a key that may come next (one of [`KEYS`] after the last found), unless
-/// the word after it begins a field that cannot follow that one; any other
-/// word belongs to the value before it: a job name or a directory with
-/// spaces, or one that reads like a field (`Name=a JobState=x JobState=…`).
+/// A line's fields, by name. The job name and the working directory are
+/// written unquoted and may hold spaces, or words that read like fields
+/// (the user chooses both), so the line is read from both ends: the three
+/// fields before the name from the start, the one-word fields after the
+/// working directory from the end, in slurmctld's order, and the eight
+/// one-word fields between the two texts where they stand once. A line
+/// that can be read more than one way (a name holding `JobState=` …
+/// `ProcCnt=` `WorkDir=` of its own, a field after the directory twice or
+/// out of order) is malformed, never guessed at: its text could otherwise
+/// move the job to another project, start or size.
 fn fields(line: &str) -> Result<Vec<(&'static str, String)>, String> {
     let line = line.trim_end_matches(['\n', '\r', ' ']);
     if !line.starts_with("JobId=") {
         return Err("not a jobcomp/filetxt line (it does not begin with JobId=)".into());
     }
     let words: Vec<&str> = line.split(' ').collect();
+    fn field(w: &str) -> Option<(&str, &str)> {
+        w.split_once('=')
+    }
     let mut out: Vec<(&'static str, String)> = Vec::new();
-    let mut next = 0;
-    for (i, word) in words.iter().enumerate() {
-        let starts = field_start(word, next).filter(|(at, _, _)| {
-            words
-                .get(i + 1)
-                .is_none_or(|after| field_start(after, 0).is_none() || field_start(after, at + 1).is_some())
-        });
-        match (starts, out.last_mut()) {
-            (Some((at, key, value)), _) => {
-                out.push((key, value.to_owned()));
-                next = at + 1;
-            }
-            (None, Some((_, value))) => {
-                value.push(' ');
-                value.push_str(word);
-            }
-            (None, None) => unreachable!("the line begins with JobId="),
+    for (i, key) in HEAD.iter().enumerate() {
+        match words.get(i).copied().and_then(field) {
+            Some((k, v)) if k == *key => out.push((key, v.to_owned())),
+            _ => return Err(format!("no {key}= where slurmctld writes it")),
         }
     }
-    for key in ["JobState", "StartTime", "EndTime", "NodeCnt", "ProcCnt"] {
-        if !out.iter().any(|(k, _)| *k == key) {
-            return Err(format!("no {key}= field"));
-        }
+    if !words.get(HEAD.len()).is_some_and(|w| w.starts_with("Name=")) {
+        return Err("no Name= where slurmctld writes it".into());
     }
+    // From the end: one word a field, each before the one after it in
+    // slurmctld's order, back to ReservationName.
+    let mut tail: Vec<(&'static str, String)> = Vec::new();
+    let mut end = words.len();
+    let mut after = TAIL.len();
+    while after > 0 {
+        if end <= HEAD.len() + 1 {
+            return Err("no ReservationName= after the working directory".into());
+        }
+        let word = words[end - 1];
+        let Some((at, value)) = field(word).and_then(|(k, v)| TAIL.iter().position(|t| *t == k).map(|at| (at, v)))
+        else {
+            return Err(format!(
+                "{word:?} where the fields after the working directory stand (a value with a space there?): {AMBIGUOUS}"
+            ));
+        };
+        if at >= after {
+            return Err(format!("{}= twice, or out of slurmctld's order: {AMBIGUOUS}", TAIL[at]));
+        }
+        tail.push((TAIL[at], value.to_owned()));
+        after = at;
+        end -= 1;
+    }
+    tail.reverse();
+    // Between the name and the tail: where the eight fields and the
+    // working directory stand, once.
+    let name = HEAD.len();
+    let at: Vec<usize> = (name + 1..end)
+        .filter(|&p| {
+            p + MIDDLE.len() < end
+                && MIDDLE
+                    .iter()
+                    .enumerate()
+                    .all(|(j, key)| field(words[p + j]).is_some_and(|(k, _)| k == *key))
+                && words[p + MIDDLE.len()].starts_with("WorkDir=")
+        })
+        .collect();
+    let p = match at.as_slice() {
+        [p] => *p,
+        [] => {
+            return Err(format!(
+                "no {}= … WorkDir= where slurmctld writes them",
+                MIDDLE.join("= … ")
+            ));
+        }
+        _ => return Err(AMBIGUOUS.into()),
+    };
+    out.push(("Name", words[name..p].join(" ")["Name=".len()..].to_owned()));
+    for (j, key) in MIDDLE.iter().enumerate() {
+        let (_, value) = field(words[p + j]).expect("matched above");
+        out.push((key, value.to_owned()));
+    }
+    let workdir = p + MIDDLE.len();
+    out.push(("WorkDir", words[workdir..end].join(" ")["WorkDir=".len()..].to_owned()));
+    out.extend(tail);
     Ok(out)
 }
 
@@ -222,8 +269,13 @@ impl Parser for FiletxtParser {
 
     fn job_key(&self, line: &str) -> Option<String> {
         // As the job is keyed once read (an array task `123_4`, a
-        // heterogeneous component `123+1`), as far as the line gives it.
-        let doc = document(line).ok()?;
+        // heterogeneous component `123+1`); a line that cannot be read
+        // names its `JobId` alone, on the cluster of the import, if any.
+        let Ok(doc) = document(line) else {
+            let id = line.strip_prefix("JobId=")?.split(' ').next()?;
+            let cluster = self.options.cluster.as_deref().unwrap_or("?");
+            return (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then(|| format!("{cluster}/{id}"));
+        };
         let field = |k: &str| doc.get(k).and_then(Value::as_str).map(str::trim);
         let cluster = field("cluster").or(self.options.cluster.as_deref()).unwrap_or("?");
         let id = match (field("array_job_id"), field("array_task_id"), field("het_job_id")) {
@@ -399,6 +451,60 @@ mod tests {
         assert_eq!(split_cut(lines[2].as_bytes()), [lines[2].as_bytes()]);
     }
 
+    /// The job name and the working directory are the user's, written
+    /// unquoted: words in them that read like fields never move the job to
+    /// another project, start or size. Fields written after the directory
+    /// are the real ones (the line is read from its end); a name or a
+    /// directory holding the fields between them makes the line malformed.
+    #[test]
+    fn a_name_or_directory_that_reads_like_fields_is_never_taken_for_them() {
+        let line = &fixture()[2];
+        let real = job(line);
+        // A directory holding the fields after it: read as the directory.
+        let fake_tail = line.replace(
+            "WorkDir=/srv/slurm-lab/jobs",
+            "WorkDir=/x ReservationName= Tres=cpu=1,mem=1M,node=1 Account=pas1234 QOS=normal WcKey= Cluster=testclu \
+             SubmitTime=2026-11-30T08:49:43 EligibleTime=2026-11-30T08:49:43 DerivedExitCode=0:0 ExitCode=0:0",
+        );
+        let j = job(&fake_tail);
+        assert_eq!(
+            (j.project.as_deref(), j.cores, j.memory, j.gpus),
+            (real.project.as_deref(), real.cores, real.memory, real.gpus)
+        );
+        // A name holding the fields between it and the directory: not read.
+        let fake_middle = line.replace(
+            "Name=ft-gpu",
+            "Name=ft-gpu JobState=COMPLETED Partition=regular TimeLimit=5 StartTime=2026-11-30T08:49:46 \
+             EndTime=2026-11-30T08:49:47 NodeList=c01 NodeCnt=1 ProcCnt=1 WorkDir=/x",
+        );
+        let reason = |l: &str| match read_line(l, &ReadOptions::default()) {
+            Err(e) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            reason(&fake_middle).contains("can be read more than one way"),
+            "{}",
+            reason(&fake_middle)
+        );
+        // The same, in the directory.
+        let in_directory = line.replace(
+            "WorkDir=/srv/slurm-lab/jobs",
+            "WorkDir=/x JobState=COMPLETED Partition=regular TimeLimit=5 StartTime=2026-11-30T08:49:46 \
+             EndTime=2026-11-30T08:49:47 NodeList=c01 NodeCnt=1 ProcCnt=1 WorkDir=/y",
+        );
+        assert!(reason(&in_directory).contains("can be read more than one way"));
+        // A field after the directory with a space in its value.
+        let wckey = line.replace("WcKey=", "WcKey=x Account=pas1234");
+        assert!(
+            reason(&wckey).contains("out of slurmctld's order"),
+            "{}",
+            reason(&wckey)
+        );
+        // The job a line that cannot be read names: its JobId.
+        let parser = FiletxtParser::new(&ReadOptions::default());
+        assert_eq!(parser.job_key(&fake_middle).as_deref(), Some("?/18"));
+    }
+
     #[test]
     fn what_is_not_charged() {
         let line = &fixture()[1];
@@ -431,7 +537,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert!(bad("17|alice|…").contains("does not begin with JobId="));
-        assert_eq!(bad(&line.replace(" ProcCnt=1", "")), "no ProcCnt= field");
+        assert!(bad(&line.replace(" ProcCnt=1", "")).starts_with("no JobState= … Partition="));
         assert!(
             bad(&line.replace("EndTime=2026-11-30T08:49:45", "EndTime=Unknown")).contains("without `@start` or `@end`")
         );

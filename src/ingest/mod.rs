@@ -169,6 +169,12 @@ pub struct ReadOptions {
     /// line, imported, records the job and resolves the rejection.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cut_short: bool,
+    /// Set only in a rejection's options: a jobcomp/filetxt record that
+    /// Slurm before 24.05.2 cut at 1,023 bytes, the next job's line after
+    /// it. Read again it is still malformed
+    /// ([`filetxt::CUT_BY_SLURM`]): what followed the cut is nowhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slurm_cut: bool,
 }
 
 /// Why the last line of a `sacct` or PBS input without a newline after it
@@ -632,6 +638,9 @@ pub fn reread(
     raw: &str,
     raw_bytes: Option<&[u8]>,
 ) -> Result<Item, String> {
+    if options.slurm_cut {
+        return Ok(Item::Bad(filetxt::CUT_BY_SLURM.into()));
+    }
     if options.cut_short {
         return Ok(Item::Bad(CUT_SHORT.into()));
     }
@@ -697,6 +706,9 @@ impl Rereader {
         }
         let KeptSet { options, parsers } = self.sets.get_mut(options).expect("inserted above");
         let options = options.as_ref().map_err(Clone::clone)?;
+        if options.slurm_cut {
+            return Ok((options, Ok(Item::Bad(filetxt::CUT_BY_SLURM.into()))));
+        }
         if options.cut_short {
             return Ok((options, Ok(Item::Bad(CUT_SHORT.into()))));
         }

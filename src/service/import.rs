@@ -590,10 +590,10 @@ impl Reader {
 
     /// A jobcomp/filetxt line that holds records Slurm cut at 1,023 bytes
     /// before the next job's ([`crate::ingest::filetxt::split_cut`]): each
-    /// cut record kept as malformed (with options that say so, as a line cut
-    /// short: a retry does not charge it either), under the line's own
-    /// reference; the last record returned to be read as a line. Any other
-    /// line is returned as it is.
+    /// cut record kept as malformed (with options that say so,
+    /// `slurm_cut`: a retry does not charge it either), under the line's
+    /// own reference; the last record returned to be read as a line. Any
+    /// other line is returned as it is.
     fn cut_by_slurm(&mut self, reference: &str, line: RawLine, read_so_far: u64) -> Result<Option<RawLine>, ReadError> {
         use crate::ingest::filetxt;
         let bytes = match &line {
@@ -618,7 +618,7 @@ impl Reader {
             };
             let kept = Kept {
                 options: KeptOptions::new(ReadOptions {
-                    cut_short: true,
+                    slurm_cut: true,
                     ..self.p.options().read_options().clone()
                 }),
                 job: self.p.cut_job_key(&text),

@@ -771,6 +771,13 @@ impl Recorder {
                         candidates.push((*i, resolved, key, SourceFormat::Jobcomp, Reading::JobcompUtc));
                     }
                 }
+                // Its times local, read right: the same run jobcomp recorded
+                // then, hours off, is looked for as sacct's is.
+                SourceFormat::JobcompFiletxt => {
+                    if let Some(key) = in_zone() {
+                        candidates.push((*i, resolved, key, SourceFormat::Jobcomp, Reading::JobcompUtc));
+                    }
+                }
                 // Sized by a select, its nodes not its nodect (or it has none:
                 // it was on the select's chunks then).
                 SourceFormat::Pbs

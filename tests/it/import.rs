@@ -418,10 +418,15 @@ async fn a_filetxt_record_slurm_cut_is_kept_and_the_next_job_charged() {
         assert_eq!(got, charges(&alone.pool, "testclu", job, None).await, "job {job}");
     }
     assert!(charges(&db.pool, "testclu", "16", None).await.is_empty());
-    // A retry does not charge it either.
+    // A retry does not charge it either, and says the same.
     let o = db.cli(&["import", "--retry-rejected"]);
     assert_eq!(o.status.code(), Some(4), "{}", crate::harness::stderr(&o));
     assert!(charges(&db.pool, "testclu", "16", None).await.is_empty());
+    let reason: String = sqlx::query_scalar("SELECT reason FROM rejected_record")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(reason.starts_with("cut by Slurm at 1,023 bytes"), "{reason}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -2476,6 +2481,27 @@ async fn a_jobcomp_run_recorded_in_the_cluster_zone_is_read_that_way_again() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
+    assert!(
+        why.contains("recorded from Slurm's jobcomp before migration 0049"),
+        "{why}"
+    );
+    // Job 1 in slurmctld's jobcomp/filetxt log (its times New York's: 03:48
+    // is 08:48 UTC): not charged a second time either.
+    let filetxt = jobcomp.with_extension("filetxt.log");
+    std::fs::write(
+        &filetxt,
+        "JobId=1 UserId=root(0) GroupId=root(0) Name=timeout JobState=TIMEOUT Partition=regular TimeLimit=1 \
+         StartTime=2026-11-30T03:48:00 EndTime=2026-11-30T03:49:23 NodeList=c01 NodeCnt=1 ProcCnt=1 WorkDir=/tmp \
+         ReservationName= Tres=cpu=1,mem=200M,node=1,billing=1 Account=pas1234 QOS=normal WcKey= Cluster=testclu \
+         SubmitTime=2026-11-30T03:48:00 EligibleTime=2026-11-30T03:48:00 DerivedExitCode=0:0 ExitCode=0:0 \n",
+    )
+    .unwrap();
+    let out = crate::harness::stdout(&db.cli(&["import", "--format", "jobcomp-filetxt", filetxt.to_str().unwrap()]));
+    assert!(out.contains("recorded:    0"), "{out}");
+    let why: String = sqlx::query_scalar("SELECT reason FROM rejected_record WHERE source_format = 'jobcomp-filetxt'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert!(
         why.contains("recorded from Slurm's jobcomp before migration 0049"),
         "{why}"

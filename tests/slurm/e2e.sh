@@ -674,10 +674,10 @@ sql "$URL1" "$FT_SQL" > "$OUT/ledger-filetxt-sacct.tsv" || die "cannot read the 
 check same "$OUT/ledger-filetxt.tsv" "$OUT/ledger-filetxt-sacct.tsv" filetxt sacct \
     || fail "the jobcomp/filetxt log and sacct charged some jobs differently"
 ledger "$L2" import --format slurm --output json "$OUT/sacct-filetxt.txt" > "$OUT/import-filetxt-again.json" 2>&1
-ft_again=$("$PY" -c 'import json, sys; s = json.load(open(sys.argv[1])); print(s.get("recorded"), s.get("superseded"))' "$OUT/import-filetxt-again.json" 2>/dev/null)
-[ "$ft_again" = "0 0" ] || fail "sacct's output imported after the filetxt log recorded/superseded '$ft_again', expected '0 0'"
+ft_again=$("$PY" -c 'import json, sys; s = json.load(open(sys.argv[1])); print(s.get("recorded"), s.get("superseded"), sum(s.get("rejected", {}).values()))' "$OUT/import-filetxt-again.json" 2>/dev/null)
+[ "$ft_again" = "0 0 0" ] || fail "sacct's output imported after the filetxt log recorded/superseded/rejected '$ft_again', expected '0 0 0'"
 ledger "$L2" audit --deep > "$OUT/audit-deep-filetxt.txt" 2>&1 \
     || fail "hpc-ledger audit --deep after the filetxt import exited $? (out/audit-deep-filetxt.txt)"
 ft_charged=$(sql "$URL2" "SELECT coalesce(sum(le.amount), 0) FROM ledger_entry le JOIN job_record r ON r.id = le.job_record_id JOIN job j ON j.id = r.job_id WHERE j.scheduler_job_id IN (${FT_IN%,})")
 [ "$ft_charged" = "$FT_TOTAL" ] || fail "the filetxt jobs were charged $ft_charged, the rules give $FT_TOTAL"
-SUMMARY+=("jobcomp/filetxt:    $(wc -l < "$FILETXT") lines for jobs ${FT_IDS[*]}: $ft_recorded recorded ($FT_NEVER never started), $ft_charged USD (the rules, computed from sacct: $FT_TOTAL); sacct imported after them: recorded/superseded $ft_again")
+SUMMARY+=("jobcomp/filetxt:    $(wc -l < "$FILETXT") lines for jobs ${FT_IDS[*]}: $ft_recorded recorded ($FT_NEVER never started), $ft_charged USD (the rules, computed from sacct: $FT_TOTAL); sacct imported after them: recorded/superseded/rejected $ft_again")
