@@ -576,10 +576,7 @@ impl Reader {
             };
             let reference = format!("{}:{number}", self.file);
             let cut = lines.unterminated() && self.format.whole_lines();
-            let line = match self.cut_by_slurm(&reference, line, lines.bytes_read())? {
-                Some(last) => last,
-                None => continue,
-            };
+            let line = self.cut_by_slurm(&reference, line, lines.bytes_read())?;
             if cut {
                 self.record_cut_short(reference, line, lines.bytes_read())?;
             } else {
@@ -594,28 +591,26 @@ impl Reader {
     /// `slurm_cut`: a retry does not charge it either), under the line's
     /// own reference; the last record returned to be read as a line. Any
     /// other line is returned as it is.
-    fn cut_by_slurm(&mut self, reference: &str, line: RawLine, read_so_far: u64) -> Result<Option<RawLine>, ReadError> {
+    fn cut_by_slurm(&mut self, reference: &str, line: RawLine, read_so_far: u64) -> Result<RawLine, ReadError> {
         use crate::ingest::filetxt;
         let bytes = match &line {
-            _ if self.format != Format::JobcompFiletxt => return Ok(Some(line)),
+            _ if self.format != Format::JobcompFiletxt => return Ok(line),
             RawLine::Text(text) => text.as_bytes(),
             RawLine::Lossy { bytes, .. } => bytes.as_slice(),
-            RawLine::Unreadable { .. } => return Ok(Some(line)),
+            RawLine::Unreadable { .. } => return Ok(line),
         };
-        let mut parts: Vec<RawLine> = filetxt::split_cut(bytes)
+        if filetxt::split_cut(bytes).len() == 1 {
+            return Ok(line);
+        }
+        let mut parts: Vec<(String, Option<Vec<u8>>)> = filetxt::split_cut(bytes)
             .into_iter()
-            .map(|part| match crate::ingest::decode(part.to_vec()) {
-                (text, None) => RawLine::Text(text),
-                (text, Some(bytes)) => RawLine::Lossy { text, bytes },
-            })
+            .map(|part| crate::ingest::decode(part.to_vec()))
             .collect();
-        let last = parts.pop();
-        for part in parts {
-            let (text, bytes) = match part {
-                RawLine::Text(text) => (text, None),
-                RawLine::Lossy { text, bytes } => (text, Some(bytes)),
-                RawLine::Unreadable { .. } => unreachable!("decoded parts are text"),
-            };
+        let last = match parts.pop().expect("more than one part") {
+            (text, None) => RawLine::Text(text),
+            (text, Some(bytes)) => RawLine::Lossy { text, bytes },
+        };
+        for (text, bytes) in parts {
             let kept = Kept {
                 options: KeptOptions::new(ReadOptions {
                     slurm_cut: true,

@@ -313,16 +313,7 @@ async fn a_jobcomp_filetxt_log_charges_what_sacct_charges() {
         "{}",
         crate::harness::stderr(&o)
     );
-    let o = db.cli(&[
-        "import",
-        "--format",
-        "jobcomp-filetxt",
-        "--output",
-        "json",
-        filetxt.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", crate::harness::stderr(&o));
-    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let summary = import_filetxt(&db, &filetxt, 0);
     assert_eq!(summary["recorded"], 3, "{summary}");
     for job in ["16", "17", "18"] {
         let filetxt = charges(&db.pool, "testclu", job, None).await;
@@ -384,16 +375,7 @@ async fn a_filetxt_record_slurm_cut_is_kept_and_the_next_job_charged() {
     let log = dir.join("slurm_jobcomp.log");
     std::fs::write(&log, format!("{}{}\n{}\n", &long[..cut], lines[2], lines[0])).unwrap();
     let db = fixture_db().await;
-    let o = db.cli(&[
-        "import",
-        "--format",
-        "jobcomp-filetxt",
-        "--output",
-        "json",
-        log.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(4), "{}", crate::harness::stderr(&o));
-    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let summary = import_filetxt(&db, &log, 4);
     assert_eq!(
         (summary["lines"].as_u64(), summary["recorded"].as_u64()),
         (Some(3), Some(2)),
@@ -428,6 +410,21 @@ async fn a_filetxt_record_slurm_cut_is_kept_and_the_next_job_charged() {
         .unwrap();
     assert!(reason.starts_with("cut by Slurm at 1,023 bytes"), "{reason}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `import --format jobcomp-filetxt --output json FILE`: its summary, the
+/// command having exited `code`.
+fn import_filetxt(db: &crate::harness::TestDb, file: &std::path::Path, code: i32) -> serde_json::Value {
+    let o = db.cli(&[
+        "import",
+        "--format",
+        "jobcomp-filetxt",
+        "--output",
+        "json",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(code), "{}", crate::harness::stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 /// The entries of a job: (metric, quantity, amount), ordered.
