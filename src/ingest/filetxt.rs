@@ -34,6 +34,24 @@ pub const CUT_BY_SLURM: &str = "cut by Slurm at 1,023 bytes (jobcomp/filetxt bef
                                 record so, without its newline, and the next job's line after it on the same line): \
                                 what followed the cut is lost; record this job from sacct";
 
+/// Why the record after such a cut is not charged either.
+pub const AFTER_A_CUT: &str = "follows, on the same line, a record cut at 1,023 bytes (Slurm before 24.05.2 wrote a \
+                               longer record so; a job name or directory padded to that length makes the same line \
+                               of one job): not charged on a guess; record this job from sacct";
+
+/// Why a kept record of a line Slurm cut is not charged, read again
+/// (`import --retry-rejected`, `audit --deep`): its options say which part
+/// it was.
+pub fn kept_cut(options: &ReadOptions) -> Option<&'static str> {
+    if options.slurm_cut {
+        Some(CUT_BY_SLURM)
+    } else if options.after_slurm_cut {
+        Some(AFTER_A_CUT)
+    } else {
+        None
+    }
+}
+
 /// The records a line holds: more than one where, after a record's first
 /// [`SLURM_CUT`] bytes, the next job's `JobId=N UserId=` begins (each part
 /// but the last a record cut by Slurm).
@@ -96,22 +114,32 @@ const TAIL: [&str; 15] = [
 const AMBIGUOUS: &str = "its job name or working directory holds fields of its own, so the line can be read more \
                          than one way (the user chooses both): not charged on a guess; record this job from sacct";
 
-/// A line's fields, by name. The job name and the working directory are
-/// written unquoted and may hold spaces, or words that read like fields
-/// (the user chooses both), so the line is read from both ends: the three
-/// fields before the name from the start, the one-word fields after the
-/// working directory from the end, in slurmctld's order, and the eight
-/// one-word fields between the two texts where they stand once. A line
-/// that can be read more than one way (a name holding `JobState=` …
-/// `ProcCnt=` `WorkDir=` of its own, a field after the directory twice or
-/// out of order) is malformed, never guessed at: its text could otherwise
-/// move the job to another project, start or size.
+/// A line's fields, by name. The job name, the working directory and the
+/// wckey are written unquoted and may hold spaces, or words that read like
+/// fields (the user chooses them), so a line in which any field's name
+/// begins a word twice is malformed, never guessed at: its text could
+/// otherwise move the job to another project, start or size. The rest is
+/// read from both ends: the three fields before the name from the start,
+/// the one-word fields after the working directory from the end, in
+/// slurmctld's order, and the eight one-word fields between the two texts
+/// where they stand.
 fn fields(line: &str) -> Result<Vec<(&'static str, String)>, String> {
     let line = line.trim_end_matches(['\n', '\r', ' ']);
     if !line.starts_with("JobId=") {
         return Err("not a jobcomp/filetxt line (it does not begin with JobId=)".into());
     }
     let words: Vec<&str> = line.split(' ').collect();
+    // A field's name at the start of a word more than once: the job name,
+    // the directory or the wckey (the user's text) holds fields of its own.
+    let mut seen = std::collections::HashSet::new();
+    for word in &words {
+        if let Some((k, _)) = word.split_once('=')
+            && (HEAD.contains(&k) || MIDDLE.contains(&k) || TAIL.contains(&k) || k == "Name" || k == "WorkDir")
+            && !seen.insert(k)
+        {
+            return Err(format!("{k}= twice: {AMBIGUOUS}"));
+        }
+    }
     fn field(w: &str) -> Option<(&str, &str)> {
         w.split_once('=')
     }
@@ -391,15 +419,15 @@ mod tests {
 
     #[test]
     fn names_and_directories_with_spaces_arrays_and_heterogeneous_jobs() {
-        let line = "JobId=41 UserId=carol(1003) GroupId=carol(1003) Name=my run JobState=x \
+        let line = "JobId=41 UserId=carol(1003) GroupId=carol(1003) Name=my run x=1 \
                     JobState=TIMEOUT Partition=regular TimeLimit=60 StartTime=2026-11-02T10:00:00 \
                     EndTime=2026-11-02T11:00:00 NodeList=c01 NodeCnt=1 ProcCnt=4 WorkDir=/home/carol/my runs \
                     ReservationName= Tres=cpu=4,mem=8G,node=1 Account=PAS1234 QOS=normal WcKey= Cluster=owens \
                     SubmitTime=unknown EligibleTime=unknown ArrayJobId=40 ArrayTaskId=3 DerivedExitCode=0:0 \
                     ExitCode=0:15 \n";
         let j = job(line);
-        // A name holding a field's name: a state the reader does not know.
-        assert_eq!(j.job_name, "my run JobState=x");
+        // A name with spaces and an `=` that names no field.
+        assert_eq!(j.job_name, "my run x=1");
         assert_eq!(j.state, "TIMEOUT");
         assert_eq!((j.key(), j.array_index), ("owens/40_3".to_owned(), Some(3)));
         assert_eq!((j.cores, j.memory), (4, Some(Bytes(8 * GIB))));
@@ -459,28 +487,33 @@ mod tests {
     #[test]
     fn a_name_or_directory_that_reads_like_fields_is_never_taken_for_them() {
         let line = &fixture()[2];
-        let real = job(line);
-        // A directory holding the fields after it: read as the directory.
+        let reason = |l: &str| match read_line(l, &ReadOptions::default()) {
+            Err(e) => e,
+            other => panic!("{other:?}"),
+        };
+        // A directory holding the fields after it: not read.
         let fake_tail = line.replace(
             "WorkDir=/srv/slurm-lab/jobs",
             "WorkDir=/x ReservationName= Tres=cpu=1,mem=1M,node=1 Account=pas1234 QOS=normal WcKey= Cluster=testclu \
              SubmitTime=2026-11-30T08:49:43 EligibleTime=2026-11-30T08:49:43 DerivedExitCode=0:0 ExitCode=0:0",
         );
-        let j = job(&fake_tail);
-        assert_eq!(
-            (j.project.as_deref(), j.cores, j.memory, j.gpus),
-            (real.project.as_deref(), real.cores, real.memory, real.gpus)
+        assert!(
+            reason(&fake_tail).contains("can be read more than one way"),
+            "{}",
+            reason(&fake_tail)
         );
+        // A wckey holding them (`--wckey='x ReservationName= … Account=…'`).
+        let fake_wckey = line.replace(
+            "WcKey=",
+            "WcKey=x ReservationName= Tres=cpu=1,mem=1M,node=1 Account=pas1234 QOS=normal WcKey=y",
+        );
+        assert!(reason(&fake_wckey).contains("twice"), "{}", reason(&fake_wckey));
         // A name holding the fields between it and the directory: not read.
         let fake_middle = line.replace(
             "Name=ft-gpu",
             "Name=ft-gpu JobState=COMPLETED Partition=regular TimeLimit=5 StartTime=2026-11-30T08:49:46 \
              EndTime=2026-11-30T08:49:47 NodeList=c01 NodeCnt=1 ProcCnt=1 WorkDir=/x",
         );
-        let reason = |l: &str| match read_line(l, &ReadOptions::default()) {
-            Err(e) => e,
-            other => panic!("{other:?}"),
-        };
         assert!(
             reason(&fake_middle).contains("can be read more than one way"),
             "{}",
@@ -494,9 +527,9 @@ mod tests {
         );
         assert!(reason(&in_directory).contains("can be read more than one way"));
         // A field after the directory with a space in its value.
-        let wckey = line.replace("WcKey=", "WcKey=x Account=pas1234");
+        let wckey = line.replace("WcKey=", "WcKey=x y");
         assert!(
-            reason(&wckey).contains("out of slurmctld's order"),
+            reason(&wckey).contains("can be read more than one way"),
             "{}",
             reason(&wckey)
         );

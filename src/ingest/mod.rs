@@ -175,6 +175,12 @@ pub struct ReadOptions {
     /// ([`filetxt::CUT_BY_SLURM`]): what followed the cut is nowhere.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub slurm_cut: bool,
+    /// Set only in a rejection's options: a jobcomp/filetxt record that
+    /// follows such a cut on the same line. Read again it is still
+    /// malformed ([`filetxt::AFTER_A_CUT`]): it may be the next job's, or
+    /// text the user put in the cut job's name or directory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_slurm_cut: bool,
 }
 
 /// Why the last line of a `sacct` or PBS input without a newline after it
@@ -638,8 +644,8 @@ pub fn reread(
     raw: &str,
     raw_bytes: Option<&[u8]>,
 ) -> Result<Item, String> {
-    if options.slurm_cut {
-        return Ok(Item::Bad(filetxt::CUT_BY_SLURM.into()));
+    if let Some(reason) = filetxt::kept_cut(options) {
+        return Ok(Item::Bad(reason.into()));
     }
     if options.cut_short {
         return Ok(Item::Bad(CUT_SHORT.into()));
@@ -706,8 +712,8 @@ impl Rereader {
         }
         let KeptSet { options, parsers } = self.sets.get_mut(options).expect("inserted above");
         let options = options.as_ref().map_err(Clone::clone)?;
-        if options.slurm_cut {
-            return Ok((options, Ok(Item::Bad(filetxt::CUT_BY_SLURM.into()))));
+        if let Some(reason) = filetxt::kept_cut(options) {
+            return Ok((options, Ok(Item::Bad(reason.into()))));
         }
         if options.cut_short {
             return Ok((options, Ok(Item::Bad(CUT_SHORT.into()))));

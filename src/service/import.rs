@@ -576,7 +576,9 @@ impl Reader {
             };
             let reference = format!("{}:{number}", self.file);
             let cut = lines.unterminated() && self.format.whole_lines();
-            let line = self.cut_by_slurm(&reference, line, lines.bytes_read())?;
+            let Some(line) = self.cut_by_slurm(&reference, line, lines.bytes_read())? else {
+                continue;
+            };
             if cut {
                 self.record_cut_short(reference, line, lines.bytes_read())?;
             } else {
@@ -587,45 +589,54 @@ impl Reader {
 
     /// A jobcomp/filetxt line that holds records Slurm cut at 1,023 bytes
     /// before the next job's ([`crate::ingest::filetxt::split_cut`]): each
-    /// cut record kept as malformed (with options that say so,
-    /// `slurm_cut`: a retry does not charge it either), under the line's
-    /// own reference; the last record returned to be read as a line. Any
+    /// record kept as malformed, under the line's own reference, with
+    /// options that say so (`slurm_cut`: a retry does not charge it either),
+    /// and `None`. Not even the last is charged: a job name or directory
+    /// padded to put `JobId=… UserId=` at that byte makes the same line, the
+    /// "next job" then the user's own text with the real job's tail. Any
     /// other line is returned as it is.
-    fn cut_by_slurm(&mut self, reference: &str, line: RawLine, read_so_far: u64) -> Result<RawLine, ReadError> {
+    fn cut_by_slurm(&mut self, reference: &str, line: RawLine, read_so_far: u64) -> Result<Option<RawLine>, ReadError> {
         use crate::ingest::filetxt;
         let bytes = match &line {
-            _ if self.format != Format::JobcompFiletxt => return Ok(line),
+            _ if self.format != Format::JobcompFiletxt => return Ok(Some(line)),
             RawLine::Text(text) => text.as_bytes(),
             RawLine::Lossy { bytes, .. } => bytes.as_slice(),
-            RawLine::Unreadable { .. } => return Ok(line),
+            RawLine::Unreadable { .. } => return Ok(Some(line)),
         };
         if filetxt::split_cut(bytes).len() == 1 {
-            return Ok(line);
+            return Ok(Some(line));
         }
-        let mut parts: Vec<(String, Option<Vec<u8>>)> = filetxt::split_cut(bytes)
+        let parts: Vec<(String, Option<Vec<u8>>)> = filetxt::split_cut(bytes)
             .into_iter()
             .map(|part| crate::ingest::decode(part.to_vec()))
             .collect();
-        let last = match parts.pop().expect("more than one part") {
-            (text, None) => RawLine::Text(text),
-            (text, Some(bytes)) => RawLine::Lossy { text, bytes },
-        };
-        for (text, bytes) in parts {
+        let last = parts.len() - 1;
+        for (at, (text, bytes)) in parts.into_iter().enumerate() {
             let kept = Kept {
                 options: KeptOptions::new(ReadOptions {
-                    slurm_cut: true,
+                    slurm_cut: at < last,
+                    after_slurm_cut: at == last,
                     ..self.p.options().read_options().clone()
                 }),
-                job: self.p.cut_job_key(&text),
+                job: if at < last {
+                    self.p.cut_job_key(&text)
+                } else {
+                    self.p.job_key(&text)
+                },
+            };
+            let reason = if at < last {
+                filetxt::CUT_BY_SLURM
+            } else {
+                filetxt::AFTER_A_CUT
             };
             let line = RawLine::Unreadable {
-                reason: filetxt::CUT_BY_SLURM.into(),
+                reason: reason.into(),
                 prefix: text,
                 bytes,
             };
             self.keep(reference.to_owned(), line, Some(kept), read_so_far)?;
         }
-        Ok(last)
+        Ok(None)
     }
 
     /// The last line of a `sacct` or PBS input that ends without a newline:
