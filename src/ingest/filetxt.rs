@@ -14,9 +14,12 @@
 //! run (state `PENDING` with a start and an end) is `REQUEUED`, a job that
 //! never ran (no CPUs, no nodes) is skipped. Unlike the document's, its
 //! times are slurmctld's local time (`localtime_r`), read in the cluster's
-//! `time_zone` as `sacct`'s are. Values are not quoted: a job name or a
-//! working directory may hold spaces, so a field runs until the next of
-//! the fields that may follow it.
+//! `time_zone` as `sacct`'s are. Values are not quoted: the job name, the
+//! working directory and the wckey are the user's and may hold spaces, or
+//! words that read like fields; a line that could be read more than one way
+//! is malformed ([`fields`]), and a line Slurm cut ([`split_cut`]) is kept,
+//! not charged. A newline in such a value forges a whole line, which no
+//! reader can tell: docs/slurm.md says what to put in front of this log.
 
 use serde_json::{Map, Value};
 
